@@ -1,0 +1,100 @@
+"""Design validation refuses impossible designs with a message naming the field; HF import."""
+
+import json
+
+import pytest
+
+from zoo import DesignError, ModelConfig, Transformer, presets
+from zoo.config import CONFIG_DIR
+
+INVALID = [
+    (dict(n_kv_heads=3), "n_heads .*multiple of n_kv_heads"),
+    (dict(n_kv_heads=16), "n_kv_heads .*must not exceed n_heads"),
+    (dict(head_dim=15), "head_dim .*even"),
+    (dict(d_model=0), "d_model must be a positive integer"),
+    (dict(ffn_dim=-4), "ffn_dim must be a positive integer"),
+    (dict(n_layers=2.5), "n_layers must be a positive integer"),
+    (dict(dtype="bf17"), "dtype='bf17' is not one of"),
+    (dict(kv_dtype="int4"), "kv_dtype='int4' is not one of"),
+    (dict(ffn_type="relu"), "ffn_type='relu'"),
+    (dict(norm="batchnorm"), "norm='batchnorm'"),
+    (dict(kernels="cuda"), "kernels='cuda'"),
+    (dict(norm_eps=0.0), "norm_eps"),
+    (dict(kv_dtype="int8"), "kv_dtype=int8 needs kernels='triton'"),
+    (dict(kv_dtype="fp16"), r"kv_dtype \(fp16\) must equal dtype \(fp32\)"),
+]
+
+
+@pytest.mark.parametrize("override,message", INVALID, ids=[str(o) for o, _ in INVALID])
+def test_invalid_design_is_refused_before_allocation(override, message, monkeypatch):
+    cfg = ModelConfig.from_name("tiny").replace(**override)
+    with pytest.raises(DesignError, match=message):
+        cfg.validate()
+    # build() validates first: nothing may be allocated for a refused design.
+    import torch
+
+    def no_alloc(*a, **k):
+        raise AssertionError("allocated a tensor for an invalid design")
+
+    monkeypatch.setattr(torch.nn.Module, "to_empty", no_alloc)
+    with pytest.raises(DesignError, match=message):
+        Transformer.build(cfg, "cpu")
+
+
+def test_device_dependent_checks():
+    cfg = ModelConfig.from_name("tiny", dtype="bf16", kv_dtype="bf16")
+    volta = {"type": "cuda", "compute_capability": (7, 0), "name": "Tesla V100"}
+    with pytest.raises(DesignError, match="dtype=bf16 needs compute capability >= 8.0; Tesla V100"):
+        cfg.validate(volta)
+    cfg.validate({"type": "cuda", "compute_capability": (9, 0)})
+    cfg.validate({"type": "cpu"})
+    fp8 = cfg.replace(kv_dtype="fp8_e4m3", kernels="triton")
+    with pytest.raises(DesignError, match="fp8_e4m3 needs compute capability >= 8.9"):
+        fp8.validate({"type": "cuda", "compute_capability": (8, 0), "name": "A100"})
+
+
+def test_unknown_field_and_preset():
+    with pytest.raises(DesignError, match="unknown ModelConfig field.*n_head\\b"):
+        ModelConfig.from_name("tiny").replace(n_head=4)
+    with pytest.raises(DesignError, match="unknown model preset 'llama9'.*llama3_1_8b"):
+        ModelConfig.from_name("llama9")
+
+
+EXPECTED = {  # published sizes
+    "llama3_2_1b": dict(d_model=2048, n_layers=16, n_heads=32, n_kv_heads=8, head_dim=64,
+                        ffn_dim=8192, vocab_size=128256, tie_embeddings=True, qkv_bias=False),
+    "llama3_1_8b": dict(d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8, head_dim=128,
+                        ffn_dim=14336, vocab_size=128256, tie_embeddings=False),
+    "mistral_7b_v0_3": dict(d_model=4096, n_layers=32, n_kv_heads=8, vocab_size=32768,
+                            rope_theta=1e6, rope_scaling=None),
+    "qwen2_5_7b": dict(d_model=3584, n_layers=28, n_heads=28, n_kv_heads=4, head_dim=128,
+                       ffn_dim=18944, vocab_size=152064, qkv_bias=True, norm_eps=1e-6),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_shipped_presets(name):
+    cfg = ModelConfig.from_name(name).validate()
+    for k, v in EXPECTED[name].items():
+        assert getattr(cfg, k) == v, k
+    assert cfg.dtype == "bf16" and cfg.kv_dtype == "bf16"
+    assert name in presets()
+
+
+def test_llama3_params_match_published():
+    from zoo import counts
+
+    assert counts.params(ModelConfig.from_name("llama3_1_8b")).total == 8_030_261_248
+    assert counts.params(ModelConfig.from_name("llama3_2_1b")).total == 1_235_814_400
+
+
+def test_from_hf_rejects_other_families(tmp_path):
+    hf = json.loads((CONFIG_DIR / "llama3_1_8b.json").read_text())
+    with pytest.raises(DesignError, match="model_type='gemma2' is not supported"):
+        ModelConfig.from_hf(dict(hf, model_type="gemma2"))
+    with pytest.raises(DesignError, match="rope_scaling type 'yarn'"):
+        ModelConfig.from_hf(dict(hf, rope_scaling={"rope_type": "yarn", "factor": 4.0}))
+    with pytest.raises(DesignError, match="sliding-window"):
+        ModelConfig.from_hf(dict(hf, model_type="qwen2", use_sliding_window=True))
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    assert ModelConfig.from_hf(tmp_path).d_model == 4096

@@ -1,0 +1,71 @@
+"""Analytic FLOPs and parameters against the real model (FlopCounterMode, numel)."""
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from zoo import Generator, ModelConfig, Transformer, counts
+
+CONFIGS = {
+    "gqa": dict(),
+    "mha": dict(n_kv_heads=8),
+    "mqa_headdim_ne": dict(n_kv_heads=1, head_dim=24),
+    "odd_ffn_bias_tied": dict(ffn_dim=333, qkv_bias=True, tie_embeddings=True),
+    "gelu_layernorm": dict(ffn_type="gelu", norm="layernorm", n_layers=3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_param_count_matches_module(name):
+    cfg = ModelConfig.from_name("tiny", **CONFIGS[name])
+    m = Transformer.build(cfg, "cpu")
+    p = counts.params(cfg)
+    assert p.total == sum(t.numel() for t in m.parameters())
+    emb = m.tok_embeddings.weight.numel() + (0 if cfg.tie_embeddings else m.output.weight.numel())
+    assert p.non_embedding == p.total - emb
+
+
+def _counted(fn):
+    with FlopCounterMode(display=False) as fc, sdpa_kernel(SDPBackend.MATH):
+        fn()
+    return fc.get_total_flops()
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_flops_match_flop_counter(name):
+    cfg = ModelConfig.from_name("tiny", **CONFIGS[name])
+    m = Transformer.build(cfg, "cpu")
+    B, T = 3, 37
+    gen = Generator(m, B, T + 4)
+    prompt = torch.randint(0, cfg.vocab_size, (B, T))
+    got = _counted(lambda: gen.prefill(prompt))
+    want = counts.prefill(cfg, B, T)
+    assert got == pytest.approx(want.matmul_flops, rel=0.01)
+    # one decode step at cache length T
+    tok = torch.randint(0, cfg.vocab_size, (B, 1))
+    got = _counted(lambda: gen.decode(tok))
+    want = counts.decode_step(cfg, B, T)
+    assert got == pytest.approx(want.matmul_flops, rel=0.01)
+    # what FlopCounterMode leaves out is small and accounted for separately
+    assert want.elementwise_flops < 0.1 * want.matmul_flops
+
+
+def test_flops_on_real_shapes_per_token():
+    # 2 * params per token (Kaplan) dominates decode at short context on Llama-3.1-8B.
+    cfg = ModelConfig.from_name("llama3_1_8b")
+    st = counts.decode_step(cfg, 1, 0)
+    p = counts.params(cfg)
+    assert st.matmul_flops == pytest.approx(2 * (p.non_embedding + p.lm_head), rel=0.01)
+    # decode bytes: the weights (minus the embedding table) dominate at batch 1
+    assert st.bytes["weights"] == pytest.approx(2 * (p.total - p.embedding), rel=0.001)
+
+
+def test_kv_bytes_per_token_and_decode_mean():
+    cfg = ModelConfig.from_name("llama3_2_1b")
+    assert counts.kv_bytes_per_token(cfg) == 2 * 16 * 8 * 64 * 2
+    mha = cfg.replace(n_kv_heads=32)
+    assert counts.kv_bytes_per_token(mha) == 4 * counts.kv_bytes_per_token(cfg)
+    # the mean over steps equals the mean of per-step counts
+    steps = [counts.decode_step(cfg, 4, 100 + i).min_bytes for i in range(9)]
+    assert counts.decode_mean(cfg, 4, 100, 10).min_bytes == sum(steps) / len(steps)

@@ -1,0 +1,184 @@
+"""Analytic counts for a design and a workload: parameters, FLOPs and minimum DRAM bytes per stage.
+
+Conventions (the same as ``torch.utils.flop_counter.FlopCounterMode``, so the two can be compared):
+
+- A multiply-accumulate is 2 FLOP. A matmul ``[M, K] @ [K, N]`` is ``2 M N K`` FLOP
+  (Kaplan et al. 2020, arXiv:2001.08361, Table 1; Chowdhery et al. 2022 PaLM, App. B, used by
+  nanoGPT's ``estimate_mfu``).
+- Per layer and per new token, with ``H = n_heads``, ``Hkv = n_kv_heads``, ``D = head_dim``,
+  ``d = d_model``, ``F = ffn_dim``, ``S`` = attended positions:
+  ``qkv = 2 d (H + 2 Hkv) D``; ``attn = 4 H D S`` (``Q K^T`` and ``P V``, 2 H D S each);
+  ``out_proj = 2 H D d``; ``ffn = 6 d F`` (SwiGLU: gate, up, down) or ``4 d F`` (GELU);
+  ``lm_head = 2 d V`` per position whose logits are computed (one per sequence in prefill and in
+  decode: the zoo computes only the last position's logits).
+- Prefill attention counts the full ``T x T`` score matrix, as FlopCounterMode does for
+  ``scaled_dot_product_attention`` (and Megatron-LM's MFU formula, Narayanan et al. 2021,
+  arXiv:2104.04473); a causal kernel that skips masked tiles executes about half of it.
+- Not counted by FlopCounterMode and kept out of ``matmul`` totals here: softmax, norms, RoPE,
+  activations, residual adds and the embedding gather. They are estimated separately in
+  ``elementwise`` (softmax about 5 FLOP per score, RMSNorm about 4 per channel, RoPE 3 per q/k
+  channel, SwiGLU about 5 per hidden unit, residual adds 1 per channel); for the shipped shapes
+  they are under 1% of the matmul FLOPs. MFU uses the matmul total.
+
+Minimum DRAM bytes are a lower bound for one stage: every weight read once (the embedding table
+only for the rows gathered, unless tied to the LM head, which reads it whole), the KV cache read
+once over the attended positions and written once for the new tokens, and the residual stream
+read and written once per layer (activations; they matter for prefill only). Logits are written
+once. Memory-bandwidth utilization (MBU = min bytes / time / peak bandwidth) follows Databricks'
+"LLM Inference Performance Engineering: Best Practices" (2023).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .config import DTYPE_BYTES, ModelConfig
+
+KINDS = ("qkv", "attn", "out_proj", "ffn", "lm_head")
+
+
+@dataclass(frozen=True)
+class Params:
+    """Parameter counts (numbers of scalars).
+
+    ``total`` counts a tied embedding once. ``non_embedding`` excludes the token-embedding table
+    and the LM-head matrix (tied or not), following Kaplan et al. 2020 (arXiv:2001.08361, Sec. 2.1).
+    """
+
+    total: int
+    non_embedding: int
+    embedding: int
+    lm_head: int
+    per_layer: int
+
+
+def params(cfg: ModelConfig) -> Params:
+    """Parameter counts of the zoo model for ``cfg`` (equal to ``sum(p.numel())`` of the module)."""
+    d, V = cfg.d_model, cfg.vocab_size
+    qkv = d * (cfg.q_dim + 2 * cfg.kv_dim) + (cfg.q_dim + 2 * cfg.kv_dim) * cfg.qkv_bias
+    out = cfg.q_dim * d
+    ffn = (3 if cfg.ffn_type == "swiglu" else 2) * d * cfg.ffn_dim
+    norm = d if cfg.norm == "rmsnorm" else 2 * d
+    per_layer = qkv + out + ffn + 2 * norm
+    emb = V * d
+    head = 0 if cfg.tie_embeddings else V * d
+    total = emb + head + cfg.n_layers * per_layer + norm
+    return Params(total=total, non_embedding=total - emb - head, embedding=emb, lm_head=V * d,
+                  per_layer=per_layer)
+
+
+@dataclass(frozen=True)
+class StageCounts:
+    """FLOPs (FLOP) and minimum DRAM traffic (bytes) of one stage.
+
+    ``flops`` maps each kind in ``KINDS`` to its matmul FLOPs; ``matmul_flops`` is their sum;
+    ``elementwise_flops`` is the estimate of what the matmul count leaves out (see module doc).
+    ``bytes`` maps ``weights``, ``kv_read``, ``kv_write``, ``activations``, ``logits`` to bytes;
+    ``min_bytes`` is their sum; ``arithmetic_intensity`` is ``matmul_flops / min_bytes`` (FLOP/byte).
+    """
+
+    tokens: int
+    flops: dict
+    matmul_flops: int
+    elementwise_flops: int
+    bytes: dict
+    min_bytes: int
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        return self.matmul_flops / self.min_bytes
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), arithmetic_intensity=self.arithmetic_intensity)
+
+
+def stage(cfg: ModelConfig, batch: int, new: int, context: int, logits_per_seq: int = 1
+          ) -> StageCounts:
+    """Counts for one forward over ``new`` tokens per sequence that attend to ``context`` positions.
+
+    Args:
+        cfg: the design.
+        batch: sequences.
+        new: tokens per sequence in this forward (prompt length for prefill, 1 for decode).
+        context: positions attended by each new token, the new ones included (prefill: ``new``;
+            decode at cache length ``L``: ``L + 1``).
+        logits_per_seq: positions per sequence whose logits are computed.
+    """
+    d, F, V, L = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.n_layers
+    H, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    N = batch * new
+    flops = {
+        "qkv": L * 2 * N * d * (H + 2 * Hkv) * D,
+        "attn": L * 4 * batch * H * D * new * context,
+        "out_proj": L * 2 * N * H * D * d,
+        "ffn": L * 2 * N * d * F * (3 if cfg.ffn_type == "swiglu" else 2),
+        "lm_head": 2 * batch * logits_per_seq * d * V,
+    }
+    elementwise = L * (5 * batch * H * new * context          # softmax
+                       + 2 * 4 * N * d                        # two norms
+                       + 3 * N * (H + Hkv) * D                # RoPE on q and k
+                       + 5 * N * F                            # activation (and gate product)
+                       + 2 * N * d)                           # residual adds
+    wb, kvb = DTYPE_BYTES[cfg.dtype], DTYPE_BYTES[cfg.kv_dtype]
+    p = params(cfg)
+    emb_rows = 0 if cfg.tie_embeddings else N * d  # tied: the LM head reads the whole table anyway
+    kv_scale = 4 if cfg.kv_dtype in ("int8", "fp8_e4m3") else 0  # one fp32 scale per token, head
+    kv_tok = 2 * L * Hkv * (D * kvb + kv_scale)
+    b = {
+        "weights": (p.non_embedding + p.lm_head) * wb + emb_rows * wb,
+        "kv_read": batch * context * kv_tok,
+        "kv_write": N * kv_tok,
+        "activations": L * 2 * N * d * wb if new > 1 else 0,
+        "logits": batch * logits_per_seq * V * wb,
+    }
+    return StageCounts(tokens=N, flops=flops, matmul_flops=sum(flops.values()),
+                       elementwise_flops=elementwise, bytes=b, min_bytes=sum(b.values()))
+
+
+def prefill(cfg: ModelConfig, batch: int, prompt_len: int) -> StageCounts:
+    """Counts for the prefill of ``batch`` prompts of ``prompt_len`` tokens (last-position logits)."""
+    return stage(cfg, batch, prompt_len, prompt_len)
+
+
+def decode_step(cfg: ModelConfig, batch: int, cache_len: int) -> StageCounts:
+    """Counts for one decode step with ``cache_len`` positions already cached per sequence."""
+    return stage(cfg, batch, 1, cache_len + 1)
+
+
+def decode_mean(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int) -> StageCounts:
+    """Mean counts over the ``new_tokens - 1`` decode steps that follow a ``prompt_len`` prefill.
+
+    FLOPs and bytes are linear in the context length, so the mean equals one step at the mean
+    cache length ``prompt_len + (new_tokens - 2) / 2`` (rounded down).
+    """
+    steps = max(new_tokens - 1, 1)
+    return decode_step(cfg, batch, prompt_len + (steps - 1) // 2)
+
+
+def kv_bytes_per_token(cfg: ModelConfig) -> int:
+    """KV-cache bytes per token per sequence: ``2 n_layers n_kv_heads head_dim bytes(kv_dtype)``
+    (plus one fp32 scale per layer, K/V and head for quantized caches)."""
+    scale = 4 if cfg.kv_dtype in ("int8", "fp8_e4m3") else 0
+    return 2 * cfg.n_layers * cfg.n_kv_heads * (cfg.head_dim * DTYPE_BYTES[cfg.kv_dtype] + scale)
+
+
+def summary(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int) -> dict:
+    """Flat dict of the analytic figures for one design and workload (the results-row names)."""
+    p = params(cfg)
+    pf, dc = prefill(cfg, batch, prompt_len), decode_mean(cfg, batch, prompt_len, new_tokens)
+    row = {
+        "params_total": p.total,
+        "params_non_embedding": p.non_embedding,
+        "kv_bytes_per_token": kv_bytes_per_token(cfg),
+        "weight_bytes": pf.bytes["weights"],
+    }
+    for name, st in (("prefill", pf), ("decode", dc)):
+        row[f"{name}_flops"] = st.matmul_flops
+        row[f"{name}_elementwise_flops"] = st.elementwise_flops
+        row[f"{name}_min_bytes"] = st.min_bytes
+        row[f"{name}_kv_read_bytes"] = st.bytes["kv_read"]
+        row[f"{name}_arith_intensity"] = st.arithmetic_intensity
+        for k, v in st.flops.items():
+            row[f"{name}_flops_{k}"] = v
+    row["decode_kv_bytes_share"] = (dc.bytes["kv_read"] + dc.bytes["kv_write"]) / dc.min_bytes
+    return row

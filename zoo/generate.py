@@ -1,0 +1,129 @@
+"""Prefill and decode steps over a zoo ``Transformer`` with its static cache; greedy ``generate``.
+
+Generation lives outside the model (gpt-fast ``generate.py``). ``Generator`` owns the position
+counter and the decode ``mode``:
+
+- ``eager``: every step launches its kernels from Python; attention reads exactly the filled prefix.
+- ``cudagraph``: each decode step replays a captured CUDA graph. Shapes must be static, so the
+  attended length is rounded up to a bucket of ``GRAPH_BUCKET`` positions (one graph per bucket,
+  captured on first use, sharing one memory pool), and positions past the current one are masked.
+- ``compile``: ``torch.compile(mode="reduce-overhead")`` of the same bucketed step (Inductor
+  fuses elementwise work and records CUDA graphs itself).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .model import Transformer
+from .nvtx import annotate
+
+MODES = ("eager", "cudagraph", "compile")
+GRAPH_BUCKET = 256
+
+
+class Generator:
+    """Runs ``prefill`` then ``decode`` steps for a fixed batch and maximum length.
+
+    Args:
+        model: a built ``Transformer``.
+        batch: sequences per step.
+        max_seq_len: prompt plus generated positions to hold in the cache.
+        mode: one of ``MODES``.
+
+    Raises:
+        ValueError: unknown mode, or ``cudagraph``/``compile`` on a CPU model.
+    """
+
+    def __init__(self, model: Transformer, batch: int, max_seq_len: int, mode: str = "eager"):
+        if mode not in MODES:
+            raise ValueError(f"mode={mode!r} is not one of {', '.join(MODES)}")
+        self.device = model.tok_embeddings.weight.device
+        if mode != "eager" and self.device.type != "cuda":
+            raise ValueError(f"mode={mode} needs a CUDA device; this model is on {self.device}")
+        self.model, self.batch, self.max_seq_len, self.mode = model, batch, max_seq_len, mode
+        model.setup_cache(batch, max_seq_len)
+        self.pos = 0
+        self._graphs: dict[int, tuple] = {}
+        self._pool = None
+        self._compiled = None
+        if mode != "eager":
+            self._token = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
+            self._input_pos = torch.zeros(1, dtype=torch.long, device=self.device)
+
+    @torch.no_grad()
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Run the prompt ``tokens [B, T]`` from position 0; return last-position logits ``[B, V]``."""
+        T = tokens.shape[1]
+        if T > self.max_seq_len:
+            raise ValueError(f"prompt of {T} tokens exceeds max_seq_len {self.max_seq_len}")
+        with annotate("prefill"):
+            logits = self.model(tokens, self.model.positions[:T], kv_len=T, last_only=True)
+        self.pos = T
+        return logits[:, -1]
+
+    @torch.no_grad()
+    def decode(self, token: torch.Tensor) -> torch.Tensor:
+        """One decode step for ``token [B, 1]`` at the current position; returns logits ``[B, V]``."""
+        pos = self.pos
+        if pos >= self.max_seq_len:
+            raise ValueError(f"cache full: position {pos} of max_seq_len {self.max_seq_len}")
+        with annotate("decode"):
+            if self.mode == "eager":
+                out = self.model(token, self.model.positions[pos:pos + 1], kv_len=pos + 1)[:, 0]
+            else:
+                out = self._replay(token, pos)
+        self.pos = pos + 1
+        return out
+
+    def _bucket(self, pos: int) -> int:
+        return min(-(-(pos + 1) // GRAPH_BUCKET) * GRAPH_BUCKET, self.max_seq_len)
+
+    def _step(self, kv_len: int):
+        return self.model(self._token, self._input_pos, kv_len=kv_len, masked=True)[:, 0]
+
+    def _replay(self, token: torch.Tensor, pos: int) -> torch.Tensor:
+        self._token.copy_(token)
+        self._input_pos.fill_(pos)
+        kv_len = self._bucket(pos)
+        if self.mode == "compile":
+            if self._compiled is None:
+                torch._dynamo.config.cache_size_limit = max(
+                    torch._dynamo.config.cache_size_limit, self.max_seq_len // GRAPH_BUCKET + 2)
+                self._compiled = torch.compile(self._step, mode="reduce-overhead", fullgraph=True)
+            return self._compiled(kv_len).clone()
+        if kv_len not in self._graphs:
+            self._graphs[kv_len] = self._capture(kv_len)
+        graph, out = self._graphs[kv_len]
+        graph.replay()
+        return out
+
+    def _capture(self, kv_len: int):
+        # Warm up on a side stream (cuBLAS handles, workspaces), then capture. The warm-up writes
+        # this step's K/V at the current position, which the replay overwrites with the same values.
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                self._step(kv_len)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph, pool=self._pool):
+            out = self._step(kv_len)
+        return graph, out
+
+
+@torch.no_grad()
+def generate(model: Transformer, prompt: torch.Tensor, new_tokens: int, mode: str = "eager"
+             ) -> torch.Tensor:
+    """Greedy decoding: ``prompt [B, T]`` -> ``[B, T + new_tokens]`` token ids."""
+    B, T = prompt.shape
+    gen = Generator(model, B, T + new_tokens, mode)
+    tok = gen.prefill(prompt).argmax(-1, keepdim=True)
+    out = [prompt, tok]
+    for _ in range(new_tokens - 1):
+        tok = gen.decode(tok).argmax(-1, keepdim=True)
+        out.append(tok)
+    return torch.cat(out, dim=1)

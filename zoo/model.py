@@ -1,0 +1,273 @@
+"""The parametric decoder-only transformer, top to bottom (nanoGPT / gpt-fast layout).
+
+Data flow: token embedding -> ``n_layers`` x Block(norm -> Attention (RoPE, GQA, static KV cache)
+-> residual; norm -> FeedForward -> residual) -> final norm -> LM head.
+
+Weights use fused projections: ``wqkv`` holds q, k and v stacked on the output dimension
+(``[q_dim + 2 * kv_dim, d_model]``) and, for SwiGLU, ``w13`` holds gate and up
+(``[2 * ffn_dim, d_model]``), so each is one GEMM. ``zoo.weights`` maps Hugging Face names onto these.
+
+The model computes; prefill/decode loops, CUDA graphs and timing live in ``zoo.generate`` and
+``sweep``. Everything here is shape-static given ``(batch, T)``, so a decode step can be captured in a
+CUDA graph.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .cache import TORCH_DTYPES, KVCache
+from .config import ModelConfig
+from .nvtx import annotate
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm (Zhang & Sennrich 2019, arXiv:1910.07467), computed in float32 like HF Llama.
+
+    x: ``[..., dim]`` -> same shape and dtype.
+    """
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    """The design's normalization layer over ``d_model`` channels."""
+    if cfg.norm == "rmsnorm":
+        return RMSNorm(cfg.d_model, cfg.norm_eps)
+    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+
+
+def rope_frequencies(cfg: ModelConfig) -> torch.Tensor:
+    """RoPE inverse frequencies ``[head_dim // 2]`` (float32), with Llama-3 rescaling if configured.
+
+    Base frequencies ``theta^(-2i/head_dim)`` (Su et al. 2021, RoFormer, arXiv:2104.09864). The
+    ``llama3`` rescaling divides low frequencies by ``factor`` and blends the middle band, as in
+    Meta's reference ``apply_scaling`` and HF ``_compute_llama3_parameters``.
+    """
+    d = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    rs = cfg.rope_scaling
+    if rs:
+        factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+        old = rs["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > old / lo, inv / factor, inv)
+        smooth = (old / wavelen - lo) / (hi - lo)
+        blended = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= old / hi) & (wavelen <= old / lo)
+        inv = torch.where(medium, blended, scaled)
+    return inv.float()
+
+
+def rope_cache(cfg: ModelConfig, seq_len: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos, sin`` tables ``[seq_len, head_dim]`` (float32) in the rotate-half layout of HF Llama."""
+    inv = rope_frequencies(cfg).to(device)
+    t = torch.arange(seq_len, device=device, dtype=torch.float32)
+    freqs = torch.outer(t, inv)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x [B, T, heads, head_dim]`` by ``cos, sin [T, head_dim]`` (rotate-half convention)."""
+    d2 = x.shape[-1] // 2
+    rot = torch.cat([-x[..., d2:], x[..., :d2]], dim=-1)
+    c, s = cos[None, :, None, :].to(x.dtype), sin[None, :, None, :].to(x.dtype)
+    return x * c + rot * s
+
+
+class Attention(nn.Module):
+    """Causal self-attention with grouped-query heads and a static KV cache.
+
+    x: ``[B, T, d_model]`` -> ``[B, T, d_model]``. Query heads ``n_heads``, KV heads ``n_kv_heads``;
+    each KV head serves ``n_heads / n_kv_heads`` query heads (GQA, arXiv:2305.13245).
+    """
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.cfg, self.layer = cfg, layer
+        self.wqkv = nn.Linear(cfg.d_model, cfg.q_dim + 2 * cfg.kv_dim, bias=cfg.qkv_bias)
+        self.wo = nn.Linear(cfg.q_dim, cfg.d_model, bias=False)
+        self.cache: KVCache | None = None
+
+    def forward(self, x, cos, sin, input_pos, kv_len, mask):
+        cfg = self.cfg
+        B, T, _ = x.shape
+        q, k, v = self.wqkv(x).split([cfg.q_dim, cfg.kv_dim, cfg.kv_dim], dim=-1)
+        q = q.view(B, T, cfg.n_heads, cfg.head_dim)
+        k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim)
+        v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        kc, vc = self.cache.update(self.layer, input_pos, k, v)
+        if kv_len is not None:
+            kc, vc = kc[:, :, :kv_len], vc[:, :, :kv_len]
+        causal = mask is None and T > 1
+        y = F.scaled_dot_product_attention(q, kc, vc, attn_mask=mask, is_causal=causal,
+                                           enable_gqa=cfg.n_kv_heads != cfg.n_heads)
+        return self.wo(y.transpose(1, 2).reshape(B, T, cfg.q_dim))
+
+
+class FeedForward(nn.Module):
+    """SwiGLU (Shazeer 2020, arXiv:2002.05202): ``w2(silu(x W1) * (x W3))``; or GELU: ``w2(gelu(x W1))``.
+
+    x: ``[B, T, d_model]`` -> ``[B, T, d_model]``; hidden width ``ffn_dim``.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        n_in = 2 if cfg.ffn_type == "swiglu" else 1
+        self.w13 = nn.Linear(cfg.d_model, n_in * cfg.ffn_dim, bias=False)
+        self.w2 = nn.Linear(cfg.ffn_dim, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.w13(x)
+        if self.cfg.ffn_type == "swiglu":
+            gate, up = h.chunk(2, dim=-1)
+            h = F.silu(gate) * up
+        else:
+            h = F.gelu(h)
+        return self.w2(h)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: ``h = x + attn(norm(x)); out = h + ffn(norm(h))``."""
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.attention_norm = make_norm(cfg)
+        self.attention = Attention(cfg, layer)
+        self.ffn_norm = make_norm(cfg)
+        self.feed_forward = FeedForward(cfg)
+
+    def forward(self, x, cos, sin, input_pos, kv_len, mask):
+        with annotate("norm"):
+            a = self.attention_norm(x)
+        with annotate("attn"):
+            h = x + self.attention(a, cos, sin, input_pos, kv_len, mask)
+        with annotate("norm"):
+            f = self.ffn_norm(h)
+        with annotate("ffn"):
+            return h + self.feed_forward(f)
+
+
+class Transformer(nn.Module):
+    """Decoder-only language model built from a ``ModelConfig``.
+
+    Call ``setup_cache(batch, max_seq_len)`` once before ``forward``. Build with
+    ``Transformer.build(cfg, device, seed)`` for seeded random weights allocated on the device.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        self.norm = make_norm(cfg)
+        self.output = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        self.cache: KVCache | None = None
+
+    @classmethod
+    def build(cls, cfg: ModelConfig, device="cpu", seed: int = 0, init: bool = True):
+        """Validate ``cfg`` and build the model on ``device`` in ``cfg.dtype``.
+
+        Parameters are allocated directly on the device (no CPU float32 copy of an 8B model).
+        With ``init``, weights are drawn from N(0, 0.02) (GPT-2 init; output projections scaled by
+        ``1/sqrt(2 n_layers)``) from a generator seeded with ``seed``; norms start at 1.
+
+        Raises:
+            DesignError: if ``cfg.validate()`` refuses the design (nothing is allocated then).
+        """
+        cfg.validate({"type": torch.device(device).type})
+        with torch.device("meta"):
+            model = cls(cfg)
+        model = model.to_empty(device=device).to(TORCH_DTYPES[cfg.dtype])
+        if cfg.tie_embeddings:  # to_empty breaks the tie
+            model.output.weight = model.tok_embeddings.weight
+        if init:
+            model.init_weights(seed)
+        return model.eval().requires_grad_(False)
+
+    @torch.no_grad()
+    def init_weights(self, seed: int = 0) -> None:
+        """Seeded random init (see ``build``); deterministic for a given seed and device."""
+        dev = self.tok_embeddings.weight.device
+        g = torch.Generator(device=dev).manual_seed(seed)
+        out_std = 0.02 / math.sqrt(2 * self.cfg.n_layers)
+        for name, p in self.named_parameters():
+            if "norm" in name:
+                p.fill_(1.0 if name.endswith("weight") else 0.0)
+            elif p.ndim == 1:  # projection biases
+                p.zero_()
+            else:
+                std = out_std if name.endswith(("wo.weight", "w2.weight")) else 0.02
+                p.normal_(0.0, std, generator=g)
+
+    def setup_cache(self, batch: int, max_seq_len: int) -> KVCache:
+        """Allocate the static KV cache and RoPE tables for ``batch`` x ``max_seq_len`` positions.
+
+        Raises:
+            ValueError: if ``max_seq_len`` exceeds ``cfg.max_seq_len``.
+        """
+        if max_seq_len > self.cfg.max_seq_len:
+            raise ValueError(f"max_seq_len {max_seq_len} exceeds the design's max_seq_len "
+                             f"{self.cfg.max_seq_len}")
+        dev = self.tok_embeddings.weight.device
+        self.cache = KVCache(self.cfg, batch, max_seq_len, dev)
+        for layer in self.layers:
+            layer.attention.cache = self.cache
+        cos, sin = rope_cache(self.cfg, max_seq_len, dev)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.register_buffer("positions", torch.arange(max_seq_len, device=dev), persistent=False)
+        return self.cache
+
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor, kv_len: int | None = None,
+                last_only: bool = False, masked: bool = False) -> torch.Tensor:
+        """Logits for ``tokens`` placed at ``input_pos``, attending to the cache.
+
+        Args:
+            tokens: ``[B, T]`` int64 token ids.
+            input_pos: ``[T]`` int64 positions of these tokens (same for every sequence).
+            kv_len: attend to cache positions ``[0, kv_len)``, which must be ``input_pos[-1] + 1``
+                unless ``masked``. ``None`` means the whole cache, masked.
+            last_only: compute the LM head for the last position only (prefill needs just that).
+            masked: ``kv_len`` is only an upper bound (a CUDA-graph bucket): positions after each
+                token's own are masked out, so the step is shape-static for a given ``kv_len``.
+
+        Returns:
+            ``[B, T, vocab_size]`` logits (``[B, 1, vocab_size]`` with ``last_only``), model dtype.
+        """
+        if self.cache is None:
+            raise RuntimeError("call setup_cache(batch, max_seq_len) before forward")
+        T = tokens.shape[1]
+        mask = None
+        if kv_len is None or masked or not (T == 1 or T == kv_len):
+            kv_len = kv_len or self.cache.max_seq_len
+            mask = self.positions[None, :kv_len] <= input_pos[:, None]  # [T, kv_len] bool
+        cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
+        x = self.tok_embeddings(tokens)
+        for i, layer in enumerate(self.layers):
+            with annotate(f"layer{i}"):
+                x = layer(x, cos, sin, input_pos, kv_len, mask)
+        if last_only:
+            x = x[:, -1:]
+        with annotate("norm"):
+            x = self.norm(x)
+        with annotate("lm_head"):
+            return self.output(x)

@@ -1,0 +1,109 @@
+"""Load Hugging Face Llama / Mistral / Qwen2 weights into a zoo ``Transformer`` (no pickle).
+
+The name mapping lives in one function (nanoGPT ``from_pretrained``): HF keeps q, k, v and gate, up as
+separate matrices; the zoo stacks them into ``wqkv`` and ``w13``. The three families share HF's Llama
+naming (Qwen2 adds q/k/v biases). Checkpoints are read with ``safetensors`` (a single
+``model.safetensors``, or shards listed in ``model.safetensors.index.json``), or from an in-memory
+state dict.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from .config import ModelConfig
+from .model import Transformer
+
+
+def hf_to_zoo(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """Map an HF state dict (``model.layers.0.self_attn.q_proj.weight`` ...) to zoo names.
+
+    Raises:
+        KeyError: naming the HF tensors that are missing, or those left unused.
+    """
+    hf = {k.removeprefix("model."): v for k, v in hf.items()}
+    used: set[str] = set()
+
+    def take(name: str) -> torch.Tensor:
+        if name not in hf:
+            raise KeyError(f"checkpoint has no tensor {name!r}")
+        used.add(name)
+        return hf[name]
+
+    out = {"tok_embeddings.weight": take("embed_tokens.weight"), "norm.weight": take("norm.weight")}
+    if not cfg.tie_embeddings:
+        out["output.weight"] = take("lm_head.weight")
+    elif "lm_head.weight" in hf:
+        used.add("lm_head.weight")
+    for i in range(cfg.n_layers):
+        a, z = f"layers.{i}.", f"layers.{i}."
+        out[z + "attention.wqkv.weight"] = torch.cat(
+            [take(a + f"self_attn.{p}_proj.weight") for p in "qkv"])
+        if cfg.qkv_bias:
+            out[z + "attention.wqkv.bias"] = torch.cat(
+                [take(a + f"self_attn.{p}_proj.bias") for p in "qkv"])
+        out[z + "attention.wo.weight"] = take(a + "self_attn.o_proj.weight")
+        out[z + "feed_forward.w13.weight"] = torch.cat(
+            [take(a + "mlp.gate_proj.weight"), take(a + "mlp.up_proj.weight")])
+        out[z + "feed_forward.w2.weight"] = take(a + "mlp.down_proj.weight")
+        out[z + "attention_norm.weight"] = take(a + "input_layernorm.weight")
+        out[z + "ffn_norm.weight"] = take(a + "post_attention_layernorm.weight")
+    unused = sorted(k for k in hf if k not in used and not re.search(r"rotary_emb\.inv_freq$", k))
+    if unused:
+        raise KeyError(f"checkpoint tensors not used by the zoo model: {unused[:8]}"
+                       + (" ..." if len(unused) > 8 else ""))
+    return out
+
+
+def read_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
+    """Read all tensors of an HF checkpoint folder or file with safetensors (CPU tensors).
+
+    Accepts a ``.safetensors`` file, a folder with ``model.safetensors`` or with
+    ``model.safetensors.index.json`` and its shards, or a ``.bin``/``.pt`` file read with
+    ``torch.load(weights_only=True)``.
+
+    Raises:
+        FileNotFoundError: if no checkpoint is found at ``path``.
+    """
+    from safetensors.torch import load_file
+
+    p = Path(path)
+    if p.is_file() and p.suffix == ".safetensors":
+        return load_file(p)
+    if p.is_file():
+        return torch.load(p, map_location="cpu", weights_only=True)
+    if (p / "model.safetensors").exists():
+        return load_file(p / "model.safetensors")
+    index = p / "model.safetensors.index.json"
+    if index.exists():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        out: dict[str, torch.Tensor] = {}
+        for s in shards:
+            out.update(load_file(p / s))
+        return out
+    raise FileNotFoundError(f"no safetensors checkpoint at {p}")
+
+
+def load_hf_weights(model: Transformer, source: str | Path | dict[str, torch.Tensor]) -> Transformer:
+    """Copy HF weights (a checkpoint path or a state dict) into ``model`` in place.
+
+    Tensors are cast to the model's dtype and device. Shapes must match the model's config.
+
+    Raises:
+        KeyError: missing or unused checkpoint tensors.
+        ValueError: a tensor whose shape differs from the model's.
+    """
+    hf = read_checkpoint(source) if isinstance(source, (str, Path)) else source
+    zoo = hf_to_zoo(hf, model.cfg)
+    own = model.state_dict()
+    with torch.no_grad():
+        for name, t in zoo.items():
+            if own[name].shape != t.shape:
+                raise ValueError(f"{name}: checkpoint shape {tuple(t.shape)} != model shape "
+                                 f"{tuple(own[name].shape)}")
+            own[name].copy_(t)
+    return model
