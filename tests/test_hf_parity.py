@@ -24,7 +24,7 @@ def _hf_model(cfg: ModelConfig, seed: int):
     hf_cfg = transformers.AutoConfig.for_model(**cfg.to_hf())
     m = transformers.AutoModelForCausalLM.from_config(hf_cfg).float().eval()
     with torch.no_grad():  # HF inits norms to 1 and biases to 0: randomize them so they are tested
-        for name, p in m.named_parameters():
+        for p in m.parameters():
             if p.ndim == 1:
                 p.add_(0.1 * torch.randn_like(p))
     return m

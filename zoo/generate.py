@@ -19,7 +19,7 @@ from .model import Transformer
 from .nvtx import annotate
 
 MODES = ("eager", "cudagraph", "compile")
-GRAPH_BUCKET = 256
+GRAPH_BUCKET = 64
 
 
 class Generator:

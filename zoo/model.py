@@ -88,6 +88,24 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * c + rot * s
 
 
+def grouped_decode_attention(q, k, v, mask):
+    """One query token per sequence against a masked cache, GQA without expanding K/V.
+
+    ``scaled_dot_product_attention`` runs GQA only in its flash backend, which takes no mask; with
+    a mask it falls back to the math backend and copies K/V once per query head. Here the query
+    heads of each KV group form the rows of one batched matmul, so each K/V byte is read once.
+
+    q: ``[B, H, 1, D]``; k, v: ``[B, Hkv, S, D]``; mask: ``[1, S]`` bool (True = attend).
+    Returns ``[B, H, 1, D]``.
+    """
+    B, H, _, D = q.shape
+    Hkv = k.shape[1]
+    qg = q.view(B, Hkv, H // Hkv, D)
+    s = (qg @ k.transpose(-1, -2)).float() * D**-0.5  # [B, Hkv, G, S]
+    p = s.masked_fill(~mask, float("-inf")).softmax(-1).to(v.dtype)
+    return (p @ v).view(B, H, 1, D)
+
+
 class Attention(nn.Module):
     """Causal self-attention with grouped-query heads and a static KV cache.
 
@@ -114,9 +132,12 @@ class Attention(nn.Module):
         kc, vc = self.cache.update(self.layer, input_pos, k, v)
         if kv_len is not None:
             kc, vc = kc[:, :, :kv_len], vc[:, :, :kv_len]
-        causal = mask is None and T > 1
-        y = F.scaled_dot_product_attention(q, kc, vc, attn_mask=mask, is_causal=causal,
-                                           enable_gqa=cfg.n_kv_heads != cfg.n_heads)
+        if mask is not None and T == 1:
+            y = grouped_decode_attention(q, kc, vc, mask)
+        else:
+            y = F.scaled_dot_product_attention(q, kc, vc, attn_mask=mask,
+                                               is_causal=mask is None and T > 1,
+                                               enable_gqa=cfg.n_kv_heads != cfg.n_heads)
         return self.wo(y.transpose(1, 2).reshape(B, T, cfg.q_dim))
 
 

@@ -1,0 +1,1 @@
+"""designzoo sweep: Hydra app, Optuna study, child-process trials, measurement and analysis."""

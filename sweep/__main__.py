@@ -1,0 +1,45 @@
+"""``python -m sweep [+experiment=NAME] [overrides]``: run (or resume) a design study.
+
+Composes ``conf/`` with Hydra, resolves the device (CPU fallback to the tiny model), runs the Optuna
+study (``sweep.study``) and prints the trials table. Results: ``results/<study>/trials.parquet``,
+``trials.csv``, ``pareto.png``/``.html``, ``study.json``; the study itself in the Optuna storage
+(``sqlite:///results/optuna.db`` by default; open it with ``optuna-dashboard <storage URL>``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from .config import register
+
+register()
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    from zoo import DesignError
+
+    from . import report
+    from .study import plan_from_config, run
+
+    try:
+        plan = plan_from_config(cfg)
+    except (DesignError, ValueError, KeyError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        study, df = run(plan)
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print()
+    print(report.summary_table(df))
+    print(f"\nresults: {plan.results}/trials.parquet, trials.csv, pareto.png"
+          f"\nstudy:   {plan.name} in {plan.storage}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Structured (typed) Hydra config of the sweep app (optimum-benchmark style).
+
+The groups mirror the code's parts: ``model`` (``zoo.ModelConfig`` fields, checked by
+``ModelConfig.from_dict``/``validate``), ``workload``, ``hardware``, ``profile``, ``experiment`` and
+``study``. The schema is registered in Hydra's ConfigStore as ``sweep_schema`` and named first in
+``conf/config.yaml``'s defaults, so an override with a wrong type or an unknown key fails with
+Hydra's error naming it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class WorkloadConf:
+    """What each trial runs: ``batch`` sequences, a ``prompt_len`` prefill, ``new_tokens`` generated.
+
+    ``warmup`` and ``repeats`` count whole prefills and whole decode loops; ``timeout_s`` bounds the
+    trial's child process (s).
+    """
+
+    name: str = "default"
+    batch: int = 1
+    prompt_len: int = 512
+    new_tokens: int = 128
+    warmup: int = 3
+    repeats: int = 10
+    timeout_s: float = 900.0
+
+
+@dataclass
+class StudyConf:
+    """The Optuna study. ``storage`` None means ``sqlite:///results/optuna.db``; ``n_trials`` None
+    means the grid size (grid sampler) or 20. ``n_trials`` counts finished trials in total, so a
+    re-run resumes to the same target. ``sampler``: auto (grid when the space is all categorical),
+    grid, tpe, nsga2, random."""
+
+    name: str | None = None
+    storage: str | None = None
+    n_trials: int | None = None
+    sampler: str = "auto"
+    seed: int = 0
+    objectives: list[str] = field(default_factory=lambda: ["decode_tok_s", "params_non_embedding"])
+    directions: list[str] = field(default_factory=lambda: ["maximize", "maximize"])
+
+
+@dataclass
+class ExperimentConf:
+    """A design space over the base ``model``: each ``space`` entry is a parameter
+    (``{choices: [...]}``, ``{divisors_of: field}``, ``{low, high, step, log}``, or ``{choices:
+    {label: {field: value, ...}}}`` for bundles). Keys are ModelConfig fields, ``batch`` /
+    ``prompt_len`` (workload), or bundle labels. ``space_cpu`` replaces ``space`` on the CPU
+    fallback."""
+
+    name: str = "baseline"
+    description: str = ""
+    space: dict[str, Any] = field(default_factory=dict)
+    space_cpu: dict[str, Any] | None = None
+
+
+@dataclass
+class CpuFallbackConf:
+    """Where no GPU is visible, run this small model preset and workload instead (``enabled``)."""
+
+    enabled: bool = True
+    model: str = "tiny"
+    workload: WorkloadConf = field(default_factory=lambda: WorkloadConf(
+        name="cpu", batch=2, prompt_len=64, new_tokens=16, warmup=1, repeats=3, timeout_s=300))
+
+
+@dataclass
+class ProfileConf:
+    """What a trial collects besides timings (profiling issue): ``timing`` is the cheap default."""
+
+    name: str = "timing"
+    nvml: bool = False
+    nvtx: bool = False
+    torch_profiler: bool = False
+    ncu: bool = False
+    nsys: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SweepConf:
+    """Top-level config of ``python -m sweep``."""
+
+    model: dict[str, Any] = field(default_factory=dict)
+    workload: WorkloadConf = field(default_factory=WorkloadConf)
+    hardware: dict[str, Any] = field(default_factory=dict)
+    profile: ProfileConf = field(default_factory=ProfileConf)
+    experiment: ExperimentConf = field(default_factory=ExperimentConf)
+    study: StudyConf = field(default_factory=StudyConf)
+    cpu: CpuFallbackConf = field(default_factory=CpuFallbackConf)
+    device: str = "auto"
+    mode: str = "auto"
+    seed: int = 0
+    weights: str | None = None
+    fault: str | None = None
+    results_dir: str = "results"
+    quiet: bool = False
+
+
+def register() -> None:
+    """Register the schema with Hydra's ConfigStore (idempotent)."""
+    ConfigStore.instance().store(name="sweep_schema", node=SweepConf)

@@ -1,0 +1,118 @@
+"""The environment a figure was measured in: device, versions, commit. Every results row carries it."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import re
+import subprocess
+from functools import cache
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _nvml_device(index: int = 0) -> dict | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver / no GPU
+        return None
+    try:
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        name = pynvml.nvmlDeviceGetName(h)
+        name = name.decode() if isinstance(name, bytes) else name
+        cc = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+        drv = pynvml.nvmlSystemGetDriverVersion()
+        drv = drv.decode() if isinstance(drv, bytes) else drv
+        mem = pynvml.nvmlDeviceGetMemoryInfo(h).total
+        return {"type": "cuda", "name": name, "compute_capability": tuple(cc), "driver": drv,
+                "memory_bytes": int(mem), "index": index}
+    except Exception:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+@cache
+def detect_device(requested: str = "auto") -> dict:
+    """Facts about the device a trial will run on, read without creating a CUDA context.
+
+    Args:
+        requested: ``auto`` (the first visible GPU, else the CPU), ``cuda`` or ``cpu``.
+
+    Returns:
+        ``{"type": "cuda"|"cpu", "name", "compute_capability", "driver", "memory_bytes"}``.
+
+    Raises:
+        RuntimeError: ``cuda`` requested but no GPU is visible.
+    """
+    if requested not in ("auto", "cuda", "cpu"):
+        raise ValueError(f"device={requested!r} is not one of auto, cuda, cpu")
+    if requested != "cpu" and os.environ.get("CUDA_VISIBLE_DEVICES", None) != "":
+        dev = _nvml_device(_first_visible())
+        if dev is None:
+            import torch
+
+            if torch.cuda.is_available():
+                p = torch.cuda.get_device_properties(0)
+                dev = {"type": "cuda", "name": p.name, "compute_capability": (p.major, p.minor),
+                       "driver": "unknown", "memory_bytes": int(p.total_memory), "index": 0}
+        if dev is not None:
+            return dev
+        if requested == "cuda":
+            raise RuntimeError("device=cuda but no CUDA GPU is visible")
+    return {"type": "cpu", "name": "cpu", "compute_capability": None,
+            "driver": None, "memory_bytes": None, "processor": platform.processor() or
+            platform.machine()}
+
+
+def _first_visible() -> int:
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if vis and re.fullmatch(r"\d+", vis.split(",")[0].strip()):
+        return int(vis.split(",")[0])
+    return 0
+
+
+@cache
+def git_sha() -> str:
+    """The repository's HEAD commit (with ``-dirty`` if the tree has changes), or ``unknown``."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO,
+                             capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return (sha + ("-dirty" if dirty else "")) if sha else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def versions() -> dict:
+    """Library versions that change measured figures."""
+    import torch
+
+    out = {"python": platform.python_version(), "torch": torch.__version__,
+           "cuda": torch.version.cuda}
+    try:
+        import triton
+
+        out["triton"] = triton.__version__
+    except ImportError:
+        out["triton"] = None
+    return out
+
+
+def environment(device: dict) -> dict:
+    """The environment columns of a results row."""
+    return {"device": device["name"], "driver": device.get("driver"), **versions(),
+            "git_sha": git_sha(), "host": platform.node(),
+            "timestamp": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
+
+
+def slug(text: str) -> str:
+    """A file-name-safe lower-case form of ``text``."""
+    return re.sub(r"[^a-z0-9.-]+", "_", text.lower()).strip("_")

@@ -1,0 +1,1 @@
+"""Measurement: timers, and (profiling issue) NVML, torch.profiler, ncu, nsys, cuBLASLt log."""

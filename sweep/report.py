@@ -1,0 +1,134 @@
+"""Tables and plots of a study: the trials table (parquet + CSV), the Pareto front (PNG + HTML)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+SUMMARY_COLUMNS = ["number", "state", "n_kv_heads", "n_heads", "head_dim", "d_model", "n_layers",
+                   "ffn_dim", "batch", "prompt_len", "ttft_ms", "decode_tpot_ms", "decode_tok_s",
+                   "prefill_mfu_vs_measured", "decode_mbu_vs_measured", "kv_bytes_per_token",
+                   "peak_mem_bytes", "fail_reason"]
+_INTERNAL = {"worker_host", "worker_pid", "design"}
+
+
+def trials_frame(study) -> pd.DataFrame:
+    """One row per trial: ``number``, ``state``, the sampled ``param_*``, every user attribute
+    (design, workload, environment, measured and derived figures) and ``fail_reason``."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        row = {"number": t.number, "state": t.state.name}
+        row.update({f"param_{k}": v for k, v in t.params.items()})
+        row.update({k: v for k, v in t.user_attrs.items() if k not in _INTERNAL})
+        row.setdefault("fail_reason", "")
+        if t.datetime_start and t.datetime_complete:
+            row["trial_wall_s"] = (t.datetime_complete - t.datetime_start).total_seconds()
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df = df.sort_values("number").reset_index(drop=True)
+    return df
+
+
+def write_table(df: pd.DataFrame, out_dir: Path) -> None:
+    """Write ``trials.parquet`` and ``trials.csv`` into ``out_dir`` atomically (write, rename)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    df = df.copy()
+    for col in df.columns:  # mixed-type object columns (e.g. None + str) -> strings for parquet
+        if df[col].dtype == object and df[col].map(type).nunique() > 1:
+            df[col] = df[col].map(lambda v: v if isinstance(v, str) else
+                                  ("" if v is None else json.dumps(v)
+                                   if isinstance(v, (dict, list)) else str(v)))
+    for name, write in (("trials.parquet", lambda p: df.to_parquet(p, index=False)),
+                        ("trials.csv", lambda p: df.to_csv(p, index=False))):
+        tmp = out_dir / f".{name}.tmp"
+        write(tmp)
+        os.replace(tmp, out_dir / name)
+
+
+def summary_table(df: pd.DataFrame) -> str:
+    """A short text table of the key columns (those present)."""
+    if df.empty:
+        return "(no trials)"
+    cols = [c for c in SUMMARY_COLUMNS if c in df.columns]
+    out = df[cols].copy()
+    if "fail_reason" in out:
+        out["fail_reason"] = out["fail_reason"].fillna("").astype(str).str.slice(0, 40)
+    return out.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+
+
+def pareto_mask(values: pd.DataFrame, directions: list[str]) -> pd.Series:
+    """True for rows not dominated by any other row (``directions``: maximize/minimize each)."""
+    sign = [1 if d == "maximize" else -1 for d in directions]
+    v = values.to_numpy(dtype=float) * sign
+    keep = []
+    for i in range(len(v)):
+        dominated = any((v[j] >= v[i]).all() and (v[j] > v[i]).any() for j in range(len(v))
+                        if j != i)
+        keep.append(not dominated)
+    return pd.Series(keep, index=values.index)
+
+
+def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], out_dir: Path,
+                title: str = "") -> list[Path]:
+    """Plot the completed trials in the plane of the first two objectives, Pareto front marked.
+
+    Writes ``pareto.png`` (matplotlib) and ``pareto.html`` (plotly, if installed). With one
+    objective the second axis is ``params_non_embedding``. Returns the written paths.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    x_name = objectives[1] if len(objectives) > 1 else "params_non_embedding"
+    y_name = objectives[0]
+    dirs = [directions[1] if len(objectives) > 1 else "maximize", directions[0]]
+    done = df[df.get("state", pd.Series(dtype=str)) == "COMPLETE"] if not df.empty else df
+    paths = []
+    fig, ax = plt.subplots(figsize=(7, 5))
+    if not done.empty and {x_name, y_name} <= set(done.columns):
+        pts = done[[x_name, y_name]].astype(float)
+        front = pareto_mask(pts, dirs)
+        ax.scatter(pts[x_name], pts[y_name], c="0.6", label="designs")
+        f = pts[front].sort_values(x_name)
+        ax.plot(f[x_name], f[y_name], "o-", c="C3", label="Pareto front")
+        params = [c for c in done.columns if c.startswith("param_")]
+        for i, r in done.iterrows():
+            lab = ", ".join(f"{c[6:]}={r[c]}" for c in params)
+            ax.annotate(lab, (pts.loc[i, x_name], pts.loc[i, y_name]), fontsize=7,
+                        textcoords="offset points", xytext=(4, 4))
+    else:
+        ax.text(0.5, 0.5, "no completed trials", ha="center", transform=ax.transAxes)
+    ax.set_xlabel(f"{x_name} ({dirs[0]})")
+    ax.set_ylabel(f"{y_name} ({dirs[1]})")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    png = out_dir / "pareto.png"
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    paths.append(png)
+    try:
+        import plotly.express as px
+    except ImportError:
+        return paths
+    if not done.empty and {x_name, y_name} <= set(done.columns):
+        d = done.copy()
+        d["pareto"] = pareto_mask(d[[x_name, y_name]].astype(float), dirs)
+        hover = [c for c in d.columns if c.startswith("param_")] + [
+            c for c in ("decode_tpot_ms", "ttft_ms", "decode_mbu_vs_measured") if c in d]
+        figp = px.scatter(d, x=x_name, y=y_name, color="pareto", hover_data=hover, title=title)
+        html = out_dir / "pareto.html"
+        tmp = out_dir / ".pareto.html.tmp"
+        figp.write_html(tmp, include_plotlyjs="cdn")
+        os.replace(tmp, html)
+        paths.append(html)
+    return paths
+

@@ -1,0 +1,436 @@
+"""The Optuna study: design space -> trials measured in child processes -> one results row each.
+
+One trial: sample a design from the experiment's space (``trial.suggest_*``), validate it (a refused
+design fails here, before any GPU work), run ``python -m sweep.trial`` in a child process with a
+timeout, add the analytic and derived figures (``sweep.analysis``) and record everything as the
+trial's user attributes (so ``optuna-dashboard`` shows them) and as a row of
+``results/<study>/trials.parquet``. A failed trial (invalid design, OOM, CUDA error, crash, timeout,
+NaN logits) is recorded as FAIL with ``fail_reason`` and the study goes on. Re-running the same
+command resumes the study (``load_if_exists``); trials left RUNNING by a killed run are marked FAIL
+(``interrupted``) and their designs queued again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from zoo import DesignError, ModelConfig
+
+from . import analysis, report
+from .env import REPO, detect_device, environment, slug
+from .hardware import HardwareSpec, load_spec, measure_ceilings
+from .trial import write_json
+
+WORKLOAD_KEYS = ("batch", "prompt_len", "new_tokens")
+SAMPLERS = ("auto", "grid", "tpe", "nsga2", "random")
+ROW_OBJECTIVES = {
+    "decode_tok_s", "prefill_tok_s", "ttft_ms", "decode_tpot_ms", "prefill_mfu_vs_measured",
+    "prefill_mfu_vs_datasheet", "decode_mbu_vs_measured", "decode_mbu_vs_datasheet",
+    "peak_mem_bytes", "kv_bytes_per_token", "params_non_embedding", "params_total",
+    "decode_j_per_token", "prefill_j_per_token",
+}
+
+
+class TrialFailed(Exception):
+    """A trial that ended without a measurement; the message is its ``fail_reason``."""
+
+
+@dataclass
+class Plan:
+    """Everything a study needs, resolved from the Hydra config before any trial runs."""
+
+    name: str
+    storage: str
+    base: ModelConfig
+    workload: dict
+    space: dict
+    objectives: list
+    directions: list
+    sampler: str
+    n_trials: int | None
+    device: dict
+    mode: str
+    spec: HardwareSpec
+    results: Path
+    seed: int = 0
+    weights: str | None = None
+    fault: str | None = None
+    profile: dict = field(default_factory=dict)
+    experiment: str = "baseline"
+    quiet: bool = False
+
+
+# ---- the design space ---------------------------------------------------------------------
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of ``n`` in increasing order (``n_kv_heads`` candidates for ``n_heads``)."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def grid_of(space: dict, base: ModelConfig) -> dict | None:
+    """The space as an Optuna grid ``{param: [values]}``, or None if a parameter is continuous."""
+    grid = {}
+    for key, sp in space.items():
+        if "divisors_of" in sp:
+            grid[key] = divisors(getattr(base, sp["divisors_of"]))
+        elif "choices" in sp:
+            grid[key] = list(sp["choices"])
+        elif sp.get("step") and isinstance(sp.get("low"), int):
+            grid[key] = list(range(sp["low"], sp["high"] + 1, sp["step"]))
+        else:
+            return None
+    return grid
+
+
+def suggest(trial: optuna.Trial, space: dict, base: ModelConfig) -> tuple[dict, dict]:
+    """Sample one design: ``(model_overrides, workload_overrides)``.
+
+    Raises:
+        ValueError: a malformed space entry (the message names it).
+    """
+    model, workload = {}, {}
+    for key, sp in space.items():
+        if "divisors_of" in sp:
+            value = trial.suggest_categorical(key, divisors(getattr(base, sp["divisors_of"])))
+        elif "choices" in sp:
+            choices = sp["choices"]
+            value = trial.suggest_categorical(key, list(choices))
+            if isinstance(choices, dict):  # a bundle of fields under a label
+                for k, v in choices[value].items():
+                    (workload if k in WORKLOAD_KEYS else model)[k] = v
+                continue
+        elif "low" in sp and "high" in sp:
+            if isinstance(sp["low"], int) and isinstance(sp["high"], int):
+                value = trial.suggest_int(key, sp["low"], sp["high"], step=sp.get("step", 1),
+                                          log=sp.get("log", False))
+            else:
+                value = trial.suggest_float(key, sp["low"], sp["high"], log=sp.get("log", False))
+        else:
+            raise ValueError(f"space entry {key!r} needs choices, divisors_of, or low/high: {sp}")
+        (workload if key in WORKLOAD_KEYS else model)[key] = value
+    return model, workload
+
+
+def make_sampler(plan: Plan) -> optuna.samplers.BaseSampler:
+    """The study's sampler; ``auto`` picks the grid for an all-discrete space of <= 64 points,
+    else TPE (multi-objective TPE for several objectives)."""
+    grid = grid_of(plan.space, plan.base) if plan.space else {}
+    kind = plan.sampler
+    if kind == "auto":
+        kind = "grid" if grid is not None and math.prod(map(len, grid.values())) <= 64 else "tpe"
+    if kind == "grid":
+        if grid is None:
+            raise ValueError("sampler=grid needs a discrete space (choices, divisors_of or step)")
+        return optuna.samplers.GridSampler(grid or {"_": [0]}, seed=plan.seed)
+    if kind == "tpe":
+        return optuna.samplers.TPESampler(seed=plan.seed)
+    if kind == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=plan.seed)
+    if kind == "random":
+        return optuna.samplers.RandomSampler(seed=plan.seed)
+    raise ValueError(f"sampler={kind!r} is not one of {', '.join(SAMPLERS)}")
+
+
+# ---- one trial ----------------------------------------------------------------------------
+
+def run_child(spec: dict, trial_dir: Path, timeout_s: float, wrapper: list[str] | None = None
+              ) -> dict:
+    """Run ``python -m sweep.trial`` on ``spec`` in a child process (optionally under
+    ``wrapper``, e.g. an ``ncu`` argument list) and return its result dict.
+
+    The child runs in its own process group, killed whole on timeout. Never raises for a child
+    failure: the returned dict has ``status: error`` and a reason instead.
+    """
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
+    write_json(spec_path, spec)
+    result_path.unlink(missing_ok=True)
+    cmd = (wrapper or []) + [sys.executable, "-m", "sweep.trial", str(spec_path), str(result_path)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env.update(spec.get("env", {}))
+    with open(trial_dir / "log.txt", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return {"status": "error", "error_type": "timeout",
+                    "error": f"trial exceeded {timeout_s:.0f} s and was killed"}
+    if result_path.exists():
+        res = json.loads(result_path.read_text())
+        if res.get("status") == "ok" and rc != 0 and not wrapper:
+            res = {"status": "error", "error_type": "exit", "error": f"child exited with {rc}"}
+        return res
+    tail = (trial_dir / "log.txt").read_text()[-600:].strip()
+    if rc < 0:
+        why = f"child killed by signal {signal.Signals(-rc).name}"
+    else:
+        why = f"child exited with code {rc} and wrote no result"
+    return {"status": "error", "error_type": "crash", "error": f"{why}; log tail: {tail}"}
+
+
+def design_columns(cfg: ModelConfig) -> dict:
+    """The design fields of a results row (``rope_scaling`` as JSON text)."""
+    d = cfg.to_dict()
+    d.pop("extra", None)
+    d["rope_scaling"] = json.dumps(d["rope_scaling"]) if d["rope_scaling"] else ""
+    d["model"] = d.pop("name")
+    return d
+
+
+class Objective:
+    """Callable for ``study.optimize``: one design per call, returns the objective values."""
+
+    def __init__(self, plan: Plan, ceilings: dict, total: int):
+        self.plan, self.ceilings, self.total = plan, ceilings, total
+
+    def __call__(self, trial: optuna.Trial):
+        plan = self.plan
+        t0 = time.time()
+        trial.set_user_attr("worker_host", socket.gethostname())
+        trial.set_user_attr("worker_pid", os.getpid())
+        overrides, wl_over = suggest(trial, plan.space, plan.base)
+        wl = dict(plan.workload, **wl_over)
+        label = ", ".join(f"{k}={v}" for k, v in trial.params.items()) or "base design"
+        try:
+            cfg = plan.base.replace(**overrides)
+            cfg.validate(plan.device)
+            need = wl["prompt_len"] + wl["new_tokens"]
+            if need > cfg.max_seq_len:
+                raise DesignError(f"prompt_len + new_tokens = {need} exceeds max_seq_len "
+                                  f"{cfg.max_seq_len}")
+        except DesignError as e:
+            return self._fail(trial, f"invalid design: {e}", label, t0,
+                              {**overrides, **wl_over, "experiment": plan.experiment})
+        row = {**design_columns(cfg), **{k: wl[k] for k in WORKLOAD_KEYS},
+               "experiment": plan.experiment, "study": plan.name, "mode": plan.mode,
+               "profile": plan.profile.get("name", "timing")}
+        trial.set_user_attr("design", json.dumps(overrides))
+        spec = {"model": cfg.to_dict(), "workload": wl, "device": plan.device["type"],
+                "mode": plan.mode, "seed": plan.seed, "weights": plan.weights,
+                "fault": _fault_for(plan.fault, trial.number), "profile": plan.profile}
+        trial_dir = plan.results / "trials" / f"{trial.number:04d}"
+        res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0))
+        row.update({k: v for k, v in (res.get("env") or {}).items()})
+        if res.get("status") != "ok":
+            reason = f"{res.get('error_type', 'error')}: {res.get('error', '')}"
+            return self._fail(trial, reason, label, t0, row)
+        row.update(res["measured"])
+        row.update(analysis.derived(cfg, wl, res["measured"], plan.spec, self.ceilings))
+        row["trial_dir"] = str(trial_dir.relative_to(REPO) if trial_dir.is_relative_to(REPO)
+                               else trial_dir)
+        for k, v in row.items():
+            trial.set_user_attr(k, _attr(v))
+        values = [row.get(o, math.nan) for o in plan.objectives]
+        if not plan.quiet:
+            print(f"[{trial.number + 1}/{self.total}] {label}: decode {row['decode_tok_s']:.1f} "
+                  f"tok/s (TPOT {row['decode_tpot_ms']:.2f} ms, MBU "
+                  f"{row['decode_mbu_vs_measured']:.2f} of measured), TTFT {row['ttft_ms']:.1f} ms "
+                  f"({time.time() - t0:.0f} s)", flush=True)
+        if any(not math.isfinite(v) for v in values):
+            bad = [o for o, v in zip(plan.objectives, values) if not math.isfinite(v)]
+            return self._fail(trial, f"objective(s) not measured: {', '.join(bad)}", label, t0,
+                              row)
+        return values
+
+    def _fail(self, trial, reason, label, t0, row):
+        for k, v in row.items():
+            trial.set_user_attr(k, _attr(v))
+        trial.set_user_attr("fail_reason", reason)
+        if not self.plan.quiet:
+            print(f"[{trial.number + 1}/{self.total}] {label}: FAIL ({reason[:200]}) "
+                  f"({time.time() - t0:.0f} s)", flush=True)
+        raise TrialFailed(reason)
+
+
+def _fault_for(fault: str | None, number: int) -> str | None:
+    """``fault`` is a comma-separated list of ``where:kind`` (every trial) or ``where:kind@N``
+    (trial N only); returns the one that applies to trial ``number``, if any."""
+    for item in (fault or "").split(","):
+        f, _, only = item.strip().partition("@")
+        if f and (not only or int(only) == number):
+            return f
+    return None
+
+
+def _attr(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None if math.isnan(v) else str(v)
+    if isinstance(v, (list, tuple, dict)):
+        return json.dumps(v)
+    return v
+
+
+# ---- the study ----------------------------------------------------------------------------
+
+def open_study(plan: Plan) -> optuna.Study:
+    """Create or load the study (``load_if_exists``) with the plan's sampler and directions.
+
+    Raises:
+        RuntimeError: the storage URL cannot be opened (the message names it).
+    """
+    try:
+        storage = optuna.storages.get_storage(plan.storage)
+    except Exception as e:  # noqa: BLE001 - any driver error: name the URL
+        raise RuntimeError(f"cannot open study storage {plan.storage!r}: {e}") from e
+    study = optuna.create_study(study_name=plan.name, storage=storage, load_if_exists=True,
+                                directions=plan.directions, sampler=make_sampler(plan))
+    if list(study.directions) != [optuna.study.StudyDirection[d.upper()]
+                                  for d in plan.directions]:
+        raise RuntimeError(f"study {plan.name!r} exists with other directions")
+    study.set_user_attr("objectives", plan.objectives)
+    study.set_user_attr("experiment", plan.experiment)
+    study.set_user_attr("workload", plan.workload)
+    study.set_user_attr("device", plan.device["name"])
+    return study
+
+
+def recover_interrupted(study: optuna.Study) -> int:
+    """Mark RUNNING trials whose worker process on this host is gone as FAIL (``interrupted``)
+    and queue their designs again. Returns how many were recovered."""
+    host = socket.gethostname()
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.user_attrs.get("worker_host") != host or _alive(t.user_attrs.get("worker_pid")):
+            continue
+        study._storage.set_trial_user_attr(t._trial_id, "fail_reason",
+                                           "interrupted: the study process died during the trial")
+        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+        study.tell(t.number, state=TrialState.FAIL)
+        if t.params:
+            study.enqueue_trial(t.params, skip_if_exists=False)
+        n += 1
+    return n
+
+
+def _alive(pid) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def finished(study: optuna.Study) -> int:
+    """Designs finished (COMPLETE, FAIL, PRUNED), not counting trials cut off by a killed run."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.state.is_finished()
+               and not t.user_attrs.get("interrupted"))
+
+
+def run(plan: Plan):
+    """Run (or resume) the study to ``plan.n_trials`` finished designs; write the results.
+
+    Returns:
+        ``(study, trials DataFrame)``.
+    """
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # we print each trial ourselves
+    plan.results.mkdir(parents=True, exist_ok=True)
+    study = open_study(plan)
+    recovered = recover_interrupted(study)
+    grid = grid_of(plan.space, plan.base) if plan.space else {}
+    grid_size = math.prod(map(len, grid.values())) if grid is not None else None
+    target = plan.n_trials or grid_size or 20
+    todo = max(0, target - finished(study))
+    if not plan.quiet:
+        print(f"study {plan.name} ({plan.storage}): {finished(study)} designs done, "
+              f"{todo} to run" + (f", {recovered} interrupted trial(s) queued again"
+                                  if recovered else ""), flush=True)
+    ceilings = measure_ceilings(plan.device)
+    objective = Objective(plan, ceilings, target)
+    for _ in range(todo):  # one at a time, so a grid that is exhausted stops the loop
+        before = finished(study)
+        study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=True)
+        report.write_table(report.trials_frame(study), plan.results)
+        done = finished(study)
+        if done == before or (grid_size and done >= grid_size and not _queued(study)):
+            break
+    df = report.trials_frame(study)
+    report.write_table(df, plan.results)
+    write_json(plan.results / "study.json", {
+        "study": plan.name, "storage": plan.storage, "experiment": plan.experiment,
+        "objectives": plan.objectives, "directions": plan.directions, "workload": plan.workload,
+        "base_model": plan.base.to_dict(), "space": plan.space, "mode": plan.mode,
+        "hardware_spec": plan.spec.__dict__, "ceilings": ceilings,
+        "env": environment(plan.device)})
+    report.pareto_plot(df, plan.objectives, plan.directions, plan.results, title=plan.name)
+    return study, df
+
+
+def _queued(study: optuna.Study) -> bool:
+    return any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
+
+
+# ---- from the Hydra config ----------------------------------------------------------------
+
+def plan_from_config(cfg) -> Plan:
+    """Resolve a composed Hydra config into a ``Plan`` (device, CPU fallback, names, storage).
+
+    Raises:
+        DesignError: the base model is invalid. ValueError: unknown objective, sampler, mode.
+    """
+    from omegaconf import OmegaConf
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    device = detect_device(c["device"])
+    model, wl = dict(c["model"]), dict(c["workload"])
+    exp = c.get("experiment") or {}
+    space = exp.get("space") or {}
+    if device["type"] == "cpu" and c["cpu"]["enabled"]:
+        if model.get("name") != c["cpu"]["model"] and not c.get("quiet"):
+            print(f"no GPU visible: running the CPU fallback (model={c['cpu']['model']}, "
+                  f"workload={c['cpu']['workload']['name']}); cpu.enabled=false runs the "
+                  "configured model on the CPU", flush=True)
+        model = ModelConfig.from_name(c["cpu"]["model"]).to_dict()
+        wl = dict(c["cpu"]["workload"])
+        if exp.get("space_cpu") is not None:
+            space = exp["space_cpu"]
+    base = ModelConfig.from_dict(model)
+    base.validate(device)
+    objectives, directions = list(c["study"]["objectives"]), list(c["study"]["directions"])
+    unknown = [o for o in objectives if o not in ROW_OBJECTIVES]
+    if unknown:
+        raise ValueError(f"unknown objective(s) {unknown}; choose from "
+                         f"{', '.join(sorted(ROW_OBJECTIVES))}")
+    if len(objectives) != len(directions) or any(d not in ("maximize", "minimize")
+                                                   for d in directions):
+        raise ValueError("study.directions must give maximize or minimize for each objective")
+    if c["study"]["sampler"] not in SAMPLERS:
+        raise ValueError(f"study.sampler={c['study']['sampler']!r} is not one of "
+                         f"{', '.join(SAMPLERS)}")
+    mode = c["mode"]
+    if mode == "auto":
+        mode = "cudagraph" if device["type"] == "cuda" else "eager"
+    hw = c["hardware"].get("name", "auto")
+    spec = load_spec(hw, device["name"]) if hw == "auto" else HardwareSpec(**c["hardware"])
+    name = c["study"]["name"] or "-".join([
+        exp.get("name", "baseline"), base.name, spec.name,
+        f"b{wl['batch']}-p{wl['prompt_len']}-n{wl['new_tokens']}", mode])
+    results_root = Path(c["results_dir"])
+    if not results_root.is_absolute():
+        results_root = REPO / results_root
+    storage = c["study"]["storage"] or f"sqlite:///{results_root / 'optuna.db'}"
+    return Plan(name=name, storage=storage, base=base, workload=wl, space=space,
+                objectives=objectives, directions=directions, sampler=c["study"]["sampler"],
+                n_trials=c["study"]["n_trials"], device=device, mode=mode, spec=spec,
+                results=results_root / slug(name), seed=c["seed"], weights=c.get("weights"),
+                fault=c.get("fault"), profile=dict(c.get("profile") or {}),
+                experiment=exp.get("name", "baseline"), quiet=c.get("quiet", False))

@@ -1,0 +1,204 @@
+"""One measured trial, run in its own child process: ``python -m sweep.trial SPEC.json RESULT.json``.
+
+The child builds the design (random weights, or a checkpoint), warms up, times prefill (TTFT) and
+decode (TPOT) and writes one JSON result. An OOM, a CUDA error or a crash touches this process only;
+the parent (``sweep.study``) records the failure and goes on. A profiler can wrap this command.
+
+Spec (JSON)::
+
+    {"model": {ModelConfig fields}, "workload": {"batch", "prompt_len", "new_tokens", "warmup",
+     "repeats"}, "device": "cuda"|"cpu", "mode": "eager"|"cudagraph"|"compile", "seed": int,
+     "weights": null | checkpoint path, "fault": null | "raise"|"oom"|"crash"|"hang"|"nan"}
+
+Result (JSON): ``{"status": "ok", "measured": {...}, "env": {...}}`` or
+``{"status": "error", "error_type": "OOM"|"CUDA error"|"invalid design"|"NaN logits"|...,
+"error": message}``. ``fault`` injects a failure for the fault-tolerance tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+class NaNLogits(RuntimeError):
+    """The model produced non-finite logits."""
+
+
+def _inject(fault: str | None, where: str) -> None:
+    if not fault or not fault.startswith(where):
+        return
+    import torch
+
+    kind = fault.split(":")[-1]
+    if kind == "raise":
+        raise RuntimeError("injected fault")
+    if kind == "oom":
+        raise torch.OutOfMemoryError("injected: CUDA out of memory. Tried to allocate 1.00 GiB")
+    if kind == "crash":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "hang":
+        time.sleep(1e6)
+
+
+def measure(spec: dict) -> dict:
+    """Build the design in ``spec`` and time prefill and decode. Returns the ``measured`` dict.
+
+    Keys (times in ms, rates in tokens/s, memory in bytes): ``ttft_ms`` (median prefill + first
+    token), ``ttft_ms_min``/``_p90``; ``decode_tpot_ms`` (median over repeats of the mean time per
+    decode step), ``decode_tpot_ms_min``/``_p90``, ``decode_step_ms_median`` (median single step);
+    ``prefill_tok_s``, ``decode_tok_s``; ``peak_mem_bytes``, ``weights_alloc_bytes``,
+    ``kv_cache_alloc_bytes``; ``build_s``.
+
+    Raises:
+        DesignError, torch.OutOfMemoryError, RuntimeError, NaNLogits: classified by ``main``.
+    """
+    import torch
+
+    from zoo import Generator, ModelConfig, Transformer
+    from zoo.weights import load_hf_weights
+
+    from .measure.timing import Timer, spread
+
+    fault = spec.get("fault")
+    _inject(fault, "start")
+    device = spec["device"]
+    wl = spec["workload"]
+    B, T, N = wl["batch"], wl["prompt_len"], wl["new_tokens"]
+    cfg = ModelConfig.from_dict(spec["model"])
+    torch.manual_seed(spec.get("seed", 0))
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    model = Transformer.build(cfg, device, seed=spec.get("seed", 0), init=not spec.get("weights"))
+    if spec.get("weights"):
+        load_hf_weights(model, spec["weights"])
+    if fault and fault.endswith(":nan"):
+        with torch.no_grad():
+            model.norm.weight.fill_(float("nan"))
+    gen = Generator(model, B, T + N, spec.get("mode", "eager"))
+    build_s = time.perf_counter() - t0
+    _inject(fault, "measure")
+
+    g = torch.Generator(device=device).manual_seed(spec.get("seed", 0) + 1)
+    prompt = torch.randint(0, cfg.vocab_size, (B, T), device=device, generator=g)
+    timer = Timer(device)
+    state = {}
+
+    def prefill():
+        state["tok"] = gen.prefill(prompt).argmax(-1, keepdim=True)
+
+    ttft = timer.repeat(prefill, wl["warmup"], wl["repeats"])
+    first = state["tok"]
+    logits = gen.prefill(prompt)
+    if not torch.isfinite(logits).all():
+        raise NaNLogits("prefill produced non-finite logits")
+
+    def step():
+        state["logits"] = gen.decode(state["tok"])
+        state["tok"] = state["logits"].argmax(-1, keepdim=True)
+
+    steps = max(N - 1, 1)
+    per_repeat, per_step = [], []
+    for r in range(wl["warmup"] + wl["repeats"]):
+        gen.pos, state["tok"] = T, first
+        ts = timer.steps([step] * steps)
+        if r >= wl["warmup"]:
+            per_repeat.append(sum(ts) / steps)
+            per_step.extend(ts)
+    if not torch.isfinite(state["logits"]).all():
+        raise NaNLogits("decode produced non-finite logits")
+
+    s_ttft, s_tpot, s_step = spread(ttft), spread(per_repeat), spread(per_step)
+    out = {
+        "ttft_ms": 1e3 * s_ttft["median"], "ttft_ms_min": 1e3 * s_ttft["min"],
+        "ttft_ms_p90": 1e3 * s_ttft["p90"],
+        "decode_tpot_ms": 1e3 * s_tpot["median"], "decode_tpot_ms_min": 1e3 * s_tpot["min"],
+        "decode_tpot_ms_p90": 1e3 * s_tpot["p90"],
+        "decode_step_ms_median": 1e3 * s_step["median"],
+        "decode_step_ms_p10": 1e3 * s_step["p10"], "decode_step_ms_p90": 1e3 * s_step["p90"],
+        "prefill_tok_s": B * T / s_ttft["median"],
+        "decode_tok_s": B / s_tpot["median"],
+        "repeats": wl["repeats"], "decode_steps": steps,
+        "weights_alloc_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+        "kv_cache_alloc_bytes": gen.model.cache.nbytes(),
+        "build_s": build_s,
+    }
+    if device == "cuda":
+        out["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
+        out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+    else:
+        import resource
+
+        out["peak_mem_bytes"] = float("nan")
+        out["peak_mem_bytes_reason"] = "CPU run: no allocator peak (see peak_rss_bytes)"
+        out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return out
+
+
+def classify(exc: BaseException) -> str:
+    """Short failure class for an exception raised by ``measure``."""
+    import torch
+
+    from zoo import DesignError
+
+    if isinstance(exc, torch.OutOfMemoryError):
+        return "OOM"
+    if isinstance(exc, DesignError):
+        return "invalid design"
+    if isinstance(exc, NaNLogits):
+        return "NaN logits"
+    name = type(exc).__name__
+    if "CUDA" in str(exc) or "cuda" in name.lower():
+        return "CUDA error"
+    if "triton" in type(exc).__module__ or name in ("CompilationError", "CompileTimeAssertionFailure"):
+        return "kernel compile error"
+    return "exception"
+
+
+def write_json(path: str | Path, obj: dict) -> None:
+    """Write ``obj`` as JSON atomically (temp file, then rename)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=_json_default))
+    os.replace(tmp, path)
+
+
+def _json_default(o):
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    return str(o)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m sweep.trial SPEC.json RESULT.json", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[0]).read_text())
+    from .env import detect_device, environment
+
+    dev = detect_device(spec["device"])
+    try:
+        measured = measure(spec)
+        result = {"status": "ok", "measured": measured}
+        code = 0
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a recorded reason
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        result = {"status": "error", "error_type": classify(exc),
+                  "error": f"{type(exc).__name__}: {exc}"[:2000],
+                  "traceback": traceback.format_exc()[-4000:]}
+        code = 1
+    result["env"] = environment(dev)
+    write_json(argv[1], result)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

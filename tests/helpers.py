@@ -1,0 +1,22 @@
+"""Shared test helpers: compose the sweep's Hydra config in-process."""
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+from sweep.config import register
+
+CONF = str(Path(__file__).resolve().parent.parent / "conf")
+
+
+def compose_cfg(overrides: list[str]):
+    register()
+    with initialize_config_dir(config_dir=CONF, version_base=None):
+        return compose(config_name="config", overrides=overrides)
+
+
+def tiny_overrides(tmp_path, *extra: str) -> list[str]:
+    """A fast CPU study on the tiny model writing into ``tmp_path``."""
+    return [f"results_dir={tmp_path}", f"study.storage=sqlite:///{tmp_path}/optuna.db",
+            "quiet=true", "device=cpu", "cpu.workload.prompt_len=16", "cpu.workload.new_tokens=4",
+            "cpu.workload.repeats=2", "cpu.workload.warmup=1", *extra]

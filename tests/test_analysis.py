@@ -1,0 +1,40 @@
+"""Derived figures: MFU/MBU against both peaks, NaN with a reason where a peak is unknown."""
+
+import math
+
+import pytest
+
+from sweep.analysis import derived
+from sweep.hardware import load_spec
+from zoo import ModelConfig, counts
+
+
+def test_mfu_mbu_against_both_peaks():
+    cfg = ModelConfig.from_name("llama3_1_8b")
+    wl = {"batch": 1, "prompt_len": 512, "new_tokens": 128}
+    measured = {"ttft_ms": 50.0, "decode_tpot_ms": 6.0}
+    ceil = {"copy_bytes_s": 3.0e12, "gemm_flops_bf16": 800e12}
+    row = derived(cfg, wl, measured, load_spec("h100_sxm"), ceil)
+    dec = counts.decode_mean(cfg, 1, 512, 128)
+    assert row["decode_mbu_vs_measured"] == pytest.approx(dec.min_bytes / 6e-3 / 3.0e12)
+    assert row["decode_mbu_vs_datasheet"] == pytest.approx(dec.min_bytes / 6e-3 / 3.35e12)
+    pf = counts.prefill(cfg, 1, 512)
+    assert row["prefill_mfu_vs_measured"] == pytest.approx(pf.matmul_flops / 0.05 / 800e12)
+    assert row["prefill_mfu_vs_datasheet"] == pytest.approx(pf.matmul_flops / 0.05 / 989.4e12)
+    # 8B decode at batch 1 moves ~15 GB/step: 6 ms is above the 5 ms floor at 3 TB/s
+    assert 4.5 < row["decode_roofline_floor_ms"] < 5.5 and not row["decode_below_floor"]
+    fast = derived(cfg, wl, dict(measured, decode_tpot_ms=3.0), load_spec("h100_sxm"), ceil)
+    assert fast["decode_below_floor"]  # faster than the bandwidth allows: a measurement bug
+
+
+def test_unknown_peaks_are_nan_with_reason():
+    cfg = ModelConfig.from_name("tiny")
+    row = derived(cfg, {"batch": 1, "prompt_len": 8, "new_tokens": 4},
+                  {"ttft_ms": 1.0, "decode_tpot_ms": 1.0}, load_spec("cpu"),
+                  {"error": "ceilings measurement failed: boom"})
+    for st in ("prefill", "decode"):
+        for fig in ("mfu", "mbu"):
+            assert math.isnan(row[f"{st}_{fig}_vs_datasheet"])
+            assert "no datasheet peak for cpu" in row[f"{st}_{fig}_vs_datasheet_reason"]
+            assert math.isnan(row[f"{st}_{fig}_vs_measured"])
+            assert "boom" in row[f"{st}_{fig}_vs_measured_reason"]

@@ -1,0 +1,106 @@
+"""The study records failed trials with their reasons and goes on; it resumes without losing trials."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+
+from sweep.study import plan_from_config, run
+from tests.helpers import compose_cfg, tiny_overrides
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def _run(tmp_path, *extra):
+    plan = plan_from_config(compose_cfg(tiny_overrides(tmp_path, *extra)))
+    study, df = run(plan)
+    return plan, study, df
+
+
+def test_failures_are_recorded_and_the_study_goes_on(tmp_path):
+    plan, study, df = _run(
+        tmp_path, "experiment.name=faults", "+experiment.space.n_kv_heads.choices=[1,2,3,4,8]",
+        "fault='measure:crash@1,measure:oom@3,start:nan@4'")
+    assert len(df) == 5  # the whole grid ran despite four failures
+    by_n = df.set_index("number")
+    invalid = df[df.n_kv_heads == 3].iloc[0]
+    assert invalid["state"] == "FAIL"
+    assert "invalid design: n_heads (8) must be a multiple of n_kv_heads (3)" in invalid.fail_reason
+    expected = {1: "crash: child killed by signal SIGKILL", 3: "OOM: ", 4: "NaN logits: "}
+    for n, reason in expected.items():
+        if n != invalid.number:  # an invalid design fails before its fault could fire
+            assert by_n.loc[n, "state"] == "FAIL"
+            assert by_n.loc[n, "fail_reason"].startswith(reason), by_n.loc[n, "fail_reason"]
+    ok = df[df.state == "COMPLETE"]
+    assert len(ok) == 5 - len({invalid.number, 1, 3, 4})
+    assert (ok.decode_tok_s > 0).all() and (ok.fail_reason.fillna("") == "").all()
+    # the table on disk is the same, and keeps the design of failed trials
+    disk = pd.read_parquet(plan.results / "trials.parquet")
+    assert list(disk["state"]) == list(df["state"])
+    assert disk.loc[disk.number == 3, "n_kv_heads"].item() == by_n.loc[3, "n_kv_heads"]
+    assert (plan.results / "pareto.png").stat().st_size > 0
+
+
+def test_timeout_is_recorded(tmp_path):
+    plan, study, df = _run(tmp_path, "cpu.workload.timeout_s=8", "fault=measure:hang@0",
+                           "study.n_trials=1")
+    assert df.loc[0, "state"] == "FAIL"
+    assert df.loc[0, "fail_reason"].startswith("timeout: trial exceeded 8 s")
+
+
+def test_resume_keeps_finished_trials(tmp_path):
+    over = ("+experiment=gqa_vs_mha",)
+    _, study, df = _run(tmp_path, *over, "study.n_trials=2")
+    assert list(df["state"]) == ["COMPLETE", "COMPLETE"]
+    first = {t.number: (t.datetime_start, t.values) for t in study.trials}
+    _, study2, df2 = _run(tmp_path, *over)  # the grid target: all 4 divisors of n_heads=8
+    assert len(df2) == 4 and set(df2["state"]) == {"COMPLETE"}
+    assert sorted(df2["n_kv_heads"]) == [1, 2, 4, 8]
+    for t in study2.trials[:2]:
+        assert (t.datetime_start, t.values) == first[t.number]
+    # running the finished study again measures nothing new
+    _, study3, df3 = _run(tmp_path, *over)
+    assert len(df3) == 4
+
+
+def test_study_killed_mid_trial_resumes(tmp_path):
+    """Kill the study process while trial 1 runs; the re-run marks it FAIL (interrupted), measures
+    its design again and finishes the grid, keeping trial 0."""
+    over = tiny_overrides(tmp_path, "+experiment=gqa_vs_mha")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", *over, "fault=measure:hang@1"],
+                            cwd=REPO, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    deadline = time.time() + 120
+    name = None
+    while time.time() < deadline:
+        time.sleep(1)
+        try:
+            names = optuna.get_all_study_names(storage)
+        except Exception:
+            continue
+        if names:
+            name = names[0]
+            trials = optuna.load_study(study_name=name, storage=storage).trials
+            if len(trials) >= 2 and trials[1].state.name == "RUNNING":
+                break
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("trial 1 never started")
+    os.killpg(proc.pid, signal.SIGKILL)  # the study process and its hanging child
+    proc.wait()
+    _, study, df = _run(tmp_path, "+experiment=gqa_vs_mha")
+    states = df.set_index("number")["state"]
+    assert states[0] == "COMPLETE"
+    assert states[1] == "FAIL"
+    assert df.set_index("number").loc[1, "fail_reason"].startswith("interrupted")
+    done = df[df.state == "COMPLETE"]
+    assert sorted(done["n_kv_heads"]) == [1, 2, 4, 8]  # trial 1's design was measured again

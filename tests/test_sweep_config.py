@@ -1,0 +1,106 @@
+"""Hydra composition: shipped experiments compose, overrides are type-checked, specs load."""
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra.errors import ConfigCompositionException
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from sweep.hardware import available, load_spec
+from sweep.study import grid_of, plan_from_config
+from tests.helpers import compose_cfg
+from zoo import ModelConfig, presets
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (CONF / "model").glob("*.yaml")))
+def test_model_yaml_matches_preset(name):
+    d = yaml.safe_load((CONF / "model" / f"{name}.yaml").read_text())
+    assert ModelConfig.from_dict(d) == ModelConfig.from_name(name)
+
+
+def test_every_preset_has_a_model_yaml():
+    assert sorted(presets()) == sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("exp", ["gqa_vs_mha", "head_dim", "ffn_width", "depth_vs_width"])
+def test_experiments_compose_on_the_gpu_base(exp, monkeypatch):
+    cfg = compose_cfg([f"+experiment={exp}", "device=cpu", "cpu.enabled=false"])
+    assert cfg.model.name == "llama3_2_1b"
+    plan = plan_from_config(cfg)
+    grid = grid_of(plan.space, plan.base)
+    assert grid and math.prod(map(len, grid.values())) >= 3
+    assert plan.name.startswith(exp + "-llama3_2_1b-cpu-")
+    # every design of the GPU space is valid
+    from sweep.study import WORKLOAD_KEYS
+
+    for key, values in grid.items():
+        for v in values:
+            bundle = plan.space[key]["choices"][v] if isinstance(
+                plan.space[key].get("choices"), dict) else {key: v}
+            plan.base.replace(**{k: x for k, x in bundle.items() if k not in WORKLOAD_KEYS}
+                              ).validate()
+
+
+def test_gqa_space_is_divisors_of_n_heads():
+    plan = plan_from_config(compose_cfg(["+experiment=gqa_vs_mha", "device=cpu",
+                                         "cpu.enabled=false"]))
+    assert grid_of(plan.space, plan.base) == {"n_kv_heads": [1, 2, 4, 8, 16, 32]}
+    assert plan.workload["prompt_len"] == 4096 and plan.workload["batch"] == 8
+
+
+def test_depth_vs_width_holds_params_near_constant():
+    from zoo import counts
+
+    plan = plan_from_config(compose_cfg(["+experiment=depth_vs_width", "device=cpu",
+                                         "cpu.enabled=false"]))
+    sizes = [counts.params(plan.base.replace(**b)).non_embedding
+             for b in plan.space["shape"]["choices"].values()]
+    assert max(sizes) / min(sizes) < 1.2
+
+
+def test_usual_overrides_work():
+    cfg = compose_cfg(["model=llama3_1_8b", "workload.batch=8", "study.n_trials=20",
+                       "model.n_kv_heads=4"])
+    assert cfg.model.d_model == 4096 and cfg.workload.batch == 8 and cfg.study.n_trials == 20
+    assert cfg.model.n_kv_heads == 4
+
+
+def test_wrong_type_and_unknown_key_are_refused():
+    with pytest.raises((ValidationError, ConfigCompositionException), match="batch"):
+        compose_cfg(["workload.batch=eight"])
+    with pytest.raises((ConfigKeyError, ConfigCompositionException), match="batchsize"):
+        compose_cfg(["workload.batchsize=8"])
+    with pytest.raises(ConfigCompositionException, match="experiment"):
+        compose_cfg(["+experiment=nope"])
+
+
+def test_unknown_objective_and_model_field():
+    with pytest.raises(ValueError, match="unknown objective.*tokens_per_s"):
+        plan_from_config(compose_cfg(["study.objectives=[tokens_per_s,params_total]"]))
+    from zoo import DesignError
+
+    with pytest.raises(DesignError, match="n_kv_head"):
+        plan_from_config(compose_cfg(["+model.n_kv_head=2", "cpu.enabled=false",
+                                      "device=cpu"]))
+
+
+@pytest.mark.parametrize("device,spec", [
+    ("NVIDIA H100 80GB HBM3", "h100_sxm"), ("NVIDIA H100 PCIe", "h100_pcie"),
+    ("NVIDIA H200", "h200"), ("NVIDIA A100-SXM4-80GB", "a100_80gb"),
+    ("NVIDIA A100 80GB PCIe", "a100_80gb"), ("NVIDIA L4", "l4"), ("cpu", "cpu")])
+def test_hardware_auto_matches_device_names(device, spec):
+    assert load_spec("auto", device).name == spec
+
+
+def test_hardware_specs_are_complete():
+    assert {"h100_sxm", "h100_pcie", "h200", "a100_80gb", "l4", "cpu"} <= set(available())
+    h100 = load_spec("h100_sxm")
+    assert h100.peak_flops("bf16") == pytest.approx(989.4e12)
+    assert h100.peak_bytes_s == pytest.approx(3.35e12)
+    assert math.isnan(load_spec("cpu").peak_flops("fp32"))
+    with pytest.raises(KeyError, match="no hardware spec matches device 'Tesla K80'"):
+        load_spec("auto", "Tesla K80")
