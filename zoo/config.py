@@ -127,8 +127,8 @@ class ModelConfig:
             raise DesignError(
                 f"kv_dtype ({self.kv_dtype}) must equal dtype ({self.dtype}) unless it is a "
                 "quantized cache (int8, fp8_e4m3)")
-        if device and device.get("type") == "cuda":
-            cc = tuple(device.get("compute_capability") or (0, 0))
+        if device and device.get("type") == "cuda" and device.get("compute_capability"):
+            cc = tuple(device["compute_capability"])
             name = device.get("name", "this GPU")
             if "bf16" in (self.dtype, self.kv_dtype) and cc < (8, 0):
                 raise DesignError(

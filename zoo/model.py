@@ -214,7 +214,12 @@ class Transformer(nn.Module):
         Raises:
             DesignError: if ``cfg.validate()`` refuses the design (nothing is allocated then).
         """
-        cfg.validate({"type": torch.device(device).type})
+        dev = torch.device(device)
+        facts = {"type": dev.type}
+        if dev.type == "cuda":
+            facts["compute_capability"] = torch.cuda.get_device_capability(dev)
+            facts["name"] = torch.cuda.get_device_name(dev)
+        cfg.validate(facts)
         with torch.device("meta"):
             model = cls(cfg)
         model = model.to_empty(device=device).to(TORCH_DTYPES[cfg.dtype])
