@@ -96,7 +96,7 @@ class Generator:
             self._graphs[kv_len] = self._capture(kv_len)
         graph, out = self._graphs[kv_len]
         graph.replay()
-        return out
+        return out.clone()  # the graph's output buffer is overwritten by the next replay
 
     def _capture(self, kv_len: int):
         # Warm up on a side stream (cuBLAS handles, workspaces), then capture. The warm-up writes

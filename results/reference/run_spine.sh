@@ -7,6 +7,8 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-results/out}
 mkdir -p "$OUT"
+R=results/ref-spine   # a fresh study store for this record
+rm -rf "$R"
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
@@ -16,11 +18,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,tempe
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 (which ncu && ncu --version && ncu --query-metrics --chip gh100 > "$OUT/ncu_metrics_gh100.txt") 2>&1 | tail -3
 python3 -m pytest -q -m gpu tests/test_gpu.py 2>&1 | tail -5
-python3 -m sweep +experiment=gqa_vs_mha
-python3 -m sweep model=llama3_1_8b study.n_trials=1
-python3 -m sweep model=llama3_1_8b study.n_trials=1 mode=eager
-python3 -m sweep model=llama3_2_1b study.n_trials=1
-python3 -m sweep model=llama3_2_1b study.n_trials=1 mode=eager
+python3 -m sweep +experiment=gqa_vs_mha results_dir=$R
+python3 -m sweep model=llama3_1_8b study.n_trials=1 results_dir=$R
+python3 -m sweep model=llama3_1_8b study.n_trials=1 mode=eager results_dir=$R
+python3 -m sweep model=llama3_2_1b study.n_trials=1 results_dir=$R
+python3 -m sweep model=llama3_2_1b study.n_trials=1 mode=eager results_dir=$R
 python3 -m sweep.record "$OUT/spine.json" --command "bash results/reference/run_spine.sh" \
-  results/gqa_vs_mha-* results/baseline-*
-tar czf "$OUT/results.tar.gz" --exclude='results/hydra' --exclude='results/out' results
+  $R/gqa_vs_mha-* $R/baseline-*
+tar czf "$OUT/results.tar.gz" --exclude="$R/hydra" "$R" results/ceilings
