@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,tempe
   --format=csv | tee "$OUT/nvidia-smi.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 (which ncu && ncu --version && ncu --query-metrics --chip gh100 > "$OUT/ncu_metrics_gh100.txt") 2>&1 | tail -3
-python3 -m pytest -q -m gpu tests/test_gpu.py 2>&1 | tail -5
+python3 -m pytest -q -m gpu tests/test_gpu.py 2>&1 | tail -25
 python3 -m sweep +experiment=gqa_vs_mha results_dir=$R
 python3 -m sweep model=llama3_1_8b study.n_trials=1 results_dir=$R
 python3 -m sweep model=llama3_1_8b study.n_trials=1 mode=eager results_dir=$R
