@@ -222,7 +222,8 @@ class Transformer(nn.Module):
         cfg.validate(facts)
         with torch.device("meta"):
             model = cls(cfg)
-        model = model.to_empty(device=device).to(TORCH_DTYPES[cfg.dtype])
+        # cast on meta (free), then allocate once in the model dtype: no float32 copy on device
+        model = model.to(TORCH_DTYPES[cfg.dtype]).to_empty(device=device)
         if cfg.tie_embeddings:  # to_empty breaks the tie
             model.output.weight = model.tok_embeddings.weight
         if init:
