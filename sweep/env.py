@@ -80,7 +80,12 @@ def _first_visible() -> int:
 
 @cache
 def git_sha() -> str:
-    """The repository's HEAD commit (with ``-dirty`` if the tree has changes), or ``unknown``."""
+    """The repository's HEAD commit (with ``-dirty`` if the tree has changes), or ``unknown``.
+
+    ``DESIGNZOO_GIT_SHA`` overrides it, for copies of the tree without ``.git`` (a GPU host).
+    """
+    if os.environ.get("DESIGNZOO_GIT_SHA"):
+        return os.environ["DESIGNZOO_GIT_SHA"]
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO,
                              capture_output=True, text=True, timeout=10).stdout.strip()
