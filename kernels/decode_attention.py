@@ -1,0 +1,168 @@
+"""GQA decode attention: one query token per sequence against the KV cache, split over the context.
+
+Phase 1, one program per (sequence, KV head, split): load the ``G = n_heads / n_kv_heads`` query
+heads that share the KV head as the rows of one tile (padded to 16 for ``tl.dot``), stream the
+split's K and V tiles once, and keep an online softmax (Milakov & Gimelshein 2018,
+arXiv:1805.02867; FlashAttention, Dao et al. 2022). Each KV byte is read once for the whole group.
+Phase 2, one program per (sequence, query head): merge the splits' partial outputs by their
+log-sum-exp (split-K "flash-decoding", Dao et al. 2023).
+
+The cache may be bf16/fp16, or int8 / fp8 e4m3 with one float32 scale per (sequence, KV head,
+position); quantized tiles are dequantized in registers. The attended length is read from a
+device tensor (``input_pos``), so one launch serves every step of a captured CUDA graph. Splits
+past the current length exit at once.
+
+Minimum DRAM traffic per call: ``2 * B * Hkv * kv_len * (D * bytes(kv) + scale bytes)`` plus q and
+the output (small).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr,
+                  s_qb, s_qh, s_kb, s_kh, s_ks, s_vb, s_vh, s_vs, s_sb, s_sh,
+                  sm_scale, split_len, n_splits, n_heads,
+                  G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr,
+                  BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, QUANT: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    hkv = tl.program_id(1)
+    split = tl.program_id(2)
+    kv_len = tl.load(pos_ptr).to(tl.int32) + 1
+    start = split * split_len
+    end = tl.minimum(start + split_len, kv_len)
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_d = tl.arange(0, BLOCK_D)
+    gmask = offs_g < G
+    dmask = offs_d < D
+    heads = hkv * G + offs_g
+    # float32 in registers: exact for bf16/fp16 inputs, and TF32 tensor-core dots on the GPU
+    q = tl.load(q_ptr + b * s_qb + heads[:, None] * s_qh + offs_d[None, :],
+                mask=gmask[:, None] & dmask[None, :], other=0.0).to(tl.float32)
+    m = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    l_sum = tl.zeros([BLOCK_G], tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
+    k_base = k_ptr + b * s_kb + hkv * s_kh
+    v_base = v_ptr + b * s_vb + hkv * s_vh
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        nmask = offs_n < end
+        kv_mask = nmask[:, None] & dmask[None, :]
+        k = tl.load(k_base + offs_n[:, None] * s_ks + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * s_vs + offs_d[None, :], mask=kv_mask, other=0.0)
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+        if QUANT:
+            k = k * tl.load(ks_ptr + b * s_sb + hkv * s_sh + offs_n, mask=nmask, other=0.0)[:, None]
+            v = v * tl.load(vs_ptr + b * s_sb + hkv * s_sh + offs_n, mask=nmask, other=0.0)[:, None]
+        s = tl.dot(q, tl.trans(k)) * sm_scale
+        s = tl.where(nmask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m - m_new)
+        l_sum = l_sum * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p, v)
+        m = m_new
+    empty = l_sum == 0.0
+    out = acc / tl.where(empty, 1.0, l_sum)[:, None]
+    lse = tl.where(empty, float("-inf"), m + tl.log(tl.where(empty, 1.0, l_sum)))
+    row = (b * n_heads + heads) * n_splits + split
+    tl.store(o_ptr + row[:, None] * BLOCK_D + offs_d[None, :], out, mask=gmask[:, None])
+    tl.store(lse_ptr + row, lse, mask=gmask)
+
+
+@triton.jit
+def _merge_kernel(o_ptr, lse_ptr, out_ptr, n_splits, D: tl.constexpr, BLOCK_D: tl.constexpr,
+                  BLOCK_S: tl.constexpr):
+    bh = tl.program_id(0).to(tl.int64)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_D)
+    smask = offs_s < n_splits
+    lse = tl.load(lse_ptr + bh * n_splits + offs_s, mask=smask, other=float("-inf"))
+    mx = tl.max(lse, axis=0)
+    w = tl.where(smask, tl.exp(lse - mx), 0.0)
+    o = tl.load(o_ptr + (bh * n_splits + offs_s)[:, None] * BLOCK_D + offs_d[None, :],
+                mask=smask[:, None], other=0.0)
+    res = tl.sum(o * w[:, None], axis=0) / tl.sum(w, axis=0)
+    tl.store(out_ptr + bh * D + offs_d, res.to(out_ptr.dtype.element_ty), mask=offs_d < D)
+
+
+def _n_sm(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4
+
+
+def plan_splits(batch: int, n_kv_heads: int, capacity: int, block_n: int, n_sm: int
+                ) -> tuple[int, int]:
+    """``(n_splits, split_len)``: enough programs for about 4 per SM, each split a whole number of
+    ``block_n`` tiles of the cache's ``capacity`` positions (static, so graph replays reuse it)."""
+    want = max(1, math.ceil(4 * n_sm / (batch * n_kv_heads)))
+    n_tiles = math.ceil(capacity / block_n)
+    n_splits = min(want, n_tiles)
+    split_len = math.ceil(n_tiles / n_splits) * block_n
+    return math.ceil(capacity / split_len), split_len
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     pos: torch.Tensor, k_scale: torch.Tensor | None = None,
+                     v_scale: torch.Tensor | None = None, sm_scale: float | None = None
+                     ) -> torch.Tensor:
+    """Attention of one new token per sequence over cache positions ``[0, pos + 1)``.
+
+    Args:
+        q: ``[B, H, D]`` (or ``[B, H, 1, D]``), last dim contiguous.
+        k_cache, v_cache: ``[B, Hkv, S, D]`` (last dim contiguous); bf16/fp16, or int8 /
+            float8_e4m3fn with ``k_scale``/``v_scale`` ``[B, Hkv, S]`` float32.
+        pos: int64 device tensor whose first element is the new token's position (the token's
+            K/V must already be in the cache).
+        sm_scale: softmax scale, default ``D ** -0.5``.
+
+    Returns:
+        ``[B, H, D]`` (``[B, H, 1, D]`` if q was 4-D) in q's dtype.
+    """
+    squeeze = q.dim() == 4
+    if squeeze:
+        q = q[:, :, 0]
+    B, H, D = q.shape
+    Hkv, S = k_cache.shape[1], k_cache.shape[2]
+    G = H // Hkv
+    quant = k_scale is not None
+    BLOCK_D = max(16, triton.next_power_of_2(D))
+    BLOCK_N = 32 if BLOCK_D >= 256 else 64
+    n_splits, split_len = plan_splits(B, Hkv, S, BLOCK_N, _n_sm(q.device))
+    o_part = torch.empty(B * H * n_splits, BLOCK_D, device=q.device, dtype=torch.float32)
+    lse = torch.empty(B * H * n_splits, device=q.device, dtype=torch.float32)
+    ks = k_scale if quant else lse
+    vs = v_scale if quant else lse
+    _split_kernel[(B, Hkv, n_splits)](
+        q, k_cache, v_cache, ks, vs, pos, o_part, lse,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        ks.stride(0) if quant else 0, ks.stride(1) if quant else 0,
+        sm_scale or D**-0.5, split_len, n_splits, H,
+        G=G, BLOCK_G=max(16, triton.next_power_of_2(G)), D=D, BLOCK_D=BLOCK_D, BLOCK_N=BLOCK_N,
+        QUANT=quant, num_warps=4, num_stages=2)
+    out = torch.empty(B, H, D, device=q.device, dtype=q.dtype)
+    _merge_kernel[(B * H,)](o_part, lse, out, n_splits, D=D, BLOCK_D=BLOCK_D,
+                            BLOCK_S=max(2, triton.next_power_of_2(n_splits)), num_warps=4)
+    return out[:, :, None] if squeeze else out
+
+
+def reference(q, k_cache, v_cache, kv_len: int, k_scale=None, v_scale=None):
+    """PyTorch reference: dequantize if needed, slice to ``kv_len``, SDPA with GQA.
+
+    q ``[B, H, D]`` -> ``[B, H, D]``."""
+    if k_scale is not None:
+        k_cache = (k_cache.float() * k_scale[..., None]).to(q.dtype)
+        v_cache = (v_cache.float() * v_scale[..., None]).to(q.dtype)
+    k, v = k_cache[:, :, :kv_len], v_cache[:, :, :kv_len]
+    y = torch.nn.functional.scaled_dot_product_attention(
+        q[:, :, None], k, v, enable_gqa=k.shape[1] != q.shape[1])
+    return y[:, :, 0]

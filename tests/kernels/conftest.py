@@ -1,0 +1,33 @@
+import pytest
+import torch
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# Tolerances per dtype (rtol, atol): float32 arithmetic vs float32 reference; bf16/fp16 outputs
+# differ from the reference by rounding of intermediate casts (one ulp of bf16 is 2^-8 = 0.4%).
+TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1e-2)}
+DTYPES = [torch.float32, torch.bfloat16] + ([torch.float16] if DEVICE == "cuda" else [])
+
+
+# The Triton interpreter rounds float conversions differently from the GPU (fp32 -> bf16 truncates;
+# fp32 -> fp8 e4m3 rounds ties away from zero), so results that are bit-exact on the GPU may differ
+# by one unit in the last place there. Exactness is asserted on the GPU.
+INTERPRETED = DEVICE == "cpu"
+ULP = {torch.bfloat16: 2.0**-7, torch.float8_e4m3fn: 2.0**-3}
+
+
+def exact(got, want):
+    """Bit-exact on the GPU; within one unit in the last place in the interpreter."""
+    if INTERPRETED and want.dtype in ULP:
+        torch.testing.assert_close(got.float(), want.float(), rtol=ULP[want.dtype], atol=0)
+    else:
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.fixture
+def device():
+    return DEVICE
+
+
+def close(got, want, dtype):
+    rtol, atol = TOL[dtype]
+    torch.testing.assert_close(got.float(), want.float(), rtol=rtol, atol=atol)
