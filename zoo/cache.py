@@ -65,16 +65,23 @@ class KVCache(torch.nn.Module):
             dtype (dequantized copies for a quantized cache; the Triton decode path reads the
             quantized buffers directly instead).
         """
+        self.write(layer, input_pos, k, v)
+        if not self.quantized:
+            return self.k[layer], self.v[layer]
+        return (dequantize(self.k[layer], self.k_scale[layer], k.dtype),
+                dequantize(self.v[layer], self.v_scale[layer], v.dtype))
+
+    def write(self, layer: int, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write new keys/values ``[batch, n_kv_heads, T, head_dim]`` at ``input_pos``, quantizing
+        on write for int8/fp8 caches; returns nothing (the Triton decode path reads the buffers)."""
         if not self.quantized:
             self.k[layer].index_copy_(2, input_pos, k)
             self.v[layer].index_copy_(2, input_pos, v)
-            return self.k[layer], self.v[layer]
-        from kernels.kv_quant import quantize_kv  # the quantize-on-write kernel
+            return
+        from kernels.kv_quant import quantize_kv
 
         quantize_kv(k, self.k[layer], self.k_scale[layer], input_pos, self.kv_dtype)
         quantize_kv(v, self.v[layer], self.v_scale[layer], input_pos, self.kv_dtype)
-        return (dequantize(self.k[layer], self.k_scale[layer], k.dtype),
-                dequantize(self.v[layer], self.v_scale[layer], v.dtype))
 
     def nbytes(self) -> int:
         """Bytes held by the cache buffers (scales included)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,10 @@ class ModelConfig:
             raise DesignError(
                 f"kv_dtype ({self.kv_dtype}) must equal dtype ({self.dtype}) unless it is a "
                 "quantized cache (int8, fp8_e4m3)")
+        if (device and device.get("type") == "cpu" and self.kernels == "triton"
+                and os.environ.get("TRITON_INTERPRET") != "1"):
+            raise DesignError("kernels=triton needs a CUDA GPU (or TRITON_INTERPRET=1, the Triton "
+                              "interpreter, for tests)")
         if device and device.get("type") == "cuda" and device.get("compute_capability"):
             cc = tuple(device["compute_capability"])
             name = device.get("name", "this GPU")

@@ -77,6 +77,8 @@ class Generator:
         return out
 
     def _bucket(self, pos: int) -> int:
+        if self.model.cfg.kernels == "triton":  # the decode kernel reads the length on device
+            return self.max_seq_len
         return min(-(-(pos + 1) // GRAPH_BUCKET) * GRAPH_BUCKET, self.max_seq_len)
 
     def _step(self, kv_len: int):

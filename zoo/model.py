@@ -20,6 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kernels.decode_attention import decode_attention
+from kernels.rmsnorm import rmsnorm as rmsnorm_kernel
+from kernels.rope import rope_
+from kernels.swiglu import swiglu
+
 from .cache import TORCH_DTYPES, KVCache
 from .config import ModelConfig
 from .nvtx import annotate
@@ -40,6 +45,10 @@ class RMSNorm(nn.Module):
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * xf.to(x.dtype)
+
+    def fused(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """The Triton kernel: ``y`` or, with ``residual``, ``(y, x + residual)``."""
+        return rmsnorm_kernel(x.contiguous(), self.weight, self.eps, residual=residual)
 
 
 def make_norm(cfg: ModelConfig) -> nn.Module:
@@ -120,14 +129,16 @@ class Attention(nn.Module):
         self.wo = nn.Linear(cfg.q_dim, cfg.d_model, bias=False)
         self.cache: KVCache | None = None
 
-    def forward(self, x, cos, sin, input_pos, kv_len, mask):
+    def forward(self, x, rope, input_pos, kv_len, mask):
         cfg = self.cfg
         B, T, _ = x.shape
         q, k, v = self.wqkv(x).split([cfg.q_dim, cfg.kv_dim, cfg.kv_dim], dim=-1)
         q = q.view(B, T, cfg.n_heads, cfg.head_dim)
         k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim)
         v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cfg.kernels == "triton":
+            return self.wo(self._triton(q, k, v, rope, input_pos, kv_len, mask))
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         kc, vc = self.cache.update(self.layer, input_pos, k, v)
         if kv_len is not None:
@@ -139,6 +150,28 @@ class Attention(nn.Module):
                                                is_causal=mask is None and T > 1,
                                                enable_gqa=cfg.n_kv_heads != cfg.n_heads)
         return self.wo(y.transpose(1, 2).reshape(B, T, cfg.q_dim))
+
+    def _triton(self, q, k, v, rope, input_pos, kv_len, mask):
+        """Fused path: RoPE in place on the qkv views, cache write (quantized if so configured),
+        Triton decode attention for one new token, SDPA for a prefill from position 0."""
+        cfg, cache, i = self.cfg, self.cache, self.layer
+        B, T = q.shape[:2]
+        rope_(q, k, *rope, input_pos)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if T == 1:
+            cache.write(i, input_pos, k, v)
+            scales = (cache.k_scale[i], cache.v_scale[i]) if cache.quantized else (None, None)
+            y = decode_attention(q, cache.k[i], cache.v[i], input_pos, *scales)
+        elif mask is None and kv_len == T:  # prefill from position 0: attend to the fresh k, v
+            cache.write(i, input_pos, k, v)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                               enable_gqa=cfg.n_kv_heads != cfg.n_heads)
+        else:  # a chunk after a prefix: read (dequantized) cache, explicit mask
+            kc, vc = cache.update(i, input_pos, k, v)
+            y = F.scaled_dot_product_attention(q, kc[:, :, :kv_len], vc[:, :, :kv_len],
+                                               attn_mask=mask,
+                                               enable_gqa=cfg.n_kv_heads != cfg.n_heads)
+        return y.transpose(1, 2).reshape(B, T, cfg.q_dim)
 
 
 class FeedForward(nn.Module):
@@ -156,7 +189,9 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.w13(x)
-        if self.cfg.ffn_type == "swiglu":
+        if self.cfg.ffn_type == "swiglu" and self.cfg.kernels == "triton":
+            h = swiglu(h)
+        elif self.cfg.ffn_type == "swiglu":
             gate, up = h.chunk(2, dim=-1)
             h = F.silu(gate) * up
         else:
@@ -169,18 +204,27 @@ class Block(nn.Module):
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
+        self.fused_norm = cfg.kernels == "triton" and cfg.norm == "rmsnorm"
         self.attention_norm = make_norm(cfg)
         self.attention = Attention(cfg, layer)
         self.ffn_norm = make_norm(cfg)
         self.feed_forward = FeedForward(cfg)
 
-    def forward(self, x, cos, sin, input_pos, kv_len, mask):
-        with annotate("norm"):
-            a = self.attention_norm(x)
-        with annotate("attn"):
-            h = x + self.attention(a, cos, sin, input_pos, kv_len, mask)
-        with annotate("norm"):
-            f = self.ffn_norm(h)
+    def forward(self, x, rope, input_pos, kv_len, mask):
+        if self.fused_norm:  # Triton RMSNorm, the residual add fused into the second norm
+            with annotate("norm"):
+                a = self.attention_norm.fused(x)
+            with annotate("attn"):
+                y = self.attention(a, rope, input_pos, kv_len, mask)
+            with annotate("norm"):
+                f, h = self.ffn_norm.fused(y, residual=x)
+        else:
+            with annotate("norm"):
+                a = self.attention_norm(x)
+            with annotate("attn"):
+                h = x + self.attention(a, rope, input_pos, kv_len, mask)
+            with annotate("norm"):
+                f = self.ffn_norm(h)
         with annotate("ffn"):
             return h + self.feed_forward(f)
 
@@ -283,15 +327,21 @@ class Transformer(nn.Module):
         if self.cache is None:
             raise RuntimeError("call setup_cache(batch, max_seq_len) before forward")
         T = tokens.shape[1]
+        triton = self.cfg.kernels == "triton"
         mask = None
-        if kv_len is None or masked or not (T == 1 or T == kv_len):
+        if triton and T == 1:
+            pass  # the decode kernel reads the length from input_pos: no mask, no bucket
+        elif kv_len is None or masked or not (T == 1 or T == kv_len):
             kv_len = kv_len or self.cache.max_seq_len
             mask = self.positions[None, :kv_len] <= input_pos[:, None]  # [T, kv_len] bool
-        cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
+        if triton:  # the RoPE kernel indexes the full tables by position itself
+            rope = (self.rope_cos, self.rope_sin)
+        else:
+            rope = (self.rope_cos[input_pos], self.rope_sin[input_pos])
         x = self.tok_embeddings(tokens)
         for i, layer in enumerate(self.layers):
             with annotate(f"layer{i}"):
-                x = layer(x, cos, sin, input_pos, kv_len, mask)
+                x = layer(x, rope, input_pos, kv_len, mask)
         if last_only:
             x = x[:, -1:]
         with annotate("norm"):
