@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     rec = {"device": env["device"], "versions": {k: env.get(k) for k in
                                                   ("torch", "triton", "cuda", "python", "driver")},
            "git_sha": env.get("git_sha"), "command": a.command,
-           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+           "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
            "hardware_spec": studies[0]["meta"]["hardware_spec"],
            "ceilings": studies[0]["meta"]["ceilings"], "note": a.note,
            "studies": [{k: v for k, v in s.items() if k != "meta"} for s in studies]}
