@@ -91,7 +91,6 @@ def peer_case(model: str, batch: int, prompt: int, new: int, repeats: int) -> di
     gen(4)  # warm-up
     ttft = statistics.median(gen(1) for _ in range(repeats))
     total = statistics.median(gen(new) for _ in range(repeats))
-    del hf
     _free()
     tpot = (total - ttft) / (new - 1)
     return {"peer_decode_tok_s": batch / tpot, "peer_tpot_ms": 1e3 * tpot,
@@ -159,12 +158,10 @@ def kernel_rows(copy_bw: float) -> list[dict]:
     row("rmsnorm_residual", f"[{M}, {d}] bf16", 4 * M * d * 2,
         lambda: rmsnorm.rmsnorm(x, w, 1e-5, residual=r),
         lambda: rmsnorm.reference(x, w, 1e-5, residual=r), "add + RMSNorm (eager, 6 kernels)")
-    del x, r
     F = 14336
     h = torch.randn(4096, 2 * F, device="cuda", dtype=bf)
     row("swiglu", f"[4096, 2x{F}] bf16", 3 * 4096 * F * 2, lambda: swiglu.swiglu(h),
         lambda: swiglu.reference(h), "chunk + silu + mul (eager)")
-    del h
     cfg = ModelConfig.from_name("llama3_1_8b")
     cos, sin = rope_cache(cfg, 8192, "cuda")
     B, T, H, Hkv, D = 4, 4096, 32, 8, 128
@@ -175,7 +172,6 @@ def kernel_rows(copy_bw: float) -> list[dict]:
     row("rope_qk_inplace", f"q [{B},{T},{H},{D}], k [{B},{T},{Hkv},{D}] bf16",
         2 * B * T * (H + Hkv) * D * 2, lambda: rope.rope_(q, k, cos, sin, pos),
         lambda: rope.reference(q, k, cos, sin, pos), "index tables + rotate-half (eager)")
-    del qkv, q, k
     # decode attention at the KV-dominated shape (one layer of Llama-3.2-1B, batch 64, 8k)
     B, H, Hkv, D, S = 64, 32, 8, 64, 8224
     L = 8192 + 16
@@ -194,8 +190,6 @@ def kernel_rows(copy_bw: float) -> list[dict]:
         row(f"decode_attention_{kvd}", f"B={B} H={H} Hkv={Hkv} D={D} kv_len={L}",
             2 * B * Hkv * L * (D + 4), lambda: da.decode_attention(qd, kq, vq, p, ks, vs),
             lambda: da.reference(qd, kq, vq, L, ks, vs), "dequantize + SDPA (eager)")
-        del kq, vq, ks, vs
-    del kc, vc
     _free()
     xk = torch.randn(8, 4096, 8, 128, device="cuda", dtype=bf).transpose(1, 2)
     out = torch.empty(8, 8, 4096, 128, device="cuda", dtype=torch.int8)
