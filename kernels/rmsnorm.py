@@ -38,17 +38,17 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float,
     """Fused (residual add +) RMSNorm over the last dimension.
 
     Args:
-        x: ``[..., d]``, contiguous. residual: same shape or None. weight: ``[d]``, same dtype.
+        x: ``[..., d]``. residual: same shape or None (non-dense rows are copied first). weight: ``[d]``, same dtype.
 
     Returns:
         ``y`` if ``residual`` is None, else ``(y, h)`` with ``h = x + residual`` (the new residual
         stream) and ``y = rmsnorm(h) * weight``; all ``[..., d]`` in ``x.dtype``.
     """
     d = x.shape[-1]
-    x2 = x.reshape(-1, d)
+    x2 = x.reshape(-1, d).contiguous()  # rows must be dense: the kernel strides by d
     y = torch.empty_like(x2)
     h = torch.empty_like(x2) if residual is not None else y
-    r = residual.reshape(-1, d) if residual is not None else x2
+    r = residual.reshape(-1, d).contiguous() if residual is not None else x2
     _rmsnorm_kernel[(x2.shape[0],)](x2, r, weight, y, h, d, eps,
                                     HAS_RESIDUAL=residual is not None,
                                     BLOCK=triton.next_power_of_2(d),

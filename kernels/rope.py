@@ -2,8 +2,8 @@
 
 ``x[..., :D/2], x[..., D/2:] <- x1 cos - x2 sin, x2 cos + x1 sin`` for each head of q and k of each
 token, with ``cos, sin [max_seq_len, D]`` tables indexed by the token's position. q and k may be
-strided views into the fused qkv GEMM output. One program per (token, head); reads and writes
-each q/k element once.
+strided views into the fused qkv GEMM output. One program per token rotates all its q and k
+heads; each q/k element is read and written once.
 """
 
 from __future__ import annotations
@@ -16,27 +16,36 @@ import triton.language as tl
 @triton.jit
 def _rope_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, T, n_q, n_k,
                  stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
-                 HALF: tl.constexpr, BLOCK: tl.constexpr):
+                 HALF: tl.constexpr, BLOCK: tl.constexpr, BLOCK_H: tl.constexpr):
+    # one program per token: all q heads, then all k heads, as [BLOCK_H, HALF] tiles
     bt = tl.program_id(0)
-    head = tl.program_id(1)
-    b = bt // T
+    b = (bt // T).to(tl.int64)
     t = bt % T
     pos = tl.load(pos_ptr + t).to(tl.int64)
-    if head < n_q:
-        base = q_ptr + b.to(tl.int64) * stride_qb + t * stride_qt + head * stride_qh
-    else:
-        base = k_ptr + b.to(tl.int64) * stride_kb + t * stride_kt + (head - n_q) * stride_kh
     offs = tl.arange(0, BLOCK)
-    mask = offs < HALF
-    x1 = tl.load(base + offs, mask=mask, other=0.0)
-    dt = x1.dtype
-    x1 = x1.to(tl.float32)
-    x2 = tl.load(base + HALF + offs, mask=mask, other=0.0).to(tl.float32)
-    # the tables are rounded to the activation dtype, as the reference does
-    c = tl.load(cos_ptr + pos * 2 * HALF + offs, mask=mask, other=0.0).to(dt).to(tl.float32)
-    s = tl.load(sin_ptr + pos * 2 * HALF + offs, mask=mask, other=0.0).to(dt).to(tl.float32)
-    tl.store(base + offs, (x1 * c - x2 * s).to(dt), mask=mask)
-    tl.store(base + HALF + offs, (x2 * c + x1 * s).to(dt), mask=mask)
+    dmask = offs < HALF
+    c = tl.load(cos_ptr + pos * 2 * HALF + offs, mask=dmask, other=0.0)
+    s = tl.load(sin_ptr + pos * 2 * HALF + offs, mask=dmask, other=0.0)
+    for which in tl.static_range(2):
+        if which == 0:
+            base = q_ptr + b * stride_qb + t * stride_qt
+            n, sh = n_q, stride_qh
+        else:
+            base = k_ptr + b * stride_kb + t * stride_kt
+            n, sh = n_k, stride_kh
+        for h0 in range(0, n, BLOCK_H):
+            heads = h0 + tl.arange(0, BLOCK_H)
+            m = (heads < n)[:, None] & dmask[None, :]
+            ptr = base + heads[:, None] * sh + offs[None, :]
+            x1 = tl.load(ptr, mask=m, other=0.0)
+            dt = x1.dtype
+            x1 = x1.to(tl.float32)
+            x2 = tl.load(ptr + HALF, mask=m, other=0.0).to(tl.float32)
+            # the tables are rounded to the activation dtype, as the reference does
+            cc = c.to(dt).to(tl.float32)[None, :]
+            ss = s.to(dt).to(tl.float32)[None, :]
+            tl.store(ptr, (x1 * cc - x2 * ss).to(dt), mask=m)
+            tl.store(ptr + HALF, (x2 * cc + x1 * ss).to(dt), mask=m)
 
 
 def rope_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -49,10 +58,11 @@ def rope_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     B, T, H, D = q.shape
     Hkv = k.shape[2]
     assert q.stride(-1) == 1 and k.stride(-1) == 1 and cos.is_contiguous()
-    _rope_kernel[(B * T, H + Hkv)](
+    BLOCK = triton.next_power_of_2(D // 2)
+    _rope_kernel[(B * T,)](
         q, k, cos, sin, input_pos, T, H, Hkv, q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2), HALF=D // 2,
-        BLOCK=triton.next_power_of_2(D // 2), num_warps=1)
+        k.stride(0), k.stride(1), k.stride(2), HALF=D // 2, BLOCK=BLOCK,
+        BLOCK_H=max(1, min(triton.next_power_of_2(H), 4096 // BLOCK)), num_warps=4)
     return q, k
 
 

@@ -48,7 +48,7 @@ class RMSNorm(nn.Module):
 
     def fused(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         """The Triton kernel: ``y`` or, with ``residual``, ``(y, x + residual)``."""
-        return rmsnorm_kernel(x.contiguous(), self.weight, self.eps, residual=residual)
+        return rmsnorm_kernel(x, self.weight, self.eps, residual=residual)
 
 
 def make_norm(cfg: ModelConfig) -> nn.Module:
@@ -210,14 +210,21 @@ class Block(nn.Module):
         self.ffn_norm = make_norm(cfg)
         self.feed_forward = FeedForward(cfg)
 
-    def forward(self, x, rope, input_pos, kv_len, mask):
-        if self.fused_norm:  # Triton RMSNorm, the residual add fused into the second norm
+    def forward(self, x, rope, input_pos, kv_len, mask, residual=None):
+        """``x [B, T, d_model]`` -> ``[B, T, d_model]``. On the fused path, returns
+        ``(ffn_out, h)`` instead, leaving the residual add ``h + ffn_out`` to the next norm."""
+        if self.fused_norm:  # Triton RMSNorm with the residual adds fused into the norms
             with annotate("norm"):
-                a = self.attention_norm.fused(x)
+                if residual is None:
+                    a = self.attention_norm.fused(x)
+                else:
+                    a, x = self.attention_norm.fused(x, residual=residual)
             with annotate("attn"):
                 y = self.attention(a, rope, input_pos, kv_len, mask)
             with annotate("norm"):
                 f, h = self.ffn_norm.fused(y, residual=x)
+            with annotate("ffn"):
+                return self.feed_forward(f), h
         else:
             with annotate("norm"):
                 a = self.attention_norm(x)
@@ -339,12 +346,17 @@ class Transformer(nn.Module):
         else:
             rope = (self.rope_cos[input_pos], self.rope_sin[input_pos])
         x = self.tok_embeddings(tokens)
+        residual = None
         for i, layer in enumerate(self.layers):
             with annotate(f"layer{i}"):
-                x = layer(x, rope, input_pos, kv_len, mask)
+                if layer.fused_norm:
+                    x, residual = layer(x, rope, input_pos, kv_len, mask, residual)
+                else:
+                    x = layer(x, rope, input_pos, kv_len, mask)
         if last_only:
             x = x[:, -1:]
+            residual = residual[:, -1:] if residual is not None else None
         with annotate("norm"):
-            x = self.norm(x)
+            x = self.norm(x) if residual is None else self.norm.fused(x, residual=residual)[0]
         with annotate("lm_head"):
             return self.output(x)

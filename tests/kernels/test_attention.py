@@ -86,6 +86,21 @@ def test_decode_attention_quantized_cache(kv_dtype, B, H, Hkv, D, S, kv_len, dev
     assert rel < (0.02 if kv_dtype == "int8" else 0.06), rel
 
 
+@pytest.mark.gpu
+def test_decode_attention_autotuned(monkeypatch, device):
+    monkeypatch.setenv("DESIGNZOO_AUTOTUNE", "1")
+    for kvd in (None, "int8"):
+        q, k, v = _inputs(4, 32, 8, 128, 1000, torch.bfloat16, device, seed=5)
+        pos = torch.tensor([900], device=device)
+        if kvd:
+            (k, ks), (v, vs) = kv_quant.reference(k, kvd), kv_quant.reference(v, kvd)
+            got = da.decode_attention(q, k, v, pos, ks, vs)
+            want = da.reference(q, k, v, 901, ks, vs)
+        else:
+            got, want = da.decode_attention(q, k, v, pos), da.reference(q, k, v, 901)
+        close(got, want, torch.bfloat16)
+
+
 def test_split_plan_covers_the_cache():
     for B, Hkv, S, bn, sm in [(1, 8, 640, 64, 132), (64, 8, 8224, 64, 132), (1, 1, 5, 64, 4)]:
         n, length = da.plan_splits(B, Hkv, S, bn, sm)
