@@ -173,7 +173,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     if _interpreted(q):
         _split_kernel[grid](*args, **meta, BLOCK_N=64, F32=True)
     elif os.environ.get("DESIGNZOO_AUTOTUNE", "1") == "0":
-        _split_kernel[grid](*args, **meta, **_FIXED, F32=False)
+        fixed = _FIXED if BLOCK_D <= 128 else {"BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+        _split_kernel[grid](*args, **meta, **fixed, F32=False)  # head_dim 256 fits in 2 stages
     else:
         _split_tuned[grid](*args, **meta, F32=False)
     out = torch.empty(B, H, D, device=q.device, dtype=q.dtype)
