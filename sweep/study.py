@@ -225,6 +225,9 @@ class Objective:
                 "mode": plan.mode, "seed": plan.seed, "weights": plan.weights,
                 "fault": _fault_for(plan.fault, trial.number), "profile": plan.profile}
         trial_dir = plan.results / "trials" / f"{trial.number:04d}"
+        spec["trial_dir"] = str(trial_dir)
+        if plan.profile.get("nvtx"):
+            spec["env"] = {"DESIGNZOO_NVTX": "1"}
         res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0))
         row.update({k: v for k, v in (res.get("env") or {}).items()})
         if res.get("status") != "ok":
@@ -237,6 +240,9 @@ class Objective:
         for k, v in row.items():
             trial.set_user_attr(k, _attr(v))
         values = [row.get(o, math.nan) for o in plan.objectives]
+        for st in ("prefill", "decode"):  # J/token needs NVML (profile=nvml)
+            row.setdefault(f"{st}_j_per_token", math.nan)
+            row.setdefault(f"{st}_j_per_token_reason", "not measured: profile without nvml")
         if not plan.quiet:
             print(f"[{trial.number + 1}/{self.total}] {label}: decode {row['decode_tok_s']:.1f} "
                   f"tok/s (TPOT {row['decode_tpot_ms']:.2f} ms, MBU "

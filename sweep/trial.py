@@ -17,6 +17,7 @@ Result (JSON): ``{"status": "ok", "measured": {...}, "env": {...}}`` or
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -53,7 +54,9 @@ def measure(spec: dict) -> dict:
     token), ``ttft_ms_min``/``_p90``; ``decode_tpot_ms`` (median over repeats of the mean time per
     decode step), ``decode_tpot_ms_min``/``_p90``, ``decode_step_ms_median`` (median single step);
     ``prefill_tok_s``, ``decode_tok_s``; ``peak_mem_bytes``, ``weights_alloc_bytes``,
-    ``kv_cache_alloc_bytes``; ``build_s``.
+    ``kv_cache_alloc_bytes``; ``build_s``. With ``profile.nvml``: ``{prefill,decode}_energy_j``,
+    ``_avg_power_w``, ``_j_per_token`` over the timed repeats (``sweep.measure.nvml``), and the
+    sampled time series in ``<trial_dir>/nvml.csv``.
 
     Raises:
         DesignError, torch.OutOfMemoryError, RuntimeError, NaNLogits: classified by ``main``.
@@ -93,7 +96,16 @@ def measure(spec: dict) -> dict:
     def prefill():
         state["tok"] = gen.prefill(prompt).argmax(-1, keepdim=True)
 
-    ttft = timer.repeat(prefill, wl["warmup"], wl["repeats"])
+    prof = spec.get("profile") or {}
+    sampler = None
+    if prof.get("nvml"):
+        from .measure.nvml import NvmlSampler
+
+        sampler = NvmlSampler(interval_s=prof.get("options", {}).get("nvml_interval_s", 0.02))
+    region = sampler.region if sampler else (lambda name: contextlib.nullcontext())
+    timer.repeat(prefill, wl["warmup"], 0)
+    with region("prefill"):
+        ttft = timer.repeat(prefill, 0, wl["repeats"])
     first = state["tok"]
     logits = gen.prefill(prompt)
     if not torch.isfinite(logits).all():
@@ -105,10 +117,16 @@ def measure(spec: dict) -> dict:
 
     steps = max(N - 1, 1)
     per_repeat, per_step = [], []
-    for r in range(wl["warmup"] + wl["repeats"]):
+
+    def decode_loop():
         gen.pos, state["tok"] = T, first
-        ts = timer.steps([step] * steps)
-        if r >= wl["warmup"]:
+        return timer.steps([step] * steps)
+
+    for _ in range(wl["warmup"]):
+        decode_loop()
+    with region("decode"):
+        for _ in range(wl["repeats"]):
+            ts = decode_loop()
             per_repeat.append(sum(ts) / steps)
             per_step.extend(ts)
     if not torch.isfinite(state["logits"]).all():
@@ -129,6 +147,11 @@ def measure(spec: dict) -> dict:
         "kv_cache_alloc_bytes": gen.model.cache.nbytes(),
         "build_s": build_s,
     }
+    if sampler is not None:
+        out.update(sampler.summary({"prefill": B * T * wl["repeats"],
+                                    "decode": B * steps * wl["repeats"]}))
+        if spec.get("trial_dir") and sampler.samples:
+            sampler.write_csv(Path(spec["trial_dir"]) / "nvml.csv")
     if device == "cuda":
         out["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
         out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()

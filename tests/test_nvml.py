@@ -1,0 +1,45 @@
+"""The NVML sampler: clean 'not available' without a GPU; energy and power figures with one."""
+
+import math
+import time
+
+import pytest
+import torch
+
+from sweep.measure.nvml import NvmlSampler
+
+
+def test_unavailable_gives_nan_with_reason(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_pynvml(name, *a, **k):
+        if name == "pynvml":
+            raise ImportError("no pynvml here")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_pynvml)
+    s = NvmlSampler()
+    assert not s.available and "NVML not available" in s.reason
+    with s.region("decode"):
+        pass
+    row = s.summary({"decode": 10})
+    assert math.isnan(row["decode_j_per_token"]) and "NVML" in row["decode_j_per_token_reason"]
+
+
+@pytest.mark.gpu
+def test_energy_per_token_on_gpu(tmp_path):
+    s = NvmlSampler(interval_s=0.01)
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    with s.region("decode"):
+        t0 = time.time()
+        while time.time() - t0 < 1.0:
+            a @ a
+        torch.cuda.synchronize()
+    row = s.summary({"decode": 100})
+    assert 50 < row["decode_avg_power_w"] < 1000
+    assert row["decode_j_per_token"] == pytest.approx(row["decode_energy_j"] / 100)
+    assert len(s.samples) > 20
+    s.write_csv(tmp_path / "nvml.csv")
+    assert (tmp_path / "nvml.csv").read_text().startswith("t_s,power_w")
