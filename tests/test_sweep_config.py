@@ -26,7 +26,8 @@ def test_every_preset_has_a_model_yaml():
     assert sorted(presets()) == sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
 
 
-@pytest.mark.parametrize("exp", ["gqa_vs_mha", "head_dim", "ffn_width", "depth_vs_width"])
+@pytest.mark.parametrize("exp", ["gqa_vs_mha", "head_dim", "ffn_width", "depth_vs_width",
+                                 "kv_quant"])
 def test_experiments_compose_on_the_gpu_base(exp, monkeypatch):
     cfg = compose_cfg([f"+experiment={exp}", "device=cpu", "cpu.enabled=false"])
     assert cfg.model.name == "llama3_2_1b"
