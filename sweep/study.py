@@ -241,8 +241,9 @@ class Objective:
             trial.set_user_attr(k, _attr(v))
         values = [row.get(o, math.nan) for o in plan.objectives]
         for st in ("prefill", "decode"):  # J/token needs NVML (profile=nvml)
-            row.setdefault(f"{st}_j_per_token", math.nan)
-            row.setdefault(f"{st}_j_per_token_reason", "not measured: profile without nvml")
+            if f"{st}_j_per_token" not in row:
+                row[f"{st}_j_per_token"] = math.nan
+                row[f"{st}_j_per_token_reason"] = "not measured: profile without nvml"
         if not plan.quiet:
             print(f"[{trial.number + 1}/{self.total}] {label}: decode {row['decode_tok_s']:.1f} "
                   f"tok/s (TPOT {row['decode_tpot_ms']:.2f} ms, MBU "
