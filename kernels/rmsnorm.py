@@ -38,7 +38,8 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float,
     """Fused (residual add +) RMSNorm over the last dimension.
 
     Args:
-        x: ``[..., d]``. residual: same shape or None (non-dense rows are copied first). weight: ``[d]``, same dtype.
+        x: ``[..., d]``. residual: same shape or None (non-dense rows are copied first).
+        weight: ``[d]``, same dtype.
 
     Returns:
         ``y`` if ``residual`` is None, else ``(y, h)`` with ``h = x + residual`` (the new residual

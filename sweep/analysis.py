@@ -72,3 +72,71 @@ def derived(cfg: ModelConfig, workload: dict, measured: dict, spec: HardwareSpec
         row[f"{st}_roofline_floor_ms"] = 1e3 * floor
         row[f"{st}_below_floor"] = bool(math.isfinite(floor) and t < 0.95 * floor)
     return row
+
+
+# ---- bottleneck class and diagnosis -------------------------------------------------------
+# Thresholds: a stage that reaches 60% of a measured ceiling is bound by that resource (Nsight
+# Compute's "Speed Of Light" section treats >60% of peak throughput as high utilization); one that
+# reaches neither and takes well over its roofline floor (Williams, Waterman & Patterson 2009,
+# "Roofline", CACM 52(4)) is bound by latency and launch overhead, not by the hardware's rates.
+BOUND_FRAC = 0.6
+OVERHEAD_FLOOR_RATIO = 2.0
+
+
+def classify(mfu: float, mbu: float, time_over_floor: float) -> str:
+    """``compute-bound``, ``memory-bound``, ``overhead-bound`` or ``unknown`` for one stage.
+
+    Args:
+        mfu, mbu: utilizations against the measured ceilings (0..1, NaN if unknown).
+        time_over_floor: measured time / roofline floor time.
+    """
+    if math.isnan(mfu) or math.isnan(mbu):
+        return "unknown"
+    if mbu >= BOUND_FRAC and mbu >= mfu:
+        return "memory-bound"
+    if mfu >= BOUND_FRAC:
+        return "compute-bound"
+    if time_over_floor >= OVERHEAD_FLOOR_RATIO:
+        return "overhead-bound"
+    return "memory-bound" if mbu >= mfu else "compute-bound"
+
+
+def diagnose(row: dict) -> dict:
+    """Per-stage ``{stage}_bound`` and one ``diagnosis`` text tying the finding to the design.
+
+    Uses the row's analytic/derived columns (``{stage}_mfu_vs_measured``, ``_mbu_vs_measured``,
+    ``_roofline_floor_ms``, ``decode_kv_bytes_share``, ``prompt_len``, ``n_kv_heads``, ``kv_dtype``).
+    """
+    out, texts = {}, []
+    times = {"prefill": row.get("ttft_ms", math.nan), "decode": row.get("decode_tpot_ms", math.nan)}
+    for st, t in times.items():
+        floor = row.get(f"{st}_roofline_floor_ms", math.nan)
+        ratio = t / floor if floor and not math.isnan(floor) else math.nan
+        b = classify(row.get(f"{st}_mfu_vs_measured", math.nan),
+                     row.get(f"{st}_mbu_vs_measured", math.nan), ratio)
+        out[f"{st}_bound"] = b
+        out[f"{st}_time_over_floor"] = ratio
+    kv = row.get("decode_kv_bytes_share", math.nan)
+    ctx = row.get("prompt_len", 0) + row.get("new_tokens", 0) // 2
+    d = out["decode_bound"]
+    if d == "memory-bound" and kv >= 0.3:
+        texts.append(f"decode is memory-bound: KV reads are {kv:.0%} of bytes at ~{ctx} context; "
+                     f"fewer KV heads (now {row.get('n_kv_heads')}) or a quantized KV cache "
+                     f"(now {row.get('kv_dtype')}) would cut them")
+    elif d == "memory-bound":
+        texts.append(f"decode is memory-bound on weights ({1 - kv:.0%} of bytes): more sequences "
+                     "per step amortize them, or smaller/quantized weights cut them")
+    elif d == "overhead-bound":
+        texts.append(f"decode takes {out['decode_time_over_floor']:.1f}x its roofline floor "
+                     "using neither ceiling: kernel launches and small kernels dominate; "
+                     "mode=cudagraph and kernels=triton cut them, and so do fewer, wider layers")
+    elif d == "compute-bound":
+        texts.append("decode is compute-bound: large batch; FLOPs per token (width, ffn_dim) set it")
+    p = out["prefill_bound"]
+    if p == "compute-bound":
+        texts.append("prefill is compute-bound: matmul FLOPs per token set TTFT")
+    elif p != "unknown":
+        texts.append(f"prefill is {p} (MFU {row.get('prefill_mfu_vs_measured', math.nan):.2f}): "
+                     "short prompts or a small batch leave the compute units idle")
+    out["diagnosis"] = "; ".join(texts)
+    return out

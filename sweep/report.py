@@ -11,7 +11,7 @@ import pandas as pd
 SUMMARY_COLUMNS = ["number", "state", "n_kv_heads", "n_heads", "head_dim", "d_model", "n_layers",
                    "ffn_dim", "batch", "prompt_len", "ttft_ms", "decode_tpot_ms", "decode_tok_s",
                    "prefill_mfu_vs_measured", "decode_mbu_vs_measured", "kv_bytes_per_token",
-                   "peak_mem_bytes", "fail_reason"]
+                   "peak_mem_bytes", "decode_bound", "fail_reason"]
 _INTERNAL = {"worker_host", "worker_pid", "design"}
 
 
@@ -132,3 +132,45 @@ def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], 
         paths.append(html)
     return paths
 
+
+
+def roofline_plot(df: pd.DataFrame, out_dir: Path, title: str = "") -> Path | None:
+    """Roofline of a study (Williams et al. 2009): each completed trial's prefill and decode as
+    points at their analytic arithmetic intensity (FLOP/byte) and achieved FLOP/s, under the
+    measured and datasheet ceilings (bandwidth slope, compute roof). Writes ``roofline.png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    need = {"prefill_arith_intensity", "prefill_flop_s", "decode_arith_intensity", "decode_flop_s"}
+    done = df[df["state"] == "COMPLETE"] if "state" in df else df
+    if done.empty or not need <= set(done.columns):
+        return None
+    fig, ax = plt.subplots(figsize=(7, 5))
+    ai = np.logspace(-1, 4, 200)
+    r = done.iloc[0]
+    for which, style in (("measured", "-"), ("datasheet", "--")):
+        pf, pb = r.get(f"peak_flops_{which}"), r.get(f"peak_bytes_s_{which}")
+        if pf and pb and np.isfinite(pf) and np.isfinite(pb):
+            ax.plot(ai, np.minimum(pf, pb * ai), style, c="k", lw=1,
+                    label=f"{which} ceiling ({pb / 1e12:.2f} TB/s, {pf / 1e12:.0f} TFLOP/s)")
+    for st, c in (("prefill", "C0"), ("decode", "C3")):
+        ax.scatter(done[f"{st}_arith_intensity"], done[f"{st}_flop_s"], c=c, label=st, zorder=3)
+    params = [c for c in done.columns if c.startswith("param_")]
+    for _, row in done.iterrows():
+        lab = ", ".join(f"{c[6:]}={row[c]}" for c in params)
+        ax.annotate(lab, (row["decode_arith_intensity"], row["decode_flop_s"]), fontsize=6)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte, analytic minimum bytes)")
+    ax.set_ylabel("achieved FLOP/s")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out_dir / "roofline.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -235,6 +235,7 @@ class Objective:
             return self._fail(trial, reason, label, t0, row)
         row.update(res["measured"])
         row.update(analysis.derived(cfg, wl, res["measured"], plan.spec, self.ceilings))
+        row.update(analysis.diagnose(row))
         row["trial_dir"] = str(trial_dir.relative_to(REPO) if trial_dir.is_relative_to(REPO)
                                else trial_dir)
         for k, v in row.items():
@@ -379,6 +380,7 @@ def run(plan: Plan):
         "hardware_spec": plan.spec.__dict__, "ceilings": ceilings,
         "env": environment(plan.device)})
     report.pareto_plot(df, plan.objectives, plan.directions, plan.results, title=plan.name)
+    report.roofline_plot(df, plan.results, title=plan.name)
     return study, df
 
 

@@ -1,0 +1,67 @@
+"""Bottleneck classifier, diagnosis text, roofline plot and the regression check on constructed rows."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from sweep.analysis import classify, diagnose
+from sweep.compare import compare
+from sweep.report import roofline_plot
+
+
+@pytest.mark.parametrize("mfu,mbu,ratio,want", [
+    (0.05, 0.85, 1.2, "memory-bound"),
+    (0.70, 0.20, 1.4, "compute-bound"),
+    (0.02, 0.30, 3.3, "overhead-bound"),
+    (0.10, 0.40, 1.5, "memory-bound"),
+    (math.nan, 0.5, 1.0, "unknown"),
+])
+def test_classify(mfu, mbu, ratio, want):
+    assert classify(mfu, mbu, ratio) == want
+
+
+def _row(**kw):
+    base = dict(ttft_ms=200.0, decode_tpot_ms=4.6, prefill_roofline_floor_ms=110.0,
+                decode_roofline_floor_ms=2.4, prefill_mfu_vs_measured=0.55,
+                prefill_mbu_vs_measured=0.05, decode_mfu_vs_measured=0.01,
+                decode_mbu_vs_measured=0.65, decode_kv_bytes_share=0.62, prompt_len=4096,
+                new_tokens=64, n_kv_heads=32, kv_dtype="bf16")
+    return {**base, **kw}
+
+
+def test_diagnosis_ties_finding_to_design():
+    d = diagnose(_row())
+    assert d["decode_bound"] == "memory-bound"
+    assert "KV reads are 62% of bytes at ~4128 context" in d["diagnosis"]
+    assert "fewer KV heads (now 32)" in d["diagnosis"]
+    o = diagnose(_row(decode_mbu_vs_measured=0.3, decode_tpot_ms=8.0))
+    assert o["decode_bound"] == "overhead-bound" and "3.3x its roofline floor" in o["diagnosis"]
+    w = diagnose(_row(decode_kv_bytes_share=0.05))
+    assert "memory-bound on weights (95% of bytes)" in w["diagnosis"]
+
+
+def test_roofline_plot(tmp_path):
+    df = pd.DataFrame([dict(state="COMPLETE", param_n_kv_heads=k, prefill_arith_intensity=900.0,
+                            prefill_flop_s=4e14, decode_arith_intensity=8.0 / k,
+                            decode_flop_s=2e12 / k, peak_flops_measured=7.7e14,
+                            peak_bytes_s_measured=2.97e12, peak_flops_datasheet=9.89e14,
+                            peak_bytes_s_datasheet=3.35e12) for k in (1, 8, 32)])
+    p = roofline_plot(df, tmp_path, "t")
+    assert p.exists() and p.stat().st_size > 10_000
+
+
+def test_compare_flags_regressions_beyond_spread():
+    old = pd.DataFrame([dict(n_kv_heads=k, batch=8, decode_tpot_ms=3.0, decode_tpot_ms_min=2.95,
+                             decode_tpot_ms_p90=3.05, decode_tok_s=2666.0, ttft_ms=100.0,
+                             ttft_ms_min=99.0, ttft_ms_p90=101.0) for k in (1, 8)])
+    new = old.copy()
+    new.loc[0, ["decode_tpot_ms", "decode_tpot_ms_min", "decode_tpot_ms_p90"]] = [3.6, 3.5, 3.7]
+    new.loc[0, "decode_tok_s"] = 2222.0
+    # k=8: 6% slower median but spreads overlap -> not a regression
+    new.loc[1, ["decode_tpot_ms", "decode_tpot_ms_min", "decode_tpot_ms_p90"]] = [3.18, 3.0, 3.3]
+    res = compare(old, new).set_index(["design", "metric"])
+    assert res.loc[("n_kv_heads=1, batch=8", "decode_tpot_ms"), "regression"]
+    assert res.loc[("n_kv_heads=1, batch=8", "decode_tok_s"), "regression"]
+    assert not res.loc[("n_kv_heads=8, batch=8", "decode_tpot_ms"), "regression"]
+    assert not res.loc[("n_kv_heads=8, batch=8", "ttft_ms"), "regression"]
