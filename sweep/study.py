@@ -235,6 +235,8 @@ class Objective:
             return self._fail(trial, reason, label, t0, row)
         row.update(res["measured"])
         row.update(analysis.derived(cfg, wl, res["measured"], plan.spec, self.ceilings))
+        if plan.profile.get("ncu"):
+            row.update(self._ncu(spec, cfg, wl, trial_dir, row))
         row.update(analysis.diagnose(row))
         row["trial_dir"] = str(trial_dir.relative_to(REPO) if trial_dir.is_relative_to(REPO)
                                else trial_dir)
@@ -255,6 +257,45 @@ class Objective:
             return self._fail(trial, f"objective(s) not measured: {', '.join(bad)}", label, t0,
                               row)
         return values
+
+    def _ncu(self, spec, cfg, wl, trial_dir, row) -> dict:
+        """Per-stage Nsight Compute figures (``sweep.measure.ncu``), or ``{stage}_ncu_reason``."""
+        from zoo import counts
+
+        from .measure import ncu
+
+        out = {}
+        for stage in ("prefill", "decode"):
+            why = ncu.available()
+            if why is None:
+                d = trial_dir / f"ncu_{stage}"
+                csv_path = d / "ncu.csv"
+                d.mkdir(parents=True, exist_ok=True)
+                res = run_child(dict(spec, ncu_stage=stage), d, wl.get("timeout_s", 900.0),
+                                wrapper=ncu.command(csv_path))
+                try:
+                    if res.get("status") != "ok":
+                        raise ValueError(f"{res.get('error_type')}: {res.get('error')}")
+                    steps = res["measured"]["profiled_steps"]
+                    rows = ncu.parse_csv(csv_path.read_text())
+                    if not rows:
+                        raise ValueError("ncu profiled no kernels in the window")
+                    out.update(ncu.stage_summary(rows, stage, steps))
+                except (ValueError, OSError, KeyError) as e:
+                    why = f"ncu failed: {e}"[:600]
+            if why is not None:
+                out[f"{stage}_ncu_reason"] = why
+                continue
+            if stage == "prefill":
+                st = counts.prefill(cfg, wl["batch"], wl["prompt_len"])
+            else:  # the profiled steps' mean cache length
+                a, b = spec["profile"].get("options", {}).get("ncu_decode_steps", [2, 5])
+                st = counts.decode_step(cfg, wl["batch"], wl["prompt_len"] + (a + b - 1) // 2)
+            meas = out[f"{stage}_dram_bytes"]
+            out[f"{stage}_dram_bytes_over_min"] = meas / st.min_bytes
+            out[f"{stage}_arith_intensity_measured"] = st.matmul_flops / meas if meas else math.nan
+            out[f"{stage}_ncu_min_bytes"] = st.min_bytes
+        return out
 
     def _fail(self, trial, reason, label, t0, row):
         for k, v in row.items():

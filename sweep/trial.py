@@ -90,6 +90,8 @@ def measure(spec: dict) -> dict:
 
     g = torch.Generator(device=device).manual_seed(spec.get("seed", 0) + 1)
     prompt = torch.randint(0, cfg.vocab_size, (B, T), device=device, generator=g)
+    if spec.get("ncu_stage"):
+        return profiled_window(gen, prompt, spec)
     timer = Timer(device)
     state = {}
 
@@ -162,6 +164,37 @@ def measure(spec: dict) -> dict:
         out["peak_mem_bytes_reason"] = "CPU run: no allocator peak (see peak_rss_bytes)"
         out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return out
+
+
+def profiled_window(gen, prompt, spec: dict) -> dict:
+    """Run one stage between ``cudaProfilerStart/Stop`` for a profiler started with profiling
+    off (``ncu --profile-from-start off``): the prefill once, or decode steps ``A..B``
+    (``profile.options.ncu_decode_steps``) after the warm-up and graph capture. Returns
+    ``{"ncu_stage", "profiled_steps"}``."""
+    import torch
+
+    stage = spec["ncu_stage"]
+    a, b = (spec.get("profile") or {}).get("options", {}).get("ncu_decode_steps", [2, 5])
+    tok = gen.prefill(prompt).argmax(-1, keepdim=True)  # warm-up (and graph capture below)
+    for _ in range(b):
+        tok = gen.decode(tok).argmax(-1, keepdim=True)
+    torch.cuda.synchronize()
+    T = prompt.shape[1]
+    if stage == "prefill":
+        torch.cuda.profiler.start()
+        gen.prefill(prompt).argmax(-1)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+        return {"ncu_stage": stage, "profiled_steps": 1}
+    gen.pos = T
+    for i in range(b):
+        if i == a:
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
+        tok = gen.decode(tok).argmax(-1, keepdim=True)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    return {"ncu_stage": stage, "profiled_steps": b - a, "first_step_cache_len": T + a}
 
 
 def classify(exc: BaseException) -> str:

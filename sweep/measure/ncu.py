@@ -1,0 +1,139 @@
+"""Nsight Compute per stage: build the ``ncu`` command, parse its CSV, sum per stage.
+
+The trial's child runs twice more under ``ncu`` (an argument list, never a shell string), once per
+stage, with ``--profile-from-start off``: the child brackets exactly the profiled region with
+``cudaProfilerStart/Stop`` (prefill: one call; decode: steps ``A..B`` of a loop, as TensorRT-LLM's
+``TLLM_PROFILE_START_STOP`` does), so the report holds that stage's kernels only and stays small.
+``--clock-control none`` leaves the GPU's clocks as they are.
+
+Metrics (Hopper names, checked against ``ncu --query-metrics --chip gh100``): DRAM bytes read and
+written, L2 sector hit rate, tensor-pipe active %, SM throughput %, achieved occupancy (warps
+active % of peak), bf16 tensor ops, and the per-issue stall ratios whose largest is the top stall
+reason (Nsight Compute Kernel Profiling Guide, "Warp Scheduler States").
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+from pathlib import Path
+
+STALLS = ("long_scoreboard", "short_scoreboard", "wait", "math_pipe_throttle", "mio_throttle",
+          "lg_throttle", "barrier", "not_selected", "no_instruction", "gmma", "membar", "drain",
+          "imc_miss", "branch_resolving", "dispatch_stall", "sleeping", "tex_throttle", "misc",
+          "selected")
+METRICS = {
+    "time_ns": "gpu__time_duration.sum",
+    "dram_read": "dram__bytes_read.sum",
+    "dram_write": "dram__bytes_write.sum",
+    "l2_hit_pct": "lts__t_sector_hit_rate.pct",
+    "tensor_pipe_pct": "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm_throughput_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "tensor_ops_bf16": "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
+    **{f"stall_{s}": f"smsp__average_warps_issue_stalled_{s}_per_issue_active.ratio"
+       for s in STALLS},
+}
+_PREFIX = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def command(csv_path: str | Path, ncu: str = "ncu") -> list[str]:
+    """The ``ncu`` argument list to put before the child's own command."""
+    return [ncu, "--clock-control", "none", "--profile-from-start", "off",
+            "--target-processes", "all", "--metrics", ",".join(METRICS.values()),
+            "--csv", "--page", "raw", "--print-units", "base", "--log-file", str(csv_path)]
+
+
+def available(ncu: str = "ncu") -> str | None:
+    """None if ``ncu`` can be run, else the reason it cannot."""
+    return None if shutil.which(ncu) else f"{ncu} not found on PATH (Nsight Compute not installed)"
+
+
+def _num(text: str, unit: str = "") -> float:
+    t = text.strip().replace(",", "")
+    if t in ("", "n/a", "N/A"):
+        return float("nan")
+    v = float(t)
+    u = unit.strip()
+    if u.endswith("byte") and u[:-4] in _PREFIX:  # in case units were not printed in base
+        v *= _PREFIX[u[:-4]]
+    elif u in ("usecond", "us"):
+        v *= 1e3
+    elif u in ("msecond", "ms"):
+        v *= 1e6
+    return v
+
+
+def parse_csv(text: str) -> list[dict]:
+    """Per-kernel rows from ``ncu --csv --page raw`` output (tool lines before the header and the
+    units row after it are skipped). Each row: ``kernel``, ``id`` and the ``METRICS`` keys.
+
+    Raises:
+        ValueError: no CSV header (``"ID"``) in the text, e.g. ncu refused to profile; the
+            message carries ncu's own lines.
+    """
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
+    if start is None:
+        tool = " | ".join(ln for ln in lines if ln.startswith("==")) or text[-500:]
+        raise ValueError(f"no ncu CSV in the output: {tool[:800]}")
+    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    header, body = rows[0], rows[1:]
+    units = {}
+    if body and not body[0][0].strip():  # the units row
+        units = dict(zip(header, body[0]))
+        body = body[1:]
+    out = []
+    for r in body:
+        if len(r) != len(header) or not r[0].strip():
+            continue
+        d = dict(zip(header, r))
+        row = {"id": int(d["ID"]), "kernel": d.get("Kernel Name", "")}
+        for key, metric in METRICS.items():
+            row[key] = _num(d[metric], units.get(metric, "")) if metric in d else float("nan")
+        out.append(row)
+    return out
+
+
+def stage_summary(rows: list[dict], stage: str, steps: int = 1) -> dict:
+    """Per-stage results-row columns from the kernel rows of one profiled window.
+
+    Byte and time sums are divided by ``steps`` (decode: per step). Percentages are averaged
+    weighted by kernel time. ``{stage}_top_stall`` is the stall reason with the largest
+    time-weighted ratio; ``{stage}_ncu_top_kernels`` the five largest kernels' time shares (JSON).
+    """
+    import math
+
+    t = sum(r["time_ns"] for r in rows if not math.isnan(r["time_ns"])) or float("nan")
+
+    def wmean(key):
+        pts = [(r[key], r["time_ns"]) for r in rows if not math.isnan(r[key])]
+        w = sum(x for _, x in pts)
+        return sum(v * x for v, x in pts) / w if w else float("nan")
+
+    def total(key):
+        return sum(r[key] for r in rows if not math.isnan(r[key]))
+
+    stalls = {s: wmean(f"stall_{s}") for s in STALLS}
+    stalls = {k: v for k, v in stalls.items() if not math.isnan(v) and k != "selected"}
+    by_kernel: dict[str, float] = {}
+    for r in rows:
+        by_kernel[r["kernel"]] = by_kernel.get(r["kernel"], 0.0) + r["time_ns"]
+    top = sorted(by_kernel.items(), key=lambda kv: -kv[1])[:5]
+    p = f"{stage}_"
+    return {
+        p + "ncu_kernels": len(rows) / steps,
+        p + "ncu_time_ms": t / 1e6 / steps,
+        p + "dram_bytes": (total("dram_read") + total("dram_write")) / steps,
+        p + "dram_read_bytes": total("dram_read") / steps,
+        p + "dram_write_bytes": total("dram_write") / steps,
+        p + "l2_hit_pct": wmean("l2_hit_pct"),
+        p + "tensor_pipe_pct": wmean("tensor_pipe_pct"),
+        p + "sm_throughput_pct": wmean("sm_throughput_pct"),
+        p + "occupancy_pct": wmean("occupancy_pct"),
+        p + "tensor_ops_bf16": total("tensor_ops_bf16") / steps,
+        p + "top_stall": max(stalls, key=stalls.get) if stalls else "",
+        p + "ncu_top_kernels": json.dumps({k[:80]: round(v / t, 4) for k, v in top}),
+    }
