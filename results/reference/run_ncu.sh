@@ -16,4 +16,5 @@ cp $R/baseline-*/trials/0000/ncu_decode/ncu.csv "$OUT/ncu_decode_llama3_2_1b_b1.
 cp $R/baseline-*/trials/0000/ncu_prefill/ncu.csv "$OUT/ncu_prefill_llama3_2_1b_b1.csv"
 timeout 250 python3 -m sweep +experiment=gqa_vs_mha profile=ncu workload=default study.n_trials=2 \
   results_dir=$R
-python3 -m sweep.record "$OUT/ncu.json" --command "bash results/reference/run_ncu.sh" $R/*/
+python3 -m sweep.record "$OUT/ncu.json" --command "bash results/reference/run_ncu.sh" \
+  $R/baseline-* $R/gqa_vs_mha-*
