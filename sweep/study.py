@@ -271,8 +271,10 @@ class Objective:
                 d = trial_dir / f"ncu_{stage}"
                 csv_path = d / "ncu.csv"
                 d.mkdir(parents=True, exist_ok=True)
-                res = run_child(dict(spec, ncu_stage=stage), d, wl.get("timeout_s", 900.0),
-                                wrapper=ncu.command(csv_path))
+                # the windows launch eagerly: the same kernels as a graph replay, and ncu did
+                # not finish a decode window under CUDA-graph replay on the H100 (2026-11-22)
+                res = run_child(dict(spec, ncu_stage=stage, mode="eager"), d,
+                                wl.get("timeout_s", 900.0), wrapper=ncu.command(csv_path))
                 try:
                     if res.get("status") != "ok":
                         raise ValueError(f"{res.get('error_type')}: {res.get('error')}")

@@ -11,10 +11,8 @@ if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
 fi
-timeout 280 python3 -m sweep model=llama3_2_1b profile=ncu study.n_trials=1 results_dir=$R
+timeout 420 python3 -m sweep model=llama3_2_1b profile=ncu study.n_trials=1 results_dir=$R
 cp $R/baseline-*/trials/0000/ncu_decode/ncu.csv "$OUT/ncu_decode_llama3_2_1b_b1.csv"
 cp $R/baseline-*/trials/0000/ncu_prefill/ncu.csv "$OUT/ncu_prefill_llama3_2_1b_b1.csv"
-timeout 250 python3 -m sweep +experiment=gqa_vs_mha profile=ncu workload=default study.n_trials=2 \
-  results_dir=$R
 python3 -m sweep.record "$OUT/ncu.json" --command "bash results/reference/run_ncu.sh" \
-  $R/baseline-* $R/gqa_vs_mha-*
+  $R/baseline-*
