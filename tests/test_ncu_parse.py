@@ -45,3 +45,23 @@ def test_command_is_an_argument_list():
     cmd = ncu.command("/tmp/x.csv")
     assert cmd[:3] == ["ncu", "--clock-control", "none"] and "--profile-from-start" in cmd
     assert "dram__bytes_read.sum" in cmd[cmd.index("--metrics") + 1]
+
+
+def test_parses_a_real_h100_report():
+    """The prefill window of the Llama-3.2-1B shape (batch 1, prompt 512, torch kernels), from
+    `bash results/reference/run_ncu.sh` on an H100 (ncu 2025.3.1), 2026-11-22."""
+    import gzip
+    from pathlib import Path
+
+    from zoo import ModelConfig, counts
+
+    path = Path(__file__).parent / "fixtures" / "ncu_prefill_llama3_2_1b_b1_h100.csv.gz"
+    rows = ncu.parse_csv(gzip.decompress(path.read_bytes()).decode())
+    assert len(rows) == 669
+    s = ncu.stage_summary(rows, "prefill")
+    floor = counts.prefill(ModelConfig.from_name("llama3_2_1b"), 1, 512).min_bytes
+    # every weight is read at least once: measured DRAM bytes cannot fall below the minimum
+    assert floor < s["prefill_dram_bytes"] < 2 * floor
+    assert 0 < s["prefill_l2_hit_pct"] < 100 and 0 < s["prefill_tensor_pipe_pct"] < 100
+    assert s["prefill_top_stall"] == "long_scoreboard"
+    assert any("nvjet_sm90" in k for k in json.loads(s["prefill_ncu_top_kernels"]))
