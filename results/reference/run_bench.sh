@@ -4,10 +4,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 out=$1; shift
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
-fi
+. results/reference/gpu_host.sh
 for g in "$@"; do
   if [ "$g" = tests ]; then
     python3 -m pytest -q tests/kernels tests/test_gpu.py 2>&1 | tail -25

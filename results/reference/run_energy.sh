@@ -7,10 +7,7 @@ OUT=${OUT:-results/out}
 mkdir -p "$OUT"
 R=results/ref-energy
 rm -rf "$R"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
-fi
+. results/reference/gpu_host.sh
 python3 -m pytest -q tests/test_nvml.py tests/test_gpu.py tests/kernels/test_attention.py \
   tests/kernels/test_model_triton.py 2>&1 | tail -8
 python3 -m sweep +experiment=gqa_vs_mha profile=nvml results_dir=$R

@@ -7,10 +7,7 @@ OUT=${OUT:-results/out}
 mkdir -p "$OUT"
 R=results/ref-ncu
 rm -rf "$R"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
-fi
+. results/reference/gpu_host.sh
 timeout 420 python3 -m sweep model=llama3_2_1b profile=ncu study.n_trials=1 results_dir=$R
 cp $R/baseline-*/trials/0000/ncu_decode/ncu.csv "$OUT/ncu_decode_llama3_2_1b_b1.csv"
 cp $R/baseline-*/trials/0000/ncu_prefill/ncu.csv "$OUT/ncu_prefill_llama3_2_1b_b1.csv"

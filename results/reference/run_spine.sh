@@ -9,10 +9,7 @@ OUT=${OUT:-results/out}
 mkdir -p "$OUT"
 R=results/ref-spine   # a fresh study store for this record
 rm -rf "$R"
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
-fi
+. results/reference/gpu_host.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw,temperature.gpu \
   --format=csv | tee "$OUT/nvidia-smi.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
