@@ -74,14 +74,14 @@ class CpuFallbackConf:
 
 @dataclass
 class ProfileConf:
-    """What a trial collects besides timings (profiling issue): ``timing`` is the cheap default."""
+    """What a trial collects besides timings: ``timing`` is the cheap default; ``nvml`` (power,
+    energy/token), ``nvtx`` (ranges for Nsight tools), ``ncu`` (Nsight Compute per stage).
+    torch.profiler and Nsight Systems modes are not built yet, so there are no fields for them."""
 
     name: str = "timing"
     nvml: bool = False
     nvtx: bool = False
-    torch_profiler: bool = False
     ncu: bool = False
-    nsys: bool = False
     options: dict[str, Any] = field(default_factory=dict)
 
 
