@@ -9,6 +9,9 @@ Cases (prompt 512, 128 new tokens unless noted):
 - ``kv``: the KV-dominated case: Llama-3.2-1B shape, batch 64, 8192-token prompt, kv_dtype bf16 /
   int8 / fp8_e4m3 (cudagraph + triton), with the logits' error of the quantized caches against the
   bf16 cache over 64 decode steps (max abs, mean KL).
+- ``nvtx``: the decode step's cost of the NVTX ranges (``zoo.nvtx``) with no profiler attached:
+  Llama-3.2-1B shape, batch 1, eager (a Python call per range per layer: the worst case) and
+  cudagraph, ranges off and on in alternating rounds; the target is < 2% (profiling issue).
 - ``kernels``: each Triton kernel against its DRAM roofline (minimum bytes / measured copy
   bandwidth) and the torch eager op it replaces; decode attention against
   ``scaled_dot_product_attention`` on the same inputs.
@@ -203,10 +206,49 @@ def kernel_rows(copy_bw: float) -> list[dict]:
     return rows
 
 
+def nvtx_overhead(rounds: int = 7, steps: int = 64) -> list[dict]:
+    """Median decode step time (ms) with NVTX ranges off and on, alternating ``rounds`` times,
+    for the 1B shape at batch 1 in eager and cudagraph modes. Returns one row per mode with
+    ``step_ms_off``, ``step_ms_on`` (medians over rounds of the per-round median step) and
+    ``overhead_pct``."""
+    from zoo import nvtx
+
+    rows = []
+    for mode in ("eager", "cudagraph"):
+        cfg = ModelConfig.from_name("llama3_2_1b")
+        model = Transformer.build(cfg, "cuda")
+        gen = Generator(model, 1, 512 + steps + 1, mode)
+        prompt = torch.randint(0, cfg.vocab_size, (1, 512), device="cuda")
+        timer = Timer("cuda")
+        first = gen.prefill(prompt).argmax(-1, keepdim=True)
+        res = {False: [], True: []}
+        for r in range(2 * rounds + 2):
+            on = bool(r % 2)
+            nvtx.enable(on)
+            gen.pos, tok = 512, first
+            state = {"tok": tok}
+
+            def step():
+                state["tok"] = gen.decode(state["tok"]).argmax(-1, keepdim=True)
+
+            ts = timer.steps([step] * steps)
+            if r >= 2:  # the first pair warms up (graph capture)
+                res[on].append(statistics.median(ts))
+        nvtx.enable(False)
+        off, on_ = statistics.median(res[False]), statistics.median(res[True])
+        rows.append({"case": f"nvtx-llama3_2_1b-b1-{mode}", "mode": mode, "rounds": rounds,
+                     "steps": steps, "step_ms_off": 1e3 * off, "step_ms_on": 1e3 * on_,
+                     "overhead_pct": 100 * (on_ / off - 1),
+                     "spread_off_ms": [1e3 * min(res[False]), 1e3 * max(res[False])],
+                     "spread_on_ms": [1e3 * min(res[True]), 1e3 * max(res[True])]})
+    _free()
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--group", default="all", choices=["all", "small", "large", "kv", "kernels"])
+    ap.add_argument("--group", default="all", choices=["all", "small", "large", "kv", "kernels", "nvtx"])
     ap.add_argument("--command", default=" ".join(["python -m sweep.bench"] + sys.argv[1:]))
     a = ap.parse_args(argv)
     dev = detect_device("cuda")
@@ -290,6 +332,13 @@ def main(argv: list[str] | None = None) -> int:
                 rec["kv_error"] = {"error": f"{type(e).__name__}: {e}"[:500]}
             save()
             print("kv_error", rec["kv_error"], flush=True)
+        elif grp == "nvtx":
+            try:
+                rec["nvtx"] = nvtx_overhead()
+            except Exception as e:  # noqa: BLE001
+                rec["nvtx"] = [{"error": f"{type(e).__name__}: {e}"[:500]}]
+            save()
+            print("nvtx", rec["nvtx"], flush=True)
         elif grp == "kernels":
             try:
                 rec["kernels"] = kernel_rows(bw)

@@ -75,13 +75,18 @@ class CpuFallbackConf:
 @dataclass
 class ProfileConf:
     """What a trial collects besides timings: ``timing`` is the cheap default; ``nvml`` (power,
-    energy/token), ``nvtx`` (ranges for Nsight tools), ``ncu`` (Nsight Compute per stage).
-    torch.profiler and Nsight Systems modes are not built yet, so there are no fields for them."""
+    energy/token), ``nvtx`` (ranges for Nsight tools), ``torch`` (torch.profiler op table, kernel
+    categories, GPU timeline, trace), ``ncu`` (Nsight Compute per stage), ``nsys`` (Nsight Systems
+    per stage), ``cublaslt_log`` (cuBLASLt's GEMM log: shapes and achieved FLOP/s per shape).
+    ``options`` holds each mode's knobs (see ``conf/profile/*.yaml``)."""
 
     name: str = "timing"
     nvml: bool = False
     nvtx: bool = False
+    torch: bool = False
     ncu: bool = False
+    nsys: bool = False
+    cublaslt_log: bool = False
     options: dict[str, Any] = field(default_factory=dict)
 
 

@@ -226,8 +226,15 @@ class Objective:
                 "fault": _fault_for(plan.fault, trial.number), "profile": plan.profile}
         trial_dir = plan.results / "trials" / f"{trial.number:04d}"
         spec["trial_dir"] = str(trial_dir)
+        spec["env"] = {}
         if plan.profile.get("nvtx"):
-            spec["env"] = {"DESIGNZOO_NVTX": "1"}
+            spec["env"]["DESIGNZOO_NVTX"] = "1"
+        if plan.profile.get("cublaslt_log"):
+            from .measure import cublaslt
+
+            trial_dir.mkdir(parents=True, exist_ok=True)
+            (trial_dir / "cublaslt.log").unlink(missing_ok=True)
+            spec["env"].update(cublaslt.env((trial_dir / "cublaslt.log").resolve()))
         res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0))
         row.update({k: v for k, v in (res.get("env") or {}).items()})
         if res.get("status") != "ok":
@@ -235,8 +242,15 @@ class Objective:
             return self._fail(trial, reason, label, t0, row)
         row.update(res["measured"])
         row.update(analysis.derived(cfg, wl, res["measured"], plan.spec, self.ceilings))
+        if plan.profile.get("cublaslt_log"):
+            try:
+                row.update(cublaslt.summarize(trial_dir))
+            except ValueError as e:
+                row.update(gemm_shapes=math.nan, gemm_shapes_reason=str(e)[:300])
         if plan.profile.get("ncu"):
             row.update(self._ncu(spec, cfg, wl, trial_dir, row))
+        if plan.profile.get("nsys"):
+            row.update(self._nsys(spec, wl, trial_dir))
         row.update(analysis.diagnose(row))
         row["trial_dir"] = str(trial_dir.relative_to(REPO) if trial_dir.is_relative_to(REPO)
                                else trial_dir)
@@ -259,30 +273,48 @@ class Objective:
         return values
 
     def _ncu(self, spec, cfg, wl, trial_dir, row) -> dict:
-        """Per-stage Nsight Compute figures (``sweep.measure.ncu``), or ``{stage}_ncu_reason``."""
+        """Per-stage Nsight Compute figures (``sweep.measure.ncu``), or ``{stage}_ncu_reason``.
+
+        Per stage two child runs under ``ncu``, launched eagerly (the same kernels as a graph
+        replay; hooks mark the sample): the ``memory`` set over the whole window (DRAM bytes and
+        time of every kernel) and the ``detail`` set over ``ncu_detail_layers`` and the LM head.
+        Adds ``{stage}_dram_bytes_over_min`` (measured / analytic minimum bytes),
+        ``_arith_intensity_measured`` (analytic matmul FLOPs / measured bytes, FLOP/byte),
+        ``_dram_bw_pct_of_measured`` (DRAM bytes / summed kernel time vs the measured copy
+        ceiling) and ``_tensor_flops_over_analytic`` (bf16 tensor FLOPs measured on the sample
+        / analytic matmul FLOPs of the same layers and LM head).
+        """
         from zoo import counts
 
         from .measure import ncu
 
+        opts = spec["profile"].get("options", {})
+        a, b = opts.get("ncu_decode_steps", [2, 3])
+        layers = list(opts.get("ncu_detail_layers", [0]))
         out = {}
         for stage in ("prefill", "decode"):
             why = ncu.available()
             if why is None:
-                d = trial_dir / f"ncu_{stage}"
-                csv_path = d / "ncu.csv"
-                d.mkdir(parents=True, exist_ok=True)
-                # the windows launch eagerly: the same kernels as a graph replay, and ncu did
-                # not finish a decode window under CUDA-graph replay on the H100 (2026-11-22)
-                res = run_child(dict(spec, ncu_stage=stage, mode="eager"), d,
-                                wl.get("timeout_s", 900.0), wrapper=ncu.command(csv_path))
                 try:
-                    if res.get("status") != "ok":
-                        raise ValueError(f"{res.get('error_type')}: {res.get('error')}")
-                    steps = res["measured"]["profiled_steps"]
-                    rows = ncu.parse_csv(csv_path.read_text())
-                    if not rows:
-                        raise ValueError("ncu profiled no kernels in the window")
-                    out.update(ncu.stage_summary(rows, stage, steps))
+                    runs = {}
+                    for mset, extra in (("memory", {}), ("detail", {"ncu_sample": layers})):
+                        d = trial_dir / f"ncu_{stage}_{mset}"
+                        d.mkdir(parents=True, exist_ok=True)
+                        res = run_child(dict(spec, profile_window=stage, mode="eager", **extra), d,
+                                        wl.get("timeout_s", 900.0),
+                                        wrapper=ncu.command(d / "ncu.csv", mset))
+                        if res.get("status") != "ok":
+                            raise ValueError(f"{mset} run: {res.get('error_type')}: "
+                                             f"{res.get('error')}")
+                        rows = ncu.parse_csv((d / "ncu.csv").read_text())
+                        if not rows:
+                            raise ValueError(f"{mset} run: ncu profiled no kernels in the window")
+                        runs[mset] = (rows, res["measured"]["profiled_steps"])
+                    rows, steps = runs["memory"]
+                    out.update(ncu.stage_summary(rows, stage, steps, detail=runs["detail"][0]))
+                    out[f"{stage}_ncu_detail_scope"] = (
+                        f"layers {layers} of {cfg.n_layers} + lm_head"
+                        + (f", decode step {a}" if stage == "decode" else ""))
                 except (ValueError, OSError, KeyError) as e:
                     why = f"ncu failed: {e}"[:600]
             if why is not None:
@@ -291,12 +323,41 @@ class Objective:
             if stage == "prefill":
                 st = counts.prefill(cfg, wl["batch"], wl["prompt_len"])
             else:  # the profiled steps' mean cache length
-                a, b = spec["profile"].get("options", {}).get("ncu_decode_steps", [2, 5])
                 st = counts.decode_step(cfg, wl["batch"], wl["prompt_len"] + (a + b - 1) // 2)
             meas = out[f"{stage}_dram_bytes"]
             out[f"{stage}_dram_bytes_over_min"] = meas / st.min_bytes
             out[f"{stage}_arith_intensity_measured"] = st.matmul_flops / meas if meas else math.nan
             out[f"{stage}_ncu_min_bytes"] = st.min_bytes
+            peak = self.ceilings.get("copy_bytes_s", math.nan)
+            t = out[f"{stage}_ncu_time_ms"] / 1e3
+            out[f"{stage}_dram_bw_pct_of_measured"] = 100 * meas / t / peak if t else math.nan
+            per_layer = sum(v for k, v in st.flops.items() if k != "lm_head") / cfg.n_layers
+            sample_flops = len(layers) * per_layer + st.flops.get("lm_head", 0)
+            out[f"{stage}_tensor_flops_over_analytic"] = (
+                out[f"{stage}_tensor_flops_bf16"] / sample_flops if cfg.dtype == "bf16"
+                else math.nan)
+        return out
+
+    def _nsys(self, spec, wl, trial_dir) -> dict:
+        """Per-stage Nsight Systems figures (``sweep.measure.nsys``): one child run per stage
+        window under ``nsys profile``, its SQLite export analysed; ``{stage}_nsys_reason`` on
+        failure."""
+        from .measure import nsys
+
+        a, b = spec["profile"].get("options", {}).get("ncu_decode_steps", [2, 10])
+        out = {}
+        for stage in ("prefill", "decode"):
+            d = trial_dir / f"nsys_{stage}"
+            d.mkdir(parents=True, exist_ok=True)
+            res = run_child(dict(spec, profile_window=stage, mode="eager"), d,
+                            wl.get("timeout_s", 900.0), wrapper=nsys.command(d / "report"))
+            try:
+                if res.get("status") != "ok":
+                    raise ValueError(f"{res.get('error_type')}: {res.get('error')}")
+                out.update(nsys.analyse(d / "report.sqlite", stage,
+                                        res["measured"]["profiled_steps"]))
+            except (ValueError, OSError, KeyError) as e:
+                out.update(nsys.nan_row(stage, f"nsys failed: {e}"[:600]))
         return out
 
     def _fail(self, trial, reason, label, t0, row):
@@ -457,6 +518,14 @@ def plan_from_config(cfg) -> Plan:
             space = exp["space_cpu"]
     base = ModelConfig.from_dict(model)
     base.validate(device)
+    prof = c.get("profile") or {}
+    if prof.get("nsys"):
+        from .measure import nsys
+
+        if (why := nsys.available()) is not None:
+            raise RuntimeError(f"profile={prof.get('name')} needs Nsight Systems: {why}")
+    if prof.get("ncu") and device["type"] != "cuda" and not c.get("quiet"):
+        print("profile=ncu on a CPU run: the ncu columns will be NaN with the reason", flush=True)
     objectives, directions = list(c["study"]["objectives"]), list(c["study"]["directions"])
     unknown = [o for o in objectives if o not in ROW_OBJECTIVES]
     if unknown:

@@ -56,7 +56,11 @@ def measure(spec: dict) -> dict:
     ``prefill_tok_s``, ``decode_tok_s``; ``peak_mem_bytes``, ``weights_alloc_bytes``,
     ``kv_cache_alloc_bytes``; ``build_s``. With ``profile.nvml``: ``{prefill,decode}_energy_j``,
     ``_avg_power_w``, ``_j_per_token`` over the timed repeats (``sweep.measure.nvml``), and the
-    sampled time series in ``<trial_dir>/nvml.csv``.
+    sampled time series in ``<trial_dir>/nvml.csv``. With ``profile.torch``: the
+    ``sweep.measure.torch_prof`` columns of one prefill and ``options.torch_decode_steps`` decode
+    steps, run after the timed repeats. On a GPU: the allocator's figures
+    (``torch_prof.allocator_stats``), and with ``options.memory_snapshot`` the allocator history
+    in ``<trial_dir>/memory_snapshot.pickle``.
 
     Raises:
         DesignError, torch.OutOfMemoryError, RuntimeError, NaNLogits: classified by ``main``.
@@ -77,6 +81,9 @@ def measure(spec: dict) -> dict:
     torch.manual_seed(spec.get("seed", 0))
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
+        if (spec.get("profile") or {}).get("options", {}).get("memory_snapshot"):
+            # the allocator's history for https://pytorch.org/memory_viz
+            torch.cuda.memory._record_memory_history(max_entries=200_000)
     t0 = time.perf_counter()
     model = Transformer.build(cfg, device, seed=spec.get("seed", 0), init=not spec.get("weights"))
     if spec.get("weights"):
@@ -90,7 +97,7 @@ def measure(spec: dict) -> dict:
 
     g = torch.Generator(device=device).manual_seed(spec.get("seed", 0) + 1)
     prompt = torch.randint(0, cfg.vocab_size, (B, T), device=device, generator=g)
-    if spec.get("ncu_stage"):
+    if spec.get("profile_window"):
         return profiled_window(gen, prompt, spec)
     timer = Timer(device)
     state = {}
@@ -99,6 +106,8 @@ def measure(spec: dict) -> dict:
         state["tok"] = gen.prefill(prompt).argmax(-1, keepdim=True)
 
     prof = spec.get("profile") or {}
+    opts = prof.get("options", {})
+    trial_dir = Path(spec["trial_dir"]) if spec.get("trial_dir") else None
     sampler = None
     if prof.get("nvml"):
         from .measure.nvml import NvmlSampler
@@ -152,11 +161,31 @@ def measure(spec: dict) -> dict:
     if sampler is not None:
         out.update(sampler.summary({"prefill": B * T * wl["repeats"],
                                     "decode": B * steps * wl["repeats"]}))
-        if spec.get("trial_dir") and sampler.samples:
-            sampler.write_csv(Path(spec["trial_dir"]) / "nvml.csv")
+        if trial_dir and sampler.samples:
+            sampler.write_csv(trial_dir / "nvml.csv")
+    if prof.get("torch"):  # after the timed repeats: the profiler's own overhead stays out
+        from .measure.torch_prof import profile_stage
+
+        n = min(opts.get("torch_decode_steps", 8), steps)
+
+        def decode_window():
+            gen.pos, state["tok"] = T, first
+            for _ in range(n):
+                step()
+
+        out.update(profile_stage(prefill, "prefill", trial_dir, device == "cuda", B * T))
+        out.update(profile_stage(decode_window, "decode", trial_dir, device == "cuda", B * n))
+        out["torch_decode_steps"] = n
     if device == "cuda":
+        from .measure.torch_prof import allocator_stats
+
         out["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
         out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+        out.update(allocator_stats())
+        if opts.get("memory_snapshot") and trial_dir:
+            torch.cuda.memory._dump_snapshot(str(trial_dir / "memory_snapshot.pickle"))
+            torch.cuda.memory._record_memory_history(enabled=None)
+            out["memory_snapshot"] = str(trial_dir / "memory_snapshot.pickle")
     else:
         import resource
 
@@ -169,32 +198,62 @@ def measure(spec: dict) -> dict:
 def profiled_window(gen, prompt, spec: dict) -> dict:
     """Run one stage between ``cudaProfilerStart/Stop`` for a profiler started with profiling
     off (``ncu --profile-from-start off``): the prefill once, or decode steps ``A..B``
-    (``profile.options.ncu_decode_steps``) after the warm-up and graph capture. Returns
-    ``{"ncu_stage", "profiled_steps"}``."""
+    (``profile.options.ncu_decode_steps``) after the warm-up and graph capture.
+
+    With ``spec["ncu_sample"]`` (a list of layer indices) only those layers and the LM head are
+    bracketed (forward hooks start and stop the profiler), and decode profiles step ``A`` only.
+    Returns ``{"profile_window", "profiled_steps", "sampled_layers"}``.
+    """
     import torch
 
-    stage = spec["ncu_stage"]
-    a, b = (spec.get("profile") or {}).get("options", {}).get("ncu_decode_steps", [2, 5])
+    stage = spec["profile_window"]
+    a, b = (spec.get("profile") or {}).get("options", {}).get("ncu_decode_steps", [2, 3])
+    sample = spec.get("ncu_sample")
+    if sample is not None:
+        b = a + 1
     tok = gen.prefill(prompt).argmax(-1, keepdim=True)  # warm-up (and graph capture below)
     for _ in range(b):
         tok = gen.decode(tok).argmax(-1, keepdim=True)
     torch.cuda.synchronize()
     T = prompt.shape[1]
-    if stage == "prefill":
-        torch.cuda.profiler.start()
-        gen.prefill(prompt).argmax(-1)
+    hooks = []
+    model = gen.model
+    if sample is not None:
+        bad = [i for i in sample if not 0 <= i < len(model.layers)]
+        if bad:
+            raise ValueError(f"ncu_detail_layers {bad} out of range for {len(model.layers)} layers")
+
+    def begin():
+        if sample is None:
+            torch.cuda.profiler.start()
+            return
+        start = (lambda *_: torch.cuda.profiler.start())
+        stop = (lambda *_: torch.cuda.profiler.stop())
+        for i in sample:
+            hooks.extend([model.layers[i].register_forward_pre_hook(start),
+                          model.layers[i].register_forward_hook(stop)])
+        hooks.append(model.output.register_forward_pre_hook(start))
+
+    try:
+        if stage == "prefill":
+            begin()
+            gen.prefill(prompt).argmax(-1)
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+            return {"profile_window": stage, "profiled_steps": 1, "sampled_layers": sample}
+        gen.pos = T
+        for i in range(b):
+            if i == a:
+                torch.cuda.synchronize()
+                begin()
+            tok = gen.decode(tok).argmax(-1, keepdim=True)
         torch.cuda.synchronize()
         torch.cuda.profiler.stop()
-        return {"ncu_stage": stage, "profiled_steps": 1}
-    gen.pos = T
-    for i in range(b):
-        if i == a:
-            torch.cuda.synchronize()
-            torch.cuda.profiler.start()
-        tok = gen.decode(tok).argmax(-1, keepdim=True)
-    torch.cuda.synchronize()
-    torch.cuda.profiler.stop()
-    return {"ncu_stage": stage, "profiled_steps": b - a, "first_step_cache_len": T + a}
+    finally:
+        for h in hooks:
+            h.remove()
+    return {"profile_window": stage, "profiled_steps": b - a, "first_step_cache_len": T + a,
+            "sampled_layers": sample}
 
 
 def classify(exc: BaseException) -> str:

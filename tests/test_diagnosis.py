@@ -65,3 +65,24 @@ def test_compare_flags_regressions_beyond_spread():
     assert res.loc[("n_kv_heads=1, batch=8", "decode_tok_s"), "regression"]
     assert not res.loc[("n_kv_heads=8, batch=8", "decode_tpot_ms"), "regression"]
     assert not res.loc[("n_kv_heads=8, batch=8", "ttft_ms"), "regression"]
+
+
+@pytest.mark.parametrize("evidence,want", [
+    (dict(gpu_active_pct=35.0), "overhead-bound"),          # GPU idle most of the window
+    (dict(cpu_gpu_ratio=1.8), "overhead-bound"),            # host slower than the GPU
+    (dict(dram_pct=82.0, tensor_pct=3.0), "memory-bound"),  # ncu: DRAM near its ceiling
+    (dict(tensor_pct=71.0, dram_pct=20.0), "compute-bound"),
+    (dict(gpu_active_pct=97.0, cpu_gpu_ratio=0.3), "compute-bound"),  # falls back to MFU/MBU
+])
+def test_classify_uses_measured_evidence_first(evidence, want):
+    # analytic figures alone would say compute-bound (MFU 0.7)
+    assert classify(0.7, 0.2, 1.3, **evidence) == want
+
+
+def test_diagnosis_reports_evidence_and_ncu_bytes():
+    d = diagnose(_row(decode_gpu_active_pct=30.0, decode_cpu_gpu_ratio=2.5))
+    assert d["decode_bound"] == "overhead-bound" and "GPU active 30%" in d["diagnosis"]
+    assert "gpu_active_pct" in d["decode_bound_evidence"]
+    n = diagnose(_row(decode_dram_bw_pct_of_measured=85.0, decode_tensor_pipe_pct=1.0,
+                      decode_dram_bytes_over_min=1.4))
+    assert n["decode_bound"] == "memory-bound" and "1.40x the analytic minimum" in n["diagnosis"]

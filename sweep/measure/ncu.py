@@ -1,10 +1,19 @@
 """Nsight Compute per stage: build the ``ncu`` command, parse its CSV, sum per stage.
 
-The trial's child runs twice more under ``ncu`` (an argument list, never a shell string), once per
-stage, with ``--profile-from-start off``: the child brackets exactly the profiled region with
+The trial's child runs again under ``ncu`` (an argument list, never a shell string) with
+``--profile-from-start off``: the child brackets exactly the profiled region with
 ``cudaProfilerStart/Stop`` (prefill: one call; decode: steps ``A..B`` of a loop, as TensorRT-LLM's
 ``TLLM_PROFILE_START_STOP`` does), so the report holds that stage's kernels only and stays small.
 ``--clock-control none`` leaves the GPU's clocks as they are.
+
+Two metric sets, two runs per stage, because kernel replay costs one pass per group of counters:
+``memory`` (kernel time and DRAM bytes, 1 pass) over every kernel of the window gives the stage's
+totals; ``detail`` (everything in ``METRICS``, 16 passes on an H100, ~0.45 s per kernel) runs over
+a sample of the window only: the layers named in ``profile.options.ncu_detail_layers`` (default
+layer 0) and the LM head. The zoo's layers are identical in shape, so one layer's rates (L2 hit,
+tensor pipe, occupancy, stalls) stand for all; the sample's scope is written in the row
+(``{stage}_ncu_detail_scope``). Measured on the H100 (2026-11-22): the full set over a whole
+Llama-3.2-1B decode step (701 kernels with the torch kernels) took over 150 s, the memory set 26 s.
 
 Metrics (Hopper names, checked against ``ncu --query-metrics --chip gh100``): DRAM bytes read and
 written, L2 sector hit rate, tensor-pipe active %, SM throughput %, achieved occupancy (warps
@@ -39,10 +48,24 @@ METRICS = {
 _PREFIX = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
 
-def command(csv_path: str | Path, ncu: str = "ncu") -> list[str]:
-    """The ``ncu`` argument list to put before the child's own command."""
+METRIC_SETS = {"memory": ("time_ns", "dram_read", "dram_write"), "detail": tuple(METRICS)}
+
+
+def command(csv_path: str | Path, metrics: str = "detail", ncu: str = "ncu") -> list[str]:
+    """The ``ncu`` argument list to put before the child's own command.
+
+    Args:
+        csv_path: where ncu writes its log and the raw-page CSV.
+        metrics: a key of ``METRIC_SETS``.
+
+    Raises:
+        ValueError: unknown metric set.
+    """
+    if metrics not in METRIC_SETS:
+        raise ValueError(f"ncu metric set {metrics!r} is not one of {', '.join(METRIC_SETS)}")
+    names = ",".join(METRICS[k] for k in METRIC_SETS[metrics])
     return [ncu, "--clock-control", "none", "--profile-from-start", "off",
-            "--target-processes", "all", "--metrics", ",".join(METRICS.values()),
+            "--target-processes", "all", "--metrics", names,
             "--csv", "--page", "raw", "--print-units", "base", "--log-file", str(csv_path)]
 
 
@@ -97,26 +120,43 @@ def parse_csv(text: str) -> list[dict]:
     return out
 
 
-def stage_summary(rows: list[dict], stage: str, steps: int = 1) -> dict:
+def stage_summary(rows: list[dict], stage: str, steps: int = 1,
+                  detail: list[dict] | None = None) -> dict:
     """Per-stage results-row columns from the kernel rows of one profiled window.
 
-    Byte and time sums are divided by ``steps`` (decode: per step). Percentages are averaged
-    weighted by kernel time. ``{stage}_top_stall`` is the stall reason with the largest
-    time-weighted ratio; ``{stage}_ncu_top_kernels`` the five largest kernels' time shares (JSON).
+    Args:
+        rows: every kernel of the window (at least the ``memory`` set).
+        stage: ``prefill`` or ``decode`` (the column prefix).
+        steps: decode steps in the window; byte, time and kernel counts are divided by it.
+        detail: kernel rows of the ``detail`` run over a sample of the window; where given, the
+            rates (L2 hit, tensor pipe, SM throughput, occupancy, stalls) and the tensor FLOPs
+            come from it instead of ``rows``.
+
+    Returns:
+        ``{stage}_dram_bytes`` (read + written, bytes per step), ``_dram_read_bytes``,
+        ``_dram_write_bytes``, ``_ncu_time_ms`` (sum of kernel durations per step),
+        ``_ncu_kernels``, ``_l2_hit_pct``, ``_tensor_pipe_pct``, ``_sm_throughput_pct``,
+        ``_occupancy_pct`` (weighted by kernel time), ``_tensor_flops_bf16`` (FLOP, of the rows
+        that carry them, per step), ``_top_stall`` (largest time-weighted stall ratio; Kernel
+        Profiling Guide, "Warp Scheduler States") and ``_ncu_top_kernels`` (JSON: the five
+        largest kernels' time shares).
     """
     import math
 
     t = sum(r["time_ns"] for r in rows if not math.isnan(r["time_ns"])) or float("nan")
 
-    def wmean(key):
-        pts = [(r[key], r["time_ns"]) for r in rows if not math.isnan(r[key])]
-        w = sum(x for _, x in pts)
-        return sum(v * x for v, x in pts) / w if w else float("nan")
-
     def total(key):
         return sum(r[key] for r in rows if not math.isnan(r[key]))
 
-    stalls = {s: wmean(f"stall_{s}") for s in STALLS}
+    rates = rows if detail is None else detail
+    rate_steps = steps if detail is None else 1
+
+    def rmean(key):
+        pts = [(r[key], r["time_ns"]) for r in rates if not math.isnan(r[key])]
+        w = sum(x for _, x in pts)
+        return sum(v * x for v, x in pts) / w if w else float("nan")
+
+    stalls = {s: rmean(f"stall_{s}") for s in STALLS}
     stalls = {k: v for k, v in stalls.items() if not math.isnan(v) and k != "selected"}
     by_kernel: dict[str, float] = {}
     for r in rows:
@@ -129,11 +169,12 @@ def stage_summary(rows: list[dict], stage: str, steps: int = 1) -> dict:
         p + "dram_bytes": (total("dram_read") + total("dram_write")) / steps,
         p + "dram_read_bytes": total("dram_read") / steps,
         p + "dram_write_bytes": total("dram_write") / steps,
-        p + "l2_hit_pct": wmean("l2_hit_pct"),
-        p + "tensor_pipe_pct": wmean("tensor_pipe_pct"),
-        p + "sm_throughput_pct": wmean("sm_throughput_pct"),
-        p + "occupancy_pct": wmean("occupancy_pct"),
-        p + "tensor_ops_bf16": total("tensor_ops_bf16") / steps,
+        p + "l2_hit_pct": rmean("l2_hit_pct"),
+        p + "tensor_pipe_pct": rmean("tensor_pipe_pct"),
+        p + "sm_throughput_pct": rmean("sm_throughput_pct"),
+        p + "occupancy_pct": rmean("occupancy_pct"),
+        p + "tensor_flops_bf16": sum(r["tensor_ops_bf16"] for r in rates
+                                     if not math.isnan(r["tensor_ops_bf16"])) / rate_steps,
         p + "top_stall": max(stalls, key=stalls.get) if stalls else "",
         p + "ncu_top_kernels": json.dumps({k[:80]: round(v / t, 4) for k, v in top}),
     }
