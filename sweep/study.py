@@ -83,7 +83,7 @@ def grid_of(space: dict, base: ModelConfig) -> dict | None:
     """The space as an Optuna grid ``{param: [values]}``, or None if a parameter is continuous."""
     grid = {}
     for key, sp in space.items():
-        if "divisors_of" in sp:
+        if sp.get("divisors_of"):
             grid[key] = divisors(getattr(base, sp["divisors_of"]))
         elif "choices" in sp:
             grid[key] = list(sp["choices"])
@@ -102,7 +102,7 @@ def suggest(trial: optuna.Trial, space: dict, base: ModelConfig) -> tuple[dict, 
     """
     model, workload = {}, {}
     for key, sp in space.items():
-        if "divisors_of" in sp:
+        if sp.get("divisors_of"):
             value = trial.suggest_categorical(key, divisors(getattr(base, sp["divisors_of"])))
         elif "choices" in sp:
             choices = sp["choices"]
