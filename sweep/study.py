@@ -226,15 +226,7 @@ class Objective:
                 "fault": _fault_for(plan.fault, trial.number), "profile": plan.profile}
         trial_dir = plan.results / "trials" / f"{trial.number:04d}"
         spec["trial_dir"] = str(trial_dir)
-        spec["env"] = {}
-        if plan.profile.get("nvtx"):
-            spec["env"]["DESIGNZOO_NVTX"] = "1"
-        if plan.profile.get("cublaslt_log"):
-            from .measure import cublaslt
-
-            trial_dir.mkdir(parents=True, exist_ok=True)
-            (trial_dir / "cublaslt.log").unlink(missing_ok=True)
-            spec["env"].update(cublaslt.env((trial_dir / "cublaslt.log").resolve()))
+        spec["env"] = {"DESIGNZOO_NVTX": "1"} if plan.profile.get("nvtx") else {}
         res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0))
         row.update({k: v for k, v in (res.get("env") or {}).items()})
         if res.get("status") != "ok":
@@ -242,11 +234,8 @@ class Objective:
             return self._fail(trial, reason, label, t0, row)
         row.update(res["measured"])
         row.update(analysis.derived(cfg, wl, res["measured"], plan.spec, self.ceilings))
-        if plan.profile.get("cublaslt_log"):
-            try:
-                row.update(cublaslt.summarize(trial_dir))
-            except ValueError as e:
-                row.update(gemm_shapes=math.nan, gemm_shapes_reason=str(e)[:300])
+        if plan.profile.get("torch") or plan.profile.get("cublaslt_log"):
+            row.update(self._torch(spec, wl, trial_dir))
         if plan.profile.get("ncu"):
             row.update(self._ncu(spec, cfg, wl, trial_dir, row))
         if plan.profile.get("nsys"):
@@ -336,6 +325,29 @@ class Objective:
             out[f"{stage}_tensor_flops_over_analytic"] = (
                 out[f"{stage}_tensor_flops_bf16"] / sample_flops if cfg.dtype == "bf16"
                 else math.nan)
+        return out
+
+    def _torch(self, spec, wl, trial_dir) -> dict:
+        """``profile.torch`` (``sweep.trial.torch_windows``) and ``profile.cublaslt_log``
+        (``sweep.measure.cublaslt``) in one more child run; ``torch_profile_reason`` on failure."""
+        from .measure import cublaslt
+
+        d = trial_dir / "torch"
+        d.mkdir(parents=True, exist_ok=True)
+        child = dict(spec, profile_window="torch", trial_dir=str(d), env=dict(spec["env"]))
+        log = (d / "cublaslt.log").resolve()
+        log.unlink(missing_ok=True)
+        if spec["profile"].get("cublaslt_log"):
+            child["env"].update(cublaslt.env(log))
+        res = run_child(child, d, wl.get("timeout_s", 900.0))
+        if res.get("status") != "ok":
+            return {"torch_profile_reason": f"{res.get('error_type')}: {res.get('error')}"[:600]}
+        out = dict(res["measured"]) if spec["profile"].get("torch") else {}
+        if spec["profile"].get("cublaslt_log"):
+            try:
+                out.update(cublaslt.summarize(d))
+            except ValueError as e:
+                out.update(gemm_shapes=math.nan, gemm_shapes_reason=str(e)[:300])
         return out
 
     def _nsys(self, spec, wl, trial_dir) -> dict:

@@ -56,9 +56,7 @@ def measure(spec: dict) -> dict:
     ``prefill_tok_s``, ``decode_tok_s``; ``peak_mem_bytes``, ``weights_alloc_bytes``,
     ``kv_cache_alloc_bytes``; ``build_s``. With ``profile.nvml``: ``{prefill,decode}_energy_j``,
     ``_avg_power_w``, ``_j_per_token`` over the timed repeats (``sweep.measure.nvml``), and the
-    sampled time series in ``<trial_dir>/nvml.csv``. With ``profile.torch``: the
-    ``sweep.measure.torch_prof`` columns of one prefill and ``options.torch_decode_steps`` decode
-    steps, run after the timed repeats. On a GPU: the allocator's figures
+    sampled time series in ``<trial_dir>/nvml.csv``. On a GPU: the allocator's figures
     (``torch_prof.allocator_stats``), and with ``options.memory_snapshot`` the allocator history
     in ``<trial_dir>/memory_snapshot.pickle``.
 
@@ -97,6 +95,8 @@ def measure(spec: dict) -> dict:
 
     g = torch.Generator(device=device).manual_seed(spec.get("seed", 0) + 1)
     prompt = torch.randint(0, cfg.vocab_size, (B, T), device=device, generator=g)
+    if spec.get("profile_window") == "torch":
+        return torch_windows(gen, prompt, spec)
     if spec.get("profile_window"):
         return profiled_window(gen, prompt, spec)
     timer = Timer(device)
@@ -163,19 +163,6 @@ def measure(spec: dict) -> dict:
                                     "decode": B * steps * wl["repeats"]}))
         if trial_dir and sampler.samples:
             sampler.write_csv(trial_dir / "nvml.csv")
-    if prof.get("torch"):  # after the timed repeats: the profiler's own overhead stays out
-        from .measure.torch_prof import profile_stage
-
-        n = min(opts.get("torch_decode_steps", 8), steps)
-
-        def decode_window():
-            gen.pos, state["tok"] = T, first
-            for _ in range(n):
-                step()
-
-        out.update(profile_stage(prefill, "prefill", trial_dir, device == "cuda", B * T))
-        out.update(profile_stage(decode_window, "decode", trial_dir, device == "cuda", B * n))
-        out["torch_decode_steps"] = n
     if device == "cuda":
         from .measure.torch_prof import allocator_stats
 
@@ -192,6 +179,40 @@ def measure(spec: dict) -> dict:
         out["peak_mem_bytes"] = float("nan")
         out["peak_mem_bytes_reason"] = "CPU run: no allocator peak (see peak_rss_bytes)"
         out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return out
+
+
+def torch_windows(gen, prompt, spec: dict) -> dict:
+    """``profile.torch``: after a warm-up (and graph capture), one prefill and
+    ``options.torch_decode_steps`` decode steps, each under ``torch.profiler``
+    (``sweep.measure.torch_prof.profile_stage``), in the trial's decode mode. Runs in a child of
+    its own, so neither the profiler nor cuBLASLt's log touches the timed repeats."""
+    import torch
+
+    from .measure.torch_prof import profile_stage
+
+    B, T = prompt.shape
+    n = (spec.get("profile") or {}).get("options", {}).get("torch_decode_steps", 8)
+    n = max(1, min(n, spec["workload"]["new_tokens"] - 1))
+    trial_dir = Path(spec["trial_dir"]) if spec.get("trial_dir") else None
+    cuda = spec["device"] == "cuda"
+    first = gen.prefill(prompt).argmax(-1, keepdim=True)
+    for _ in range(n):  # warm-up: graphs captured, allocator settled
+        first = gen.decode(first).argmax(-1, keepdim=True)
+    state = {}
+
+    def prefill():
+        state["tok"] = gen.prefill(prompt).argmax(-1, keepdim=True)
+
+    def decode_window():
+        for _ in range(n):
+            state["tok"] = gen.decode(state["tok"]).argmax(-1, keepdim=True)
+
+    out = profile_stage(prefill, "prefill", trial_dir, cuda, B * T)
+    if cuda:
+        torch.cuda.synchronize()
+    out.update(profile_stage(decode_window, "decode", trial_dir, cuda, B * n))
+    out["torch_decode_steps"] = n
     return out
 
 

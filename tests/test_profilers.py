@@ -50,7 +50,7 @@ def test_profile_torch_on_cpu_keeps_op_table_and_trace(tmp_path):
     ops = json.loads(r["decode_torch_top_ops"])
     assert ops and all({"op", "input_shapes", "calls"} <= set(o) for o in ops)
     assert r["decode_profiler_flops"] > 0  # torch counts the aten::mm FLOPs
-    trial = tmp_path / plan.results.name / "trials" / "0000"
+    trial = tmp_path / plan.results.name / "trials" / "0000" / "torch"
     table = pd.read_csv(trial / "torch_ops_decode.csv")
     assert "aten::mm" in set(table["op"]) and table["calls"].sum() > 0
     trace = json.loads((trial / "trace_decode.json").read_text())  # Perfetto/Chrome trace format
@@ -147,3 +147,19 @@ def test_cublaslt_log_parse_and_join():
 def test_cublaslt_unreadable_line_names_it():
     with pytest.raises(ValueError, match="without A/D layouts"):
         cublaslt.parse_log("[x][cublasLt][1][Trace][cublasLtMatmul] Adesc=[type=R_16BF rows=1]")
+
+
+def test_cublaslt_parses_a_real_h100_log():
+    """Lines of the cuBLASLt log of the Llama-3.2-1B shape (batch 1, prompt 512, torch kernels)
+    from `bash results/reference/run_profiling.sh torch` on an H100, 2026-11-22: PyTorch's
+    aten::mm reaches cuBLASLt as cublasLtTSTMatmul."""
+    calls = cublaslt.parse_log((FIX / "cublaslt_llama3_2_1b_b1_h100.log").read_text())
+    assert len(calls) == 22
+    shapes = {(c["m"], c["n"], c["k"], c["batch"]) for c in calls}
+    # prefill: fused QKV (32 + 2*8 heads of 64 = 3072), o_proj, gate+up (2 x 8192), down
+    assert {(3072, 512, 2048, 1), (2048, 512, 2048, 1), (16384, 512, 2048, 1),
+            (2048, 512, 8192, 1)} <= shapes
+    assert (3072, 1, 2048, 1) in shapes  # decode: one token per sequence
+    assert (576, 4, 64, 8) in shapes  # masked decode attention: batched over the 8 KV heads
+    assert all(c["dtype"] == "bf16" and c["compute"] == "COMPUTE_32F" for c in calls)
+    assert calls[0]["tile"] == "96x128"

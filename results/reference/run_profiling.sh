@@ -32,7 +32,7 @@ elif [ "$part" = torch ]; then
   done
   python3 -m sweep.record "$OUT/profiling_torch_h100.json" \
     --command "bash results/reference/run_profiling.sh torch" $R/torch-llama3_2_1b-b1-*
-  d=$R/torch-llama3_2_1b-b1-cudagraph/trials/0000
+  d=$R/torch-llama3_2_1b-b1-cudagraph/trials/0000/torch
   gzip -c $d/trace_decode.json > "$OUT/trace_decode_llama3_2_1b_b1_cudagraph.json.gz"
   cp $d/torch_ops_decode.csv "$OUT/torch_ops_decode_llama3_2_1b_b1_cudagraph.csv"
   head -c 3000000 $d/cublaslt.log | gzip > "$OUT/cublaslt_llama3_2_1b_b1.log.gz"

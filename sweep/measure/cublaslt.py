@@ -2,7 +2,9 @@
 
 cuBLASLt logs every matmul it launches when ``CUBLASLT_LOG_LEVEL=2`` ("trace: API calls that launch
 CUDA kernels log their parameters"; cuBLAS docs, "cuBLASLt Logging") into ``CUBLASLT_LOG_FILE``.
-A ``cublasLtMatmul`` trace line carries the matrix layouts (``Adesc=[type=R_16BF rows=.. cols=..
+A matmul trace line (``[cublasLtMatmul]`` from cuBLASLt's API, ``[cublasLtTSTMatmul]`` where
+cuBLAS's ``cublasGemmEx`` dispatches to cuBLASLt, as PyTorch's ``aten::mm`` does on an H100)
+carries the matrix layouts (``Adesc=[type=R_16BF rows=.. cols=..
 ld=..]``, likewise B, C, D) and the operation (``computeDesc=[computeType=COMPUTE_32F ...
 transa=OP_T ...]``). cuBLAS is column-major: ``D (m x n) = op(A) (m x k) @ op(B) (k x n)``, so
 ``m, n`` are D's rows and columns and ``k`` is A's columns (A's rows where ``transa=OP_T``).
@@ -24,6 +26,8 @@ from pathlib import Path
 _DESC = re.compile(r"\b([ABCD])desc=\[([^\]]*)\]")
 _KV = re.compile(r"(\w+)=([^\s\]]+)")
 _COMPUTE = re.compile(r"computeDesc=\[([^\]]*)\]")
+_CALL = re.compile(r"\[cublasLt\w*Matmul\]")
+_TILE = re.compile(r"tile=MATMUL_TILE_(\w+)")
 DTYPES = {"R_16BF": "bf16", "R_16F": "fp16", "R_32F": "fp32", "R_8F_E4M3": "fp8_e4m3",
           "R_8F_E5M2": "fp8_e5m2", "R_8I": "int8", "R_32I": "int32", "R_64F": "fp64"}
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
@@ -35,8 +39,9 @@ def env(log_path: str | Path) -> dict:
 
 
 def parse_log(text: str) -> list[dict]:
-    """One dict per ``cublasLtMatmul`` trace line: ``m``, ``n``, ``k``, ``batch``, ``dtype`` (A's),
-    ``out_dtype`` (D's), ``compute``, ``transa``, ``transb``, ``flops`` (``2 m n k batch``).
+    """One dict per matmul trace line: ``m``, ``n``, ``k``, ``batch``, ``dtype`` (A's),
+    ``out_dtype`` (D's), ``compute``, ``transa``, ``transb``, ``tile`` (the algorithm's tile where
+    logged), ``flops`` (``2 m n k batch``).
 
     Lines that are not matmul traces are skipped; a matmul line without the four layouts raises.
 
@@ -45,7 +50,7 @@ def parse_log(text: str) -> list[dict]:
     """
     calls = []
     for line in text.splitlines():
-        if "[cublasLtMatmul]" not in line or "Adesc=" not in line:
+        if "Adesc=" not in line or not _CALL.search(line):
             continue
         descs = {name: dict(_KV.findall(body)) for name, body in _DESC.findall(line)}
         if set(descs) < {"A", "D"}:
@@ -65,6 +70,7 @@ def parse_log(text: str) -> list[dict]:
                       "dtype": DTYPES.get(a.get("type", ""), a.get("type", "")),
                       "out_dtype": DTYPES.get(d.get("type", ""), d.get("type", "")),
                       "compute": comp.get("computetype", ""), "transa": ta, "transb": tb,
+                      "tile": (t.group(1) if (t := _TILE.search(line)) else ""),
                       "flops": 2 * m_ * n_ * k_ * batch})
     return calls
 

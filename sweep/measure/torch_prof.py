@@ -119,9 +119,13 @@ def profile_stage(fn: Callable[[], object], stage: str, trial_dir: Path | None, 
             torch.cuda.synchronize()
     p = f"{stage}_"
     out: dict = {}
+    from torch.autograd import DeviceType
+
     ka = prof.key_averages(group_by_input_shape=True)
     dev_key = "self_device_time_total" if cuda else "self_cpu_time_total"
-    ops = sorted(ka, key=lambda e: -getattr(e, dev_key))
+    # host-side ops only (aten::...); kernels appear in the categories below
+    ops = sorted((e for e in ka if e.device_type == DeviceType.CPU),
+                 key=lambda e: -getattr(e, dev_key))
     table = [{"op": e.key, "input_shapes": json.dumps(e.input_shapes), "calls": e.count,
               "self_device_us": getattr(e, "self_device_time_total", 0.0),
               "self_cpu_us": e.self_cpu_time_total, "flops": e.flops} for e in ops]
