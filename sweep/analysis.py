@@ -173,9 +173,12 @@ def diagnose(row: dict) -> dict:
     elif d == "overhead-bound":
         act = num("decode_gpu_active_pct")
         seen = f" (GPU active {act:.0f}% of the step)" if not math.isnan(act) else ""
+        fixes = [f for f, have in (("mode=cudagraph", row.get("mode") == "cudagraph"),
+                                   ("kernels=triton", row.get("kernels") == "triton")) if not have]
         texts.append(f"decode takes {out['decode_time_over_floor']:.1f}x its roofline floor "
                      f"using neither ceiling{seen}: kernel launches and small kernels dominate; "
-                     "mode=cudagraph and kernels=triton cut them, and so do fewer, wider layers")
+                     + (" and ".join(fixes) + " cut them, and so do" if fixes else "so do")
+                     + " fewer, wider layers")
     elif d == "compute-bound":
         texts.append("decode is compute-bound: large batch; FLOPs per token (width, ffn_dim) set it")
     over = num("decode_dram_bytes_over_min")

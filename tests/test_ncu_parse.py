@@ -65,3 +65,42 @@ def test_parses_a_real_h100_report():
     assert 0 < s["prefill_l2_hit_pct"] < 100 and 0 < s["prefill_tensor_pipe_pct"] < 100
     assert s["prefill_top_stall"] == "long_scoreboard"
     assert any("nvjet_sm90" in k for k in json.loads(s["prefill_ncu_top_kernels"]))
+
+
+def test_real_h100_decode_step_bytes_near_the_analytic_minimum():
+    """One decode step of the Llama-3.2-1B shape (GQA-8, batch 8, prompt 2048, Triton kernels)
+    under ncu on an H100 (`bash results/reference/run_profiling.sh ncu`, 2026-11-22): the memory
+    set over every kernel of step 2, the detail set over layer 0 and the LM head."""
+    import gzip
+    from pathlib import Path
+
+    from zoo import ModelConfig, counts
+
+    fix = Path(__file__).parent / "fixtures"
+    rows = ncu.parse_csv(gzip.decompress(
+        (fix / "ncu_decode_memory_llama3_2_1b_b8_p2048_h100.csv.gz").read_bytes()).decode())
+    detail = ncu.parse_csv(gzip.decompress(
+        (fix / "ncu_decode_detail_llama3_2_1b_b8_p2048_h100.csv.gz").read_bytes()).decode())
+    assert len(rows) == 212 and all(math.isnan(r["l2_hit_pct"]) for r in rows)  # memory set only
+    assert 0 < len(detail) < len(rows) / 4  # one layer of 16 and the LM head
+    s = ncu.stage_summary(rows, "decode", steps=1, detail=detail)
+    cfg = ModelConfig.from_name("llama3_2_1b", kernels="triton")
+    floor = counts.decode_step(cfg, 8, 2048 + 2).min_bytes  # step 2 after the prompt
+    assert abs(s["decode_dram_bytes"] / floor - 1) < 0.15  # the issue's bound; measured 1.011
+    assert 0 < s["decode_l2_hit_pct"] < 100 and 0 < s["decode_occupancy_pct"] < 100
+    assert s["decode_top_stall"] == "long_scoreboard"
+    shares = json.loads(s["decode_ncu_top_kernels"])
+    assert any(k.startswith("nvjet_sm90") for k in shares) and "_split_kernel" in shares
+
+
+def test_detail_rows_give_the_rates():
+    mem = ncu.parse_csv(_csv([("a", dict(time_ns=1000, dram_read=10, dram_write=0)),
+                              ("b", dict(time_ns=1000, dram_read=30, dram_write=0))]))
+    det = ncu.parse_csv(_csv([("a", dict(time_ns=500, l2_hit_pct=80, tensor_ops_bf16=7,
+                                         stall_wait=3))]))
+    s = ncu.stage_summary(mem, "prefill", detail=det)
+    assert s["prefill_dram_bytes"] == 40 and s["prefill_l2_hit_pct"] == 80
+    assert s["prefill_tensor_flops_bf16"] == 7 and s["prefill_top_stall"] == "wait"
+    with pytest.raises(ValueError, match="metric set"):
+        ncu.command("/tmp/x.csv", "everything")
+    assert ncu.command("/tmp/x.csv", "memory")[-1] == "/tmp/x.csv"
