@@ -34,7 +34,10 @@ class WorkloadConf:
 
 @dataclass
 class StudyConf:
-    """The Optuna study. ``storage`` None means ``sqlite:///results/optuna.db``; ``n_trials`` None
+    """The Optuna study. ``storage`` None means ``sqlite:///results/optuna.db`` (one worker) or the
+    journal file ``results/optuna.journal`` (``sweep.workers`` > 1); a path ending in ``.journal``
+    (or ``journal:PATH``) is Optuna's JournalStorage file backend, any other URL an RDB
+    (``postgresql://user@host/db`` for workers on several hosts). ``n_trials`` None
     means the grid size (grid sampler) or 20. ``n_trials`` counts finished trials in total, so a
     re-run resumes to the same target. ``sampler``: auto (grid when the space is all categorical),
     grid, tpe, nsga2, random."""
@@ -54,12 +57,17 @@ class ExperimentConf:
     (``{choices: [...]}``, ``{divisors_of: field}``, ``{low, high, step, log}``, or ``{choices:
     {label: {field: value, ...}}}`` for bundles). Keys are ModelConfig fields, ``batch`` /
     ``prompt_len`` (workload), or bundle labels. ``space_cpu`` replaces ``space`` on the CPU
-    fallback."""
+    fallback. ``constraints`` maps an analytic figure of the design (``zoo.counts.summary`` names:
+    ``params_non_embedding``, ``kv_bytes_per_token``, ``weight_bytes``, ``kv_cache_bytes``, ...)
+    to a band ``{low, high}``; a design outside it is pruned before any GPU work, the reason kept
+    (``constraints_cpu`` replaces it on the CPU fallback)."""
 
     name: str = "baseline"
     description: str = ""
     space: dict[str, Any] = field(default_factory=dict)
     space_cpu: dict[str, Any] | None = None
+    constraints: dict[str, Any] = field(default_factory=dict)
+    constraints_cpu: dict[str, Any] | None = None
 
 
 @dataclass
@@ -91,6 +99,17 @@ class ProfileConf:
 
 
 @dataclass
+class WorkersConf:
+    """``sweep.workers``: worker processes on one study. With more than one, each worker is
+    pinned to one GPU (``CUDA_VISIBLE_DEVICES``; ``gpus`` lists the indices, default all
+    visible), so two measurements never share a GPU; the study lives in shared storage (a
+    JournalStorage file by default, or ``study.storage`` such as a PostgreSQL URL)."""
+
+    workers: int = 1
+    gpus: list[int] | None = None
+
+
+@dataclass
 class SweepConf:
     """Top-level config of ``python -m sweep``."""
 
@@ -101,6 +120,7 @@ class SweepConf:
     experiment: ExperimentConf = field(default_factory=ExperimentConf)
     study: StudyConf = field(default_factory=StudyConf)
     cpu: CpuFallbackConf = field(default_factory=CpuFallbackConf)
+    sweep: WorkersConf = field(default_factory=WorkersConf)
     device: str = "auto"
     mode: str = "auto"
     seed: int = 0

@@ -12,7 +12,7 @@ SUMMARY_COLUMNS = ["number", "state", "n_kv_heads", "n_heads", "head_dim", "d_mo
                    "ffn_dim", "batch", "prompt_len", "ttft_ms", "decode_tpot_ms", "decode_tok_s",
                    "prefill_mfu_vs_measured", "decode_mbu_vs_measured", "kv_bytes_per_token",
                    "peak_mem_bytes", "decode_bound", "fail_reason"]
-_INTERNAL = {"worker_host", "worker_pid", "design"}
+_INTERNAL = {"design"}
 
 
 def trials_frame(study) -> pd.DataFrame:
@@ -20,11 +20,16 @@ def trials_frame(study) -> pd.DataFrame:
     (design, workload, environment, measured and derived figures) and ``fail_reason``."""
     rows = []
     for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("spare"):  # asked by a worker after the queue ran dry; never run
+            continue
         row = {"number": t.number, "state": t.state.name}
         row.update({f"param_{k}": v for k, v in t.params.items()})
         row.update({k: v for k, v in t.user_attrs.items() if k not in _INTERNAL})
         row.setdefault("fail_reason", "")
+        if t.datetime_start:
+            row["trial_start"] = t.datetime_start.isoformat()
         if t.datetime_start and t.datetime_complete:
+            row["trial_end"] = t.datetime_complete.isoformat()
             row["trial_wall_s"] = (t.datetime_complete - t.datetime_start).total_seconds()
         rows.append(row)
     df = pd.DataFrame(rows)
@@ -136,7 +141,8 @@ def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], 
 
 def roofline_plot(df: pd.DataFrame, out_dir: Path, title: str = "") -> Path | None:
     """Roofline of a study (Williams et al. 2009): each completed trial's prefill and decode as
-    points at their analytic arithmetic intensity (FLOP/byte) and achieved FLOP/s, under the
+    points at their arithmetic intensity (FLOP/byte; filled: analytic minimum bytes, hollow:
+    bytes measured by Nsight Compute where the trial was profiled) and achieved FLOP/s, under the
     measured and datasheet ceilings (bandwidth slope, compute roof). Writes ``roofline.png``."""
     import matplotlib
 
@@ -157,14 +163,19 @@ def roofline_plot(df: pd.DataFrame, out_dir: Path, title: str = "") -> Path | No
             ax.plot(ai, np.minimum(pf, pb * ai), style, c="k", lw=1,
                     label=f"{which} ceiling ({pb / 1e12:.2f} TB/s, {pf / 1e12:.0f} TFLOP/s)")
     for st, c in (("prefill", "C0"), ("decode", "C3")):
-        ax.scatter(done[f"{st}_arith_intensity"], done[f"{st}_flop_s"], c=c, label=st, zorder=3)
+        ax.scatter(done[f"{st}_arith_intensity"], done[f"{st}_flop_s"], c=c, zorder=3,
+                   label=f"{st} (analytic minimum bytes)")
+        meas = f"{st}_arith_intensity_measured"  # ncu's DRAM bytes, where profiled
+        if meas in done and done[meas].notna().any():
+            ax.scatter(done[meas], done[f"{st}_flop_s"], facecolors="none", edgecolors=c,
+                       zorder=3, label=f"{st} (ncu-measured bytes)")
     params = [c for c in done.columns if c.startswith("param_")]
     for _, row in done.iterrows():
         lab = ", ".join(f"{c[6:]}={row[c]}" for c in params)
         ax.annotate(lab, (row["decode_arith_intensity"], row["decode_flop_s"]), fontsize=6)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP/byte, analytic minimum bytes)")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("achieved FLOP/s")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3, which="both")

@@ -34,6 +34,7 @@ from .hardware import HardwareSpec, load_spec, measure_ceilings
 from .trial import write_json
 
 WORKLOAD_KEYS = ("batch", "prompt_len", "new_tokens")
+RUN_KEYS = ("mode",)  # sampled like a design field, but how the trial runs (zoo.generate.MODES)
 SAMPLERS = ("auto", "grid", "tpe", "nsga2", "random")
 ROW_OBJECTIVES = {
     "decode_tok_s", "prefill_tok_s", "ttft_ms", "decode_tpot_ms", "prefill_mfu_vs_measured",
@@ -70,6 +71,10 @@ class Plan:
     profile: dict = field(default_factory=dict)
     experiment: str = "baseline"
     quiet: bool = False
+    constraints: dict = field(default_factory=dict)
+    workers: int = 1
+    gpus: list | None = None
+    queue_only: bool = False  # workers > 1 on a grid: run enqueued designs only
 
 
 # ---- the design space ---------------------------------------------------------------------
@@ -95,7 +100,8 @@ def grid_of(space: dict, base: ModelConfig) -> dict | None:
 
 
 def suggest(trial: optuna.Trial, space: dict, base: ModelConfig) -> tuple[dict, dict]:
-    """Sample one design: ``(model_overrides, workload_overrides)``.
+    """Sample one design: ``(model_overrides, workload_overrides)``; a sampled ``mode`` (decode
+    mode, ``RUN_KEYS``) travels with the workload overrides.
 
     Raises:
         ValueError: a malformed space entry (the message names it).
@@ -109,7 +115,7 @@ def suggest(trial: optuna.Trial, space: dict, base: ModelConfig) -> tuple[dict, 
             value = trial.suggest_categorical(key, list(choices))
             if isinstance(choices, dict):  # a bundle of fields under a label
                 for k, v in choices[value].items():
-                    (workload if k in WORKLOAD_KEYS else model)[k] = v
+                    (workload if k in WORKLOAD_KEYS + RUN_KEYS else model)[k] = v
                 continue
         elif "low" in sp and "high" in sp:
             if isinstance(sp["low"], int) and isinstance(sp["high"], int):
@@ -119,7 +125,7 @@ def suggest(trial: optuna.Trial, space: dict, base: ModelConfig) -> tuple[dict, 
                 value = trial.suggest_float(key, sp["low"], sp["high"], log=sp.get("log", False))
         else:
             raise ValueError(f"space entry {key!r} needs choices, divisors_of, or low/high: {sp}")
-        (workload if key in WORKLOAD_KEYS else model)[key] = value
+        (workload if key in WORKLOAD_KEYS + RUN_KEYS else model)[key] = value
     return model, workload
 
 
@@ -204,7 +210,14 @@ class Objective:
         t0 = time.time()
         trial.set_user_attr("worker_host", socket.gethostname())
         trial.set_user_attr("worker_pid", os.getpid())
+        if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+            trial.set_user_attr("worker_gpu", os.environ["CUDA_VISIBLE_DEVICES"])
+        if plan.queue_only and "fixed_params" not in trial._cached_frozen_trial.system_attrs:
+            # another worker took the last queued design between our check and ask()
+            trial.set_user_attr("spare", True)
+            raise optuna.TrialPruned("spare: no queued design left for this worker")
         overrides, wl_over = suggest(trial, plan.space, plan.base)
+        mode = wl_over.pop("mode", plan.mode)
         wl = dict(plan.workload, **wl_over)
         label = ", ".join(f"{k}={v}" for k, v in trial.params.items()) or "base design"
         try:
@@ -214,15 +227,25 @@ class Objective:
             if need > cfg.max_seq_len:
                 raise DesignError(f"prompt_len + new_tokens = {need} exceeds max_seq_len "
                                   f"{cfg.max_seq_len}")
+            check_mode(mode, plan.device)
         except DesignError as e:
             return self._fail(trial, f"invalid design: {e}", label, t0,
-                              {**overrides, **wl_over, "experiment": plan.experiment})
+                              {**overrides, **wl_over, "mode": mode,
+                               "experiment": plan.experiment})
         row = {**design_columns(cfg), **{k: wl[k] for k in WORKLOAD_KEYS},
-               "experiment": plan.experiment, "study": plan.name, "mode": plan.mode,
+               "experiment": plan.experiment, "study": plan.name, "mode": mode,
                "profile": plan.profile.get("name", "timing")}
+        if plan.constraints:  # pruned before any GPU work, the reason kept
+            from zoo import counts
+
+            analytic = counts.summary(cfg, wl["batch"], wl["prompt_len"], wl["new_tokens"])
+            broken = violations(plan.constraints, analytic)
+            row.update({k: analytic[k] for k in plan.constraints})
+            if broken:
+                return self._prune(trial, "pruned: " + "; ".join(broken), label, t0, row)
         trial.set_user_attr("design", json.dumps(overrides))
         spec = {"model": cfg.to_dict(), "workload": wl, "device": plan.device["type"],
-                "mode": plan.mode, "seed": plan.seed, "weights": plan.weights,
+                "mode": mode, "seed": plan.seed, "weights": plan.weights,
                 "fault": _fault_for(plan.fault, trial.number), "profile": plan.profile}
         trial_dir = plan.results / "trials" / f"{trial.number:04d}"
         spec["trial_dir"] = str(trial_dir)
@@ -372,6 +395,15 @@ class Objective:
                 out.update(nsys.nan_row(stage, f"nsys failed: {e}"[:600]))
         return out
 
+    def _prune(self, trial, reason, label, t0, row):
+        for k, v in row.items():
+            trial.set_user_attr(k, _attr(v))
+        trial.set_user_attr("fail_reason", reason)
+        if not self.plan.quiet:
+            print(f"[{trial.number + 1}/{self.total}] {label}: {reason} ({time.time() - t0:.0f} s)",
+                  flush=True)
+        raise optuna.TrialPruned(reason)
+
     def _fail(self, trial, reason, label, t0, row):
         for k, v in row.items():
             trial.set_user_attr(k, _attr(v))
@@ -380,6 +412,34 @@ class Objective:
             print(f"[{trial.number + 1}/{self.total}] {label}: FAIL ({reason[:200]}) "
                   f"({time.time() - t0:.0f} s)", flush=True)
         raise TrialFailed(reason)
+
+
+def check_mode(mode: str, device: dict) -> None:
+    """Refuse a decode ``mode`` this device cannot run (before any GPU work).
+
+    Raises:
+        DesignError: unknown mode, or ``cudagraph``/``compile`` without a CUDA device.
+    """
+    from zoo.generate import MODES
+
+    if mode not in MODES:
+        raise DesignError(f"mode={mode!r} is not one of {', '.join(MODES)}")
+    if mode != "eager" and device["type"] != "cuda":
+        raise DesignError(f"mode={mode} needs a CUDA GPU (this run is on {device['type']})")
+
+
+def violations(constraints: dict, analytic: dict) -> list[str]:
+    """Constraint bands broken by a design: ``constraints`` maps an analytic figure
+    (``zoo.counts.summary`` names, e.g. ``params_non_embedding``) to ``{low, high}`` (either may
+    be absent). Returns one text per broken band, naming the figure, its value and the band."""
+    out = []
+    for key, band in constraints.items():
+        v = analytic[key]
+        lo, hi = band.get("low"), band.get("high")
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            out.append(f"{key} = {v:.4g} outside [{lo if lo is not None else '-inf'}, "
+                       f"{hi if hi is not None else 'inf'}]")
+    return out
 
 
 def _fault_for(fault: str | None, number: int) -> str | None:
@@ -402,16 +462,33 @@ def _attr(v):
 
 # ---- the study ----------------------------------------------------------------------------
 
+def get_storage(url: str):
+    """The Optuna storage for ``url``: a path ending in ``.journal`` or ``journal:PATH`` is a
+    ``JournalStorage`` on a ``JournalFileBackend`` (many processes on one host); anything else
+    goes to ``optuna.storages.get_storage`` (``sqlite:///...``, ``postgresql://...``).
+
+    Raises:
+        RuntimeError: the storage cannot be opened (the message names the URL and the cause).
+    """
+    try:
+        if url.startswith("journal:") or url.endswith(".journal"):
+            from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+            path = Path(url.removeprefix("journal:"))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return JournalStorage(JournalFileBackend(str(path)))
+        return optuna.storages.get_storage(url)
+    except Exception as e:  # noqa: BLE001 - any driver error: name the URL
+        raise RuntimeError(f"cannot open study storage {url!r}: {type(e).__name__}: {e}") from e
+
+
 def open_study(plan: Plan) -> optuna.Study:
     """Create or load the study (``load_if_exists``) with the plan's sampler and directions.
 
     Raises:
         RuntimeError: the storage URL cannot be opened (the message names it).
     """
-    try:
-        storage = optuna.storages.get_storage(plan.storage)
-    except Exception as e:  # noqa: BLE001 - any driver error: name the URL
-        raise RuntimeError(f"cannot open study storage {plan.storage!r}: {e}") from e
+    storage = get_storage(plan.storage)
     study = optuna.create_study(study_name=plan.name, storage=storage, load_if_exists=True,
                                 directions=plan.directions, sampler=make_sampler(plan))
     if list(study.directions) != [optuna.study.StudyDirection[d.upper()]
@@ -455,13 +532,17 @@ def _alive(pid) -> bool:
 
 
 def finished(study: optuna.Study) -> int:
-    """Designs finished (COMPLETE, FAIL, PRUNED), not counting trials cut off by a killed run."""
+    """Designs finished (COMPLETE, FAIL, PRUNED), not counting trials cut off by a killed run
+    nor a worker's spare trial (see ``Objective``)."""
     return sum(1 for t in study.get_trials(deepcopy=False) if t.state.is_finished()
-               and not t.user_attrs.get("interrupted"))
+               and not t.user_attrs.get("interrupted") and not t.user_attrs.get("spare"))
 
 
 def run(plan: Plan):
     """Run (or resume) the study to ``plan.n_trials`` finished designs; write the results.
+
+    With ``plan.workers`` > 1 the designs are measured by that many worker processes
+    (``run_workers``); otherwise one at a time in this process.
 
     Returns:
         ``(study, trials DataFrame)``.
@@ -477,27 +558,94 @@ def run(plan: Plan):
     if not plan.quiet:
         print(f"study {plan.name} ({plan.storage}): {finished(study)} designs done, "
               f"{todo} to run" + (f", {recovered} interrupted trial(s) queued again"
-                                  if recovered else ""), flush=True)
-    ceilings = measure_ceilings(plan.device)
-    objective = Objective(plan, ceilings, target)
-    for _ in range(todo):  # one at a time, so a grid that is exhausted stops the loop
-        before = finished(study)
-        study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=True)
-        report.write_table(report.trials_frame(study), plan.results)
-        done = finished(study)
-        if done == before or (grid_size and done >= grid_size and not _queued(study)):
-            break
+                                  if recovered else "")
+              + (f", {plan.workers} workers" if plan.workers > 1 else ""), flush=True)
+    t0 = time.time()
+    if plan.workers > 1:
+        ceilings = run_workers(plan, study, grid, target)
+    else:
+        ceilings = measure_ceilings(plan.device)
+        objective = Objective(plan, ceilings, target)
+        for _ in range(todo):  # one at a time, so a grid that is exhausted stops the loop
+            before = finished(study)
+            study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=True)
+            report.write_table(report.trials_frame(study), plan.results)
+            done = finished(study)
+            if done == before or (grid_size and done >= grid_size and not _queued(study)):
+                break
     df = report.trials_frame(study)
     report.write_table(df, plan.results)
     write_json(plan.results / "study.json", {
         "study": plan.name, "storage": plan.storage, "experiment": plan.experiment,
         "objectives": plan.objectives, "directions": plan.directions, "workload": plan.workload,
-        "base_model": plan.base.to_dict(), "space": plan.space, "mode": plan.mode,
+        "base_model": plan.base.to_dict(), "space": plan.space, "constraints": plan.constraints,
+        "mode": plan.mode, "workers": plan.workers, "run_wall_s": time.time() - t0,
         "hardware_spec": plan.spec.__dict__, "ceilings": ceilings,
         "env": environment(plan.device)})
     report.pareto_plot(df, plan.objectives, plan.directions, plan.results, title=plan.name)
     report.roofline_plot(df, plan.results, title=plan.name)
+    from .html_report import write_report
+
+    write_report(plan.results)
     return study, df
+
+
+def run_workers(plan: Plan, study: optuna.Study, grid: dict | None, target: int) -> dict:
+    """Measure the study's designs with ``plan.workers`` processes (``python -m sweep.worker``)
+    on the shared storage, each pinned to one GPU of ``plan.gpus`` through
+    ``CUDA_VISIBLE_DEVICES`` (on a CPU run they share the CPU). On a grid every design not yet
+    finished or queued is enqueued once, and workers take queued designs only, so none runs
+    twice; otherwise workers stop once finished plus running trials reach ``target``. Worker
+    logs: ``<results>/worker<i>.log``, echoed here as they grow. Returns the ceilings of the
+    device (measured once, shared through the cache)."""
+    import pickle
+    from dataclasses import replace
+    from itertools import product
+
+    queue_only = bool(grid)
+    if queue_only:
+        have = {json.dumps(t.params, sort_keys=True) for t in study.get_trials(deepcopy=False)
+                if t.state in (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE,
+                               TrialState.PRUNED)
+                or (t.state == TrialState.FAIL and not t.user_attrs.get("interrupted"))}
+        for point in product(*grid.values()):
+            params = dict(zip(grid, point))
+            if json.dumps(params, sort_keys=True) not in have:
+                study.enqueue_trial(params)
+    ceilings = measure_ceilings(plan.device)  # once, before the workers read the cache
+    wplan = replace(plan, queue_only=queue_only)
+    pkl = plan.results / "worker_plan.pkl"
+    tmp = pkl.with_suffix(".tmp")
+    tmp.write_bytes(pickle.dumps(wplan))
+    os.replace(tmp, pkl)
+    procs, logs = [], []
+    for i in range(plan.workers):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+        if plan.device["type"] == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = str(plan.gpus[i])
+        log = plan.results / f"worker{i}.log"
+        fh = open(log, "w")  # noqa: SIM115 - closed after the worker exits
+        procs.append((subprocess.Popen(
+            [sys.executable, "-m", "sweep.worker", str(pkl), str(i), str(target)],
+            cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT), fh))
+        logs.append([log, 0])
+    while True:
+        alive = [p.poll() is None for p, _ in procs]
+        for i, entry in enumerate(logs):
+            text = entry[0].read_text(errors="replace")
+            new, entry[1] = text[entry[1]:], len(text)
+            for line in new.splitlines():
+                if not plan.quiet and line.strip():
+                    print(f"[worker {i}] {line}", flush=True)
+        if not any(alive):
+            break
+        time.sleep(0.5)
+    for i, (p, fh) in enumerate(procs):
+        fh.close()
+        if p.returncode != 0:
+            print(f"worker {i} exited with code {p.returncode}; see {logs[i][0]}", flush=True)
+    return ceilings
 
 
 def _queued(study: optuna.Study) -> bool:
@@ -519,6 +667,7 @@ def plan_from_config(cfg) -> Plan:
     model, wl = dict(c["model"]), dict(c["workload"])
     exp = c.get("experiment") or {}
     space = exp.get("space") or {}
+    constraints = exp.get("constraints") or {}
     if device["type"] == "cpu" and c["cpu"]["enabled"]:
         if model.get("name") != c["cpu"]["model"] and not c.get("quiet"):
             print(f"no GPU visible: running the CPU fallback (model={c['cpu']['model']}, "
@@ -528,6 +677,8 @@ def plan_from_config(cfg) -> Plan:
         wl = dict(c["cpu"]["workload"])
         if exp.get("space_cpu") is not None:
             space = exp["space_cpu"]
+        if exp.get("constraints_cpu") is not None:
+            constraints = exp["constraints_cpu"]
     base = ModelConfig.from_dict(model)
     base.validate(device)
     prof = c.get("profile") or {}
@@ -546,6 +697,19 @@ def plan_from_config(cfg) -> Plan:
     if len(objectives) != len(directions) or any(d not in ("maximize", "minimize")
                                                    for d in directions):
         raise ValueError("study.directions must give maximize or minimize for each objective")
+    nvml_only = [o for o in objectives if o.endswith("_j_per_token")]
+    if nvml_only and not (c.get("profile") or {}).get("nvml"):
+        raise ValueError(f"objective(s) {nvml_only} need energy from NVML: add profile=nvml "
+                         "(or profile=ncu/full)")
+    from zoo import counts as _counts
+
+    known = set(_counts.summary(base, 1, 1, 1))
+    bad = sorted(set(constraints) - known)
+    if bad:
+        raise ValueError(f"unknown constraint figure(s) {bad}; choose from {', '.join(sorted(known))}")
+    for key, band in constraints.items():
+        if not isinstance(band, dict) or not set(band) <= {"low", "high"} or not band:
+            raise ValueError(f"constraint {key!r} must be a band {{low: ..., high: ...}}, got {band}")
     if c["study"]["sampler"] not in SAMPLERS:
         raise ValueError(f"study.sampler={c['study']['sampler']!r} is not one of "
                          f"{', '.join(SAMPLERS)}")
@@ -560,10 +724,25 @@ def plan_from_config(cfg) -> Plan:
     results_root = Path(c["results_dir"])
     if not results_root.is_absolute():
         results_root = REPO / results_root
-    storage = c["study"]["storage"] or f"sqlite:///{results_root / 'optuna.db'}"
+    workers = int(c["sweep"]["workers"])
+    if workers < 1:
+        raise ValueError(f"sweep.workers={workers} must be at least 1")
+    gpus = c["sweep"]["gpus"]
+    if workers > 1 and device["type"] == "cuda":
+        import torch
+
+        visible = list(range(torch.cuda.device_count()))
+        gpus = list(gpus) if gpus is not None else visible
+        if len(gpus) < workers:
+            raise ValueError(f"sweep.workers={workers} needs as many GPUs; {len(gpus)} given/visible "
+                             f"({gpus}): two measurements must never share a GPU")
+    default = (f"sqlite:///{results_root / 'optuna.db'}" if workers == 1
+               else str(results_root / "optuna.journal"))
+    storage = c["study"]["storage"] or default
     return Plan(name=name, storage=storage, base=base, workload=wl, space=space,
                 objectives=objectives, directions=directions, sampler=c["study"]["sampler"],
                 n_trials=c["study"]["n_trials"], device=device, mode=mode, spec=spec,
                 results=results_root / slug(name), seed=c["seed"], weights=c.get("weights"),
                 fault=c.get("fault"), profile=dict(c.get("profile") or {}),
-                experiment=exp.get("name", "baseline"), quiet=c.get("quiet", False))
+                experiment=exp.get("name", "baseline"), quiet=c.get("quiet", False),
+                constraints=constraints, workers=workers, gpus=gpus)

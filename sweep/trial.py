@@ -8,7 +8,8 @@ Spec (JSON)::
 
     {"model": {ModelConfig fields}, "workload": {"batch", "prompt_len", "new_tokens", "warmup",
      "repeats"}, "device": "cuda"|"cpu", "mode": "eager"|"cudagraph"|"compile", "seed": int,
-     "weights": null | checkpoint path, "fault": null | "raise"|"oom"|"crash"|"hang"|"nan"}
+     "weights": null | checkpoint path,
+     "fault": null | "WHERE:KIND" (KIND: raise|oom|crash|hang|nan|compile)}
 
 Result (JSON): ``{"status": "ok", "measured": {...}, "env": {...}}`` or
 ``{"status": "error", "error_type": "OOM"|"CUDA error"|"invalid design"|"NaN logits"|...,
@@ -45,6 +46,10 @@ def _inject(fault: str | None, where: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if kind == "hang":
         time.sleep(1e6)
+    if kind == "compile":
+        from .faults import launch_broken
+
+        launch_broken("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def measure(spec: dict) -> dict:

@@ -171,6 +171,8 @@ def summary(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int) -> d
         "params_non_embedding": p.non_embedding,
         "kv_bytes_per_token": kv_bytes_per_token(cfg),
         "weight_bytes": pf.bytes["weights"],
+        # the static cache a workload allocates: every position of every sequence
+        "kv_cache_bytes": kv_bytes_per_token(cfg) * batch * (prompt_len + new_tokens),
     }
     for name, st in (("prefill", pf), ("decode", dc)):
         row[f"{name}_flops"] = st.matmul_flops

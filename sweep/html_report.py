@@ -1,0 +1,144 @@
+"""One self-contained HTML report per study: ``results/<study>/report.html``.
+
+Sections: the hardware and software used, the design space (base model, space, constraints,
+objectives, workload), the Pareto front (plot and its designs), the roofline, the per-stage
+bottleneck classes and diagnosis texts, the trials table, and how to open the study in
+``optuna-dashboard``. Plots are embedded (base64 PNG), so the file can be mailed or committed as is.
+Written by every study run; ``python -m sweep.html_report STUDY_DIR`` rewrites it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from .report import pareto_mask
+
+TABLE_COLUMNS = ["number", "state", "mode", "n_heads", "n_kv_heads", "head_dim", "d_model",
+                 "n_layers", "ffn_dim", "kv_dtype", "kernels", "params_non_embedding",
+                 "kv_bytes_per_token", "ttft_ms", "decode_tpot_ms", "decode_tpot_ms_min",
+                 "decode_tpot_ms_p90", "decode_tok_s", "prefill_tok_s",
+                 "prefill_mfu_vs_measured", "decode_mbu_vs_measured", "decode_j_per_token",
+                 "decode_dram_bytes_over_min", "peak_mem_bytes", "prefill_bound", "decode_bound",
+                 "worker_gpu", "fail_reason"]
+
+
+def _img(path: Path) -> str:
+    if not path.exists():
+        return "<p><em>(not drawn: no completed trials with these figures)</em></p>"
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img alt="{html.escape(path.name)}" src="data:image/png;base64,{data}">'
+
+
+def _kv_table(d: dict) -> str:
+    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_fmt(v))}</td></tr>"
+                   for k, v in d.items())
+    return f"<table>{rows}</table>"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v)
+    return str(v)
+
+
+def _frame(df: pd.DataFrame) -> str:
+    return df.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}", border=0)
+
+
+def front_rows(df: pd.DataFrame, objectives: list[str], directions: list[str]) -> pd.DataFrame:
+    """The completed trials on the Pareto front of ``objectives``."""
+    done = df[df["state"] == "COMPLETE"] if "state" in df else df
+    if done.empty or not set(objectives) <= set(done.columns):
+        return done.iloc[0:0]
+    vals = done[objectives].astype(float)
+    ok = vals.notna().all(axis=1)
+    mask = pd.Series(False, index=done.index)
+    mask[ok] = pareto_mask(vals[ok], directions)
+    return done[mask]
+
+
+def write_report(study_dir: str | Path) -> Path:
+    """Write ``<study_dir>/report.html`` from ``study.json``, ``trials.parquet`` and the plots
+    beside them; returns its path.
+
+    Raises:
+        FileNotFoundError: ``study.json`` or ``trials.parquet`` missing (not a study folder).
+    """
+    d = Path(study_dir)
+    meta = json.loads((d / "study.json").read_text())
+    df = pd.read_parquet(d / "trials.parquet")
+    objs, dirs = meta["objectives"], meta["directions"]
+    env, spec, ceil = meta.get("env", {}), meta.get("hardware_spec", {}), meta.get("ceilings", {})
+    states = df["state"].value_counts().to_dict() if "state" in df else {}
+    params = [c for c in df.columns if c.startswith("param_")]
+    cols = ["number"] + params + [c for c in TABLE_COLUMNS if c in df.columns and c != "number"]
+    front = front_rows(df, objs, dirs)
+    diag_cols = ["number"] + params + [c for c in ("prefill_bound", "decode_bound",
+                                                   "decode_bound_evidence", "diagnosis")
+                                       if c in df.columns]
+    done = df[df["state"] == "COMPLETE"] if "state" in df else df
+    failed = df[df["state"] != "COMPLETE"] if "state" in df else df.iloc[0:0]
+    storage = meta.get("storage", "")
+    parts = [
+        f"<h1>{html.escape(meta['study'])}</h1>",
+        f"<p>experiment <b>{html.escape(str(meta.get('experiment')))}</b>; "
+        f"{len(df)} designs: {html.escape(json.dumps(states))}; objectives "
+        + ", ".join(f"{o} ({dd})" for o, dd in zip(objs, dirs)) + "</p>",
+        "<h2>Hardware and software</h2>",
+        _kv_table({k: env.get(k) for k in ("device", "torch", "triton", "cuda", "driver",
+                                           "python", "git_sha", "timestamp") if k in env}),
+        "<h3>Peaks</h3>",
+        _kv_table({**{f"datasheet {k}": v for k, v in spec.items()},
+                   **{f"measured {k}": v for k, v in ceil.items()}}),
+        "<h2>Design space</h2>",
+        _kv_table({"space": meta.get("space"), "constraints": meta.get("constraints") or {},
+                   "workload": meta.get("workload"), "decode mode": meta.get("mode"),
+                   "workers": meta.get("workers", 1)}),
+        "<h3>Base model</h3>", _kv_table(meta.get("base_model", {})),
+        "<h2>Pareto front</h2>", _img(d / "pareto.png"),
+        '<p>Interactive: <a href="pareto.html">pareto.html</a></p>',
+        _frame(front[[c for c in cols if c in front.columns]]) if not front.empty
+        else "<p>no completed trials</p>",
+        "<h2>Roofline</h2>", _img(d / "roofline.png"),
+        "<h2>Bottlenecks and diagnosis</h2>",
+        _frame(done[[c for c in diag_cols if c in done.columns]]) if not done.empty else "",
+        "<h2>Trials</h2>", _frame(df[[c for c in cols if c in df.columns]]),
+        '<p>Every column: <a href="trials.csv">trials.csv</a> / trials.parquet.</p>',
+    ]
+    if not failed.empty:
+        parts += ["<h3>Failed and pruned designs</h3>",
+                  _frame(failed[[c for c in ["number", "state"] + params + ["fail_reason"]
+                                 if c in failed.columns]])]
+    parts += ["<h2>Open in optuna-dashboard</h2>",
+              f"<pre>pip install optuna-dashboard\noptuna-dashboard {html.escape(storage)}</pre>",
+              "<p>Each trial's figures are its user attributes (the column names above).</p>"]
+    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto}table{border-collapse:"
+             "collapse;font-size:12px;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;"
+             "text-align:left}img{max-width:100%}")
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(meta['study'])}"
+            f"</title><style>{style}</style></head><body>{''.join(parts)}</body></html>")
+    out = d / "report.html"
+    tmp = d / ".report.html.tmp"
+    tmp.write_text(page)
+    os.replace(tmp, out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    for s in argv:
+        print(write_report(s))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
