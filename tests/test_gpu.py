@@ -41,3 +41,43 @@ def test_ceilings_are_plausible():
     t = Timer("cuda")
     assert _copy_rate(t, 1 << 28, "cuda")["copy_bytes_s"] > 2e11
     assert _gemm_rate(t, 4096, "bf16", "cuda")["gemm_flops_bf16"] > 5e13
+
+
+def _gpu_study(tmp_path, *extra):
+    from sweep.study import plan_from_config, run
+    from tests.helpers import compose_cfg
+
+    over = [f"results_dir={tmp_path}", f"study.storage=sqlite:///{tmp_path}/optuna.db",
+            "quiet=true", "device=cuda", "model=tiny", "workload.prompt_len=64",
+            "workload.new_tokens=8", "workload.repeats=2", "workload.warmup=1",
+            "study.n_trials=1", *extra]
+    _, df = run(plan_from_config(compose_cfg(over)))
+    return df.iloc[0]
+
+
+def test_profile_torch_on_gpu(tmp_path):
+    r = _gpu_study(tmp_path, "profile=torch")
+    assert r["state"] == "COMPLETE", r.get("fail_reason")
+    assert 0 < r["decode_gpu_active_pct"] <= 100 and r["decode_cpu_gpu_ratio"] > 0
+    shares = [r[c] for c in r.index if str(c).startswith("decode_kernel_share_")]
+    assert sum(shares) == pytest.approx(1.0)
+    assert r["gemm_calls_logged"] > 0  # cuBLASLt logged the model's matmuls
+
+
+def test_profile_ncu_on_gpu(tmp_path):
+    import shutil
+
+    if not shutil.which("ncu"):
+        pytest.skip("ncu (Nsight Compute) not installed")
+    r = _gpu_study(tmp_path, "profile=ncu")
+    assert r["state"] == "COMPLETE", r.get("fail_reason")
+    for st in ("prefill", "decode"):
+        assert pd_notna(r.get(f"{st}_dram_bytes")), r.get(f"{st}_ncu_reason")
+        assert r[f"{st}_dram_bytes_over_min"] > 0.5
+        assert 0 < r[f"{st}_l2_hit_pct"] <= 100 and r[f"{st}_top_stall"]
+
+
+def pd_notna(v):
+    import math
+
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
