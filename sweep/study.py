@@ -212,7 +212,7 @@ class Objective:
         trial.set_user_attr("worker_pid", os.getpid())
         if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
             trial.set_user_attr("worker_gpu", os.environ["CUDA_VISIBLE_DEVICES"])
-        if plan.queue_only and "fixed_params" not in trial._cached_frozen_trial.system_attrs:
+        if plan.queue_only and not _from_queue(trial):
             # another worker took the last queued design between our check and ask()
             trial.set_user_attr("spare", True)
             raise optuna.TrialPruned("spare: no queued design left for this worker")
@@ -412,6 +412,15 @@ class Objective:
             print(f"[{trial.number + 1}/{self.total}] {label}: FAIL ({reason[:200]}) "
                   f"({time.time() - t0:.0f} s)", flush=True)
         raise TrialFailed(reason)
+
+
+def _from_queue(trial: optuna.Trial) -> bool:
+    """Whether ``trial`` was popped from the queue (``enqueue_trial``): Optuna keeps the queued
+    parameters in the trial's ``fixed_params`` system attribute."""
+    for t in trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.number == trial.number:
+            return "fixed_params" in t.system_attrs
+    return False
 
 
 def check_mode(mode: str, device: dict) -> None:

@@ -204,3 +204,22 @@ def test_workers_check(tmp_path):
     assert res["isolation"]["overlapping_trials_on_a_gpu"] == ["0"]  # GPU 0 ran two at once
     assert not res["ok"]["agreement"]  # 7.0 vs 6.0 ms: spreads apart, 17% off
     assert not res["ok"]["speedup"]  # 100/80 = 1.25x
+
+
+def test_a_worker_never_runs_an_unqueued_design(tmp_path):
+    """A worker that asks after the queue ran dry gets a spare trial: pruned before any work,
+    not counted as a design, not in the table."""
+    from dataclasses import replace
+
+    from sweep import report
+    from sweep.study import Objective, finished, open_study
+
+    plan = plan_from_config(compose_cfg(tiny_overrides(tmp_path, "+experiment=gqa_vs_mha")))
+    plan = replace(plan, queue_only=True)
+    study = open_study(plan)
+    obj = Objective(plan, {}, 4)
+    study.optimize(obj, n_trials=1)  # nothing queued
+    (t,) = study.get_trials()
+    assert t.state == optuna.trial.TrialState.PRUNED and t.user_attrs["spare"] is True
+    assert finished(study) == 0 and report.trials_frame(study).empty
+    assert not (plan.results / "trials").exists()
