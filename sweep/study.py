@@ -634,7 +634,7 @@ def run_workers(plan: Plan, study: optuna.Study, grid: dict | None, target: int)
         if plan.device["type"] == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = str(plan.gpus[i])
         log = plan.results / f"worker{i}.log"
-        fh = open(log, "w")  # noqa: SIM115 - closed after the worker exits
+        fh = open(log, "w")  # closed after the worker exits
         procs.append((subprocess.Popen(
             [sys.executable, "-m", "sweep.worker", str(pkl), str(i), str(target)],
             cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT), fh))
