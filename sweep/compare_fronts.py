@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from .env import REPO, slug
-from .report import pareto_mask
+from .report import load_study, pareto_mask
 
 
 def hypervolume(points: np.ndarray, ref: np.ndarray) -> float:
@@ -58,20 +58,6 @@ def hypervolume(points: np.ndarray, ref: np.ndarray) -> float:
                 hv += (ref[0] - x) * (best_y - y)
                 best_y = y
         return hv
-
-
-def load(study_dir: Path) -> tuple[dict, pd.DataFrame]:
-    """``(study.json, trials table)`` of a study folder.
-
-    Raises:
-        FileNotFoundError: not a study folder (names what is missing).
-    """
-    for f in ("study.json", "trials.parquet"):
-        if not (study_dir / f).exists():
-            raise FileNotFoundError(f"{study_dir}: no {f} (not a study folder written by "
-                                    "python -m sweep)")
-    return json.loads((study_dir / "study.json").read_text()), pd.read_parquet(
-        study_dir / "trials.parquet")
 
 
 def design_label(row: pd.Series) -> str:
@@ -217,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="output folder (default results/fronts/<experiments>)")
     a = ap.parse_args(argv)
     try:
-        loaded = [(Path(s), *load(Path(s))) for s in a.studies]
+        loaded = [(Path(s), *load_study(s)) for s in a.studies]
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .report import pareto_mask
+from .report import load_study, pareto_mask
 
 TABLE_COLUMNS = ["number", "state", "mode", "n_heads", "n_kv_heads", "head_dim", "d_model",
                  "n_layers", "ffn_dim", "kv_dtype", "kernels", "params_non_embedding",
@@ -74,8 +74,7 @@ def write_report(study_dir: str | Path) -> Path:
         FileNotFoundError: ``study.json`` or ``trials.parquet`` missing (not a study folder).
     """
     d = Path(study_dir)
-    meta = json.loads((d / "study.json").read_text())
-    df = pd.read_parquet(d / "trials.parquet")
+    meta, df = load_study(d)
     objs, dirs = meta["objectives"], meta["directions"]
     env, spec, ceil = meta.get("env", {}), meta.get("hardware_spec", {}), meta.get("ceilings", {})
     states = df["state"].value_counts().to_dict() if "state" in df else {}

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import math
 import sys
 from pathlib import Path
 
-import pandas as pd
-
+from .report import load_study
 from .trial import write_json
 
 
@@ -27,8 +25,7 @@ def _clean(v):
 
 def study_record(study_dir: Path, columns: list[str] | None = None) -> dict:
     """One study's meta (``study.json``) and its trials table as a list of row dicts."""
-    meta = json.loads((study_dir / "study.json").read_text())
-    df = pd.read_parquet(study_dir / "trials.parquet")
+    meta, df = load_study(study_dir)
     if columns:
         df = df[[c for c in columns if c in df.columns]]
     rows = [{k: _clean(v) for k, v in r.items()} for r in df.to_dict(orient="records")]

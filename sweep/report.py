@@ -38,6 +38,19 @@ def trials_frame(study) -> pd.DataFrame:
     return df
 
 
+def load_study(study_dir: str | Path) -> tuple[dict, pd.DataFrame]:
+    """``(study.json, trials table)`` of a study folder written by ``python -m sweep``.
+
+    Raises:
+        FileNotFoundError: not a study folder (names what is missing).
+    """
+    d = Path(study_dir)
+    for f in ("study.json", "trials.parquet"):
+        if not (d / f).exists():
+            raise FileNotFoundError(f"{d}: no {f} (not a study folder written by python -m sweep)")
+    return json.loads((d / "study.json").read_text()), pd.read_parquet(d / "trials.parquet")
+
+
 def write_table(df: pd.DataFrame, out_dir: Path) -> None:
     """Write ``trials.parquet`` and ``trials.csv`` into ``out_dir`` atomically (write, rename)."""
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -22,21 +22,19 @@ from pathlib import Path
 
 import pandas as pd
 
+from .report import load_study
+
 DESIGN = ["n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers", "ffn_dim", "dtype",
           "kv_dtype", "kernels", "mode", "batch", "prompt_len", "new_tokens"]
 FIGURES = {"decode_tpot_ms": ("decode_tpot_ms_min", "decode_tpot_ms_p90"),
            "ttft_ms": ("ttft_ms_min", "ttft_ms_p90")}
 
 
-def _load(d: Path) -> tuple[dict, pd.DataFrame]:
-    return json.loads((d / "study.json").read_text()), pd.read_parquet(d / "trials.parquet")
-
-
 def check(one: Path, many: Path, min_speedup: float = 1.6, tolerance: float = 0.03) -> dict:
     """The checks of the module docstring as a dict: ``rates``, ``speedup``, ``integrity``,
     ``isolation``, ``agreement`` (per design and figure) and ``ok`` per check."""
-    m1, d1 = _load(one)
-    mn, dn = _load(many)
+    m1, d1 = load_study(one)
+    mn, dn = load_study(many)
     keys = [k for k in DESIGN if k in d1.columns and k in dn.columns]
     r1 = len(d1[d1.state != "RUNNING"]) / m1["run_wall_s"]
     rn = len(dn[dn.state != "RUNNING"]) / mn["run_wall_s"]
