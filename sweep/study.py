@@ -31,7 +31,7 @@ from zoo import DesignError, ModelConfig
 from . import analysis, report
 from .env import REPO, detect_device, environment, slug
 from .hardware import HardwareSpec, load_spec, measure_ceilings
-from .trial import write_json
+from .trial import DECODE_WINDOW, write_json
 
 WORKLOAD_KEYS = ("batch", "prompt_len", "new_tokens")
 RUN_KEYS = ("mode",)  # sampled like a design field, but how the trial runs (zoo.generate.MODES)
@@ -151,6 +151,13 @@ def make_sampler(plan: Plan) -> optuna.samplers.BaseSampler:
 
 # ---- one trial ----------------------------------------------------------------------------
 
+def _child_env() -> dict:
+    """This process's environment with the repository first on ``PYTHONPATH``, for the
+    ``sweep.trial`` and ``sweep.worker`` children (the project need not be installed)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+
+
 def run_child(spec: dict, trial_dir: Path, timeout_s: float, wrapper: list[str] | None = None
               ) -> dict:
     """Run ``python -m sweep.trial`` on ``spec`` in a child process (optionally under
@@ -164,8 +171,7 @@ def run_child(spec: dict, trial_dir: Path, timeout_s: float, wrapper: list[str] 
     write_json(spec_path, spec)
     result_path.unlink(missing_ok=True)
     cmd = (wrapper or []) + [sys.executable, "-m", "sweep.trial", str(spec_path), str(result_path)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env = _child_env()
     env.update(spec.get("env", {}))
     with open(trial_dir / "log.txt", "w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -301,7 +307,7 @@ class Objective:
         from .measure import ncu
 
         opts = spec["profile"].get("options", {})
-        a, b = opts.get("ncu_decode_steps", [2, 3])
+        a, b = opts.get("ncu_decode_steps", DECODE_WINDOW)
         layers = list(opts.get("ncu_detail_layers", [0]))
         out = {}
         for stage in ("prefill", "decode"):
@@ -379,7 +385,6 @@ class Objective:
         failure."""
         from .measure import nsys
 
-        a, b = spec["profile"].get("options", {}).get("ncu_decode_steps", [2, 10])
         out = {}
         for stage in ("prefill", "decode"):
             d = trial_dir / f"nsys_{stage}"
@@ -396,22 +401,20 @@ class Objective:
         return out
 
     def _prune(self, trial, reason, label, t0, row):
-        for k, v in row.items():
-            trial.set_user_attr(k, _attr(v))
-        trial.set_user_attr("fail_reason", reason)
-        if not self.plan.quiet:
-            print(f"[{trial.number + 1}/{self.total}] {label}: {reason} ({time.time() - t0:.0f} s)",
-                  flush=True)
-        raise optuna.TrialPruned(reason)
+        self._end(trial, reason, label, t0, row, reason, optuna.TrialPruned)
 
     def _fail(self, trial, reason, label, t0, row):
+        self._end(trial, reason, label, t0, row, f"FAIL ({reason[:200]})", TrialFailed)
+
+    def _end(self, trial, reason, label, t0, row, shown, exc):
+        """Record ``row`` and ``fail_reason`` on the trial, print ``shown``, raise ``exc``."""
         for k, v in row.items():
             trial.set_user_attr(k, _attr(v))
         trial.set_user_attr("fail_reason", reason)
         if not self.plan.quiet:
-            print(f"[{trial.number + 1}/{self.total}] {label}: FAIL ({reason[:200]}) "
+            print(f"[{trial.number + 1}/{self.total}] {label}: {shown} "
                   f"({time.time() - t0:.0f} s)", flush=True)
-        raise TrialFailed(reason)
+        raise exc(reason)
 
 
 def _from_queue(trial: optuna.Trial) -> bool:
@@ -629,8 +632,7 @@ def run_workers(plan: Plan, study: optuna.Study, grid: dict | None, target: int)
     os.replace(tmp, pkl)
     procs, logs = [], []
     for i in range(plan.workers):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+        env = _child_env()
         if plan.device["type"] == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = str(plan.gpus[i])
         log = plan.results / f"worker{i}.log"
@@ -707,7 +709,7 @@ def plan_from_config(cfg) -> Plan:
                                                    for d in directions):
         raise ValueError("study.directions must give maximize or minimize for each objective")
     nvml_only = [o for o in objectives if o.endswith("_j_per_token")]
-    if nvml_only and not (c.get("profile") or {}).get("nvml"):
+    if nvml_only and not prof.get("nvml"):
         raise ValueError(f"objective(s) {nvml_only} need energy from NVML: add profile=nvml "
                          "(or profile=ncu/full)")
     from zoo import counts as _counts
@@ -752,6 +754,6 @@ def plan_from_config(cfg) -> Plan:
                 objectives=objectives, directions=directions, sampler=c["study"]["sampler"],
                 n_trials=c["study"]["n_trials"], device=device, mode=mode, spec=spec,
                 results=results_root / slug(name), seed=c["seed"], weights=c.get("weights"),
-                fault=c.get("fault"), profile=dict(c.get("profile") or {}),
+                fault=c.get("fault"), profile=dict(prof),
                 experiment=exp.get("name", "baseline"), quiet=c.get("quiet", False),
                 constraints=constraints, workers=workers, gpus=gpus)

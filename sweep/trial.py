@@ -27,6 +27,13 @@ import time
 import traceback
 from pathlib import Path
 
+DECODE_WINDOW = (2, 3)  # decode steps [A, B) a profiler sees, unless options.ncu_decode_steps
+
+
+def _options(spec: dict) -> dict:
+    """The trial's ``profile.options`` (empty without a profile)."""
+    return (spec.get("profile") or {}).get("options", {})
+
 
 class NaNLogits(RuntimeError):
     """The model produced non-finite logits."""
@@ -84,7 +91,7 @@ def measure(spec: dict) -> dict:
     torch.manual_seed(spec.get("seed", 0))
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-        if (spec.get("profile") or {}).get("options", {}).get("memory_snapshot"):
+        if _options(spec).get("memory_snapshot"):
             # the allocator's history for https://pytorch.org/memory_viz
             torch.cuda.memory._record_memory_history(max_entries=200_000)
     t0 = time.perf_counter()
@@ -111,13 +118,13 @@ def measure(spec: dict) -> dict:
         state["tok"] = gen.prefill(prompt).argmax(-1, keepdim=True)
 
     prof = spec.get("profile") or {}
-    opts = prof.get("options", {})
+    opts = _options(spec)
     trial_dir = Path(spec["trial_dir"]) if spec.get("trial_dir") else None
     sampler = None
     if prof.get("nvml"):
         from .measure.nvml import NvmlSampler
 
-        sampler = NvmlSampler(interval_s=prof.get("options", {}).get("nvml_interval_s", 0.02))
+        sampler = NvmlSampler(interval_s=opts.get("nvml_interval_s", 0.02))
     region = sampler.region if sampler else (lambda name: contextlib.nullcontext())
     timer.repeat(prefill, wl["warmup"], 0)
     with region("prefill"):
@@ -197,7 +204,7 @@ def torch_windows(gen, prompt, spec: dict) -> dict:
     from .measure.torch_prof import profile_stage
 
     B, T = prompt.shape
-    n = (spec.get("profile") or {}).get("options", {}).get("torch_decode_steps", 8)
+    n = _options(spec).get("torch_decode_steps", 8)
     n = max(1, min(n, spec["workload"]["new_tokens"] - 1))
     trial_dir = Path(spec["trial_dir"]) if spec.get("trial_dir") else None
     cuda = spec["device"] == "cuda"
@@ -233,7 +240,7 @@ def profiled_window(gen, prompt, spec: dict) -> dict:
     import torch
 
     stage = spec["profile_window"]
-    a, b = (spec.get("profile") or {}).get("options", {}).get("ncu_decode_steps", [2, 3])
+    a, b = _options(spec).get("ncu_decode_steps", DECODE_WINDOW)
     sample = spec.get("ncu_sample")
     if sample is not None:
         b = a + 1

@@ -20,3 +20,12 @@ def tiny_overrides(tmp_path, *extra: str) -> list[str]:
     return [f"results_dir={tmp_path}", f"study.storage=sqlite:///{tmp_path}/optuna.db",
             "quiet=true", "device=cpu", "cpu.workload.prompt_len=16", "cpu.workload.new_tokens=4",
             "cpu.workload.repeats=2", "cpu.workload.warmup=1", *extra]
+
+
+def run_tiny(tmp_path, *extra):
+    """Plan and run a tiny CPU study (``tiny_overrides`` + ``extra``): ``(plan, study, df)``."""
+    from sweep.study import plan_from_config, run
+
+    plan = plan_from_config(compose_cfg(tiny_overrides(tmp_path, *extra)))
+    study, df = run(plan)
+    return plan, study, df

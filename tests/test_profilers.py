@@ -11,9 +11,9 @@ import pytest
 
 from sweep.measure import cublaslt, nsys
 from sweep.measure.torch_prof import category, timeline
-from sweep.study import plan_from_config, run
+from sweep.study import plan_from_config
 
-from .helpers import compose_cfg, tiny_overrides
+from .helpers import compose_cfg, run_tiny, tiny_overrides
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -42,9 +42,7 @@ def test_kernel_categories(name, want):
 
 
 def test_profile_torch_on_cpu_keeps_op_table_and_trace(tmp_path):
-    plan = plan_from_config(compose_cfg(tiny_overrides(tmp_path, "profile=torch",
-                                                       "study.n_trials=1")))
-    _, df = run(plan)
+    plan, _, df = run_tiny(tmp_path, "profile=torch", "study.n_trials=1")
     r = df.iloc[0]
     assert r["state"] == "COMPLETE"
     ops = json.loads(r["decode_torch_top_ops"])
@@ -98,9 +96,7 @@ def test_nsys_command_and_missing_tool(tmp_path, monkeypatch):
 
 def test_ncu_mode_without_ncu_goes_on_with_reason(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(Path(__import__("sys").executable).parent))  # python, no ncu
-    plan = plan_from_config(compose_cfg(tiny_overrides(tmp_path, "profile=ncu",
-                                                       "study.n_trials=1")))
-    _, df = run(plan)
+    plan, _, df = run_tiny(tmp_path, "profile=ncu", "study.n_trials=1")
     r = df.iloc[0]
     assert r["state"] == "COMPLETE"
     assert "Nsight Compute not installed" in r["decode_ncu_reason"]

@@ -14,21 +14,15 @@ import pandas as pd
 import pytest
 
 from sweep import compare_fronts
-from sweep.study import plan_from_config, run
-from tests.helpers import compose_cfg, tiny_overrides
+from sweep.study import plan_from_config
+from tests.helpers import compose_cfg, run_tiny, tiny_overrides
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
-def _run(tmp_path, *extra):
-    plan = plan_from_config(compose_cfg(tiny_overrides(tmp_path, *extra)))
-    study, df = run(plan)
-    return plan, study, df
-
-
 def test_constraint_prunes_before_any_work(tmp_path):
-    plan, study, df = _run(tmp_path, "+experiment=ffn_width")  # CPU band: <= 6e5 params
+    plan, study, df = run_tiny(tmp_path, "+experiment=ffn_width")  # CPU band: <= 6e5 params
     assert len(df) == 3
     pruned = df[df.state == "PRUNED"]
     assert list(pruned.ffn_dim) == [704]
@@ -40,7 +34,7 @@ def test_constraint_prunes_before_any_work(tmp_path):
 
 
 def test_mode_is_a_design_parameter(tmp_path):
-    plan, study, df = _run(tmp_path, "+experiment=fused_kernels")
+    plan, study, df = run_tiny(tmp_path, "+experiment=fused_kernels")
     by_mode = df.set_index("mode")
     assert by_mode.loc["eager", "state"] == "COMPLETE"
     assert by_mode.loc["cudagraph", "state"] == "FAIL"
@@ -56,7 +50,7 @@ def test_mode_is_a_design_parameter(tmp_path):
 
 def test_kernel_compile_error_is_recorded(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    plan, study, df = _run(tmp_path, "+experiment.space.n_kv_heads.choices=[1,2]",
+    plan, study, df = run_tiny(tmp_path, "+experiment.space.n_kv_heads.choices=[1,2]",
                            "fault=measure:compile@0")
     assert list(df.state) == ["FAIL", "COMPLETE"]
     assert df.fail_reason.iloc[0].startswith("kernel compile error: ")
@@ -91,8 +85,8 @@ def test_hypervolume_and_dominance():
 
 
 def test_compare_fronts_cli(tmp_path):
-    _, _, _ = _run(tmp_path, "+experiment=gqa_vs_mha")
-    _, _, _ = _run(tmp_path, "+experiment=kv_quant")
+    _, _, _ = run_tiny(tmp_path, "+experiment=gqa_vs_mha")
+    _, _, _ = run_tiny(tmp_path, "+experiment=kv_quant")
     dirs = sorted(str(p) for p in tmp_path.iterdir() if (p / "study.json").exists())
     out = tmp_path / "fronts"
     r = subprocess.run([sys.executable, "-m", "sweep.compare_fronts", *dirs, "--objectives",
@@ -112,7 +106,7 @@ def test_compare_fronts_cli(tmp_path):
 
 
 def _check_workers(tmp_path, storage: str, study_name: str):
-    plan, study, df = _run(tmp_path, "+experiment=gqa_vs_mha", "sweep.workers=2",
+    plan, study, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha", "sweep.workers=2",
                            f"study.storage={storage}", f"study.name={study_name}")
     assert plan.workers == 2
     # every design of the grid ran exactly once, none lost, none twice
@@ -123,7 +117,7 @@ def _check_workers(tmp_path, storage: str, study_name: str):
     assert df.worker_pid.nunique() == 2  # both workers measured designs
     assert all((plan.results / f"worker{i}.log").exists() for i in range(2))
     # a re-run finds everything done and measures nothing more
-    _, study2, df2 = _run(tmp_path, "+experiment=gqa_vs_mha", "sweep.workers=2",
+    _, study2, df2 = run_tiny(tmp_path, "+experiment=gqa_vs_mha", "sweep.workers=2",
                           f"study.storage={storage}", f"study.name={study_name}")
     assert len(df2) == 4
 

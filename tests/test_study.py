@@ -11,21 +11,14 @@ import optuna
 import pandas as pd
 import pytest
 
-from sweep.study import plan_from_config, run
-from tests.helpers import compose_cfg, tiny_overrides
+from tests.helpers import run_tiny, tiny_overrides
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
-def _run(tmp_path, *extra):
-    plan = plan_from_config(compose_cfg(tiny_overrides(tmp_path, *extra)))
-    study, df = run(plan)
-    return plan, study, df
-
-
 def test_failures_are_recorded_and_the_study_goes_on(tmp_path):
-    plan, study, df = _run(
+    plan, study, df = run_tiny(
         tmp_path, "experiment.name=faults", "+experiment.space.n_kv_heads.choices=[1,2,3,4,8]",
         "fault='measure:crash@1,measure:oom@3,start:nan@4'")
     assert len(df) == 5  # the whole grid ran despite four failures
@@ -49,7 +42,7 @@ def test_failures_are_recorded_and_the_study_goes_on(tmp_path):
 
 
 def test_timeout_is_recorded(tmp_path):
-    plan, study, df = _run(tmp_path, "cpu.workload.timeout_s=8", "fault=measure:hang@0",
+    plan, study, df = run_tiny(tmp_path, "cpu.workload.timeout_s=8", "fault=measure:hang@0",
                            "study.n_trials=1")
     assert df.loc[0, "state"] == "FAIL"
     assert df.loc[0, "fail_reason"].startswith("timeout: trial exceeded 8 s")
@@ -57,16 +50,16 @@ def test_timeout_is_recorded(tmp_path):
 
 def test_resume_keeps_finished_trials(tmp_path):
     over = ("+experiment=gqa_vs_mha",)
-    _, study, df = _run(tmp_path, *over, "study.n_trials=2")
+    _, study, df = run_tiny(tmp_path, *over, "study.n_trials=2")
     assert list(df["state"]) == ["COMPLETE", "COMPLETE"]
     first = {t.number: (t.datetime_start, t.values) for t in study.trials}
-    _, study2, df2 = _run(tmp_path, *over)  # the grid target: all 4 divisors of n_heads=8
+    _, study2, df2 = run_tiny(tmp_path, *over)  # the grid target: all 4 divisors of n_heads=8
     assert len(df2) == 4 and set(df2["state"]) == {"COMPLETE"}
     assert sorted(df2["n_kv_heads"]) == [1, 2, 4, 8]
     for t in study2.trials[:2]:
         assert (t.datetime_start, t.values) == first[t.number]
     # running the finished study again measures nothing new
-    _, study3, df3 = _run(tmp_path, *over)
+    _, study3, df3 = run_tiny(tmp_path, *over)
     assert len(df3) == 4
 
 
@@ -97,7 +90,7 @@ def test_study_killed_mid_trial_resumes(tmp_path):
         pytest.fail("trial 1 never started")
     os.killpg(proc.pid, signal.SIGKILL)  # the study process and its hanging child
     proc.wait()
-    _, study, df = _run(tmp_path, "+experiment=gqa_vs_mha")
+    _, study, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha")
     states = df.set_index("number")["state"]
     assert states[0] == "COMPLETE"
     assert states[1] == "FAIL"
