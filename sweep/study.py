@@ -272,13 +272,13 @@ class Objective:
         row.update(analysis.diagnose(row))
         row["trial_dir"] = str(trial_dir.relative_to(REPO) if trial_dir.is_relative_to(REPO)
                                else trial_dir)
-        for k, v in row.items():
-            trial.set_user_attr(k, _attr(v))
-        values = [row.get(o, math.nan) for o in plan.objectives]
         for st in ("prefill", "decode"):  # J/token needs NVML (profile=nvml)
             if f"{st}_j_per_token" not in row:
                 row[f"{st}_j_per_token"] = math.nan
                 row[f"{st}_j_per_token_reason"] = "not measured: profile without nvml"
+        for k, v in row.items():
+            trial.set_user_attr(k, _attr(v))
+        values = [row.get(o, math.nan) for o in plan.objectives]
         if not plan.quiet:
             print(f"[{trial.number + 1}/{self.total}] {label}: decode {row['decode_tok_s']:.1f} "
                   f"tok/s (TPOT {row['decode_tpot_ms']:.2f} ms, MBU "
