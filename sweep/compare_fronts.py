@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from .env import REPO, slug
-from .report import load_study, pareto_mask
+from .report import design_label, front_rows, load_study
 
 
 def hypervolume(points: np.ndarray, ref: np.ndarray) -> float:
@@ -58,12 +58,6 @@ def hypervolume(points: np.ndarray, ref: np.ndarray) -> float:
                 hv += (ref[0] - x) * (best_y - y)
                 best_y = y
         return hv
-
-
-def design_label(row: pd.Series) -> str:
-    """``name=value, ...`` of the sampled parameters of a trial row."""
-    ps = [c for c in row.index if c.startswith("param_") and pd.notna(row[c])]
-    return ", ".join(f"{c[6:]}={row[c]}" for c in ps) or f"trial {row.get('number')}"
 
 
 def compare(studies: list[tuple[str, dict, pd.DataFrame]], objectives: list[str],
@@ -108,7 +102,7 @@ def compare(studies: list[tuple[str, dict, pd.DataFrame]], objectives: list[str]
             summary["studies"][label] = {"front_size": 0, "hypervolume": 0.0,
                                          "hypervolume_fraction": 0.0, "designs": int(len(d))}
             continue
-        f = d[pareto_mask(d[objectives].astype(float), directions)]
+        f = front_rows(d, objectives, directions)
         fronts[label] = f
         hv = hypervolume(f[objectives].to_numpy(float) * sign, ref)
         summary["studies"][label] = {"front_size": int(len(f)), "hypervolume": hv,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .report import load_study, pareto_mask
+from .report import front_rows, load_study
 
 TABLE_COLUMNS = ["number", "state", "mode", "n_heads", "n_kv_heads", "head_dim", "d_model",
                  "n_layers", "ffn_dim", "kv_dtype", "kernels", "params_non_embedding",
@@ -52,18 +52,6 @@ def _fmt(v) -> str:
 
 def _frame(df: pd.DataFrame) -> str:
     return df.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}", border=0)
-
-
-def front_rows(df: pd.DataFrame, objectives: list[str], directions: list[str]) -> pd.DataFrame:
-    """The completed trials on the Pareto front of ``objectives``."""
-    done = df[df["state"] == "COMPLETE"] if "state" in df else df
-    if done.empty or not set(objectives) <= set(done.columns):
-        return done.iloc[0:0]
-    vals = done[objectives].astype(float)
-    ok = vals.notna().all(axis=1)
-    mask = pd.Series(False, index=done.index)
-    mask[ok] = pareto_mask(vals[ok], directions)
-    return done[mask]
 
 
 def write_report(study_dir: str | Path) -> Path:

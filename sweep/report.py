@@ -90,6 +90,24 @@ def pareto_mask(values: pd.DataFrame, directions: list[str]) -> pd.Series:
     return pd.Series(keep, index=values.index)
 
 
+def front_rows(df: pd.DataFrame, objectives: list[str], directions: list[str]) -> pd.DataFrame:
+    """The completed trials with every objective measured that are on the Pareto front."""
+    done = df[df["state"] == "COMPLETE"] if "state" in df else df
+    if done.empty or not set(objectives) <= set(done.columns):
+        return done.iloc[0:0]
+    vals = done[objectives].astype(float)
+    ok = vals.notna().all(axis=1)
+    mask = pd.Series(False, index=done.index)
+    mask[ok] = pareto_mask(vals[ok], directions)
+    return done[mask]
+
+
+def design_label(row) -> str:
+    """``name=value, ...`` of the sampled parameters (``param_*``) of a trial row."""
+    ps = [c for c in row.index if str(c).startswith("param_") and pd.notna(row[c])]
+    return ", ".join(f"{c[6:]}={row[c]}" for c in ps) or f"trial {row.get('number')}"
+
+
 def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], out_dir: Path,
                 title: str = "") -> list[Path]:
     """Plot the completed trials in the plane of the first two objectives, Pareto front marked.
@@ -115,10 +133,8 @@ def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], 
         ax.scatter(pts[x_name], pts[y_name], c="0.6", label="designs")
         f = pts[front].sort_values(x_name)
         ax.plot(f[x_name], f[y_name], "o-", c="C3", label="Pareto front")
-        params = [c for c in done.columns if c.startswith("param_")]
         for i, r in done.iterrows():
-            lab = ", ".join(f"{c[6:]}={r[c]}" for c in params)
-            ax.annotate(lab, (pts.loc[i, x_name], pts.loc[i, y_name]), fontsize=7,
+            ax.annotate(design_label(r), (pts.loc[i, x_name], pts.loc[i, y_name]), fontsize=7,
                         textcoords="offset points", xytext=(4, 4))
     else:
         ax.text(0.5, 0.5, "no completed trials", ha="center", transform=ax.transAxes)
@@ -182,10 +198,9 @@ def roofline_plot(df: pd.DataFrame, out_dir: Path, title: str = "") -> Path | No
         if meas in done and done[meas].notna().any():
             ax.scatter(done[meas], done[f"{st}_flop_s"], facecolors="none", edgecolors=c,
                        zorder=3, label=f"{st} (ncu-measured bytes)")
-    params = [c for c in done.columns if c.startswith("param_")]
     for _, row in done.iterrows():
-        lab = ", ".join(f"{c[6:]}={row[c]}" for c in params)
-        ax.annotate(lab, (row["decode_arith_intensity"], row["decode_flop_s"]), fontsize=6)
+        ax.annotate(design_label(row), (row["decode_arith_intensity"], row["decode_flop_s"]),
+                    fontsize=6)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
