@@ -71,15 +71,19 @@ def compare(studies: list[tuple[str, dict, pd.DataFrame]], objectives: list[str]
         ``objectives``, ``directions``, and ``warnings``.
 
     Raises:
-        ValueError: a study lacks an objective column, or no study has a completed design.
+        ValueError: a study lacks an objective column or never measured it (the row's
+            ``_reason`` is quoted), or no study has a completed design.
     """
     sign = np.array([-1.0 if d == "maximize" else 1.0 for d in directions])  # to minimization
     pts: dict[str, pd.DataFrame] = {}
     for label, _, df in studies:
-        missing = [o for o in objectives if o not in df.columns]
+        missing = [o for o in objectives if o not in df.columns or df[o].isna().all()]
         if missing:
-            raise ValueError(f"study {label!r} has no column(s) {missing}; pass --objectives "
-                             "that every study measured")
+            why = "; ".join(f"{o}: {df[o + '_reason'].dropna().iloc[0]}" for o in missing
+                            if o + "_reason" in df and df[o + "_reason"].notna().any())
+            raise ValueError(f"study {label!r} has no column(s) {missing} with a measured value"
+                             + (f" ({why})" if why else "")
+                             + "; pass --objectives that every study measured")
         done = df[df["state"] == "COMPLETE"].copy()
         done = done[done[objectives].astype(float).notna().all(axis=1)]
         done["design"] = [design_label(r) for _, r in done.iterrows()]
