@@ -40,7 +40,7 @@ from zoo import Generator, ModelConfig, Transformer, counts
 
 from .env import detect_device, environment
 from .hardware import _copy_rate, _gemm_rate
-from .measure.timing import Timer
+from .measure.timing import Timer, spread
 from .trial import measure, write_json
 
 SHAPES = {"small": "llama3_2_1b", "large": "llama3_1_8b"}
@@ -251,13 +251,13 @@ def nvtx_overhead(rounds: int = 8, steps: int = 128) -> list[dict]:
                 pass
         pair_us = (time.perf_counter() - t0) / 20000 * 1e6
         nvtx.enable(False)
-        sp = {k: statistics.quantiles(v, n=10) for k, v in res.items()}
-        off, on_ = statistics.median(res[False]), statistics.median(res[True])
+        sp = {k: spread(v) for k, v in res.items()}
+        off, on_ = sp[False]["median"], sp[True]["median"]
         rows.append({"case": f"nvtx-llama3_2_1b-b1-{mode}", "mode": mode, "rounds": rounds,
                      "steps_each": len(res[False]), "step_ms_off": 1e3 * off,
                      "step_ms_on": 1e3 * on_, "overhead_pct": 100 * (on_ / off - 1),
-                     "step_ms_off_min_p90": [1e3 * min(res[False]), 1e3 * sp[False][-1]],
-                     "step_ms_on_min_p90": [1e3 * min(res[True]), 1e3 * sp[True][-1]],
+                     "step_ms_off_min_p90": [1e3 * sp[False]["min"], 1e3 * sp[False]["p90"]],
+                     "step_ms_on_min_p90": [1e3 * sp[True]["min"], 1e3 * sp[True]["p90"]],
                      "ranges_per_step": len(pushed), "push_pop_us": pair_us,
                      "expected_overhead_pct": 100 * len(pushed) * pair_us * 1e-3 / (1e3 * off)})
     _free()

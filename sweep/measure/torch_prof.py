@@ -26,10 +26,11 @@ import csv
 import json
 import math
 import re
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from .timing import spread
 
 # First match wins; names of cuBLAS/cuDNN/Triton/ATen kernels seen on the H100 (2026-11-22).
 CATEGORIES = (
@@ -76,12 +77,10 @@ def timeline(intervals: list[tuple[float, float]]) -> dict:
             cur_e = max(cur_e, e)
     busy += cur_e - cur_s
     span = cur_e - iv[0][0]
-    gs = sorted(gaps)
+    g = spread(gaps) if gaps else {"median": math.nan, "p90": math.nan, "max": math.nan}
     return {"active_pct": 100 * busy / span if span > 0 else math.nan, "span": span,
-            "busy": busy, "gaps": len(gaps),
-            "gap_median": statistics.median(gs) if gs else math.nan,
-            "gap_p90": gs[min(len(gs) - 1, int(0.9 * len(gs)))] if gs else math.nan,
-            "gap_max": gs[-1] if gs else math.nan}
+            "busy": busy, "gaps": len(gaps), "gap_median": g["median"], "gap_p90": g["p90"],
+            "gap_max": g["max"]}
 
 
 def _kernel_events(prof) -> list:
