@@ -8,12 +8,13 @@ The trial's child runs again under ``ncu`` (an argument list, never a shell stri
 
 Two metric sets, two runs per stage, because kernel replay costs one pass per group of counters:
 ``memory`` (kernel time and DRAM bytes, 1 pass) over every kernel of the window gives the stage's
-totals; ``detail`` (everything in ``METRICS``, 16 passes on an H100, ~0.45 s per kernel) runs over
+totals; ``detail`` (everything in ``METRICS``, 16 passes on an H100, ~0.46 s per kernel) runs over
 a sample of the window only: the layers named in ``profile.options.ncu_detail_layers`` (default
 layer 0) and the LM head. The zoo's layers are identical in shape, so one layer's rates (L2 hit,
 tensor pipe, occupancy, stalls) stand for all; the sample's scope is written in the row
 (``{stage}_ncu_detail_scope``). Measured on the H100 (2026-11-22): the full set over a whole
-Llama-3.2-1B decode step (701 kernels with the torch kernels) took over 150 s, the memory set 26 s.
+Llama-3.2-1B decode step (701 kernels with the torch kernels) took over 150 s, the memory set 41 s
+(process start included; ``results/reference/ncu_probe_h100.json``).
 
 Metrics (Hopper names, checked against ``ncu --query-metrics --chip gh100``): DRAM bytes read and
 written, L2 sector hit rate, tensor-pipe active %, SM throughput %, achieved occupancy (warps
