@@ -66,9 +66,16 @@ def rope_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     return q, k
 
 
-def reference(q, k, cos, sin, input_pos):
-    """PyTorch reference: the zoo's ``apply_rope`` (out of place)."""
-    from zoo.model import apply_rope
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x [B, T, heads, head_dim]`` by ``cos, sin [T, head_dim]`` (rotate-half convention,
+    HF Llama's ``apply_rotary_pos_emb``), out of place. The zoo's torch path and the reference."""
+    d2 = x.shape[-1] // 2
+    rot = torch.cat([-x[..., d2:], x[..., :d2]], dim=-1)
+    c, s = cos[None, :, None, :].to(x.dtype), sin[None, :, None, :].to(x.dtype)
+    return x * c + rot * s
 
+
+def reference(q, k, cos, sin, input_pos):
+    """PyTorch reference: ``apply_rope`` (out of place) at the positions' rows of the tables."""
     c, s = cos[input_pos], sin[input_pos]
     return apply_rope(q, c, s), apply_rope(k, c, s)

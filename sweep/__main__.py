@@ -22,8 +22,9 @@ register()
 def main(cfg: DictConfig) -> None:
     from zoo import DesignError
 
-    from . import report
-    from .study import plan_from_config, run
+    from .plan import plan_from_config
+    from .report.tables import summary_table
+    from .study import run
 
     try:
         plan = plan_from_config(cfg)
@@ -36,7 +37,7 @@ def main(cfg: DictConfig) -> None:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     print()
-    print(report.summary_table(df))
+    print(summary_table(df))
     print(f"\nresults: {plan.results}/trials.parquet, trials.csv, pareto.png"
           f"\nstudy:   {plan.name} in {plan.storage}")
 

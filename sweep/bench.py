@@ -38,10 +38,11 @@ import torch
 
 from zoo import Generator, ModelConfig, Transformer, counts
 
+from .analysis.hardware import _copy_rate, _gemm_rate
+from .atomic import write_json
 from .env import detect_device, environment
-from .hardware import _copy_rate, _gemm_rate
 from .measure.timing import Timer, spread
-from .trial import measure, write_json
+from .trial import measure
 
 SHAPES = {"small": "llama3_2_1b", "large": "llama3_1_8b"}
 

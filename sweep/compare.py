@@ -1,80 +1,8 @@
-"""Regression check between two result sets of the same designs: ``python -m sweep.compare OLD NEW``.
+"""``python -m sweep.compare``: regression check between two result sets (``sweep.report.compare``)."""
 
-OLD and NEW are study folders (holding ``trials.parquet``) or parquet files. Trials are matched on
-their design and workload fields; for each metric a regression is flagged when NEW is worse than
-OLD by more than ``--threshold`` (relative, default 5%) **and** outside OLD's spread: for times,
-NEW's fastest repeat is slower than OLD's p90 (the spreads do not overlap). Exit code 1 if any
-metric regressed, so CI or a person can gate on it.
-"""
-
-from __future__ import annotations
-
-import argparse
 import sys
-from pathlib import Path
 
-import pandas as pd
-
-KEYS = ["n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers", "ffn_dim", "ffn_type",
-        "vocab_size", "dtype", "kv_dtype", "kernels", "mode", "batch", "prompt_len", "new_tokens"]
-# metric -> (higher is better, spread columns (min, p90) of the underlying time or None)
-METRICS = {
-    "decode_tpot_ms": (False, ("decode_tpot_ms_min", "decode_tpot_ms_p90")),
-    "ttft_ms": (False, ("ttft_ms_min", "ttft_ms_p90")),
-    "decode_tok_s": (True, None),
-    "prefill_tok_s": (True, None),
-    "peak_mem_bytes": (False, None),
-    "decode_j_per_token": (False, None),
-}
-
-
-def load(path: str | Path) -> pd.DataFrame:
-    """Completed trials of a study folder or parquet file."""
-    p = Path(path)
-    df = pd.read_parquet(p / "trials.parquet" if p.is_dir() else p)
-    return df[df["state"] == "COMPLETE"] if "state" in df else df
-
-
-def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> pd.DataFrame:
-    """One row per (design, metric) present in both: old, new, relative change (positive =
-    better), and ``regression`` (bool) by the rule in the module docstring."""
-    keys = [k for k in KEYS if k in old.columns and k in new.columns]
-    m = old.merge(new, on=keys, suffixes=("_old", "_new"))
-    rows = []
-    for r in m.to_dict(orient="records"):  # keeps each column's type (iterrows casts to float)
-        design = ", ".join(f"{k}={r[k]}" for k in keys if k in ("n_kv_heads", "head_dim", "d_model",
-                                                                  "n_layers", "ffn_dim", "kernels",
-                                                                  "kv_dtype", "mode", "batch"))
-        for metric, (higher, spread) in METRICS.items():
-            a, b = r.get(f"{metric}_old"), r.get(f"{metric}_new")
-            if a is None or b is None or pd.isna(a) or pd.isna(b) or a == 0:
-                continue
-            change = (b - a) / a if higher else (a - b) / a
-            worse = change < -threshold
-            if worse and spread is not None:
-                new_min, old_p90 = r.get(f"{spread[0]}_new"), r.get(f"{spread[1]}_old")
-                if new_min is not None and old_p90 is not None and not pd.isna(new_min):
-                    worse = new_min > old_p90
-            rows.append({"design": design, "metric": metric, "old": a, "new": b,
-                         "change": change, "regression": bool(worse)})
-    return pd.DataFrame(rows)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("old")
-    ap.add_argument("new")
-    ap.add_argument("--threshold", type=float, default=0.05)
-    a = ap.parse_args(argv)
-    res = compare(load(a.old), load(a.new), a.threshold)
-    if res.empty:
-        print("no designs in common")
-        return 2
-    print(res.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    bad = res[res.regression]
-    print(f"\n{len(bad)} regression(s) beyond {a.threshold:.0%} and the spread")
-    return 1 if len(bad) else 0
-
+from .report.compare import main
 
 if __name__ == "__main__":
     sys.exit(main())

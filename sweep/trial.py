@@ -27,12 +27,8 @@ import time
 import traceback
 from pathlib import Path
 
-DECODE_WINDOW = (2, 3)  # decode steps [A, B) a profiler sees, unless options.ncu_decode_steps
-
-
-def _options(spec: dict) -> dict:
-    """The trial's ``profile.options`` (empty without a profile)."""
-    return (spec.get("profile") or {}).get("options", {})
+from .atomic import write_json
+from .measure.window import options, profiled_window
 
 
 class NaNLogits(RuntimeError):
@@ -91,7 +87,7 @@ def measure(spec: dict) -> dict:
     torch.manual_seed(spec.get("seed", 0))
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-        if _options(spec).get("memory_snapshot"):
+        if options(spec).get("memory_snapshot"):
             # the allocator's history for https://pytorch.org/memory_viz
             torch.cuda.memory._record_memory_history(max_entries=200_000)
     t0 = time.perf_counter()
@@ -108,6 +104,8 @@ def measure(spec: dict) -> dict:
     g = torch.Generator(device=device).manual_seed(spec.get("seed", 0) + 1)
     prompt = torch.randint(0, cfg.vocab_size, (B, T), device=device, generator=g)
     if spec.get("profile_window") == "torch":
+        from .measure.torch_prof import torch_windows
+
         return torch_windows(gen, prompt, spec)
     if spec.get("profile_window"):
         return profiled_window(gen, prompt, spec)
@@ -118,7 +116,7 @@ def measure(spec: dict) -> dict:
         state["tok"] = gen.prefill(prompt).argmax(-1, keepdim=True)
 
     prof = spec.get("profile") or {}
-    opts = _options(spec)
+    opts = options(spec)
     trial_dir = Path(spec["trial_dir"]) if spec.get("trial_dir") else None
     sampler = None
     if prof.get("nvml"):
@@ -194,101 +192,6 @@ def measure(spec: dict) -> dict:
     return out
 
 
-def torch_windows(gen, prompt, spec: dict) -> dict:
-    """``profile.torch``: after a warm-up (and graph capture), one prefill and
-    ``options.torch_decode_steps`` decode steps, each under ``torch.profiler``
-    (``sweep.measure.torch_prof.profile_stage``), in the trial's decode mode. Runs in a child of
-    its own, so neither the profiler nor cuBLASLt's log touches the timed repeats."""
-    import torch
-
-    from .measure.torch_prof import profile_stage
-
-    B, T = prompt.shape
-    n = _options(spec).get("torch_decode_steps", 8)
-    n = max(1, min(n, spec["workload"]["new_tokens"] - 1))
-    trial_dir = Path(spec["trial_dir"]) if spec.get("trial_dir") else None
-    cuda = spec["device"] == "cuda"
-    first = gen.prefill(prompt).argmax(-1, keepdim=True)
-    for _ in range(n):  # warm-up: graphs captured, allocator settled
-        first = gen.decode(first).argmax(-1, keepdim=True)
-    state = {}
-
-    def prefill():
-        state["tok"] = gen.prefill(prompt).argmax(-1, keepdim=True)
-
-    def decode_window():
-        for _ in range(n):
-            state["tok"] = gen.decode(state["tok"]).argmax(-1, keepdim=True)
-
-    out = profile_stage(prefill, "prefill", trial_dir, cuda, B * T)
-    if cuda:
-        torch.cuda.synchronize()
-    out.update(profile_stage(decode_window, "decode", trial_dir, cuda, B * n))
-    out["torch_decode_steps"] = n
-    return out
-
-
-def profiled_window(gen, prompt, spec: dict) -> dict:
-    """Run one stage between ``cudaProfilerStart/Stop`` for a profiler started with profiling
-    off (``ncu --profile-from-start off``): the prefill once, or decode steps ``A..B``
-    (``profile.options.ncu_decode_steps``) after the warm-up and graph capture.
-
-    With ``spec["ncu_sample"]`` (a list of layer indices) only those layers and the LM head are
-    bracketed (forward hooks start and stop the profiler), and decode profiles step ``A`` only.
-    Returns ``{"profile_window", "profiled_steps", "sampled_layers"}``.
-    """
-    import torch
-
-    stage = spec["profile_window"]
-    a, b = _options(spec).get("ncu_decode_steps", DECODE_WINDOW)
-    sample = spec.get("ncu_sample")
-    if sample is not None:
-        b = a + 1
-    tok = gen.prefill(prompt).argmax(-1, keepdim=True)  # warm-up (and graph capture below)
-    for _ in range(b):
-        tok = gen.decode(tok).argmax(-1, keepdim=True)
-    torch.cuda.synchronize()
-    T = prompt.shape[1]
-    hooks = []
-    model = gen.model
-    if sample is not None:
-        bad = [i for i in sample if not 0 <= i < len(model.layers)]
-        if bad:
-            raise ValueError(f"ncu_detail_layers {bad} out of range for {len(model.layers)} layers")
-
-    def begin():
-        if sample is None:
-            torch.cuda.profiler.start()
-            return
-        start = (lambda *_: torch.cuda.profiler.start())
-        stop = (lambda *_: torch.cuda.profiler.stop())
-        for i in sample:
-            hooks.extend([model.layers[i].register_forward_pre_hook(start),
-                          model.layers[i].register_forward_hook(stop)])
-        hooks.append(model.output.register_forward_pre_hook(start))
-
-    try:
-        if stage == "prefill":
-            begin()
-            gen.prefill(prompt).argmax(-1)
-            torch.cuda.synchronize()
-            torch.cuda.profiler.stop()
-            return {"profile_window": stage, "profiled_steps": 1, "sampled_layers": sample}
-        gen.pos = T
-        for i in range(b):
-            if i == a:
-                torch.cuda.synchronize()
-                begin()
-            tok = gen.decode(tok).argmax(-1, keepdim=True)
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
-    finally:
-        for h in hooks:
-            h.remove()
-    return {"profile_window": stage, "profiled_steps": b - a, "first_step_cache_len": T + a,
-            "sampled_layers": sample}
-
-
 def classify(exc: BaseException) -> str:
     """Short failure class for an exception raised by ``measure``."""
     import torch
@@ -307,20 +210,6 @@ def classify(exc: BaseException) -> str:
     if "triton" in type(exc).__module__ or name in ("CompilationError", "CompileTimeAssertionFailure"):
         return "kernel compile error"
     return "exception"
-
-
-def write_json(path: str | Path, obj: dict) -> None:
-    """Write ``obj`` as JSON atomically (temp file, then rename)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=_json_default))
-    os.replace(tmp, path)
-
-
-def _json_default(o):
-    if isinstance(o, (set, tuple)):
-        return list(o)
-    return str(o)
 
 
 def main(argv: list[str] | None = None) -> int:

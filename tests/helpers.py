@@ -24,7 +24,8 @@ def tiny_overrides(tmp_path, *extra: str) -> list[str]:
 
 def run_tiny(tmp_path, *extra):
     """Plan and run a tiny CPU study (``tiny_overrides`` + ``extra``): ``(plan, study, df)``."""
-    from sweep.study import plan_from_config, run
+    from sweep.plan import plan_from_config
+    from sweep.study import run
 
     plan = plan_from_config(compose_cfg(tiny_overrides(tmp_path, *extra)))
     study, df = run(plan)

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from sweep.analysis import derived
-from sweep.hardware import load_spec
+from sweep.analysis.derived import derived
+from sweep.analysis.hardware import load_spec
 from zoo import ModelConfig, counts
 
 

@@ -5,9 +5,9 @@ import math
 import pandas as pd
 import pytest
 
-from sweep.analysis import classify, diagnose
-from sweep.compare import compare
-from sweep.report import roofline_plot
+from sweep.analysis.diagnosis import classify, diagnose
+from sweep.report.compare import compare
+from sweep.report.plots import roofline_plot
 
 
 @pytest.mark.parametrize("mfu,mbu,ratio,want", [

@@ -35,7 +35,7 @@ def test_cudagraph_decode_matches_eager(n_kv_heads):
 
 
 def test_ceilings_are_plausible():
-    from sweep.hardware import _copy_rate, _gemm_rate
+    from sweep.analysis.hardware import _copy_rate, _gemm_rate
     from sweep.measure.timing import Timer
 
     t = Timer("cuda")
@@ -44,7 +44,8 @@ def test_ceilings_are_plausible():
 
 
 def _gpu_study(tmp_path, *extra):
-    from sweep.study import plan_from_config, run
+    from sweep.plan import plan_from_config
+    from sweep.study import run
     from tests.helpers import compose_cfg
 
     over = [f"results_dir={tmp_path}", f"study.storage=sqlite:///{tmp_path}/optuna.db",

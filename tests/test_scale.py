@@ -13,8 +13,8 @@ import optuna
 import pandas as pd
 import pytest
 
-from sweep import compare_fronts
-from sweep.study import plan_from_config
+from sweep.plan import plan_from_config
+from sweep.report import compare_fronts
 from tests.helpers import compose_cfg, run_tiny, tiny_overrides
 
 REPO = Path(__file__).resolve().parent.parent
@@ -173,7 +173,7 @@ def _study_dir(path, rows, wall):
 
 
 def test_workers_check(tmp_path):
-    from sweep.workers_check import check
+    from sweep.report.workers_check import check
 
     def row(k, tpot, gpu=None, start=None, end=None, state="COMPLETE"):
         return {"n_kv_heads": k, "state": state, "decode_tpot_ms": tpot,
@@ -205,8 +205,9 @@ def test_a_worker_never_runs_an_unqueued_design(tmp_path):
     not counted as a design, not in the table."""
     from dataclasses import replace
 
-    from sweep import report
-    from sweep.study import Objective, finished, open_study
+    from sweep.objective import Objective
+    from sweep.report import tables
+    from sweep.storage import finished, open_study
 
     plan = plan_from_config(compose_cfg(tiny_overrides(tmp_path, "+experiment=gqa_vs_mha")))
     plan = replace(plan, queue_only=True)
@@ -215,5 +216,5 @@ def test_a_worker_never_runs_an_unqueued_design(tmp_path):
     study.optimize(obj, n_trials=1)  # nothing queued
     (t,) = study.get_trials()
     assert t.state == optuna.trial.TrialState.PRUNED and t.user_attrs["spare"] is True
-    assert finished(study) == 0 and report.trials_frame(study).empty
+    assert finished(study) == 0 and tables.trials_frame(study).empty
     assert not (plan.results / "trials").exists()

@@ -8,8 +8,9 @@ import yaml
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
 
-from sweep.hardware import available, load_spec
-from sweep.study import grid_of, plan_from_config
+from sweep.analysis.hardware import available, load_spec
+from sweep.plan import plan_from_config
+from sweep.space import grid_of
 from tests.helpers import compose_cfg
 from zoo import ModelConfig, presets
 
@@ -36,7 +37,7 @@ def test_experiments_compose_on_the_gpu_base(exp, monkeypatch):
     assert grid and math.prod(map(len, grid.values())) >= 3
     assert plan.name.startswith(exp + "-llama3_2_1b-cpu-")
     # every design of the GPU space is valid
-    from sweep.study import WORKLOAD_KEYS
+    from sweep.space import WORKLOAD_KEYS
 
     for key, values in grid.items():
         for v in values:

@@ -22,7 +22,7 @@ from torch import nn
 
 from kernels.decode_attention import decode_attention
 from kernels.rmsnorm import rmsnorm as rmsnorm_kernel
-from kernels.rope import rope_
+from kernels.rope import apply_rope, rope_
 from kernels.swiglu import swiglu
 
 from .cache import TORCH_DTYPES, KVCache
@@ -87,14 +87,6 @@ def rope_cache(cfg: ModelConfig, seq_len: int, device) -> tuple[torch.Tensor, to
     freqs = torch.outer(t, inv)
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos(), emb.sin()
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x [B, T, heads, head_dim]`` by ``cos, sin [T, head_dim]`` (rotate-half convention)."""
-    d2 = x.shape[-1] // 2
-    rot = torch.cat([-x[..., d2:], x[..., :d2]], dim=-1)
-    c, s = cos[None, :, None, :].to(x.dtype), sin[None, :, None, :].to(x.dtype)
-    return x * c + rot * s
 
 
 def grouped_decode_attention(q, k, v, mask):

@@ -27,8 +27,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import shutil
 from pathlib import Path
+
+from .child import child_failure, run_child
+from .window import DECODE_WINDOW, options
 
 STALLS = ("long_scoreboard", "short_scoreboard", "wait", "math_pipe_throttle", "mio_throttle",
           "lg_throttle", "barrier", "not_selected", "no_instruction", "gmma", "membar", "drain",
@@ -142,8 +146,6 @@ def stage_summary(rows: list[dict], stage: str, steps: int = 1,
         Profiling Guide, "Warp Scheduler States") and ``_ncu_top_kernels`` (JSON: the five
         largest kernels' time shares).
     """
-    import math
-
     t = sum(r["time_ns"] for r in rows if not math.isnan(r["time_ns"])) or float("nan")
 
     def total(key):
@@ -179,3 +181,77 @@ def stage_summary(rows: list[dict], stage: str, steps: int = 1,
         p + "top_stall": max(stalls, key=stalls.get) if stalls else "",
         p + "ncu_top_kernels": json.dumps({k[:80]: round(v / t, 4) for k, v in top}),
     }
+
+
+def wanted(profile: dict) -> bool:
+    """Whether the trial's ``profile`` asks for Nsight Compute."""
+    return bool(profile.get("ncu"))
+
+
+def profile_trial(spec: dict, trial_dir: Path, cfg, workload: dict, ceilings: dict) -> dict:
+    """Per-stage Nsight Compute figures of one trial, or ``{stage}_ncu_reason``.
+
+    Per stage two child runs under ``ncu``, launched eagerly (the same kernels as a graph
+    replay; hooks mark the sample): the ``memory`` set over the whole window (DRAM bytes and
+    time of every kernel) and the ``detail`` set over ``ncu_detail_layers`` and the LM head.
+    Adds ``{stage}_dram_bytes_over_min`` (measured / analytic minimum bytes),
+    ``_arith_intensity_measured`` (analytic matmul FLOPs / measured bytes, FLOP/byte),
+    ``_dram_bw_pct_of_measured`` (DRAM bytes / summed kernel time vs the measured copy
+    ceiling) and ``_tensor_flops_over_analytic`` (bf16 tensor FLOPs measured on the sample
+    / analytic matmul FLOPs of the same layers and LM head).
+
+    Args:
+        spec: the trial's spec (``sweep.trial``); trial_dir: its folder (``ncu_<stage>_<set>/``
+            subfolders are written); cfg: the ``ModelConfig``; workload: ``batch``,
+            ``prompt_len``, ``new_tokens``, ``timeout_s``; ceilings: the measured ceilings.
+    """
+    from zoo import counts
+
+    opts = options(spec)
+    a, b = opts.get("ncu_decode_steps", DECODE_WINDOW)
+    layers = list(opts.get("ncu_detail_layers", [0]))
+    out = {}
+    for stage in ("prefill", "decode"):
+        why = available()
+        if why is None:
+            try:
+                runs = {}
+                for mset, extra in (("memory", {}), ("detail", {"ncu_sample": layers})):
+                    d = trial_dir / f"ncu_{stage}_{mset}"
+                    d.mkdir(parents=True, exist_ok=True)
+                    res = run_child(dict(spec, profile_window=stage, mode="eager", **extra), d,
+                                    workload.get("timeout_s", 900.0),
+                                    wrapper=command(d / "ncu.csv", mset))
+                    if res.get("status") != "ok":
+                        raise ValueError(child_failure(res, f"{mset} run"))
+                    rows = parse_csv((d / "ncu.csv").read_text())
+                    if not rows:
+                        raise ValueError(f"{mset} run: ncu profiled no kernels in the window")
+                    runs[mset] = (rows, res["measured"]["profiled_steps"])
+                rows, steps = runs["memory"]
+                out.update(stage_summary(rows, stage, steps, detail=runs["detail"][0]))
+                out[f"{stage}_ncu_detail_scope"] = (
+                    f"layers {layers} of {cfg.n_layers} + lm_head"
+                    + (f", decode step {a}" if stage == "decode" else ""))
+            except (ValueError, OSError, KeyError) as e:
+                why = f"ncu failed: {e}"[:600]
+        if why is not None:
+            out[f"{stage}_ncu_reason"] = why
+            continue
+        if stage == "prefill":
+            st = counts.prefill(cfg, workload["batch"], workload["prompt_len"])
+        else:  # the profiled steps' mean cache length
+            st = counts.decode_step(cfg, workload["batch"], workload["prompt_len"] + (a + b - 1) // 2)
+        meas = out[f"{stage}_dram_bytes"]
+        out[f"{stage}_dram_bytes_over_min"] = meas / st.min_bytes
+        out[f"{stage}_arith_intensity_measured"] = st.matmul_flops / meas if meas else math.nan
+        out[f"{stage}_ncu_min_bytes"] = st.min_bytes
+        peak = ceilings.get("copy_bytes_s", math.nan)
+        t = out[f"{stage}_ncu_time_ms"] / 1e3
+        out[f"{stage}_dram_bw_pct_of_measured"] = 100 * meas / t / peak if t else math.nan
+        per_layer = sum(v for k, v in st.flops.items() if k != "lm_head") / cfg.n_layers
+        sample_flops = len(layers) * per_layer + st.flops.get("lm_head", 0)
+        out[f"{stage}_tensor_flops_over_analytic"] = (
+            out[f"{stage}_tensor_flops_bf16"] / sample_flops if cfg.dtype == "bf16"
+            else math.nan)
+    return out

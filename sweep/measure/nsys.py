@@ -27,6 +27,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+from .child import child_failure, run_child
 from .torch_prof import timeline
 
 NVTX_PUSH_POP = 59
@@ -130,3 +131,27 @@ def analyse(sqlite_path: str | Path, stage: str, steps: int = 1) -> dict:
 def nan_row(stage: str, why: str) -> dict:
     """The stage's nsys columns as NaN with ``why``."""
     return {f"{stage}_nsys_gpu_active_pct": math.nan, f"{stage}_nsys_reason": why}
+
+
+def wanted(profile: dict) -> bool:
+    """Whether the trial's ``profile`` asks for Nsight Systems."""
+    return bool(profile.get("nsys"))
+
+
+def profile_trial(spec: dict, trial_dir: Path, cfg, workload: dict, ceilings: dict) -> dict:
+    """Per-stage Nsight Systems figures of one trial: one child run per stage window under
+    ``nsys profile``, its SQLite export analysed; ``{stage}_nsys_reason`` on failure. Arguments
+    as ``sweep.measure.ncu.profile_trial``."""
+    out = {}
+    for stage in ("prefill", "decode"):
+        d = trial_dir / f"nsys_{stage}"
+        d.mkdir(parents=True, exist_ok=True)
+        res = run_child(dict(spec, profile_window=stage, mode="eager"), d,
+                        workload.get("timeout_s", 900.0), wrapper=command(d / "report"))
+        try:
+            if res.get("status") != "ok":
+                raise ValueError(child_failure(res))
+            out.update(analyse(d / "report.sqlite", stage, res["measured"]["profiled_steps"]))
+        except (ValueError, OSError, KeyError) as e:
+            out.update(nan_row(stage, f"nsys failed: {e}"[:600]))
+    return out

@@ -30,7 +30,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .child import child_failure, run_child
 from .timing import spread
+from .window import options
 
 # First match wins; names of cuBLAS/cuDNN/Triton/ATen kernels seen on the H100 (2026-11-22).
 CATEGORIES = (
@@ -176,3 +178,69 @@ def allocator_stats() -> dict:
             "reserved_over_allocated": res / alloc if alloc else math.nan,
             "alloc_count": s.get("allocation.all.allocated", 0),
             "alloc_retries": s.get("num_alloc_retries", 0), "alloc_ooms": s.get("num_ooms", 0)}
+
+
+def torch_windows(gen, prompt, spec: dict) -> dict:
+    """Child side of ``profile.torch``: after a warm-up (and graph capture), one prefill and
+    ``options.torch_decode_steps`` decode steps, each under ``torch.profiler``
+    (``profile_stage``), in the trial's decode mode. Runs in a child of its own, so neither the
+    profiler nor cuBLASLt's log touches the timed repeats.
+
+    Args:
+        gen: a ``zoo.Generator``; prompt: ``[B, T]`` token ids; spec: the trial spec.
+    """
+    import torch
+
+    B, T = prompt.shape
+    n = options(spec).get("torch_decode_steps", 8)
+    n = max(1, min(n, spec["workload"]["new_tokens"] - 1))
+    trial_dir = Path(spec["trial_dir"]) if spec.get("trial_dir") else None
+    cuda = spec["device"] == "cuda"
+    first = gen.prefill(prompt).argmax(-1, keepdim=True)
+    for _ in range(n):  # warm-up: graphs captured, allocator settled
+        first = gen.decode(first).argmax(-1, keepdim=True)
+    state = {}
+
+    def prefill():
+        state["tok"] = gen.prefill(prompt).argmax(-1, keepdim=True)
+
+    def decode_window():
+        for _ in range(n):
+            state["tok"] = gen.decode(state["tok"]).argmax(-1, keepdim=True)
+
+    out = profile_stage(prefill, "prefill", trial_dir, cuda, B * T)
+    if cuda:
+        torch.cuda.synchronize()
+    out.update(profile_stage(decode_window, "decode", trial_dir, cuda, B * n))
+    out["torch_decode_steps"] = n
+    return out
+
+
+def wanted(profile: dict) -> bool:
+    """Whether the trial's ``profile`` asks for torch.profiler or cuBLASLt's GEMM log."""
+    return bool(profile.get("torch") or profile.get("cublaslt_log"))
+
+
+def profile_trial(spec: dict, trial_dir: Path, cfg, workload: dict, ceilings: dict) -> dict:
+    """``profile.torch`` (``torch_windows``) and ``profile.cublaslt_log``
+    (``sweep.measure.cublaslt``) in one more child run (``<trial_dir>/torch/``);
+    ``torch_profile_reason`` on failure. Arguments as ``sweep.measure.ncu.profile_trial``."""
+    from . import cublaslt
+
+    d = trial_dir / "torch"
+    d.mkdir(parents=True, exist_ok=True)
+    child = dict(spec, profile_window="torch", trial_dir=str(d), env=dict(spec.get("env", {})))
+    log = (d / "cublaslt.log").resolve()
+    log.unlink(missing_ok=True)
+    if spec["profile"].get("cublaslt_log"):
+        child["env"].update(cublaslt.env(log))
+    res = run_child(child, d, workload.get("timeout_s", 900.0))
+    if res.get("status") != "ok":
+        return {"torch_profile_reason": child_failure(res)[:600]}
+    out = dict(res["measured"]) if spec["profile"].get("torch") else {}
+    if spec["profile"].get("cublaslt_log"):
+        try:
+            out.update(cublaslt.summarize(d))
+        except ValueError as e:
+            out.update(gemm_shapes=math.nan, gemm_shapes_reason=str(e)[:300])
+    return out

@@ -6,7 +6,7 @@ bandwidth, counting bytes read plus bytes written; a large GEMM per dtype for FL
 ceilings run once per device in a child process and are cached in
 ``results/ceilings/<device>.json``.
 
-Usage: ``python -m sweep.hardware`` prints the spec and the (measured or cached) ceilings.
+Usage: ``python -m sweep.analysis.hardware`` prints the spec and the (measured or cached) ceilings.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from .env import REPO, environment, slug
+from ..env import REPO, environment, slug
 
 HW_DIR = REPO / "conf" / "hardware"
 CEILINGS_DIR = REPO / "results" / "ceilings"
@@ -88,7 +88,7 @@ def load_spec(name: str, device_name: str | None = None) -> HardwareSpec:
 
 def _measure(device: str) -> dict:
 
-    from .measure.timing import Timer
+    from ..measure.timing import Timer
 
     timer = Timer(device)
     out: dict = {"method": {}}
@@ -129,7 +129,7 @@ def _gemm_rate(timer, n: int, dt: str, device: str) -> dict:
 def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300) -> dict:
     """Measured copy bandwidth (bytes/s) and GEMM rates (FLOP/s per dtype) of ``device``, cached.
 
-    Runs ``python -m sweep.hardware --measure`` in a child process the first time for a device
+    Runs ``python -m sweep.analysis.hardware --measure`` in a child process the first time for a device
     (no CUDA context in the caller) and caches the JSON in ``results/ceilings/<device>.json``.
 
     Returns:
@@ -141,7 +141,7 @@ def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300
         return json.loads(path.read_text())
     CEILINGS_DIR.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    cmd = [sys.executable, "-m", "sweep.hardware", "--measure", str(tmp), "--device",
+    cmd = [sys.executable, "-m", "sweep.analysis.hardware", "--measure", str(tmp), "--device",
            device["type"]]
     try:
         r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout_s,
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--refresh", action="store_true", help="measure again even if cached")
     a = ap.parse_args(argv)
-    from .env import detect_device
+    from ..env import detect_device
 
     dev = detect_device("cuda" if a.device == "cuda" else a.device)
     if a.measure:

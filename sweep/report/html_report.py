@@ -4,7 +4,7 @@ Sections: the hardware and software used, the design space (base model, space, c
 objectives, workload), the Pareto front (plot and its designs), the roofline, the per-stage
 bottleneck classes and diagnosis texts, the trials table, and how to open the study in
 ``optuna-dashboard``. Plots are embedded (base64 PNG), so the file can be mailed or committed as is.
-Written by every study run; ``python -m sweep.html_report STUDY_DIR`` rewrites it.
+Written by every study run; ``python -m sweep.report.html_report STUDY_DIR`` rewrites it.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from .report import front_rows, load_study
+from ..atomic import write_text
+from .tables import front_rows, load_study
 
 TABLE_COLUMNS = ["number", "state", "mode", "n_heads", "n_kv_heads", "head_dim", "d_model",
                  "n_layers", "ffn_dim", "kv_dtype", "kernels", "params_non_embedding",
@@ -113,11 +113,7 @@ def write_report(study_dir: str | Path) -> Path:
              "text-align:left}img{max-width:100%}")
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(meta['study'])}"
             f"</title><style>{style}</style></head><body>{''.join(parts)}</body></html>")
-    out = d / "report.html"
-    tmp = d / ".report.html.tmp"
-    tmp.write_text(page)
-    os.replace(tmp, out)
-    return out
+    return write_text(d / "report.html", page)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,74 @@
+"""Derived figures: analytic counts + measured times + hardware peaks -> FLOP/s, MFU, MBU.
+
+Definitions (per stage, prefill or decode):
+
+- achieved FLOP/s = analytic matmul FLOPs of the stage / measured stage time.
+- MFU (model FLOPs utilization, Chowdhery et al. 2022, PaLM, App. B) = achieved FLOP/s / peak
+  FLOP/s for the model's dtype.
+- MBU (model bandwidth utilization, Databricks 2023, "LLM Inference Performance Engineering") =
+  (analytic minimum DRAM bytes of the stage / measured time) / peak DRAM bandwidth.
+
+Each is reported against two peaks: ``_vs_datasheet`` (the spec's datasheet figure) and
+``_vs_measured`` (the ceiling measured on this device by ``sweep.analysis.hardware``). Where a peak is
+unknown the figure is NaN and ``<figure>_reason`` says why. The prefill stage time is TTFT
+(prefill plus the first token's sampling); the decode stage time is TPOT.
+"""
+
+from __future__ import annotations
+
+import math
+
+from zoo import ModelConfig, counts
+
+from .hardware import HardwareSpec
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den and math.isfinite(den) and den > 0 else math.nan
+
+
+def derived(cfg: ModelConfig, workload: dict, measured: dict, spec: HardwareSpec,
+            ceilings: dict) -> dict:
+    """The analytic and derived columns of a results row.
+
+    Args:
+        cfg: the design.
+        workload: ``batch``, ``prompt_len``, ``new_tokens``.
+        measured: the child's ``measured`` dict (``ttft_ms``, ``decode_tpot_ms``, ...).
+        spec: datasheet peaks.
+        ceilings: ``sweep.analysis.hardware.measure_ceilings`` output (or ``{"error": ...}``).
+
+    Returns:
+        Flat dict: the ``zoo.counts.summary`` columns, ``prefill_flop_s``, ``decode_flop_s``,
+        ``prefill_bytes_s``, ``decode_bytes_s``, ``{stage}_mfu_vs_{datasheet,measured}``,
+        ``{stage}_mbu_vs_{datasheet,measured}``, the peaks used, and ``_reason`` columns for NaNs.
+    """
+    B, T, N = workload["batch"], workload["prompt_len"], workload["new_tokens"]
+    row = counts.summary(cfg, B, T, N)
+    peaks = {
+        "datasheet": (spec.peak_flops(cfg.dtype), spec.peak_bytes_s),
+        "measured": (ceilings.get(f"gemm_flops_{cfg.dtype}", math.nan),
+                     ceilings.get("copy_bytes_s", math.nan)),
+    }
+    row["peak_flops_datasheet"], row["peak_bytes_s_datasheet"] = peaks["datasheet"]
+    row["peak_flops_measured"], row["peak_bytes_s_measured"] = peaks["measured"]
+    row["hardware_spec"] = spec.name
+    times = {"prefill": measured["ttft_ms"] / 1e3, "decode": measured["decode_tpot_ms"] / 1e3}
+    for st, t in times.items():
+        row[f"{st}_flop_s"] = row[f"{st}_flops"] / t
+        row[f"{st}_bytes_s"] = row[f"{st}_min_bytes"] / t
+        for which, (pf, pb) in peaks.items():
+            row[f"{st}_mfu_vs_{which}"] = _ratio(row[f"{st}_flop_s"], pf)
+            row[f"{st}_mbu_vs_{which}"] = _ratio(row[f"{st}_bytes_s"], pb)
+            for fig in (f"{st}_mfu_vs_{which}", f"{st}_mbu_vs_{which}"):
+                if math.isnan(row[fig]):
+                    row[f"{fig}_reason"] = (
+                        f"no {which} peak for {spec.name}"
+                        + (f" ({ceilings['error']})" if which == "measured" and "error" in ceilings
+                           else ""))
+        # the roofline floor: a time below it is a measurement bug, not a fast kernel
+        pf, pb = peaks["measured"]
+        floor = max(_ratio(row[f"{st}_flops"], pf), _ratio(row[f"{st}_min_bytes"], pb))
+        row[f"{st}_roofline_floor_ms"] = 1e3 * floor
+        row[f"{st}_below_floor"] = bool(math.isfinite(floor) and t < 0.95 * floor)
+    return row

@@ -1,0 +1,38 @@
+"""Atomic writes of outputs: write a temporary file beside the target, then rename it over.
+
+A reader (another worker, a report, a killed run's successor) sees the old file or the new one,
+never half of one. Used by every layer that writes results, so it sits at the bottom with
+``sweep.env`` and imports nothing of the project.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+
+def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
+    """Call ``write(tmp)`` on a temporary path beside ``path``, then rename it to ``path``."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically."""
+    return write_atomic(path, lambda p: p.write_text(text))
+
+
+def write_json(path: str | Path, obj: dict) -> Path:
+    """Write ``obj`` as JSON atomically (sets and tuples as lists, anything else as text)."""
+    return write_text(path, json.dumps(obj, indent=1, default=_json_default))
+
+
+def _json_default(o):
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    return str(o)

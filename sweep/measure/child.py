@@ -1,0 +1,69 @@
+"""The measurement child: run ``python -m sweep.trial SPEC RESULT`` in a process of its own.
+
+The child process is the unit of isolation (an OOM, a CUDA error, a crash or a profiler wrapper
+touches one trial only). Every profiler that needs another run of the trial (``ncu``, ``nsys``,
+``torch.profiler``) goes through ``run_child`` too, with its own spec and folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from ..atomic import write_json
+from ..env import REPO
+
+
+def child_env() -> dict:
+    """This process's environment with the repository first on ``PYTHONPATH``, for the
+    ``sweep.trial`` and ``sweep.worker`` children (the project need not be installed)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+
+
+def run_child(spec: dict, trial_dir: Path, timeout_s: float, wrapper: list[str] | None = None
+              ) -> dict:
+    """Run ``python -m sweep.trial`` on ``spec`` in a child process (optionally under
+    ``wrapper``, e.g. an ``ncu`` argument list) and return its result dict.
+
+    Writes ``spec.json``, ``result.json`` and ``log.txt`` into ``trial_dir``. The child runs in
+    its own process group, killed whole on timeout. Never raises for a child failure: the
+    returned dict has ``status: error``, an ``error_type`` and a reason instead.
+    """
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
+    write_json(spec_path, spec)
+    result_path.unlink(missing_ok=True)
+    cmd = (wrapper or []) + [sys.executable, "-m", "sweep.trial", str(spec_path), str(result_path)]
+    env = child_env()
+    env.update(spec.get("env", {}))
+    with open(trial_dir / "log.txt", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return {"status": "error", "error_type": "timeout",
+                    "error": f"trial exceeded {timeout_s:.0f} s and was killed"}
+    if result_path.exists():
+        res = json.loads(result_path.read_text())
+        if res.get("status") == "ok" and rc != 0 and not wrapper:
+            res = {"status": "error", "error_type": "exit", "error": f"child exited with {rc}"}
+        return res
+    tail = (trial_dir / "log.txt").read_text()[-600:].strip()
+    if rc < 0:
+        why = f"child killed by signal {signal.Signals(-rc).name}"
+    else:
+        why = f"child exited with code {rc} and wrote no result"
+    return {"status": "error", "error_type": "crash", "error": f"{why}; log tail: {tail}"}
+
+
+def child_failure(res: dict, what: str = "") -> str:
+    """``error_type: error`` of a failed child result, prefixed with ``what`` when given."""
+    return (f"{what}: " if what else "") + f"{res.get('error_type', 'error')}: {res.get('error', '')}"

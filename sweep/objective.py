@@ -1,0 +1,191 @@
+"""The objective: one trial's pipeline, from a sampled design to its results row.
+
+sample the design (``sweep.space``) -> validate it (a refused design fails here, before any work)
+-> prune it on the experiment's constraints -> measure it in a child process
+(``sweep.measure.child``) -> add the analytic and derived figures (``sweep.analysis``) -> run the
+profilers the profile asks for (``sweep.measure.profilers``, one call each) -> bottleneck class and
+diagnosis -> record every figure as a user attribute of the Optuna trial (the results row).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import time
+
+import optuna
+from optuna.trial import TrialState
+
+from zoo import DesignError, ModelConfig
+
+from . import measure
+from .analysis import derived, diagnosis
+from .env import REPO
+from .measure.child import child_failure, run_child
+from .space import WORKLOAD_KEYS, suggest, violations
+
+
+class TrialFailed(Exception):
+    """A trial that ended without a measurement; the message is its ``fail_reason``."""
+
+
+def design_columns(cfg: ModelConfig) -> dict:
+    """The design fields of a results row (``rope_scaling`` as JSON text)."""
+    d = cfg.to_dict()
+    d.pop("extra", None)
+    d["rope_scaling"] = json.dumps(d["rope_scaling"]) if d["rope_scaling"] else ""
+    d["model"] = d.pop("name")
+    return d
+
+
+
+class Objective:
+    """Callable for ``study.optimize``: one design per call, returns the objective values.
+
+    Args:
+        plan: the study's ``sweep.plan.Plan``.
+        ceilings: the device's measured ceilings (``sweep.analysis.hardware.measure_ceilings``).
+        total: designs the study will run (for the progress line).
+
+    Raises (from a call): ``TrialFailed`` (recorded FAIL with ``fail_reason``) or
+    ``optuna.TrialPruned`` (a constraint broken, or a worker's spare trial).
+    """
+
+    def __init__(self, plan, ceilings: dict, total: int):
+        self.plan, self.ceilings, self.total = plan, ceilings, total
+
+    def __call__(self, trial: optuna.Trial):
+        plan = self.plan
+        t0 = time.time()
+        trial.set_user_attr("worker_host", socket.gethostname())
+        trial.set_user_attr("worker_pid", os.getpid())
+        if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+            trial.set_user_attr("worker_gpu", os.environ["CUDA_VISIBLE_DEVICES"])
+        if plan.queue_only and not _from_queue(trial):
+            # another worker took the last queued design between our check and ask()
+            trial.set_user_attr("spare", True)
+            raise optuna.TrialPruned("spare: no queued design left for this worker")
+        overrides, wl_over = suggest(trial, plan.space, plan.base)
+        mode = wl_over.pop("mode", plan.mode)
+        wl = dict(plan.workload, **wl_over)
+        label = ", ".join(f"{k}={v}" for k, v in trial.params.items()) or "base design"
+        try:
+            cfg = plan.base.replace(**overrides)
+            cfg.validate(plan.device)
+            need = wl["prompt_len"] + wl["new_tokens"]
+            if need > cfg.max_seq_len:
+                raise DesignError(f"prompt_len + new_tokens = {need} exceeds max_seq_len "
+                                  f"{cfg.max_seq_len}")
+            check_mode(mode, plan.device)
+        except DesignError as e:
+            return self._fail(trial, f"invalid design: {e}", label, t0,
+                              {**overrides, **wl_over, "mode": mode,
+                               "experiment": plan.experiment})
+        row = {**design_columns(cfg), **{k: wl[k] for k in WORKLOAD_KEYS},
+               "experiment": plan.experiment, "study": plan.name, "mode": mode,
+               "profile": plan.profile.get("name", "timing")}
+        if plan.constraints:  # pruned before any GPU work, the reason kept
+            from zoo import counts
+
+            analytic = counts.summary(cfg, wl["batch"], wl["prompt_len"], wl["new_tokens"])
+            broken = violations(plan.constraints, analytic)
+            row.update({k: analytic[k] for k in plan.constraints})
+            if broken:
+                return self._prune(trial, "pruned: " + "; ".join(broken), label, t0, row)
+        trial.set_user_attr("design", json.dumps(overrides))
+        trial_dir = plan.results / "trials" / f"{trial.number:04d}"
+        spec = {"model": cfg.to_dict(), "workload": wl, "device": plan.device["type"],
+                "mode": mode, "seed": plan.seed, "weights": plan.weights,
+                "fault": _fault_for(plan.fault, trial.number), "profile": plan.profile,
+                "trial_dir": str(trial_dir),
+                "env": {"DESIGNZOO_NVTX": "1"} if plan.profile.get("nvtx") else {}}
+        res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0))
+        row.update(res.get("env") or {})
+        if res.get("status") != "ok":
+            return self._fail(trial, child_failure(res), label, t0, row)
+        row.update(res["measured"])
+        row.update(derived.derived(cfg, wl, res["measured"], plan.spec, self.ceilings))
+        for profiler in measure.profilers(plan.profile):
+            row.update(profiler.profile_trial(spec, trial_dir, cfg, wl, self.ceilings))
+        row.update(diagnosis.diagnose(row))
+        row["trial_dir"] = str(trial_dir.relative_to(REPO) if trial_dir.is_relative_to(REPO)
+                               else trial_dir)
+        for st in ("prefill", "decode"):  # J/token needs NVML (profile=nvml)
+            if f"{st}_j_per_token" not in row:
+                row[f"{st}_j_per_token"] = math.nan
+                row[f"{st}_j_per_token_reason"] = "not measured: profile without nvml"
+        for k, v in row.items():
+            trial.set_user_attr(k, _attr(v))
+        values = [row.get(o, math.nan) for o in plan.objectives]
+        if not plan.quiet:
+            print(f"[{trial.number + 1}/{self.total}] {label}: decode {row['decode_tok_s']:.1f} "
+                  f"tok/s (TPOT {row['decode_tpot_ms']:.2f} ms, MBU "
+                  f"{row['decode_mbu_vs_measured']:.2f} of measured), TTFT {row['ttft_ms']:.1f} ms "
+                  f"({time.time() - t0:.0f} s)", flush=True)
+        if any(not math.isfinite(v) for v in values):
+            bad = [o for o, v in zip(plan.objectives, values) if not math.isfinite(v)]
+            return self._fail(trial, f"objective(s) not measured: {', '.join(bad)}", label, t0,
+                              row)
+        return values
+
+    def _prune(self, trial, reason, label, t0, row):
+        self._end(trial, reason, label, t0, row, reason, optuna.TrialPruned)
+
+    def _fail(self, trial, reason, label, t0, row):
+        self._end(trial, reason, label, t0, row, f"FAIL ({reason[:200]})", TrialFailed)
+
+    def _end(self, trial, reason, label, t0, row, shown, exc):
+        """Record ``row`` and ``fail_reason`` on the trial, print ``shown``, raise ``exc``."""
+        for k, v in row.items():
+            trial.set_user_attr(k, _attr(v))
+        trial.set_user_attr("fail_reason", reason)
+        if not self.plan.quiet:
+            print(f"[{trial.number + 1}/{self.total}] {label}: {shown} "
+                  f"({time.time() - t0:.0f} s)", flush=True)
+        raise exc(reason)
+
+
+def _from_queue(trial: optuna.Trial) -> bool:
+    """Whether ``trial`` was popped from the queue (``enqueue_trial``): Optuna keeps the queued
+    parameters in the trial's ``fixed_params`` system attribute."""
+    for t in trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.number == trial.number:
+            return "fixed_params" in t.system_attrs
+    return False
+
+
+def check_mode(mode: str, device: dict) -> None:
+    """Refuse a decode ``mode`` this device cannot run (before any GPU work).
+
+    Raises:
+        DesignError: unknown mode, or ``cudagraph``/``compile`` without a CUDA device.
+    """
+    from zoo.generate import MODES
+
+    if mode not in MODES:
+        raise DesignError(f"mode={mode!r} is not one of {', '.join(MODES)}")
+    if mode != "eager" and device["type"] != "cuda":
+        raise DesignError(f"mode={mode} needs a CUDA GPU (this run is on {device['type']})")
+
+
+
+def _fault_for(fault: str | None, number: int) -> str | None:
+    """``fault`` is a comma-separated list of ``where:kind`` (every trial) or ``where:kind@N``
+    (trial N only); returns the one that applies to trial ``number``, if any."""
+    for item in (fault or "").split(","):
+        f, _, only = item.strip().partition("@")
+        if f and (not only or int(only) == number):
+            return f
+    return None
+
+
+def _attr(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None if math.isnan(v) else str(v)
+    if isinstance(v, (list, tuple, dict)):
+        return json.dumps(v)
+    return v
+
+

@@ -1,0 +1,106 @@
+"""Tables of a study: the trials table (parquet + CSV), the study-folder reader, the Pareto front rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ..atomic import write_atomic
+
+SUMMARY_COLUMNS = ["number", "state", "n_kv_heads", "n_heads", "head_dim", "d_model", "n_layers",
+                   "ffn_dim", "batch", "prompt_len", "ttft_ms", "decode_tpot_ms", "decode_tok_s",
+                   "prefill_mfu_vs_measured", "decode_mbu_vs_measured", "kv_bytes_per_token",
+                   "peak_mem_bytes", "decode_bound", "fail_reason"]
+_INTERNAL = {"design"}
+
+
+def trials_frame(study) -> pd.DataFrame:
+    """One row per trial: ``number``, ``state``, the sampled ``param_*``, every user attribute
+    (design, workload, environment, measured and derived figures) and ``fail_reason``."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("spare"):  # asked by a worker after the queue ran dry; never run
+            continue
+        row = {"number": t.number, "state": t.state.name}
+        row.update({f"param_{k}": v for k, v in t.params.items()})
+        row.update({k: v for k, v in t.user_attrs.items() if k not in _INTERNAL})
+        row.setdefault("fail_reason", "")
+        if t.datetime_start:
+            row["trial_start"] = t.datetime_start.isoformat()
+        if t.datetime_start and t.datetime_complete:
+            row["trial_end"] = t.datetime_complete.isoformat()
+            row["trial_wall_s"] = (t.datetime_complete - t.datetime_start).total_seconds()
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df = df.sort_values("number").reset_index(drop=True)
+    return df
+
+
+def load_study(study_dir: str | Path) -> tuple[dict, pd.DataFrame]:
+    """``(study.json, trials table)`` of a study folder written by ``python -m sweep``.
+
+    Raises:
+        FileNotFoundError: not a study folder (names what is missing).
+    """
+    d = Path(study_dir)
+    for f in ("study.json", "trials.parquet"):
+        if not (d / f).exists():
+            raise FileNotFoundError(f"{d}: no {f} (not a study folder written by python -m sweep)")
+    return json.loads((d / "study.json").read_text()), pd.read_parquet(d / "trials.parquet")
+
+
+def write_table(df: pd.DataFrame, out_dir: Path) -> None:
+    """Write ``trials.parquet`` and ``trials.csv`` into ``out_dir`` atomically (write, rename)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    df = df.copy()
+    for col in df.columns:  # mixed-type object columns (e.g. None + str) -> strings for parquet
+        if df[col].dtype == object and df[col].map(type).nunique() > 1:
+            df[col] = df[col].map(lambda v: v if isinstance(v, str) else
+                                  ("" if v is None else json.dumps(v)
+                                   if isinstance(v, (dict, list)) else str(v)))
+    write_atomic(out_dir / "trials.parquet", lambda p: df.to_parquet(p, index=False))
+    write_atomic(out_dir / "trials.csv", lambda p: df.to_csv(p, index=False))
+
+
+def summary_table(df: pd.DataFrame) -> str:
+    """A short text table of the key columns (those present)."""
+    if df.empty:
+        return "(no trials)"
+    cols = [c for c in SUMMARY_COLUMNS if c in df.columns]
+    out = df[cols].copy()
+    if "fail_reason" in out:
+        out["fail_reason"] = out["fail_reason"].fillna("").astype(str).str.slice(0, 40)
+    return out.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+
+
+def pareto_mask(values: pd.DataFrame, directions: list[str]) -> pd.Series:
+    """True for rows not dominated by any other row (``directions``: maximize/minimize each)."""
+    sign = [1 if d == "maximize" else -1 for d in directions]
+    v = values.to_numpy(dtype=float) * sign
+    keep = []
+    for i in range(len(v)):
+        dominated = any((v[j] >= v[i]).all() and (v[j] > v[i]).any() for j in range(len(v))
+                        if j != i)
+        keep.append(not dominated)
+    return pd.Series(keep, index=values.index)
+
+
+def front_rows(df: pd.DataFrame, objectives: list[str], directions: list[str]) -> pd.DataFrame:
+    """The completed trials with every objective measured that are on the Pareto front."""
+    done = df[df["state"] == "COMPLETE"] if "state" in df else df
+    if done.empty or not set(objectives) <= set(done.columns):
+        return done.iloc[0:0]
+    vals = done[objectives].astype(float)
+    ok = vals.notna().all(axis=1)
+    mask = pd.Series(False, index=done.index)
+    mask[ok] = pareto_mask(vals[ok], directions)
+    return done[mask]
+
+
+def design_label(row) -> str:
+    """``name=value, ...`` of the sampled parameters (``param_*``) of a trial row."""
+    ps = [c for c in row.index if str(c).startswith("param_") and pd.notna(row[c])]
+    return ", ".join(f"{c[6:]}={row[c]}" for c in ps) or f"trial {row.get('number')}"

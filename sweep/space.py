@@ -1,0 +1,105 @@
+"""The design space of an experiment and the Optuna sampler that walks it.
+
+A space maps a parameter to ``{choices: [...]}``, ``{divisors_of: field}``, ``{low, high, step,
+log}`` or ``{choices: {label: {field: value, ...}}}`` (a bundle). Keys are ``ModelConfig`` fields,
+workload fields (``WORKLOAD_KEYS``), the decode ``mode`` (``RUN_KEYS``) or bundle labels.
+"""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+
+from zoo import ModelConfig
+
+WORKLOAD_KEYS = ("batch", "prompt_len", "new_tokens")
+RUN_KEYS = ("mode",)  # sampled like a design field, but how the trial runs (zoo.generate.MODES)
+SAMPLERS = ("auto", "grid", "tpe", "nsga2", "random")
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of ``n`` in increasing order (``n_kv_heads`` candidates for ``n_heads``)."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def grid_of(space: dict, base: ModelConfig) -> dict | None:
+    """The space as an Optuna grid ``{param: [values]}``, or None if a parameter is continuous."""
+    grid = {}
+    for key, sp in space.items():
+        if sp.get("divisors_of"):
+            grid[key] = divisors(getattr(base, sp["divisors_of"]))
+        elif "choices" in sp:
+            grid[key] = list(sp["choices"])
+        elif sp.get("step") and isinstance(sp.get("low"), int):
+            grid[key] = list(range(sp["low"], sp["high"] + 1, sp["step"]))
+        else:
+            return None
+    return grid
+
+
+def suggest(trial: optuna.Trial, space: dict, base: ModelConfig) -> tuple[dict, dict]:
+    """Sample one design: ``(model_overrides, workload_overrides)``; a sampled ``mode`` (decode
+    mode, ``RUN_KEYS``) travels with the workload overrides.
+
+    Raises:
+        ValueError: a malformed space entry (the message names it).
+    """
+    model, workload = {}, {}
+    for key, sp in space.items():
+        if sp.get("divisors_of"):
+            value = trial.suggest_categorical(key, divisors(getattr(base, sp["divisors_of"])))
+        elif "choices" in sp:
+            choices = sp["choices"]
+            value = trial.suggest_categorical(key, list(choices))
+            if isinstance(choices, dict):  # a bundle of fields under a label
+                for k, v in choices[value].items():
+                    (workload if k in WORKLOAD_KEYS + RUN_KEYS else model)[k] = v
+                continue
+        elif "low" in sp and "high" in sp:
+            if isinstance(sp["low"], int) and isinstance(sp["high"], int):
+                value = trial.suggest_int(key, sp["low"], sp["high"], step=sp.get("step", 1),
+                                          log=sp.get("log", False))
+            else:
+                value = trial.suggest_float(key, sp["low"], sp["high"], log=sp.get("log", False))
+        else:
+            raise ValueError(f"space entry {key!r} needs choices, divisors_of, or low/high: {sp}")
+        (workload if key in WORKLOAD_KEYS + RUN_KEYS else model)[key] = value
+    return model, workload
+
+
+
+def make_sampler(plan) -> optuna.samplers.BaseSampler:
+    """The study's sampler; ``auto`` picks the grid for an all-discrete space of <= 64 points,
+    else TPE (multi-objective TPE for several objectives)."""
+    grid = grid_of(plan.space, plan.base) if plan.space else {}
+    kind = plan.sampler
+    if kind == "auto":
+        kind = "grid" if grid is not None and math.prod(map(len, grid.values())) <= 64 else "tpe"
+    if kind == "grid":
+        if grid is None:
+            raise ValueError("sampler=grid needs a discrete space (choices, divisors_of or step)")
+        return optuna.samplers.GridSampler(grid or {"_": [0]}, seed=plan.seed)
+    if kind == "tpe":
+        return optuna.samplers.TPESampler(seed=plan.seed)
+    if kind == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=plan.seed)
+    if kind == "random":
+        return optuna.samplers.RandomSampler(seed=plan.seed)
+    raise ValueError(f"sampler={kind!r} is not one of {', '.join(SAMPLERS)}")
+
+
+
+def violations(constraints: dict, analytic: dict) -> list[str]:
+    """Constraint bands broken by a design: ``constraints`` maps an analytic figure
+    (``zoo.counts.summary`` names, e.g. ``params_non_embedding``) to ``{low, high}`` (either may
+    be absent). Returns one text per broken band, naming the figure, its value and the band."""
+    out = []
+    for key, band in constraints.items():
+        v = analytic[key]
+        lo, hi = band.get("low"), band.get("high")
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            out.append(f"{key} = {v:.4g} outside [{lo if lo is not None else '-inf'}, "
+                       f"{hi if hi is not None else 'inf'}]")
+    return out
+
