@@ -81,3 +81,99 @@ def test_state_dict_source_and_errors():
     wrong = ModelConfig.from_name("tiny", ffn_dim=320)
     with pytest.raises(ValueError, match="shape"):
         load_hf_weights(Transformer.build(wrong, "cpu", init=False), sd)
+
+
+# ---- real checkpoints as `transformers` writes them today -----------------------------------
+
+SAVED = {
+    # Qwen2: q/k/v biases, RoPE base 1e6 (in `rope_parameters`, no top-level rope_theta)
+    "qwen2_bias_theta_1e6": lambda: transformers.Qwen2Config(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=96, vocab_size=211, rope_theta=1e6, max_position_embeddings=64),
+    # Llama-3.1: llama3 frequency rescaling (in `rope_parameters`)
+    "llama31_rope_scaling": lambda: transformers.LlamaConfig(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=96, vocab_size=211, rope_theta=5e5, max_position_embeddings=64,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 16}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SAVED))
+def test_save_pretrained_round_trip(case, tmp_path):
+    """HF model -> save_pretrained (config.json + safetensors) -> ModelConfig.from_hf ->
+    load_hf_weights -> logits within fp32 tolerance of Hugging Face's, prefill and decode."""
+    torch.manual_seed(7)
+    hf = transformers.AutoModelForCausalLM.from_config(SAVED[case]()).float().eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            if p.ndim == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    hf.save_pretrained(tmp_path)
+    saved = __import__("json").loads((tmp_path / "config.json").read_text())
+    assert "rope_parameters" in saved  # the layout this test is about
+    cfg = ModelConfig.from_hf(tmp_path, dtype="fp32", kv_dtype="fp32")
+    if case.startswith("qwen2"):
+        assert cfg.rope_theta == 1e6 and cfg.qkv_bias
+    else:
+        assert cfg.rope_scaling["rope_type"] == "llama3" and cfg.rope_scaling["factor"] == 8.0
+    zoo = load_hf_weights(Transformer.build(cfg, "cpu", init=False), tmp_path)
+    B, T, steps = 2, 20, 6  # past original_max_position_embeddings / 2: the scaled band matters
+    prompt = torch.randint(0, cfg.vocab_size, (B, T), generator=torch.Generator().manual_seed(2))
+    gen = Generator(zoo, B, T + steps)
+    with torch.no_grad():
+        ref = hf(prompt).logits[:, -1]
+        torch.testing.assert_close(gen.prefill(prompt), ref, rtol=1e-4, atol=1e-4)
+        seq, tok = prompt, ref.argmax(-1, keepdim=True)
+        for _ in range(steps):
+            seq = torch.cat([seq, tok], 1)
+            ref = hf(seq).logits[:, -1]
+            torch.testing.assert_close(gen.decode(tok), ref, rtol=1e-4, atol=1e-4)
+            tok = ref.argmax(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("extra,message", [
+    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}},
+     "rope type 'yarn' is not implemented"),
+    ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope type 'linear'"),
+    ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope type 'dynamic'"),
+    ({"attention_bias": True}, "attention_bias=true"),
+    ({"mlp_bias": True}, "mlp_bias=true"),
+])
+def test_unsupported_checkpoint_features_refused_at_config_time(extra, message):
+    from zoo import DesignError
+
+    hf = dict(ModelConfig.from_name("tiny").to_hf(), **extra)
+    hf.pop("rope_theta") if "rope_parameters" in extra else None
+    with pytest.raises(DesignError, match=message):
+        ModelConfig.from_hf(hf)
+
+
+def test_both_rope_layouts_read_alike():
+    old = ModelConfig.from_name("tiny", rope_theta=1e6).to_hf()
+    new = {k: v for k, v in old.items() if k != "rope_theta"}
+    new["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
+    assert ModelConfig.from_hf(old).rope_theta == ModelConfig.from_hf(new).rope_theta == 1e6
+
+
+def test_generate_lengths_and_cache():
+    from zoo import generate
+
+    cfg = ModelConfig.from_name("tiny")
+    model = Transformer.build(cfg, "cpu")
+    prompt = torch.randint(0, cfg.vocab_size, (2, 5))
+    assert generate(model, prompt, 0).shape == (2, 5)
+    out = generate(model, prompt, 3)
+    assert out.shape == (2, 8) and torch.equal(out[:, :5], prompt)
+    assert model.cache.max_seq_len == 5 + 3 - 1  # the last token is never fed back
+
+
+def test_prefill_embedding_bytes_capped_at_the_table():
+    from zoo import counts
+
+    cfg = ModelConfig.from_name("tiny")  # vocab 512, untied
+    small = counts.prefill(cfg, 1, 64).bytes["weights"]
+    big = counts.prefill(cfg, 64, 256).bytes["weights"]  # 16384 gathered rows > 512 in the table
+    table = cfg.vocab_size * cfg.d_model * 4
+    assert big - small <= table
+    assert big == (counts.params(cfg).non_embedding + counts.params(cfg).lm_head) * 4 + table

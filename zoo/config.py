@@ -172,10 +172,14 @@ class ModelConfig:
             path_or_dict: a ``config.json`` path, a folder holding one, or the parsed dict.
             overrides: ModelConfig fields to set after import (e.g. ``max_seq_len=4096``).
 
+        Both layouts of the RoPE settings are read: the one ``transformers`` >= 5 writes
+        (``rope_parameters: {rope_type, rope_theta, factor, ...}``) and the older top-level
+        ``rope_theta`` + ``rope_scaling``.
+
         Raises:
             DesignError: for another ``model_type``, or a config that uses features the zoo does
-                not model (sliding-window attention in use, unknown rope scaling, non-SiLU
-                activation).
+                not model (sliding-window attention in use, a rope type other than default and
+                llama3, Llama/Mistral ``attention_bias`` or ``mlp_bias``, non-SiLU activation).
         """
         if isinstance(path_or_dict, dict):
             hf = path_or_dict
@@ -199,12 +203,13 @@ class ModelConfig:
                 hf["sliding_window"] < hf.get("max_position_embeddings", 0)):
             raise DesignError(
                 f"sliding_window={hf['sliding_window']}: sliding-window attention is not modelled")
-        rs = hf.get("rope_scaling")
-        if rs is not None:
-            rtype = rs.get("rope_type", rs.get("type"))
-            if rtype not in ("llama3", "default"):
-                raise DesignError(f"rope_scaling type {rtype!r} is not supported (llama3 only)")
-            rs = None if rtype == "default" else dict(rs, rope_type="llama3")
+        if mt in ("llama", "mistral"):
+            for key, what in (("attention_bias", "biases on q/k/v/o projections"),
+                              ("mlp_bias", "biases on the MLP projections")):
+                if hf.get(key):
+                    raise DesignError(f"{key}=true ({what}) is not modelled by the zoo for "
+                                      f"model_type={mt}")
+        rope_theta, rs = _rope(hf)
         n_heads = hf["num_attention_heads"]
         d_model = hf["hidden_size"]
         dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(
@@ -222,7 +227,7 @@ class ModelConfig:
             vocab_size=hf["vocab_size"],
             norm="rmsnorm",
             norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(hf.get("rope_theta", 10000.0)),
+            rope_theta=rope_theta,
             rope_scaling=rs,
             max_seq_len=int(hf.get("max_position_embeddings", 8192)),
             tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
@@ -287,6 +292,30 @@ class ModelConfig:
 def presets() -> list[str]:
     """Names of the shipped model presets."""
     return ["tiny"] + sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
+
+
+ROPE_TYPES = ("default", "llama3")
+
+
+def _rope(hf: dict) -> tuple[float, dict | None]:
+    """``(rope_theta, rope_scaling)`` from an HF config in either layout (see ``from_hf``).
+
+    Raises:
+        DesignError: a rope type the zoo does not implement, or per-layer-type parameters.
+    """
+    params = hf.get("rope_parameters")
+    if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
+        raise DesignError(f"rope_parameters per layer type ({', '.join(params)}) are not modelled")
+    scaling = dict(params) if isinstance(params, dict) else dict(hf.get("rope_scaling") or {})
+    theta = float(scaling.pop("rope_theta", hf.get("rope_theta", 10000.0)))
+    rtype = scaling.get("rope_type", scaling.get("type", "default"))
+    if rtype not in ROPE_TYPES:
+        raise DesignError(f"rope type {rtype!r} is not implemented by the zoo (supported: "
+                          f"{', '.join(ROPE_TYPES)})")
+    if rtype == "default":
+        return theta, None
+    scaling.pop("type", None)
+    return theta, dict(scaling, rope_type=rtype)
 
 
 def _choice(field_name: str, value: Any, allowed: tuple[str, ...]) -> None:

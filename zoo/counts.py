@@ -121,7 +121,8 @@ def stage(cfg: ModelConfig, batch: int, new: int, context: int, logits_per_seq: 
                        + 2 * N * d)                           # residual adds
     wb, kvb = DTYPE_BYTES[cfg.dtype], DTYPE_BYTES[cfg.kv_dtype]
     p = params(cfg)
-    emb_rows = 0 if cfg.tie_embeddings else N * d  # tied: the LM head reads the whole table anyway
+    # gathered embedding rows, at most the whole table; tied: the LM head reads it all anyway
+    emb_rows = 0 if cfg.tie_embeddings else min(N, V) * d
     kv_scale = 4 if cfg.kv_dtype in ("int8", "fp8_e4m3") else 0  # one fp32 scale per token, head
     kv_tok = 2 * L * Hkv * (D * kvb + kv_scale)
     b = {

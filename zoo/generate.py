@@ -120,9 +120,19 @@ class Generator:
 @torch.no_grad()
 def generate(model: Transformer, prompt: torch.Tensor, new_tokens: int, mode: str = "eager"
              ) -> torch.Tensor:
-    """Greedy decoding: ``prompt [B, T]`` -> ``[B, T + new_tokens]`` token ids."""
+    """Greedy decoding: ``prompt [B, T]`` -> ``[B, T + new_tokens]`` token ids.
+
+    The cache holds ``T + new_tokens - 1`` positions: the last token is produced, never fed back.
+
+    Raises:
+        ValueError: ``new_tokens`` < 0.
+    """
     B, T = prompt.shape
-    gen = Generator(model, B, T + new_tokens, mode)
+    if new_tokens < 0:
+        raise ValueError(f"new_tokens must be >= 0, got {new_tokens}")
+    if new_tokens == 0:
+        return prompt.clone()
+    gen = Generator(model, B, T + new_tokens - 1, mode)
     tok = gen.prefill(prompt).argmax(-1, keepdim=True)
     out = [prompt, tok]
     for _ in range(new_tokens - 1):
