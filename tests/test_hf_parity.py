@@ -134,9 +134,9 @@ def test_save_pretrained_round_trip(case, tmp_path):
 
 @pytest.mark.parametrize("extra,message", [
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}},
-     "rope type 'yarn' is not implemented"),
-    ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope type 'linear'"),
-    ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope type 'dynamic'"),
+     "rope_parameters type 'yarn' is not implemented"),
+    ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling type 'linear'"),
+    ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling type 'dynamic'"),
     ({"attention_bias": True}, "attention_bias=true"),
     ({"mlp_bias": True}, "mlp_bias=true"),
 ])

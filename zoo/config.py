@@ -306,11 +306,12 @@ def _rope(hf: dict) -> tuple[float, dict | None]:
     params = hf.get("rope_parameters")
     if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
         raise DesignError(f"rope_parameters per layer type ({', '.join(params)}) are not modelled")
+    key = "rope_parameters" if isinstance(params, dict) else "rope_scaling"
     scaling = dict(params) if isinstance(params, dict) else dict(hf.get("rope_scaling") or {})
     theta = float(scaling.pop("rope_theta", hf.get("rope_theta", 10000.0)))
     rtype = scaling.get("rope_type", scaling.get("type", "default"))
     if rtype not in ROPE_TYPES:
-        raise DesignError(f"rope type {rtype!r} is not implemented by the zoo (supported: "
+        raise DesignError(f"{key} type {rtype!r} is not implemented by the zoo (rope types: "
                           f"{', '.join(ROPE_TYPES)})")
     if rtype == "default":
         return theta, None
