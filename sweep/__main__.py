@@ -24,6 +24,7 @@ def main(cfg: DictConfig) -> None:
 
     from .plan import plan_from_config
     from .report.tables import summary_table
+    from .storage import is_storage_error, storage_error
     from .study import run
 
     try:
@@ -33,8 +34,18 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
     try:
         study, df = run(plan)
+    except KeyboardInterrupt as e:
+        print(f"interrupted ({e or 'Ctrl-C'}): every finished design is kept in {plan.storage} "
+              f"and {plan.results}/; the design that was running is queued again; re-run the same "
+              "command to resume", file=sys.stderr)
+        sys.exit(130)
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except Exception as e:
+        if not is_storage_error(e):
+            raise
+        print(f"error: {storage_error(plan.storage, e)}", file=sys.stderr)
         sys.exit(2)
     print()
     print(summary_table(df))

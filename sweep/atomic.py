@@ -16,7 +16,7 @@ from pathlib import Path
 def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp)`` on a temporary path beside ``path``, then rename it to ``path``."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # one per writing process
     write(tmp)
     os.replace(tmp, path)
     return path

@@ -25,6 +25,7 @@ from .analysis import derived, diagnosis
 from .env import REPO
 from .measure.child import child_failure, run_child
 from .space import WORKLOAD_KEYS, suggest, violations
+from .storage import duplicate_of, enqueue_next, finished, queued, requeue
 
 
 class TrialFailed(Exception):
@@ -57,6 +58,16 @@ class Objective:
         self.plan, self.ceilings, self.total = plan, ceilings, total
 
     def __call__(self, trial: optuna.Trial):
+        try:
+            return self._run(trial)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (``run_trials``): the design is queued again
+            trial.set_user_attr("interrupted", True)
+            trial.set_user_attr("fail_reason", "interrupted: the study was stopped (Ctrl-C or "
+                                               "SIGTERM) during the trial; its design is queued again")
+            requeue(trial.study, trial.study._storage.get_trial(trial._trial_id))
+            raise
+
+    def _run(self, trial: optuna.Trial):
         plan = self.plan
         t0 = time.time()
         trial.set_user_attr("worker_host", socket.gethostname())
@@ -67,6 +78,9 @@ class Objective:
             # another worker took the last queued design between our check and ask()
             trial.set_user_attr("spare", True)
             raise optuna.TrialPruned("spare: no queued design left for this worker")
+        if plan.queue_only and (other := duplicate_of(trial.study, trial.number)) is not None:
+            trial.set_user_attr("spare", True)  # never measure a design twice
+            raise optuna.TrialPruned(f"spare: trial {other} holds this design")
         overrides, wl_over = suggest(trial, plan.space, plan.base)
         mode = wl_over.pop("mode", plan.mode)
         wl = dict(plan.workload, **wl_over)
@@ -102,11 +116,19 @@ class Objective:
                 "trial_dir": str(trial_dir),
                 "env": {"DESIGNZOO_NVTX": "1"} if plan.profile.get("nvtx") else {}}
         res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0))
+        if res.get("status") == "ok" and derived.noisy_stages(res["measured"]):
+            row["remeasured"] = True  # measured once more before it is accepted
+            res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0))
         row.update(res.get("env") or {})
         if res.get("status") != "ok":
             return self._fail(trial, child_failure(res), label, t0, row)
         row.update(res["measured"])
         row.update(derived.derived(cfg, wl, res["measured"], plan.spec, self.ceilings))
+        noisy = derived.noisy_stages(res["measured"])
+        row.update(noisy=bool(noisy), noisy_stages=",".join(noisy),
+                   remeasured=row.get("remeasured", False))
+        if errors := derived.physical_limit_errors(row):
+            return self._fail(trial, "measurement error: " + "; ".join(errors), label, t0, row)
         for profiler in measure.profilers(plan.profile):
             row.update(profiler.profile_trial(spec, trial_dir, cfg, wl, self.ceilings))
         row.update(diagnosis.diagnose(row))
@@ -120,10 +142,12 @@ class Objective:
             trial.set_user_attr(k, _attr(v))
         values = [row.get(o, math.nan) for o in plan.objectives]
         if not plan.quiet:
+            flag = (f" NOISY ({row['noisy_stages']}: p90/min > {derived.NOISY_P90_OVER_MIN},"
+                    " measured twice)" if noisy else "")
             print(f"[{trial.number + 1}/{self.total}] {label}: decode {row['decode_tok_s']:.1f} "
                   f"tok/s (TPOT {row['decode_tpot_ms']:.2f} ms, MBU "
                   f"{row['decode_mbu_vs_measured']:.2f} of measured), TTFT {row['ttft_ms']:.1f} ms "
-                  f"({time.time() - t0:.0f} s)", flush=True)
+                  f"({time.time() - t0:.0f} s){flag}", flush=True)
         if any(not math.isfinite(v) for v in values):
             bad = [o for o, v in zip(plan.objectives, values) if not math.isfinite(v)]
             return self._fail(trial, f"objective(s) not measured: {', '.join(bad)}", label, t0,
@@ -145,6 +169,51 @@ class Objective:
             print(f"[{trial.number + 1}/{self.total}] {label}: {shown} "
                   f"({time.time() - t0:.0f} s)", flush=True)
         raise exc(reason)
+
+
+def run_trials(study: optuna.Study, objective: Objective, grid: dict | None, target: int,
+               after=None) -> int:
+    """Measure designs one at a time until ``target`` designs are finished (counting those
+    other processes are running) or, on a grid, every design of it is held by the storage.
+
+    The one path for one worker and many: on a grid the next design not yet held is queued and
+    taken from the queue (``enqueue_next``; a design held COMPLETE or RUNNING is never taken
+    again, ``duplicate_of``). ``after()`` runs after each trial. Returns the trials this process
+    ran.
+    """
+    n = 0
+    restore = _sigterm_interrupts()
+    try:
+        while True:
+            running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+            if finished(study) + running >= target:
+                break
+            if grid is not None and not queued(study) and not enqueue_next(study, grid):
+                break
+            study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=True)
+            n += 1
+            if after:
+                after()
+    finally:
+        restore()
+    return n
+
+
+def _sigterm_interrupts():
+    """Make SIGTERM end the study like Ctrl-C (``KeyboardInterrupt``) in the main thread, so an
+    interrupted trial is recorded and queued again. Returns the function restoring the old
+    handler."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    old = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, old)
 
 
 def _from_queue(trial: optuna.Trial) -> bool:

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zoo import ModelConfig
+from zoo import DesignError, ModelConfig, presets
 
 from .analysis.hardware import HardwareSpec, load_spec
+from .config import WorkloadConf
 from .env import REPO, detect_device, slug
 from .space import SAMPLERS
 
@@ -50,7 +51,8 @@ class Plan:
     constraints: dict = field(default_factory=dict)
     workers: int = 1
     gpus: list | None = None
-    queue_only: bool = False  # workers > 1 on a grid: run enqueued designs only
+    queue_only: bool = False  # a grid: run enqueued designs only
+    identity: dict = field(default_factory=dict)  # what changes the study's figures (``identity``)
 
 
 def plan_from_config(cfg) -> Plan:
@@ -67,19 +69,33 @@ def plan_from_config(cfg) -> Plan:
     exp = c.get("experiment") or {}
     space = exp.get("space") or {}
     constraints = exp.get("constraints") or {}
+    model_over, wl_over = model_overrides(model), workload_overrides(wl)
+    ModelConfig.from_dict(model).validate()  # the design as configured, checked as on a GPU
     if device["type"] == "cpu" and c["cpu"]["enabled"]:
-        if model.get("name") != c["cpu"]["model"] and not c.get("quiet"):
+        given = {**{f"model.{k}": v for k, v in model_over.items()},
+                 **{f"workload.{k}": v for k, v in wl_over.items()}}
+        if not c.get("quiet"):
             print(f"no GPU visible: running the CPU fallback (model={c['cpu']['model']}, "
-                  f"workload={c['cpu']['workload']['name']}); cpu.enabled=false runs the "
-                  "configured model on the CPU", flush=True)
-        model = ModelConfig.from_name(c["cpu"]["model"]).to_dict()
-        wl = dict(c["cpu"]["workload"])
+                  f"workload={c['cpu']['workload']['name']})"
+                  + (f" with your overrides {given}" if given else "")
+                  + "; cpu.enabled=false runs the configured model on the CPU", flush=True)
+        try:
+            model = ModelConfig.from_name(c["cpu"]["model"], **model_over).validate(device).to_dict()
+        except DesignError as e:
+            raise DesignError(f"{e} (the CPU fallback applies your model overrides {model_over} "
+                              f"to the {c['cpu']['model']!r} model; cpu.enabled=false runs the "
+                              "configured model instead)") from None
+        wl = dict(c["cpu"]["workload"], **wl_over)
         if exp.get("space_cpu") is not None:
             space = exp["space_cpu"]
         if exp.get("constraints_cpu") is not None:
             constraints = exp["constraints_cpu"]
     base = ModelConfig.from_dict(model)
     base.validate(device)
+    check_workload(wl, base, space)
+    check_weights(c.get("weights"))
+    if c["study"]["n_trials"] is not None and c["study"]["n_trials"] < 1:
+        raise ValueError(f"study.n_trials={c['study']['n_trials']} must be at least 1")
     prof = c.get("profile") or {}
     if prof.get("nsys"):
         from .measure import nsys
@@ -117,9 +133,11 @@ def plan_from_config(cfg) -> Plan:
         mode = "cudagraph" if device["type"] == "cuda" else "eager"
     hw = c["hardware"].get("name", "auto")
     spec = load_spec(hw, device["name"]) if hw == "auto" else HardwareSpec(**c["hardware"])
+    ident = identity(base, wl, mode, c.get("weights"), spec, device, prof, c["seed"], space,
+                     constraints, objectives)
     name = c["study"]["name"] or "-".join([
         exp.get("name", "baseline"), base.name, spec.name,
-        f"b{wl['batch']}-p{wl['prompt_len']}-n{wl['new_tokens']}", mode])
+        f"b{wl['batch']}-p{wl['prompt_len']}-n{wl['new_tokens']}", mode, identity_hash(ident)])
     results_root = Path(c["results_dir"])
     if not results_root.is_absolute():
         results_root = REPO / results_root
@@ -144,4 +162,94 @@ def plan_from_config(cfg) -> Plan:
                 results=results_root / slug(name), seed=c["seed"], weights=c.get("weights"),
                 fault=c.get("fault"), profile=dict(prof),
                 experiment=exp.get("name", "baseline"), quiet=c.get("quiet", False),
-                constraints=constraints, workers=workers, gpus=gpus)
+                constraints=constraints, workers=workers, gpus=gpus, identity=ident)
+
+
+def identity(base: ModelConfig, wl: dict, mode: str, weights: str | None, spec: HardwareSpec,
+             device: dict, profile: dict, seed: int, space: dict, constraints: dict,
+             objectives: list) -> dict:
+    """A study's identity: everything that changes its figures. The base design (kernels and KV
+    format included), the workload, the decode mode, the weights (resolved path), the hardware
+    spec and device, the profile, the seed, and the space, constraints and objectives that decide
+    which designs it holds. Fault injection, ``n_trials`` and the output folder are not part of
+    it. A stored study is resumed only under the same identity (``sweep.storage.open_study``)."""
+    return {"base_model": base.to_dict(), "workload": {k: wl[k] for k in sorted(wl) if k != "name"},
+            "mode": mode, "weights": str(Path(weights).resolve()) if weights else None,
+            "hardware_spec": spec.name, "device": device["name"], "profile": profile,
+            "seed": seed, "space": space, "constraints": constraints, "objectives": objectives}
+
+
+def identity_hash(ident: dict) -> str:
+    """Eight hex digits of the SHA-256 of ``ident`` (canonical JSON); part of the default name."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+# ---- checks before any work ----------------------------------------------------------------
+
+def model_overrides(model: dict) -> dict:
+    """The fields of a composed ``model`` group that differ from its preset (the user's
+    ``model.X=...`` and ``+model.X=...`` overrides); all of them for a model that is no preset."""
+    name = model.get("name")
+    preset = ModelConfig.from_name(name).to_dict() if name in presets() else {}
+    return {k: v for k, v in model.items() if k != "name" and (k not in preset or preset[k] != v)}
+
+
+def workload_overrides(wl: dict) -> dict:
+    """The fields of a composed ``workload`` that differ from its group file
+    (``conf/workload/<name>.yaml`` over ``WorkloadConf``'s defaults): the user's overrides."""
+    import yaml
+
+    path = REPO / "conf" / "workload" / f"{wl.get('name')}.yaml"
+    group = dict(vars(WorkloadConf()), **(yaml.safe_load(path.read_text()) if path.exists() else {}))
+    return {k: v for k, v in wl.items() if k != "name" and group.get(k) != v}
+
+
+def check_workload(wl: dict, base: ModelConfig, space: dict) -> None:
+    """Refuse a workload no trial could run, once for the whole design space.
+
+    Raises:
+        ValueError: ``batch``, ``prompt_len``, ``new_tokens`` or ``repeats`` below 1,
+            ``warmup`` below 0, ``timeout_s`` not positive, or ``prompt_len + new_tokens`` over
+            the design's ``max_seq_len`` (the largest of the space's choices checked).
+    """
+    for key, low in (("batch", 1), ("prompt_len", 1), ("new_tokens", 1), ("repeats", 1),
+                     ("warmup", 0)):
+        if not isinstance(wl[key], int) or isinstance(wl[key], bool) or wl[key] < low:
+            raise ValueError(f"workload.{key}={wl[key]!r} must be an integer >= {low}")
+    if not wl.get("timeout_s", 1) > 0:
+        raise ValueError(f"workload.timeout_s={wl['timeout_s']!r} must be positive")
+
+    def most(key):
+        sp = space.get(key) or {}
+        return max([wl[key], *sp.get("choices", []), sp.get("high", 0)])
+
+    def least_seq():
+        sp = space.get("max_seq_len") or {}
+        return min([base.max_seq_len, *sp.get("choices", []), sp.get("low", base.max_seq_len)])
+
+    need, have = most("prompt_len") + most("new_tokens"), least_seq()
+    if need > have:
+        raise ValueError(f"workload.prompt_len + workload.new_tokens = {need} exceeds the design's "
+                         f"max_seq_len {have}")
+
+
+def check_weights(weights: str | None) -> None:
+    """Refuse a ``weights`` path that is not a safetensors checkpoint, before the first trial.
+
+    Raises:
+        ValueError: the path does not exist, or is neither a ``.safetensors`` file nor a folder
+            holding ``model.safetensors`` or ``model.safetensors.index.json``.
+    """
+    if not weights:
+        return
+    p = Path(weights)
+    if not p.exists():
+        raise ValueError(f"weights={weights}: no such file or folder")
+    ok = (p.is_file() and p.suffix == ".safetensors") or (p.is_dir() and any(
+        (p / f).exists() for f in ("model.safetensors", "model.safetensors.index.json")))
+    if not ok:
+        raise ValueError(f"weights={weights}: not a safetensors checkpoint (a .safetensors file, "
+                         "or a folder with model.safetensors or model.safetensors.index.json)")

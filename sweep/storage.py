@@ -7,13 +7,16 @@ marked FAIL (``interrupted``) and its design queued again, so no design is lost.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import time
 from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
 
+from .atomic import write_json
 from .space import make_sampler
 
 
@@ -32,23 +35,69 @@ def get_storage(url: str):
             path = Path(url.removeprefix("journal:"))
             path.parent.mkdir(parents=True, exist_ok=True)
             return JournalStorage(JournalFileBackend(str(path)))
-        return optuna.storages.get_storage(url)
+        kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite:") else {}
+        for attempt in range(5):  # another process may be creating the same tables right now
+            try:  # (sqlite: writers of several processes wait for the lock)
+                return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+            except Exception as e:  # noqa: BLE001 - retried only when the schema is being made
+                if attempt == 4 or not any(k in str(e) for k in ("already exists", "UNIQUE")):
+                    raise
+                time.sleep(0.5 * (attempt + 1))
     except Exception as e:  # noqa: BLE001 - any driver error: name the URL
-        raise RuntimeError(f"cannot open study storage {url!r}: {type(e).__name__}: {e}") from e
+        raise RuntimeError(storage_error(url, e, "cannot open study storage")) from e
+
+
+def storage_error(url: str, exc: BaseException, what: str = "study storage failed") -> str:
+    """One line naming the storage and the root cause of ``exc`` (the driver's own message, not
+    the wrapper Optuna raises around it), and what a damaged database file still leaves."""
+    root = exc
+    while root.__cause__ is not None or root.__context__ is not None:
+        root = root.__cause__ or root.__context__
+    text = f"{what} {url!r}: {type(root).__name__}: {str(root).splitlines()[0] if str(root) else ''}"
+    if any(k in str(root).lower() for k in ("malformed", "not a database", "corrupt")):
+        text += (" (the database file is damaged: restore it from a copy, or choose another "
+                 "study.storage; the finished designs' rows are also in results/<study>/trials.csv)")
+    return text
+
+
+def is_storage_error(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from the study storage (Optuna's storage errors, SQLAlchemy's or a
+    database driver's), so a study stops with ``storage_error``'s line, not a traceback."""
+    import optuna.exceptions
+
+    e = exc
+    while e is not None:
+        mod = type(e).__module__
+        if isinstance(e, optuna.exceptions.StorageInternalError) or mod.startswith(
+                ("sqlalchemy", "sqlite3", "psycopg")):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def open_study(plan) -> optuna.Study:
     """Create or load the study (``load_if_exists``) with the plan's sampler and directions.
 
     Raises:
-        RuntimeError: the storage URL cannot be opened (the message names it).
+        RuntimeError: the storage URL cannot be opened (the message names it), or the stored
+            study has another identity (``check_identity``).
     """
     storage = get_storage(plan.storage)
-    study = optuna.create_study(study_name=plan.name, storage=storage, load_if_exists=True,
-                                directions=plan.directions, sampler=make_sampler(plan))
+    for attempt in range(5):  # another process may be creating the same study right now
+        try:
+            study = optuna.create_study(study_name=plan.name, storage=storage,
+                                        load_if_exists=True, directions=plan.directions,
+                                        sampler=make_sampler(plan))
+            break
+        except Exception as e:  # noqa: BLE001 - a creation race, or a real storage error
+            if attempt == 4 or not is_storage_error(e) and not isinstance(
+                    e, optuna.exceptions.DuplicatedStudyError):
+                raise
+            time.sleep(0.5 * (attempt + 1))
     if list(study.directions) != [optuna.study.StudyDirection[d.upper()]
                                   for d in plan.directions]:
         raise RuntimeError(f"study {plan.name!r} exists with other directions")
+    check_identity(study, plan)
     study.set_user_attr("objectives", plan.objectives)
     study.set_user_attr("experiment", plan.experiment)
     study.set_user_attr("workload", plan.workload)
@@ -68,10 +117,18 @@ def recover_interrupted(study: optuna.Study) -> int:
                                            "interrupted: the study process died during the trial")
         study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
         study.tell(t.number, state=TrialState.FAIL)
-        if t.params:
-            study.enqueue_trial(t.params, skip_if_exists=False)
+        requeue(study, t)
         n += 1
     return n
+
+
+def requeue(study: optuna.Study, t) -> dict:
+    """Queue trial ``t``'s design again (its params, or the queued ones it had not sampled yet);
+    returns them."""
+    params = t.system_attrs.get("fixed_params", t.params)
+    if params:
+        study.enqueue_trial(params, skip_if_exists=False)
+    return params
 
 
 def _alive(pid) -> bool:
@@ -98,3 +155,96 @@ def queued(study: optuna.Study) -> bool:
     """Whether the study has a queued (WAITING) design."""
     return any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
 
+
+
+def check_identity(study: optuna.Study, plan) -> None:
+    """Resume a stored study only under the plan's identity (``sweep.plan.identity``); a study
+    stored before identities were kept takes the plan's.
+
+    Raises:
+        RuntimeError: the study was run with another identity; the message names what differs.
+    """
+    old = study.user_attrs.get("identity")
+    if old is not None and old != json.loads(json.dumps(plan.identity, default=str)):
+        diff = sorted(k for k in set(old) | set(plan.identity)
+                      if old.get(k) != json.loads(json.dumps(plan.identity.get(k), default=str)))
+        raise RuntimeError(
+            f"study {plan.name!r} in {plan.storage} was run with another {', '.join(diff)}; "
+            "its rows would describe other designs than this command's. Choose another "
+            "study.name, or leave study.name unset: the default name carries the identity")
+    if old is None:
+        study.set_user_attr("identity", json.loads(json.dumps(plan.identity, default=str)))
+
+
+def claim_results(plan) -> None:
+    """Make ``plan.results`` belong to this study in this storage (``owner.json``).
+
+    Raises:
+        RuntimeError: the folder already holds another study's outputs (another name, or the
+            same name in another storage): they would be overwritten.
+    """
+    plan.results.mkdir(parents=True, exist_ok=True)
+    owner = plan.results / "owner.json"
+    me = {"study": plan.name, "storage": _canonical(plan.storage)}
+    if owner.exists():
+        have = json.loads(owner.read_text())
+        if have != me:
+            raise RuntimeError(
+                f"{plan.results} holds the outputs of study {have['study']!r} in "
+                f"{have['storage']}; this is study {plan.name!r} in {me['storage']}. Choose "
+                "another study.name or results_dir: outputs are never overwritten by another study")
+        return
+    write_json(owner, me)
+
+
+def _canonical(url: str) -> str:
+    """A storage URL with a file path made absolute (``sqlite:///x``, journal files)."""
+    if url.startswith("sqlite:///"):
+        return "sqlite:///" + str(Path(url.removeprefix("sqlite:///")).resolve())
+    if url.startswith("journal:") or url.endswith(".journal"):
+        return str(Path(url.removeprefix("journal:")).resolve())
+    return url
+
+
+def taken_params(study: optuna.Study) -> set[str]:
+    """The designs (params as canonical JSON) the storage holds in any state but a worker's
+    spare trial or an interrupted one (whose design is queued again)."""
+    return {json.dumps(t.system_attrs.get("fixed_params", t.params), sort_keys=True)
+            for t in study.get_trials(deepcopy=False)
+            if not t.user_attrs.get("spare") and not t.user_attrs.get("interrupted")}
+
+
+def enqueue_next(study: optuna.Study, grid: dict) -> bool:
+    """Queue the first design of ``grid`` (in product order) the storage does not hold yet.
+    Returns False when every design of the grid is held (the grid is exhausted)."""
+    from itertools import product
+
+    have = taken_params(study)
+    for point in product(*grid.values()):
+        params = dict(zip(grid, point))
+        if json.dumps(params, sort_keys=True) not in have:
+            study.enqueue_trial(params)
+            return True
+    return False
+
+
+def duplicate_of(study: optuna.Study, number: int) -> int | None:
+    """The number of another trial that holds trial ``number``'s design, or None.
+
+    Another trial holds it when it is COMPLETE, PRUNED or FAIL (not interrupted), or RUNNING or
+    WAITING with a lower number: of two processes that take the same design at once, the one
+    with the higher trial number steps back, and a design queued twice runs once.
+    """
+    trials = study.get_trials(deepcopy=False)
+    me = next(t for t in trials if t.number == number)
+    mine = me.system_attrs.get("fixed_params", me.params)
+    for t in trials:
+        if t.number == number or t.user_attrs.get("spare") or t.user_attrs.get("interrupted"):
+            continue
+        if t.system_attrs.get("fixed_params", t.params) != mine:
+            continue
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
+            return t.number
+        if t.number < number:  # RUNNING or WAITING, taken or queued first
+            return t.number
+    return None

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 import optuna
 
 from .analysis.hardware import measure_ceilings
 from .atomic import write_json
 from .env import environment
-from .objective import Objective, TrialFailed
+from .objective import Objective, run_trials
 from .report import html_report, plots, tables
 from .space import grid_of
-from .storage import finished, open_study, queued, recover_interrupted
+from .storage import claim_results, finished, open_study, recover_interrupted
 from .worker import run_workers
 
 
@@ -35,11 +36,11 @@ def run(plan):
         ``(study, trials DataFrame)``.
     """
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # we print each trial ourselves
-    plan.results.mkdir(parents=True, exist_ok=True)
+    claim_results(plan)
     study = open_study(plan)
     recovered = recover_interrupted(study)
     grid = grid_of(plan.space, plan.base) if plan.space else {}
-    grid_size = math.prod(map(len, grid.values())) if grid is not None else None
+    grid_size = math.prod(map(len, grid.values())) if grid else None
     target = plan.n_trials or grid_size or 20
     todo = max(0, target - finished(study))
     if not plan.quiet:
@@ -48,18 +49,14 @@ def run(plan):
                                   if recovered else "")
               + (f", {plan.workers} workers" if plan.workers > 1 else ""), flush=True)
     t0 = time.time()
+    if grid:  # designs are queued and taken once (``run_trials``), however many processes run
+        plan = replace(plan, queue_only=True)
     if plan.workers > 1:
-        ceilings = run_workers(plan, study, grid, target)
+        ceilings = run_workers(plan, target)
     else:
         ceilings = measure_ceilings(plan.device)
-        objective = Objective(plan, ceilings, target)
-        for _ in range(todo):  # one at a time, so a grid that is exhausted stops the loop
-            before = finished(study)
-            study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=True)
-            tables.write_table(tables.trials_frame(study), plan.results)
-            done = finished(study)
-            if done == before or (grid_size and done >= grid_size and not queued(study)):
-                break
+        run_trials(study, Objective(plan, ceilings, target), grid or None, target,
+                   after=lambda: tables.write_table(tables.trials_frame(study), plan.results))
     df = tables.trials_frame(study)
     tables.write_table(df, plan.results)
     write_json(plan.results / "study.json", {

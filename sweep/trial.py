@@ -9,7 +9,7 @@ Spec (JSON)::
     {"model": {ModelConfig fields}, "workload": {"batch", "prompt_len", "new_tokens", "warmup",
      "repeats"}, "device": "cuda"|"cpu", "mode": "eager"|"cudagraph"|"compile", "seed": int,
      "weights": null | checkpoint path,
-     "fault": null | "WHERE:KIND" (KIND: raise|oom|crash|hang|nan|compile)}
+     "fault": null | "WHERE:KIND" (KIND: raise|oom|hostoom|crash|hang|nan|compile)}
 
 Result (JSON): ``{"status": "ok", "measured": {...}, "env": {...}}`` or
 ``{"status": "error", "error_type": "OOM"|"CUDA error"|"invalid design"|"NaN logits"|...,
@@ -43,6 +43,8 @@ def _inject(fault: str | None, where: str) -> None:
     kind = fault.split(":")[-1]
     if kind == "raise":
         raise RuntimeError("injected fault")
+    if kind == "hostoom":  # a real allocation the host cannot give (1 PiB)
+        torch.empty(1 << 50, dtype=torch.uint8)
     if kind == "oom":
         raise torch.OutOfMemoryError("injected: CUDA out of memory. Tried to allocate 1.00 GiB")
     if kind == "crash":
@@ -198,8 +200,9 @@ def classify(exc: BaseException) -> str:
 
     from zoo import DesignError
 
-    if isinstance(exc, torch.OutOfMemoryError):
-        return "OOM"
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or (
+            isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)):
+        return "OOM"  # the GPU allocator's, Python's, or the CPU allocator's (DefaultCPUAllocator)
     if isinstance(exc, DesignError):
         return "invalid design"
     if isinstance(exc, NaNLogits):
@@ -217,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 2:
         print("usage: python -m sweep.trial SPEC.json RESULT.json", file=sys.stderr)
         return 2
+    from .measure.child import watch_parent
+
+    watch_parent()  # a trial never outlives the study (or worker) that started it
     spec = json.loads(Path(argv[0]).read_text())
     from .env import detect_device, environment
 

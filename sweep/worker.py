@@ -11,50 +11,34 @@ workers join the one study (README, "Many GPUs").
 
 from __future__ import annotations
 
-import json
-import os
 import pickle
+import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
-from itertools import product
 from pathlib import Path
 
 import optuna
-from optuna.trial import TrialState
 
 from .analysis.hardware import measure_ceilings
+from .atomic import write_atomic
 from .env import REPO
-from .measure.child import child_env
-from .objective import Objective, TrialFailed
-from .storage import finished, open_study, queued
+from .measure.child import child_env, die_with_parent, watch_parent
+from .objective import Objective, run_trials
+from .space import grid_of
+from .storage import open_study
 
 
-def run_workers(plan, study: optuna.Study, grid: dict | None, target: int) -> dict:
+def run_workers(plan, target: int) -> dict:
     """Measure the study's designs with ``plan.workers`` processes (``python -m sweep.worker``)
     on the shared storage, each pinned to one GPU of ``plan.gpus`` through
-    ``CUDA_VISIBLE_DEVICES`` (on a CPU run they share the CPU). On a grid every design not yet
-    finished or queued is enqueued once, and workers take queued designs only, so none runs
-    twice; otherwise workers stop once finished plus running trials reach ``target``. Worker
-    logs: ``<results>/worker<i>.log``, echoed here as they grow. Returns the ceilings of the
-    device (measured once, shared through the cache)."""
-    queue_only = bool(grid)
-    if queue_only:
-        have = {json.dumps(t.params, sort_keys=True) for t in study.get_trials(deepcopy=False)
-                if t.state in (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE,
-                               TrialState.PRUNED)
-                or (t.state == TrialState.FAIL and not t.user_attrs.get("interrupted"))}
-        for point in product(*grid.values()):
-            params = dict(zip(grid, point))
-            if json.dumps(params, sort_keys=True) not in have:
-                study.enqueue_trial(params)
+    ``CUDA_VISIBLE_DEVICES`` (on a CPU run they share the CPU). Each worker runs
+    ``sweep.objective.run_trials``, as a one-worker study does: on a grid every design is
+    queued once and taken by one worker; otherwise workers stop once finished plus running
+    trials reach ``target``. Worker logs: ``<results>/worker<i>.log``, echoed here as they grow.
+    Returns the ceilings of the device (measured once, shared through the cache)."""
     ceilings = measure_ceilings(plan.device)  # once, before the workers read the cache
-    wplan = replace(plan, queue_only=queue_only)
-    pkl = plan.results / "worker_plan.pkl"
-    tmp = pkl.with_suffix(".tmp")
-    tmp.write_bytes(pickle.dumps(wplan))
-    os.replace(tmp, pkl)
+    pkl = write_atomic(plan.results / "worker_plan.pkl", lambda p: p.write_bytes(pickle.dumps(plan)))
     procs, logs = [], []
     for i in range(plan.workers):
         env = child_env()
@@ -64,19 +48,28 @@ def run_workers(plan, study: optuna.Study, grid: dict | None, target: int) -> di
         fh = open(log, "w")  # closed after the worker exits
         procs.append((subprocess.Popen(
             [sys.executable, "-m", "sweep.worker", str(pkl), str(i), str(target)],
-            cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT), fh))
+            cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent), fh))
         logs.append([log, 0])
-    while True:
-        alive = [p.poll() is None for p, _ in procs]
-        for i, entry in enumerate(logs):
-            text = entry[0].read_text(errors="replace")
-            new, entry[1] = text[entry[1]:], len(text)
-            for line in new.splitlines():
-                if not plan.quiet and line.strip():
-                    print(f"[worker {i}] {line}", flush=True)
-        if not any(alive):
-            break
-        time.sleep(0.5)
+    try:
+        while True:
+            alive = [p.poll() is None for p, _ in procs]
+            for i, entry in enumerate(logs):
+                text = entry[0].read_text(errors="replace")
+                new, entry[1] = text[entry[1]:], len(text)
+                for line in new.splitlines():
+                    if not plan.quiet and line.strip():
+                        print(f"[worker {i}] {line}", flush=True)
+            if not any(alive):
+                break
+            time.sleep(0.5)
+    except BaseException:  # Ctrl-C, SIGTERM: each worker records and re-queues its trial
+        for p, _ in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p, _ in procs:
+            p.wait()
+        raise
     for i, (p, fh) in enumerate(procs):
         fh.close()
         if p.returncode != 0:
@@ -87,22 +80,12 @@ def run_workers(plan, study: optuna.Study, grid: dict | None, target: int) -> di
 
 def work(plan, target: int) -> int:
     """Run trials of ``plan``'s study until none is left for this worker; returns how many this
-    worker finished."""
+    worker ran."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = open_study(plan)
     objective = Objective(plan, measure_ceilings(plan.device), target)
-    n = 0
-    while True:
-        if plan.queue_only:
-            if not queued(study):
-                break
-        else:
-            running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
-            if finished(study) + running >= target:
-                break
-        study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=True)
-        n += 1
-    return n
+    return run_trials(study, objective, grid_of(plan.space, plan.base) if plan.queue_only else None,
+                      target)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,8 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 3:
         print("usage: python -m sweep.worker PLAN.pkl INDEX TARGET", file=sys.stderr)
         return 2
+    watch_parent()  # a worker never outlives the study that started it
     plan = pickle.loads(Path(argv[0]).read_bytes())
-    n = work(plan, int(argv[2]))
+    try:
+        n = work(plan, int(argv[2]))
+    except KeyboardInterrupt:
+        print(f"worker {argv[1]} interrupted: its running design is queued again", flush=True)
+        return 130
     print(f"worker {argv[1]} done: {n} trial(s)", flush=True)
     return 0
 

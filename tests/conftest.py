@@ -20,3 +20,44 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def project_processes(under: str) -> list[tuple[int, str]]:
+    """``(pid, cmdline)`` of live ``sweep.trial`` / ``sweep.worker`` processes whose command line
+    names a path under ``under`` (a test's folder), zombies excluded."""
+    import pathlib
+
+    out = []
+    for d in pathlib.Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and under in cmd and ("sweep.trial" in cmd or "sweep.worker" in cmd):
+            out.append((int(d.name), cmd.strip()))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind(request):
+    """Every test: no ``sweep.trial`` or ``sweep.worker`` process started under its folder
+    survives it (a trial child dies with its parent). Leftovers are killed, and the test fails."""
+    import signal
+    import sys
+    import time
+
+    if "tmp_path" not in request.fixturenames or not sys.platform.startswith("linux"):
+        yield
+        return
+    under = str(request.getfixturevalue("tmp_path"))
+    yield
+    deadline = time.time() + 5
+    while (left := project_processes(under)) and time.time() < deadline:
+        time.sleep(0.2)
+    for pid, _ in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"processes of the project left behind: {left}"

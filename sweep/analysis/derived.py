@@ -72,3 +72,42 @@ def derived(cfg: ModelConfig, workload: dict, measured: dict, spec: HardwareSpec
         row[f"{st}_roofline_floor_ms"] = 1e3 * floor
         row[f"{st}_below_floor"] = bool(math.isfinite(floor) and t < 0.95 * floor)
     return row
+
+
+# A stage whose slowest repeats (p90) take more than this multiple of its fastest (min) is flagged
+# noisy: on an idle GPU the zoo's repeats agree within a few per cent (p90/min <= 1.05 in the H100
+# records); 1.5 is far outside that and inside what a busy host does (0.57..16.4 ms seen on a CPU).
+NOISY_P90_OVER_MIN = 1.5
+STAGE_TIMES = {"prefill": "ttft_ms", "decode": "decode_tpot_ms"}
+
+
+def noisy_stages(measured: dict) -> list[str]:
+    """Stages whose ``p90 / min`` of the timed repeats exceeds ``NOISY_P90_OVER_MIN``."""
+    out = []
+    for st, col in STAGE_TIMES.items():
+        lo, hi = measured.get(f"{col}_min", math.nan), measured.get(f"{col}_p90", math.nan)
+        if lo and math.isfinite(lo) and math.isfinite(hi) and hi / lo > NOISY_P90_OVER_MIN:
+            out.append(st)
+    return out
+
+
+def physical_limit_errors(row: dict) -> list[str]:
+    """Figures of a row beyond what the hardware can do: a measurement error, not a result.
+
+    A decode step faster than its roofline floor (``decode_below_floor``), an MBU above 1
+    against the measured copy ceiling (5% allowed for the ceiling's own spread), or a rate that is
+    zero or not finite. The prefill FLOP floor is not used: it counts the whole ``T x T`` score
+    matrix, which a causal kernel halves (``zoo.counts``).
+    """
+    out = []
+    for st in STAGE_TIMES:
+        rate = row.get(f"{st}_tok_s", math.nan)
+        if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
+            out.append(f"{st}_tok_s = {rate} (no time measured)")
+        mbu = row.get(f"{st}_mbu_vs_measured", math.nan)
+        if math.isfinite(mbu) and mbu > 1.05:
+            out.append(f"{st} MBU {mbu:.2f} > 1 against the measured copy ceiling")
+    if row.get("decode_below_floor"):
+        out.append(f"decode TPOT {row['decode_tpot_ms']:.4g} ms is below its roofline floor "
+                   f"{row['decode_roofline_floor_ms']:.4g} ms")
+    return out

@@ -17,12 +17,66 @@ from pathlib import Path
 from ..atomic import write_json
 from ..env import REPO
 
+PARENT_PID = "DESIGNZOO_PARENT_PID"  # the process a child must not outlive
+
 
 def child_env() -> dict:
     """This process's environment with the repository first on ``PYTHONPATH``, for the
-    ``sweep.trial`` and ``sweep.worker`` children (the project need not be installed)."""
+    ``sweep.trial`` and ``sweep.worker`` children (the project need not be installed), and this
+    process's pid in ``DESIGNZOO_PARENT_PID`` (``watch_parent``)."""
     return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), **{PARENT_PID: str(os.getpid())})
+
+
+def die_with_parent() -> None:
+    """In a child just forked (``preexec_fn``): ask Linux to SIGKILL it when its parent dies
+    (``prctl(PR_SET_PDEATHSIG)``). Elsewhere a no-op; ``watch_parent`` covers the rest."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def watch_parent(interval_s: float = 0.5) -> None:
+    """In a child (``sweep.trial``, ``sweep.worker``): end this process's group at once when the
+    process named by ``DESIGNZOO_PARENT_PID`` is gone, e.g. after a ``kill -9`` of the study.
+
+    Covers what ``die_with_parent`` cannot: a child under a profiler wrapper (``ncu``) whose
+    direct parent is the wrapper, and platforms without ``PR_SET_PDEATHSIG``.
+    """
+    import threading
+    import time
+
+    pid = int(os.environ.get(PARENT_PID, "0") or 0)
+    if pid <= 0:
+        return
+
+    def watch():
+        while True:
+            time.sleep(interval_s)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                try:
+                    os.killpg(os.getpgrp(), signal.SIGKILL)
+                finally:
+                    os._exit(137)
+            except PermissionError:
+                pass
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def run_child(spec: dict, trial_dir: Path, timeout_s: float, wrapper: list[str] | None = None
@@ -43,14 +97,16 @@ def run_child(spec: dict, trial_dir: Path, timeout_s: float, wrapper: list[str] 
     env.update(spec.get("env", {}))
     with open(trial_dir / "log.txt", "w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=die_with_parent)
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            _kill(proc)
             return {"status": "error", "error_type": "timeout",
                     "error": f"trial exceeded {timeout_s:.0f} s and was killed"}
+        except BaseException:  # Ctrl-C, SIGTERM: the child must not outlive the trial
+            _kill(proc)
+            raise
     if result_path.exists():
         res = json.loads(result_path.read_text())
         if res.get("status") == "ok" and rc != 0 and not wrapper:

@@ -1,0 +1,207 @@
+"""Trust: every figure belongs to the design asked for. One test per class of fault or bad input:
+overrides on the CPU fallback, stale resumes, Ctrl-C / SIGTERM and kill -9 (no design lost, no
+process left), output clashes, concurrent runs, bad workloads, corrupted storage, CPU OOM,
+noisy and impossible measurements. (Checkpoint round trips: tests/test_hf_parity.py.)"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from sweep.plan import plan_from_config
+from tests.conftest import project_processes
+from tests.helpers import compose_cfg, run_tiny, tiny_overrides
+
+REPO = Path(__file__).resolve().parent.parent
+ENV = dict(os.environ, PYTHONPATH=str(REPO))
+pytestmark = pytest.mark.slow
+
+
+def sweep_cli(tmp_path, *over, timeout=300):
+    return subprocess.run([sys.executable, "-m", "sweep", *tiny_overrides(tmp_path), *over],
+                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+# ---- no silent overrides -----------------------------------------------------------------
+
+@pytest.mark.parametrize("override,message", [
+    ("model.n_kv_heads=5", "n_heads (32) must be a multiple of n_kv_heads (5)"),
+    ("model.n_heads=abc", "n_heads must be a positive integer, got 'abc'"),
+    ("workload.batch=0", "workload.batch=0 must be an integer >= 1"),
+    ("+model.foo=1", "unknown ModelConfig field(s): foo"),
+    ("model.dtype=fp8", "dtype='fp8' is not one of"),
+])
+def test_cpu_fallback_refuses_bad_overrides_by_name(tmp_path, override, message):
+    r = sweep_cli(tmp_path, override)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr and not list(tmp_path.glob("*/trials"))  # before any work
+
+
+def test_cpu_fallback_applies_overrides(tmp_path):
+    plan = plan_from_config(compose_cfg(tiny_overrides(tmp_path, "model.n_kv_heads=4",
+                                                       "model.ffn_dim=256", "workload.batch=3")))
+    assert plan.base.name == "tiny"
+    assert (plan.base.n_kv_heads, plan.base.ffn_dim, plan.workload["batch"]) == (4, 256, 3)
+    # an override valid on the configured model but not on the fallback is refused, saying why
+    from zoo import DesignError
+
+    with pytest.raises(DesignError, match="n_kv_heads .16. must not exceed n_heads .8.*CPU fallback"):
+        plan_from_config(compose_cfg(tiny_overrides(tmp_path, "model.n_kv_heads=16")))
+
+
+# ---- bad workloads refused up front ---------------------------------------------------------
+
+@pytest.mark.parametrize("override,message", [
+    ("cpu.workload.new_tokens=0", "workload.new_tokens=0 must be an integer >= 1"),
+    ("cpu.workload.prompt_len=-4", "workload.prompt_len=-4 must be an integer >= 1"),
+    ("cpu.workload.prompt_len=253", "prompt_len + workload.new_tokens = 257 exceeds the design's "
+                                    "max_seq_len 256"),
+    ("study.n_trials=0", "study.n_trials=0 must be at least 1"),
+    ("study.directions=[maximize]", "study.directions must give maximize or minimize for each"),
+    ("weights=/no/such/checkpoint", "weights=/no/such/checkpoint: no such file"),
+])
+def test_bad_workloads_refused_before_any_trial(tmp_path, override, message):
+    with pytest.raises(ValueError) as e:
+        plan_from_config(compose_cfg(tiny_overrides(tmp_path, override)))
+    assert message in str(e.value)
+
+
+def test_weights_must_be_safetensors(tmp_path):
+    (tmp_path / "model.bin").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="not a safetensors checkpoint"):
+        plan_from_config(compose_cfg(tiny_overrides(tmp_path, f"weights={tmp_path}/model.bin")))
+
+
+# ---- no stale resumes, no overwritten outputs -----------------------------------------------
+
+def test_changed_command_never_resumes_an_old_study(tmp_path):
+    base = ("+experiment=gqa_vs_mha", "study.n_trials=1")
+    p1, _, df1 = run_tiny(tmp_path, *base)
+    p2, _, df2 = run_tiny(tmp_path, *base, "model.ffn_dim=256")
+    assert p1.name != p2.name and p1.results != p2.results  # the default name has the identity
+    assert list(df2.ffn_dim) == [256] and list(df1.ffn_dim) == [352]
+    with pytest.raises(RuntimeError, match="was run with another base_model"):
+        run_tiny(tmp_path, *base, f"study.name={p1.name}", "model.ffn_dim=256")
+    with pytest.raises(RuntimeError, match="another seed"):
+        run_tiny(tmp_path, *base, f"study.name={p1.name}", "seed=3")
+    _, _, again = run_tiny(tmp_path, *base, f"study.name={p1.name}")  # the same identity resumes
+    assert len(again) == 1
+
+
+def test_outputs_belong_to_one_study_in_one_storage(tmp_path):
+    run_tiny(tmp_path, "study.n_trials=1", "study.name=same")
+    with pytest.raises(RuntimeError, match="outputs are never overwritten"):
+        run_tiny(tmp_path, "study.n_trials=1", "study.name=same",
+                 f"study.storage={tmp_path}/other/optuna.journal")
+
+
+# ---- concurrent runs never measure a design twice ----------------------------------------------
+
+def test_two_runs_at_once_measure_each_design_once(tmp_path):
+    over = tiny_overrides(tmp_path, "+experiment=gqa_vs_mha", "study.name=both")
+    procs = [subprocess.Popen([sys.executable, "-m", "sweep", *over], cwd=REPO, env=ENV,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    study = optuna.load_study(study_name="both", storage=f"sqlite:///{tmp_path}/optuna.db")
+    measured = [t.params["n_kv_heads"] for t in study.trials
+                if t.state == optuna.trial.TrialState.COMPLETE]
+    assert sorted(measured) == [1, 2, 4, 8], outs  # every design once, none twice
+
+
+# ---- interrupts: no design lost, no process left --------------------------------------------
+
+def _start_hanging_study(tmp_path, **popen):
+    over = tiny_overrides(tmp_path, "+experiment=gqa_vs_mha", "study.name=hang")
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", *over, "fault=measure:hang@1"],
+                            cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **popen)
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        time.sleep(0.5)
+        try:
+            trials = optuna.load_study(study_name="hang", storage=storage).trials
+        except Exception:  # noqa: BLE001 - not created yet
+            continue
+        if (len(trials) >= 2 and trials[1].state.name == "RUNNING"
+                and project_processes(str(tmp_path))):
+            return proc, storage
+    proc.kill()
+    pytest.fail("trial 1 never started")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_requeues_the_running_design(tmp_path, sig):
+    proc, storage = _start_hanging_study(tmp_path)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("interrupted") and "Traceback" not in err
+    assert not project_processes(str(tmp_path))  # the trial child died with the trial
+    trials = optuna.load_study(study_name="hang", storage=storage).trials
+    assert trials[1].state.name == "FAIL" and trials[1].user_attrs["interrupted"]
+    assert trials[1].user_attrs["fail_reason"].startswith("interrupted")
+    waiting = [t for t in trials if t.state.name == "WAITING"]
+    assert [t.system_attrs["fixed_params"] for t in waiting] == [trials[1].params]
+    _, study, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha", "study.name=hang")
+    assert sorted(df[df.state == "COMPLETE"].n_kv_heads) == [1, 2, 4, 8]  # nothing lost
+
+
+def test_kill_9_of_the_study_leaves_no_trial_running(tmp_path):
+    proc, _ = _start_hanging_study(tmp_path)
+    proc.send_signal(signal.SIGKILL)  # the study process only, not its group
+    proc.communicate(timeout=30)
+    deadline = time.time() + 10
+    while project_processes(str(tmp_path)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not project_processes(str(tmp_path))
+
+
+# ---- clear errors, flagged measurements -----------------------------------------------------
+
+def test_corrupted_storage_is_one_line(tmp_path):
+    run_tiny(tmp_path, "study.n_trials=1", "study.name=c")
+    db = tmp_path / "optuna.db"
+    with open(db, "r+b") as f:
+        f.seek(4096 * 2)
+        f.write(b"\xde\xad" * 4096)
+    r = sweep_cli(tmp_path, "study.n_trials=2", "study.name=c")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "optuna.db" in r.stderr and "damaged" in r.stderr
+
+
+def test_host_oom_is_recorded_as_oom(tmp_path):
+    _, _, df = run_tiny(tmp_path, "study.n_trials=1", "fault=measure:hostoom")
+    assert df.loc[0, "state"] == "FAIL" and df.loc[0, "fail_reason"].startswith("OOM: ")
+
+
+def test_noisy_and_impossible_figures_are_flagged():
+    from sweep.analysis.derived import noisy_stages, physical_limit_errors
+
+    assert noisy_stages({"ttft_ms_min": 1.0, "ttft_ms_p90": 1.1, "decode_tpot_ms_min": 0.57,
+                         "decode_tpot_ms_p90": 16.4}) == ["decode"]
+    ok = {"prefill_tok_s": 10.0, "decode_tok_s": 5.0, "decode_mbu_vs_measured": 0.8,
+          "prefill_mbu_vs_measured": 0.1, "decode_below_floor": False}
+    assert physical_limit_errors(ok) == []
+    bad = dict(ok, decode_tok_s=0.0, decode_mbu_vs_measured=3.1, decode_below_floor=True,
+               decode_tpot_ms=0.1, decode_roofline_floor_ms=0.3)
+    errs = "; ".join(physical_limit_errors(bad))
+    assert "decode_tok_s = 0.0" in errs and "MBU 3.10 > 1" in errs and "below its roofline" in errs
+
+
+def test_every_row_carries_its_spread_and_noise_flag(tmp_path):
+    _, _, df = run_tiny(tmp_path, "study.n_trials=1")
+    row = df.iloc[0]
+    for col in ("ttft_ms_min", "ttft_ms_p90", "decode_tpot_ms_min", "decode_tpot_ms_p90",
+                "noisy", "remeasured"):
+        assert col in df.columns
+    assert row.decode_tpot_ms_min <= row.decode_tpot_ms <= row.decode_tpot_ms_p90
