@@ -49,8 +49,10 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
     print()
     print(summary_table(df))
-    print(f"\nresults: {plan.results}/trials.parquet, trials.csv, pareto.png"
-          f"\nstudy:   {plan.name} in {plan.storage}")
+    files = sorted(p.name for p in plan.results.iterdir() if p.is_file()
+                   and not p.name.startswith(".") and p.suffix != ".pkl")
+    print(f"\nresults: {plan.results}/ ({', '.join(files)}; trials/ holds each trial's logs)"
+          f"\nstudy:   {plan.name} in {plan.storage} (optuna-dashboard {plan.storage})")
 
 
 if __name__ == "__main__":

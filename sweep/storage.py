@@ -11,12 +11,14 @@ import json
 import os
 import socket
 import time
+import warnings
 from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
 
 from .atomic import write_json
+from .report.labels import metric_name
 from .space import make_sampler
 
 
@@ -98,6 +100,9 @@ def open_study(plan) -> optuna.Study:
                                   for d in plan.directions]:
         raise RuntimeError(f"study {plan.name!r} exists with other directions")
     check_identity(study, plan)
+    with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in use
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([metric_name(o) for o in plan.objectives])  # optuna-dashboard
     study.set_user_attr("objectives", plan.objectives)
     study.set_user_attr("experiment", plan.experiment)
     study.set_user_attr("workload", plan.workload)

@@ -86,3 +86,11 @@ def test_diagnosis_reports_evidence_and_ncu_bytes():
     n = diagnose(_row(decode_dram_bw_pct_of_measured=85.0, decode_tensor_pipe_pct=1.0,
                       decode_dram_bytes_over_min=1.4))
     assert n["decode_bound"] == "memory-bound" and "1.40x the analytic minimum" in n["diagnosis"]
+
+
+def test_advice_only_what_runs_on_the_device():
+    slow = dict(decode_mbu_vs_measured=0.3, decode_tpot_ms=8.0, mode="eager", kernels="torch")
+    cpu = diagnose(_row(**slow, device="cpu"))["diagnosis"]
+    gpu = diagnose(_row(**slow, device="NVIDIA H100 80GB HBM3"))["diagnosis"]
+    assert "mode=cudagraph" not in cpu and "kernels=triton" not in cpu
+    assert "mode=cudagraph and kernels=triton cut them" in gpu

@@ -108,8 +108,11 @@ def diagnose(row: dict) -> dict:
     elif d == "overhead-bound":
         act = num("decode_gpu_active_pct")
         seen = f" (GPU active {act:.0f}% of the step)" if not math.isnan(act) else ""
+        # only what runs where the study ran: CUDA graphs and the Triton kernels need a GPU
+        gpu = str(row.get("device", "")).lower() not in ("cpu", "")
         fixes = [f for f, have in (("mode=cudagraph", row.get("mode") == "cudagraph"),
-                                   ("kernels=triton", row.get("kernels") == "triton")) if not have]
+                                   ("kernels=triton", row.get("kernels") == "triton"))
+                 if not have and gpu]
         texts.append(f"decode takes {out['decode_time_over_floor']:.1f}x its roofline floor "
                      f"using neither ceiling{seen}: kernel launches and small kernels dominate; "
                      + (" and ".join(fixes) + " cut them, and so do" if fixes else "so do")

@@ -1,23 +1,27 @@
 """One self-contained HTML report per study: ``results/<study>/report.html``.
 
-Sections: the hardware and software used, the design space (base model, space, constraints,
-objectives, workload), the Pareto front (plot and its designs), the roofline, the per-stage
-bottleneck classes and diagnosis texts, the trials table, and how to open the study in
-``optuna-dashboard``. Plots are embedded (base64 PNG), so the file can be mailed or committed as is.
-Written by every study run; ``python -m sweep.report.html_report STUDY_DIR`` rewrites it.
+Sections: the hardware and software used (the peaks as a table of datasheet and measured values
+with units), the design space (base model, space, constraints, objectives, workload), the Pareto
+front (plot and its designs), the roofline, the per-stage bottleneck classes and diagnosis texts,
+the trials table (a chosen set of columns in a scrolling box; every column in ``trials.csv``), and
+how to open the study in ``optuna-dashboard``. Plots are embedded (base64 PNG) and the page loads
+nothing from the network, so it can be mailed or committed as is. Written by every study run;
+``python -m sweep.report.html_report STUDY_DIR`` rewrites it.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import json
+import math
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 from ..atomic import write_text
+from .labels import fmt, si
+from .plots import caption
 from .tables import front_rows, load_study
 
 TABLE_COLUMNS = ["number", "state", "mode", "n_heads", "n_kv_heads", "head_dim", "d_model",
@@ -26,7 +30,17 @@ TABLE_COLUMNS = ["number", "state", "mode", "n_heads", "n_kv_heads", "head_dim",
                  "decode_tpot_ms_p90", "decode_tok_s", "prefill_tok_s",
                  "prefill_mfu_vs_measured", "decode_mbu_vs_measured", "decode_j_per_token",
                  "decode_dram_bytes_over_min", "peak_mem_bytes", "prefill_bound", "decode_bound",
-                 "worker_gpu", "fail_reason"]
+                 "noisy", "worker_gpu", "fail_reason"]
+PRED_COLUMNS = ["ttft_ms", "prefill_pred_ms_calibrated", "prefill_pred_error_pct",
+                "prefill_pred_ms_roofline", "decode_tpot_ms", "decode_pred_ms_calibrated",
+                "decode_pred_error_pct", "decode_pred_ms_roofline", "decode_pred_ms_attention",
+                "decode_pred_ms_ffn", "decode_pred_ms_launch_overhead", "prediction_basis",
+                "prediction_notes"]
+STYLE = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+         "table{border-collapse:collapse;font-size:12px;margin:.5em 0}td,th{border:1px solid #ccc;"
+         "padding:2px 6px;text-align:left;vertical-align:top}img{max-width:100%}"
+         ".scroll{overflow-x:auto;max-width:100%;max-height:32em;overflow-y:auto;"
+         "border:1px solid #eee}.note{color:#555;font-size:12px}")
 
 
 def _img(path: Path) -> str:
@@ -36,22 +50,50 @@ def _img(path: Path) -> str:
     return f'<img alt="{html.escape(path.name)}" src="data:image/png;base64,{data}">'
 
 
+def _text(v) -> str:
+    if isinstance(v, dict):
+        return "; ".join(f"{k}: {_text(x)}" for k, x in v.items()) or "none"
+    if isinstance(v, list):
+        return ", ".join(_text(x) for x in v)
+    return fmt(v)
+
+
 def _kv_table(d: dict) -> str:
-    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_fmt(v))}</td></tr>"
-                   for k, v in d.items())
-    return f"<table>{rows}</table>"
-
-
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    if isinstance(v, (dict, list)):
-        return json.dumps(v)
-    return str(v)
+    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_text(v))}</td></tr>"
+                   for k, v in d.items() if _text(v) != "")
+    return f"<div class='scroll'><table>{rows}</table></div>"
 
 
 def _frame(df: pd.DataFrame) -> str:
-    return df.to_html(index=False, na_rep="", float_format=lambda v: f"{v:.4g}", border=0)
+    body = df.to_html(index=False, na_rep="", border=0, escape=True,
+                      formatters={c: fmt for c in df.columns if df[c].dtype.kind in "fi"})
+    return f"<div class='scroll'>{body}</div>"
+
+
+def peaks_table(spec: dict, ceil: dict) -> str:
+    """Datasheet and measured peaks side by side, with units; rows with neither left out."""
+    def nan(v):
+        return v is None or (isinstance(v, float) and math.isnan(v))
+
+    rows = [("DRAM bandwidth", si(float(spec.get("hbm_gb_s") or math.nan) * 1e9, "B/s"),
+             si(ceil.get("copy_bytes_s", math.nan), "B/s"), ceil.get("method", {}).get("copy", ""))]
+    for dt, tf in (spec.get("peak_tflops") or {}).items():
+        meas = ceil.get(f"gemm_flops_{dt}", math.nan)
+        if nan(tf) and nan(meas):
+            continue
+        rows.append((f"dense {dt} matmul", si(float(tf) * 1e12, "FLOP/s") if not nan(tf) else "",
+                     si(meas, "FLOP/s"), ceil.get("method", {}).get(f"gemm_{dt}", "")))
+    for key, what, unit, scale in (("memory_gb", "memory", "B", 1e9), ("l2_mb", "L2 cache", "B", 1e6),
+                                   ("tdp_w", "TDP", "W", 1), ("sm_count", "SMs", "", 1)):
+        v = spec.get(key)
+        if not nan(v) and v:
+            rows.append((what, si(float(v) * scale, unit) if unit else fmt(v), "", ""))
+    body = "".join(f"<tr><th>{html.escape(a)}</th><td>{html.escape(b)}</td><td>{html.escape(c)}"
+                   f"</td><td class='note'>{html.escape(d)}</td></tr>" for a, b, c, d in rows)
+    src, name = html.escape(str(spec.get("source", ""))), html.escape(str(spec.get("name", "")))
+    return (f"<div class='scroll'><table><tr><th></th><th>datasheet ({name})"
+            f"</th><th>measured on this device</th><th>how measured</th></tr>{body}</table></div>"
+            f"<p class='note'>datasheet source: {src}</p>")
 
 
 def write_report(study_dir: str | Path) -> Path:
@@ -77,15 +119,14 @@ def write_report(study_dir: str | Path) -> Path:
     storage = meta.get("storage", "")
     parts = [
         f"<h1>{html.escape(meta['study'])}</h1>",
-        f"<p>experiment <b>{html.escape(str(meta.get('experiment')))}</b>; "
-        f"{len(df)} designs: {html.escape(json.dumps(states))}; objectives "
+        f"<p>experiment <b>{html.escape(str(meta.get('experiment')))}</b>; {len(df)} designs ("
+        + ", ".join(f"{v} {k.lower()}" for k, v in states.items()) + "); objectives "
         + ", ".join(f"{o} ({dd})" for o, dd in zip(objs, dirs)) + "</p>",
+        f"<p class='note'>{html.escape(caption(df)) if not df.empty else ''}</p>",
         "<h2>Hardware and software</h2>",
         _kv_table({k: env.get(k) for k in ("device", "torch", "triton", "cuda", "driver",
                                            "python", "git_sha", "timestamp") if k in env}),
-        "<h3>Peaks</h3>",
-        _kv_table({**{f"datasheet {k}": v for k, v in spec.items()},
-                   **{f"measured {k}": v for k, v in ceil.items()}}),
+        "<h3>Peaks</h3>", peaks_table(spec, ceil),
         "<h2>Design space</h2>",
         _kv_table({"space": meta.get("space"), "constraints": meta.get("constraints") or {},
                    "workload": meta.get("workload"), "decode mode": meta.get("mode"),
@@ -96,6 +137,13 @@ def write_report(study_dir: str | Path) -> Path:
         _frame(front[[c for c in cols if c in front.columns]]) if not front.empty
         else "<p>no completed trials</p>",
         "<h2>Roofline</h2>", _img(d / "roofline.png"),
+        "<h2>Predicted and measured</h2>",
+        "<p class='note'>The performance model (sweep.analysis.predict): calibrated on kernel "
+        "micro-benchmarks, never on these measurements; roofline-only beside it. Errors are "
+        "signed, prediction vs measurement.</p>",
+        _frame(done[[c for c in ["number"] + params + PRED_COLUMNS if c in done.columns]])
+        if not done.empty and "decode_pred_ms_calibrated" in done else
+        "<p>no predictions in this study</p>",
         "<h2>Bottlenecks and diagnosis</h2>",
         _frame(done[[c for c in diag_cols if c in done.columns]]) if not done.empty else "",
         "<h2>Trials</h2>", _frame(df[[c for c in cols if c in df.columns]]),
@@ -108,11 +156,8 @@ def write_report(study_dir: str | Path) -> Path:
     parts += ["<h2>Open in optuna-dashboard</h2>",
               f"<pre>pip install optuna-dashboard\noptuna-dashboard {html.escape(storage)}</pre>",
               "<p>Each trial's figures are its user attributes (the column names above).</p>"]
-    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto}table{border-collapse:"
-             "collapse;font-size:12px;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;"
-             "text-align:left}img{max-width:100%}")
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(meta['study'])}"
-            f"</title><style>{style}</style></head><body>{''.join(parts)}</body></html>")
+            f"</title><style>{STYLE}</style></head><body>{''.join(parts)}</body></html>")
     return write_text(d / "report.html", page)
 
 

@@ -1,4 +1,11 @@
-"""Plots of a study: the Pareto front (PNG + interactive HTML) and the roofline (PNG)."""
+"""Plots of a study: the Pareto front (PNG + interactive HTML) and the roofline (PNG).
+
+Both read as a person expects: axes in words with units (``sweep.report.labels``), a caption
+with the device, workload and kernels/mode, error bars from the measured spread of the repeats
+(min..p90), points numbered by trial with a key beside the plot (no overlapping labels), and
+flagged rows (``noisy``) drawn hollow. The interactive page loads plotly.js from a file written
+once into the same folder (``plotly.min.js``), so it opens without internet access.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +14,51 @@ from pathlib import Path
 import pandas as pd
 
 from ..atomic import write_atomic
+from .labels import label, si, spread
 from .tables import design_label, pareto_mask
+
+
+def caption(df: pd.DataFrame) -> str:
+    """``device; batch B, prompt T, N new tokens; kernels K, mode M, KV dtype`` of a study's rows
+    (each value as the rows hold it; several values joined with ``/``)."""
+    def vals(col):
+        if col not in df:
+            return "?"
+        return "/".join(str(v) for v in pd.unique(df[col].dropna())) or "?"
+
+    return (f"{vals('device')}; batch {vals('batch')}, prompt {vals('prompt_len')}, "
+            f"{vals('new_tokens')} new tokens; kernels {vals('kernels')}, mode {vals('mode')}, "
+            f"KV {vals('kv_dtype')}")
+
+
+def _flagged(df: pd.DataFrame) -> pd.Series:
+    out = pd.Series(False, index=df.index)
+    for col in ("noisy", "decode_below_floor", "prefill_below_floor"):
+        if col in df:
+            out |= df[col].fillna(False).astype(bool)
+    return out
+
+
+def _num(i, r) -> int:
+    """A trial's number (the row index where a table has no ``number`` column)."""
+    n = r.get("number", i)
+    return int(n) if pd.notna(n) else int(i)
+
+
+def _key(ax, done: pd.DataFrame) -> None:
+    """The numbered points' designs as a table to the right of the axes."""
+    lines = [f"#{_num(i, r)}: {design_label(r)}" for i, r in done.iterrows()]
+    if lines:
+        ax.text(1.02, 1.0, "\n".join(lines[:40]) + ("\n..." if len(lines) > 40 else ""),
+                transform=ax.transAxes, va="top", ha="left", fontsize=7, family="monospace")
 
 
 def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], out_dir: Path,
                 title: str = "") -> list[Path]:
     """Plot the completed trials in the plane of the first two objectives, Pareto front marked.
 
-    Writes ``pareto.png`` (matplotlib) and ``pareto.html`` (plotly, if installed). With one
-    objective the second axis is ``params_non_embedding``. Returns the written paths.
+    Writes ``pareto.png`` (matplotlib) and ``pareto.html`` (plotly, with ``plotly.min.js`` beside
+    it). With one objective the second axis is ``params_non_embedding``. Returns the paths.
     """
     import matplotlib
 
@@ -27,25 +70,37 @@ def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], 
     y_name = objectives[0]
     dirs = [directions[1] if len(objectives) > 1 else "maximize", directions[0]]
     done = df[df.get("state", pd.Series(dtype=str)) == "COMPLETE"] if not df.empty else df
+    (x_text, x_div), (y_text, y_div) = label(x_name), label(y_name)
     paths = []
-    fig, ax = plt.subplots(figsize=(7, 5))
-    if not done.empty and {x_name, y_name} <= set(done.columns):
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    ok = not done.empty and {x_name, y_name} <= set(done.columns)
+    if ok:
         pts = done[[x_name, y_name]].astype(float)
         front = pareto_mask(pts, dirs)
-        ax.scatter(pts[x_name], pts[y_name], c="0.6", label="designs")
-        f = pts[front].sort_values(x_name)
-        ax.plot(f[x_name], f[y_name], "o-", c="C3", label="Pareto front")
+        x, y = pts[x_name] / x_div, pts[y_name] / y_div
+        flag = _flagged(done)
+        ex, ey = spread(done, x_name), spread(done, y_name)
+        ax.errorbar(x, y, xerr=None if ex is None else [ex[0] / x_div, ex[1] / x_div],
+                    yerr=None if ey is None else [ey[0] / y_div, ey[1] / y_div], fmt="none",
+                    ecolor="0.5", elinewidth=1, capsize=2, label="spread of repeats (min..p90)")
+        ax.scatter(x[~flag], y[~flag], c="0.45", zorder=3, label="designs")
+        if flag.any():
+            ax.scatter(x[flag], y[flag], facecolors="none", edgecolors="C1", zorder=3, s=60,
+                       label="flagged (noisy: p90/min > 1.5)")
+        f = pd.DataFrame({"x": x[front], "y": y[front]}).sort_values("x")
+        ax.plot(f["x"], f["y"], "o-", c="C3", zorder=4, label="Pareto front")
         for i, r in done.iterrows():
-            ax.annotate(design_label(r), (pts.loc[i, x_name], pts.loc[i, y_name]), fontsize=7,
-                        textcoords="offset points", xytext=(4, 4))
+            ax.annotate(f"#{_num(i, r)}", (x[i], y[i]), fontsize=7,
+                        textcoords="offset points", xytext=(5, 4 if _num(i, r) % 2 else -9))
+        _key(ax, done)
     else:
         ax.text(0.5, 0.5, "no completed trials", ha="center", transform=ax.transAxes)
-    ax.set_xlabel(f"{x_name} ({dirs[0]})")
-    ax.set_ylabel(f"{y_name} ({dirs[1]})")
-    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(f"{x_text} ({'higher' if dirs[0] == 'maximize' else 'lower'} is better)")
+    ax.set_ylabel(f"{y_text} ({'higher' if dirs[1] == 'maximize' else 'lower'} is better)")
+    ax.set_title(f"{title}\n{caption(df) if not df.empty else ''}", fontsize=8)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     png = out_dir / "pareto.png"
     fig.savefig(png, dpi=120)
@@ -55,22 +110,34 @@ def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], 
         import plotly.express as px
     except ImportError:
         return paths
-    if not done.empty and {x_name, y_name} <= set(done.columns):
+    if ok:
         d = done.copy()
-        d["pareto"] = pareto_mask(d[[x_name, y_name]].astype(float), dirs)
-        hover = [c for c in d.columns if c.startswith("param_")] + [
-            c for c in ("decode_tpot_ms", "ttft_ms", "decode_mbu_vs_measured") if c in d]
-        figp = px.scatter(d, x=x_name, y=y_name, color="pareto", hover_data=hover, title=title)
-        paths.append(write_atomic(out_dir / "pareto.html",
-                                  lambda p: figp.write_html(p, include_plotlyjs="cdn")))
+        d["Pareto front"] = pareto_mask(d[[x_name, y_name]].astype(float), dirs)
+        d["design"] = [design_label(r) for _, r in d.iterrows()]
+        d[x_text], d[y_text] = d[x_name].astype(float) / x_div, d[y_name].astype(float) / y_div
+        hover = ["number", "design"] + [c for c in ("decode_tpot_ms", "ttft_ms",
+                                                    "decode_mbu_vs_measured", "noisy") if c in d]
+        ey = spread(d, y_name)
+        figp = px.scatter(d, x=x_text, y=y_text, color="Pareto front", hover_data=hover,
+                          error_y=None if ey is None else ey[1] / y_div,
+                          error_y_minus=None if ey is None else ey[0] / y_div,
+                          title=f"{title}<br><sub>{caption(df)}</sub>")
+        paths.append(write_html(figp, out_dir / "pareto.html"))
     return paths
+
+
+def write_html(fig, path: Path) -> Path:
+    """Write a plotly figure as a page that loads ``plotly.min.js`` from its own folder (written
+    there once), so it opens offline; atomically."""
+    return write_atomic(path, lambda p: fig.write_html(p, include_plotlyjs="directory"))
 
 
 def roofline_plot(df: pd.DataFrame, out_dir: Path, title: str = "") -> Path | None:
     """Roofline of a study (Williams et al. 2009): each completed trial's prefill and decode as
     points at their arithmetic intensity (FLOP/byte; filled: analytic minimum bytes, hollow:
     bytes measured by Nsight Compute where the trial was profiled) and achieved FLOP/s, under the
-    measured and datasheet ceilings (bandwidth slope, compute roof). Writes ``roofline.png``."""
+    measured and datasheet ceilings (bandwidth slope, compute roof), numbered by trial with a key.
+    Writes ``roofline.png``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -81,31 +148,43 @@ def roofline_plot(df: pd.DataFrame, out_dir: Path, title: str = "") -> Path | No
     done = df[df["state"] == "COMPLETE"] if "state" in df else df
     if done.empty or not need <= set(done.columns):
         return None
-    fig, ax = plt.subplots(figsize=(7, 5))
+    fig, ax = plt.subplots(figsize=(10, 5.5))
     ai = np.logspace(-1, 4, 200)
     r = done.iloc[0]
     for which, style in (("measured", "-"), ("datasheet", "--")):
         pf, pb = r.get(f"peak_flops_{which}"), r.get(f"peak_bytes_s_{which}")
         if pf and pb and np.isfinite(pf) and np.isfinite(pb):
             ax.plot(ai, np.minimum(pf, pb * ai), style, c="k", lw=1,
-                    label=f"{which} ceiling ({pb / 1e12:.2f} TB/s, {pf / 1e12:.0f} TFLOP/s)")
-    for st, c in (("prefill", "C0"), ("decode", "C3")):
-        ax.scatter(done[f"{st}_arith_intensity"], done[f"{st}_flop_s"], c=c, zorder=3,
+                    label=f"{which} ceiling ({si(pb, 'B/s')}, {si(pf, 'FLOP/s')})")
+    flag = _flagged(done)
+    for st, c, m in (("prefill", "C0", "s"), ("decode", "C3", "o")):
+        x, y = done[f"{st}_arith_intensity"], done[f"{st}_flop_s"]
+        ax.scatter(x[~flag], y[~flag], c=c, marker=m, zorder=3,
                    label=f"{st} (analytic minimum bytes)")
+        if flag.any():
+            ax.scatter(x[flag], y[flag], facecolors="none", edgecolors=c, marker=m, s=70,
+                       zorder=3, label=f"{st}, flagged noisy")
+        pred = f"{st}_pred_ms_calibrated"  # the performance model's time, same FLOPs
+        if pred in done and done[pred].notna().any():
+            t_meas = done["ttft_ms" if st == "prefill" else "decode_tpot_ms"].astype(float)
+            ax.scatter(x, y * t_meas / done[pred].astype(float), marker="x", c=c, zorder=3,
+                       label=f"{st} predicted (calibrated model)")
         meas = f"{st}_arith_intensity_measured"  # ncu's DRAM bytes, where profiled
         if meas in done and done[meas].notna().any():
-            ax.scatter(done[meas], done[f"{st}_flop_s"], facecolors="none", edgecolors=c,
+            ax.scatter(done[meas], y, facecolors="none", edgecolors=c, marker="D",
                        zorder=3, label=f"{st} (ncu-measured bytes)")
-    for _, row in done.iterrows():
-        ax.annotate(design_label(row), (row["decode_arith_intensity"], row["decode_flop_s"]),
-                    fontsize=6)
+        for i, row in done.iterrows():
+            ax.annotate(f"{st[0]}{_num(i, row)}", (x[i], y[i]), fontsize=6,
+                        textcoords="offset points", xytext=(4, 3 if st == "decode" else -8))
+    _key(ax, done)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-    ax.set_ylabel("achieved FLOP/s")
-    ax.set_title(title, fontsize=9)
+    ax.set_ylabel("achieved FLOP/s (matmul FLOPs / stage time)")
+    ax.set_title(f"{title}\n{caption(df)}; points p<n>: prefill, d<n>: decode of trial n",
+                 fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     path = out_dir / "roofline.png"
     fig.savefig(path, dpi=120)

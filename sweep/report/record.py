@@ -1,5 +1,8 @@
 """Bundle finished studies into a committed reference record: ``results/reference/<name>.json``.
 
+``python -m sweep.record --restore RECORD.json OUT_DIR`` writes a record's studies back as study
+folders and draws their plots and reports again (``restore``).
+
 ``python -m sweep.record OUT.json --command "..." STUDY_DIR [STUDY_DIR ...]`` writes
 ``{"device", "versions", "command", "date", "ceilings", "studies": [{"study", "experiment",
 "workload", "objectives", "trials": [rows]}]}``: everything needed to re-run and compare.
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import math
 import sys
 from pathlib import Path
@@ -34,7 +38,44 @@ def study_record(study_dir: Path, columns: list[str] | None = None) -> dict:
                                                                           "meta": meta}
 
 
+def restore(record: Path, out_dir: Path) -> list[Path]:
+    """Write each study of a reference record back as a study folder (``study.json`` +
+    ``trials.parquet`` under ``out_dir/<study>``), with its plots and HTML report drawn again,
+    so a committed record's report is regenerated with no GPU. Returns the study folders."""
+    import pandas as pd
+
+    from ..atomic import write_json
+    from . import html_report, plots
+    from .tables import write_table
+
+    rec = json.loads(Path(record).read_text())
+    out = []
+    for s in rec["studies"]:
+        d = Path(out_dir) / s["study"]
+        df = pd.DataFrame(s["trials"])
+        write_table(df, d)
+        env = {k: df[k].iloc[0] for k in ("device", "torch", "triton", "cuda", "driver", "python",
+                                          "git_sha", "timestamp") if k in df and len(df)}
+        write_json(d / "study.json", {**{k: s.get(k) for k in (
+            "study", "experiment", "workload", "objectives", "directions", "mode", "space")},
+            "hardware_spec": rec.get("hardware_spec", {}), "ceilings": rec.get("ceilings", {}),
+            "env": env, "storage": f"(restored from {record})"})
+        plots.pareto_plot(df, s["objectives"], s["directions"], d, title=s["study"])
+        plots.roofline_plot(df, d, title=s["study"])
+        html_report.write_report(d)
+        out.append(d)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--restore"]:
+        if len(argv) != 3:
+            print("usage: python -m sweep.record --restore RECORD.json OUT_DIR", file=sys.stderr)
+            return 2
+        for d in restore(Path(argv[1]), Path(argv[2])):
+            print(d)
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
     ap.add_argument("studies", nargs="+")
