@@ -125,6 +125,7 @@ class SweepConf:
     mode: str = "auto"
     seed: int = 0
     weights: str | None = None
+    calibration: str | None = None  # another device's calibration .json to transfer (predict)
     fault: str | None = None
     results_dir: str = "results"
     quiet: bool = False

@@ -13,7 +13,9 @@ import json
 import math
 import os
 import socket
+import subprocess
 import time
+from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
@@ -22,6 +24,7 @@ from zoo import DesignError, ModelConfig
 
 from . import measure
 from .analysis import derived, diagnosis
+from .analysis import predict as perf
 from .env import REPO
 from .measure.child import child_failure, run_child
 from .space import WORKLOAD_KEYS, suggest, violations
@@ -56,6 +59,7 @@ class Objective:
 
     def __init__(self, plan, ceilings: dict, total: int):
         self.plan, self.ceilings, self.total = plan, ceilings, total
+        self.calibration, self.calibration_reason = model_calibration(plan, ceilings)
 
     def __call__(self, trial: optuna.Trial):
         try:
@@ -124,6 +128,8 @@ class Objective:
             return self._fail(trial, child_failure(res), label, t0, row)
         row.update(res["measured"])
         row.update(derived.derived(cfg, wl, res["measured"], plan.spec, self.ceilings))
+        row.update(perf.row_predictions(cfg, wl, plan.spec, self.calibration, mode, self.ceilings,
+                                        res["measured"], self.calibration_reason))
         noisy = derived.noisy_stages(res["measured"])
         row.update(noisy=bool(noisy), noisy_stages=",".join(noisy),
                    remeasured=row.get("remeasured", False))
@@ -169,6 +175,30 @@ class Objective:
             print(f"[{trial.number + 1}/{self.total}] {label}: {shown} "
                   f"({time.time() - t0:.0f} s)", flush=True)
         raise exc(reason)
+
+
+def model_calibration(plan, ceilings: dict):
+    """``(Calibrated or None, reason)``: the performance model's calibration for the study's
+    device, measured on first use (``sweep.analysis.calibrate``, over the shipped designs and
+    this study's), or ``plan.calibration`` (another device's) transferred by the measured
+    ceilings. Never raises: without one, rows carry roofline predictions and the reason."""
+    from .analysis import calibrate as cal
+    from .space import shipped_designs, space_designs
+
+    try:
+        if plan.calibration:
+            have = cal.load("", where=Path(plan.calibration))
+            if have is None:
+                raise OSError(f"{plan.calibration}: no calibration (.json + .parquet) there")
+            meta, table = have
+            return perf.transfer(perf.Calibrated(table, meta), meta["ceilings"],
+                                 dict(ceilings, device=plan.device["name"]), plan.base.dtype), ""
+        designs = shipped_designs(cpu=plan.device["type"] != "cuda")
+        meta, table = cal.calibrate(plan.device, designs + space_designs(plan.space, plan.base),
+                                    ceilings=ceilings)
+        return perf.Calibrated(table, meta), ""
+    except (RuntimeError, OSError, KeyError, ValueError, subprocess.TimeoutExpired) as e:
+        return None, f"no calibration: {e}"[:500]
 
 
 def run_trials(study: optuna.Study, objective: Objective, grid: dict | None, target: int,

@@ -53,6 +53,7 @@ class Plan:
     gpus: list | None = None
     queue_only: bool = False  # a grid: run enqueued designs only
     identity: dict = field(default_factory=dict)  # what changes the study's figures (``identity``)
+    calibration: str | None = None  # another device's calibration to transfer, else this one's
 
 
 def plan_from_config(cfg) -> Plan:
@@ -135,6 +136,10 @@ def plan_from_config(cfg) -> Plan:
     spec = load_spec(hw, device["name"]) if hw == "auto" else HardwareSpec(**c["hardware"])
     ident = identity(base, wl, mode, c.get("weights"), spec, device, prof, c["seed"], space,
                      constraints, objectives)
+    if c.get("calibration"):
+        ident["calibration"] = str(Path(c["calibration"]).resolve())
+        if not Path(c["calibration"]).exists():
+            raise ValueError(f"calibration={c['calibration']}: no such file")
     name = c["study"]["name"] or "-".join([
         exp.get("name", "baseline"), base.name, spec.name,
         f"b{wl['batch']}-p{wl['prompt_len']}-n{wl['new_tokens']}", mode, identity_hash(ident)])
@@ -162,7 +167,8 @@ def plan_from_config(cfg) -> Plan:
                 results=results_root / slug(name), seed=c["seed"], weights=c.get("weights"),
                 fault=c.get("fault"), profile=dict(prof),
                 experiment=exp.get("name", "baseline"), quiet=c.get("quiet", False),
-                constraints=constraints, workers=workers, gpus=gpus, identity=ident)
+                constraints=constraints, workers=workers, gpus=gpus, identity=ident,
+                calibration=c.get("calibration"))
 
 
 def identity(base: ModelConfig, wl: dict, mode: str, weights: str | None, spec: HardwareSpec,

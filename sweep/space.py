@@ -103,3 +103,50 @@ def violations(constraints: dict, analytic: dict) -> list[str]:
                        f"{hi if hi is not None else 'inf'}]")
     return out
 
+
+
+def space_designs(space: dict, base: ModelConfig) -> list[ModelConfig]:
+    """Every design of a discrete space over ``base`` (bundles expanded; workload and mode keys
+    and invalid designs left out); just ``base`` for a continuous space."""
+    from itertools import product
+
+    from zoo import DesignError
+
+    grid = grid_of(space, base) if space else {}
+    if not grid:
+        return [base]
+    out = []
+    for point in product(*grid.values()):
+        over = {}
+        for key, value in zip(grid, point):
+            choices = space[key].get("choices")
+            over.update(choices[value] if isinstance(choices, dict) else {key: value})
+        over = {k: v for k, v in over.items() if k not in WORKLOAD_KEYS + RUN_KEYS}
+        try:
+            out.append(base.replace(**over).validate())
+        except DesignError:
+            continue
+    return out
+
+
+def shipped_designs(cpu: bool = False) -> list[ModelConfig]:
+    """The designs of every shipped model preset and experiment space (``conf/``), what a
+    device's calibration covers: on a GPU the real presets and the experiments' ``space`` over
+    their base model, on the CPU the tiny model and the ``space_cpu`` spaces."""
+    import yaml
+
+    from .env import REPO
+
+    conf = REPO / "conf"
+    designs = [ModelConfig.from_name("tiny")] if cpu else [
+        ModelConfig.from_name(p.stem) for p in (conf / "model").glob("*.yaml") if p.stem != "tiny"]
+    for path in sorted((conf / "experiment").glob("*.yaml")):
+        exp = yaml.safe_load(path.read_text())
+        base = "tiny" if cpu else next((list(d.values())[0] for d in exp.get("defaults", [])
+                                        if isinstance(d, dict) and "override /model" in d),
+                                       "llama3_2_1b")
+        e = exp.get("experiment", {})
+        space = (e.get("space_cpu") if cpu and e.get("space_cpu") is not None
+                 else e.get("space", {}))
+        designs += space_designs(space or {}, ModelConfig.from_name(base))
+    return designs

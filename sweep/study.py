@@ -19,7 +19,7 @@ import optuna
 from .analysis.hardware import measure_ceilings
 from .atomic import write_json
 from .env import environment
-from .objective import Objective, run_trials
+from .objective import Objective, model_calibration, run_trials
 from .report import html_report, plots, tables
 from .space import grid_of
 from .storage import claim_results, finished, open_study, recover_interrupted
@@ -52,6 +52,7 @@ def run(plan):
     if grid:  # designs are queued and taken once (``run_trials``), however many processes run
         plan = replace(plan, queue_only=True)
     if plan.workers > 1:
+        model_calibration(plan, measure_ceilings(plan.device))  # once, before the workers
         ceilings = run_workers(plan, target)
     else:
         ceilings = measure_ceilings(plan.device)

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Reference runs for the performance-model issue. On the H100: `calibrate` (micro-benchmarks
+# only, cached in results/calibration/), then `b1` / `b8` (the shipped experiments at batch 1,
+# prompt 512 and at batch 8, prompt 4096, every row predicted from the calibration and measured),
+# then `check` (error distribution of all rows). On the H200: `h200` runs the same b8 studies
+# predicted from the H100 calibration committed in results/reference/ (transferred by the H200's
+# measured ceilings; no H200 calibration).
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-results/out}
+mkdir -p "$OUT"
+. results/reference/gpu_host.sh
+R=results/ref-predict
+common="workload.repeats=3 workload.warmup=1 results_dir=$R"
+exps="gqa_vs_mha head_dim ffn_width depth_vs_width kv_quant fused_kernels"
+case "${1:-}" in
+  calibrate)
+    python3 -m sweep.calibrate --refresh
+    cp results/calibration/*.json results/calibration/*.parquet "$OUT/" ;;
+  b1|b8)
+    wl=$([ "$1" = b1 ] && echo "workload=default workload.new_tokens=64" || echo "workload=long_context")
+    for e in $exps; do
+      python3 -m sweep +experiment=$e $wl $common study.name=$e-$1
+    done
+    python3 -m sweep.report.prediction_check $R/*-$1/ --out "$OUT/check_$1.json" --csv "$OUT/rows_$1.csv" ;;
+  h200)
+    for e in gqa_vs_mha head_dim ffn_width depth_vs_width; do
+      python3 -m sweep +experiment=$e workload=long_context $common study.name=$e-h200 \
+        calibration=results/reference/calibration_h100.json
+    done
+    python3 -m sweep.report.prediction_check $R/*-h200/ --out "$OUT/check_h200.json" --csv "$OUT/rows_h200.csv" ;;
+  *) echo "usage: run_predict.sh calibrate|b1|b8|h200" >&2; exit 2 ;;
+esac
+ls -la "$OUT"

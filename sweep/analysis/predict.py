@@ -1,0 +1,342 @@
+"""The performance model: a design's prefill and decode time predicted per module kind.
+
+``predict(cfg, workload, hardware, calibration=None, kernels=..., mode=...)`` walks the kernels
+the zoo launches for one prefill and one decode step (``kernel_list``) and prices each two ways:
+
+- ``roofline``: ``max(FLOPs / peak FLOP/s, bytes / bandwidth)`` per kernel (Williams et al. 2009)
+  against the measured ceilings where given, else the datasheet: what analytic tools (LLM-Viewer
+  and the like) do. Launch overhead is not priced.
+- ``calibrated``: each kernel's time from this device's micro-benchmarks (``sweep.analysis.
+  calibrate``): GEMMs interpolated in log M between the calibrated M of the same ``(N, K)`` (or
+  scaled from the nearest calibrated ``(N, K)`` by its achieved FLOP/s), decode attention and the
+  elementwise kernels from a linear fit ``time = fixed + bytes / bandwidth`` per implementation,
+  prefill attention from the achieved FLOP/s at the nearest sequence length and head_dim; plus
+  the launch cost: per kernel inside a CUDA graph, or per op on the host in eager mode (the stage
+  then takes the larger of the GPU's and the host's time).
+
+Module kinds (``MODULES``): ``qkv``, ``attention``, ``out_proj``, ``ffn``, ``lm_head``,
+``norms_elementwise`` (norms, RoPE, SwiGLU, KV write), ``launch_overhead``. Every term names the
+calibration entry it came from (``basis``); a term outside the calibrated range says so in
+``notes`` (never a silent extrapolation). Times in seconds; FLOPs and bytes as in ``zoo.counts``.
+
+A calibration from another device is transferred by the ratio of the two devices' measured (or
+datasheet) ceilings: compute-bound entries by the GEMM ceiling, memory-bound ones by the copy
+bandwidth, fixed costs unchanged (``transfer``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from zoo import ModelConfig
+from zoo.config import DTYPE_BYTES
+
+MODULES = ("qkv", "attention", "out_proj", "ffn", "lm_head", "norms_elementwise",
+           "launch_overhead")
+# kernels each op launches (ATen ops of the torch path, one fused kernel of the Triton path);
+# counted from zoo/model.py, for the launch cost
+TORCH_KERNELS = {"rmsnorm": 7, "rope": 14, "kv_write": 2, "residual": 1, "swiglu": 2,
+                 "decode_attn": 7, "prefill_attn": 1, "gemm": 1, "embedding": 1}
+TRITON_KERNELS = {"rmsnorm": 1, "rope": 1, "kv_write": 2, "swiglu": 1, "decode_attn": 2,
+                  "prefill_attn": 1, "gemm": 1, "embedding": 1}
+STEP_EAGER_OPS = 4  # per decode step beside the graph: token copy, position fill, clone, argmax
+
+
+@dataclass
+class Kernel:
+    """One kernel (or fused op) of a stage: ``module`` kind, ``kind`` of calibration entry,
+    its shape, matmul FLOPs and minimum bytes, and how many launches it takes."""
+
+    module: str
+    kind: str
+    op: str
+    flops: float
+    bytes: float
+    shape: dict = field(default_factory=dict)
+    launches: int = 1
+    repeat: int = 1  # identical kernels in the stage (one per layer)
+
+
+def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: str) -> list[Kernel]:
+    """The kernels of one forward of ``new`` tokens per sequence over ``context`` positions
+    (prefill: ``new == context``; a decode step: ``new == 1``), in the zoo's order."""
+    d, F, V, L = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.n_layers
+    H, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    wb, kvb = DTYPE_BYTES[cfg.dtype], DTYPE_BYTES[cfg.kv_dtype]
+    M = batch * new
+    fused = kernels == "triton"
+    n = TRITON_KERNELS if fused else TORCH_KERNELS
+    impl = "triton" if fused else "torch"
+
+    def gemm(module, op, N, K, m=M, rep=L):
+        return Kernel(module, "gemm", op, 2 * m * N * K, (N * K + m * K + m * N) * wb,
+                      {"M": m, "N": N, "K": K, "dtype": cfg.dtype}, 1, rep)
+
+    def elem(op, nbytes, rep=L, launches=None):
+        return Kernel("norms_elementwise", "elementwise", op, 0, nbytes,
+                      {"op": op, "impl": impl, "bytes": nbytes}, launches or n[op], rep)
+
+    norm_bytes = (4 if fused else 2) * M * d * wb  # fused: residual read and written too
+    out = [Kernel("norms_elementwise", "elementwise", "embedding", 0, 2 * M * d * wb,
+                  {"op": "embedding", "impl": "torch", "bytes": 2 * M * d * wb}, 1, 1),
+           elem("rmsnorm", norm_bytes), gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d),
+           elem("rope", 2 * M * (H + Hkv) * D * wb),
+           elem("kv_write", 2 * M * Hkv * D * (wb + kvb))]
+    if new == 1:
+        kv_read = 2 * batch * Hkv * context * (D * kvb + (4 if kvb == 1 else 0))
+        out.append(Kernel("attention", "decode_attn", "decode_attention", 4 * batch * H * D * context,
+                          kv_read, {"impl": impl, "kv_dtype": cfg.kv_dtype, "bytes": kv_read,
+                                    "B": batch, "Hkv": Hkv, "G": H // Hkv, "S": context, "D": D},
+                          n["decode_attn"], L))
+    else:
+        out.append(Kernel("attention", "prefill_attn", "sdpa", 2 * batch * H * D * new * context,
+                          2 * M * (H + 2 * Hkv) * D * wb,
+                          {"B": batch, "H": H, "T": new, "D": D}, n["prefill_attn"], L))
+    out += [gemm("out_proj", "wo", d, cfg.q_dim), elem("rmsnorm", norm_bytes),
+            gemm("ffn", "w13", (2 if cfg.ffn_type == "swiglu" else 1) * F, d),
+            elem("swiglu", 3 * M * F * wb), gemm("ffn", "w2", d, F)]
+    if not fused:
+        out.append(elem("residual", 2 * 3 * M * d * wb, launches=2))
+    out += [elem("rmsnorm", 2 * batch * d * wb, rep=1), gemm("lm_head", "output", V, d, m=batch,
+                                                               rep=1)]
+    return out
+
+
+# ---- pricing -------------------------------------------------------------------------------
+
+def roofline_time(k: Kernel, peak_flops: float, peak_bytes_s: float) -> float:
+    """``max(FLOPs / peak, bytes / bandwidth)`` of one kernel (s)."""
+    return max(k.flops / peak_flops if peak_flops else 0.0, k.bytes / peak_bytes_s)
+
+
+def _interp_log(x: float, xs: np.ndarray, ys: np.ndarray) -> tuple[float, bool]:
+    """Piecewise-linear interpolation of log y over log x; ``(y, inside)``: outside the range the
+    nearest end is extended along the last segment's slope and ``inside`` is False."""
+    lx, lxs, lys = math.log(x), np.log(xs), np.log(ys)
+    if len(xs) == 1:
+        return float(ys[0]), x == xs[0]
+    inside = bool(lxs[0] <= lx <= lxs[-1])
+    if lx < lxs[0]:
+        return float(ys[0]), False  # below the smallest M: a GEMM does not get faster
+    if lx > lxs[-1]:
+        slope = (lys[-1] - lys[-2]) / (lxs[-1] - lxs[-2])
+        return float(math.exp(lys[-1] + slope * (lx - lxs[-1]))), False
+    return float(math.exp(np.interp(lx, lxs, lys))), inside
+
+
+class Calibrated:
+    """Prices kernels from a calibration table (``sweep.analysis.calibrate``).
+
+    Args:
+        table: the calibration rows (pandas DataFrame); meta: its JSON meta (device, date).
+        scale: ``{"compute": f, "memory": g}`` time factors when transferred from another device
+            (``transfer``); 1 on the device it was measured on.
+    """
+
+    def __init__(self, table, meta: dict, scale: dict | None = None):
+        self.t, self.meta = table, meta
+        self.scale = scale or {"compute": 1.0, "memory": 1.0}
+        self.notes: list[str] = []
+        self._fits: dict = {}
+
+    def _note(self, text):
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def gemm(self, s: dict) -> tuple[float, str]:
+        g = self.t[(self.t.kind == "gemm") & (self.t.dtype == s["dtype"])]
+        if g.empty:
+            raise KeyError(f"no {s['dtype']} GEMM in the calibration")
+        same = g[(g.N == s["N"]) & (g.K == s["K"])]
+        basis = f"gemm N={s['N']} K={s['K']}"
+        if same.empty:  # the nearest calibrated (N, K), its achieved FLOP/s at this M
+            dist = (np.log(g.N) - math.log(s["N"])) ** 2 + (np.log(g.K) - math.log(s["K"])) ** 2
+            nn = g.loc[dist.idxmin()]
+            same = g[(g.N == nn.N) & (g.K == nn.K)]
+            basis = f"gemm N={int(nn.N)} K={int(nn.K)} (nearest; scaled by FLOPs)"
+            self._note(f"GEMM N={s['N']} K={s['K']} not calibrated: scaled from "
+                       f"N={int(nn.N)} K={int(nn.K)}")
+        same = same.sort_values("M")
+        t, inside = _interp_log(s["M"], same.M.to_numpy(float), same.time_s.to_numpy(float))
+        if "nearest" in basis:  # the same achieved FLOP/s on this GEMM's FLOPs
+            t *= s["N"] * s["K"] / float(same.N.iloc[0] * same.K.iloc[0])
+        if not inside:
+            self._note(f"GEMM M={s['M']} outside the calibrated M range "
+                       f"[{int(same.M.min())}, {int(same.M.max())}] for N={s['N']} K={s['K']}")
+        wb = DTYPE_BYTES[s["dtype"]]
+        ai = 2 * s["M"] * s["N"] * s["K"] / ((s["N"] * s["K"] + s["M"] * (s["N"] + s["K"])) * wb)
+        bound = "compute" if ai >= self.scale.get("ridge", 0.0) else "memory"
+        return t * self.scale[bound], basis
+
+    def _linear(self, kind: str, key: dict) -> tuple[float, float, float, float]:
+        """``(fixed s, s/byte, min bytes, max bytes)`` of a least-squares fit of time on bytes."""
+        sel = self.t[self.t.kind == kind]
+        for k, v in key.items():
+            sel = sel[sel[k] == v]
+        if len(sel) < 2:
+            raise KeyError(f"no {kind} {key} in the calibration")
+        fk = (kind, tuple(sorted(key.items())))
+        if fk not in self._fits:
+            x, y = sel.bytes.to_numpy(float), sel.time_s.to_numpy(float)
+            slope, fixed = np.polyfit(x, y, 1, w=1 / y)  # relative error weighted
+            self._fits[fk] = (max(fixed, float(y.min()) * 0.5), max(slope, 0.0), x.min(), x.max())
+        return self._fits[fk]
+
+    def linear(self, kind: str, key: dict, nbytes: float) -> tuple[float, str]:
+        fixed, per_byte, lo, hi = self._linear(kind, key)
+        if not lo <= nbytes <= hi:
+            self._note(f"{kind} {key} at {nbytes:.3g} bytes outside the calibrated "
+                       f"[{lo:.3g}, {hi:.3g}]")
+        return (fixed + per_byte * nbytes * self.scale["memory"],
+                f"{kind} {'/'.join(str(v) for v in key.values())} linear fit")
+
+    def prefill_attn(self, s: dict, flops: float) -> tuple[float, str]:
+        p = self.t[(self.t.kind == "prefill_attn")]
+        if p.empty:
+            raise KeyError("no prefill attention in the calibration")
+        d = p[p.D == min(p.D.unique(), key=lambda v: abs(v - s["D"]))].sort_values("T")
+        eff = d.flops.to_numpy(float) / d.time_s.to_numpy(float)  # FLOP/s at each T
+        e, inside = _interp_log(s["T"], d["T"].to_numpy(float), eff)
+        if not inside:
+            self._note(f"prefill attention T={s['T']} outside the calibrated "
+                       f"[{int(d['T'].min())}, {int(d['T'].max())}]")
+        return flops / e * self.scale["compute"], f"prefill_attn D={int(d.D.iloc[0])}"
+
+    def launch(self, what: str) -> float:
+        row = self.t[(self.t.kind == "launch") & (self.t.op == what)]
+        if row.empty:
+            raise KeyError(f"no launch cost '{what}' in the calibration")
+        return float(row.time_s.iloc[0])
+
+    def price(self, k: Kernel) -> tuple[float, str]:
+        """Calibrated time of one launch of ``k`` (s) and the entry it came from."""
+        if k.kind == "gemm":
+            return self.gemm(k.shape)
+        if k.kind == "decode_attn":
+            return self.linear("decode_attn", {"impl": k.shape["impl"],
+                                               "kv_dtype": k.shape["kv_dtype"]}, k.bytes)
+        if k.kind == "prefill_attn":
+            return self.prefill_attn(k.shape, k.flops / 2)  # causal: half the scores
+        return self.linear("elementwise", {"op": k.shape["op"], "impl": k.shape["impl"]},
+                           k.bytes)
+
+
+def _stage(cfg, batch, new, context, kernels, mode, cal, peaks) -> dict:
+    """Predicted times (s) of one stage: per module kind for both kinds, with bases and notes."""
+    ks = kernel_list(cfg, batch, new, context, kernels)
+    roof = dict.fromkeys(MODULES, 0.0)
+    calib = dict.fromkeys(MODULES, 0.0)
+    basis = {}
+    for k in ks:
+        roof[k.module] += k.repeat * roofline_time(k, *peaks)
+        if cal is not None:
+            t, b = cal.price(k)
+            calib[k.module] += k.repeat * t
+            basis.setdefault(k.module, set()).add(b)
+    out = {"roofline": roof, "roofline_total": sum(roof.values())}
+    if cal is None:
+        return out
+    launches = sum(k.repeat * k.launches for k in ks)
+    gpu = sum(calib.values())
+    graph = mode in ("cudagraph", "compile") and new == 1  # prefill always runs eagerly
+    if graph:  # kernel times were taken inside graphs; add the step's small kernels around the
+        # replay (their host cost overlaps the GPU's work)
+        calib["launch_overhead"] = STEP_EAGER_OPS * cal.launch("graph_kernel")
+    else:  # the host issues every op: the stage takes the longer of host and GPU
+        host = launches * cal.launch("eager_op")
+        calib["launch_overhead"] = max(0.0, host - gpu)
+    out.update(calibrated=calib, calibrated_total=sum(calib.values()), launches=launches,
+               basis={m: "; ".join(sorted(b)) for m, b in basis.items()})
+    return out
+
+
+def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated | None = None,
+            kernels: str | None = None, mode: str = "cudagraph", ceilings: dict | None = None,
+            ) -> dict:
+    """Predicted prefill (TTFT) and mean decode step (TPOT) of a design, per module kind.
+
+    Args:
+        cfg: the design; workload: ``batch``, ``prompt_len``, ``new_tokens``; hardware: a
+            ``HardwareSpec`` (datasheet peaks); calibration: a ``Calibrated`` (None: roofline
+            only); kernels: ``torch`` or ``triton`` (default ``cfg.kernels``); mode: the decode
+            mode; ceilings: measured ceilings (``copy_bytes_s``, ``gemm_flops_<dtype>``) for the
+            roofline, else the datasheet's.
+
+    Returns:
+        Results-row columns: ``{stage}_pred_ms_roofline``, ``{stage}_pred_ms_calibrated``,
+        ``{stage}_pred_ms_{module}`` (calibrated; roofline where uncalibrated),
+        ``{stage}_pred_launches``, ``prediction_basis`` and ``prediction_notes`` (terms outside
+        the calibrated range), for ``stage`` in prefill, decode. The decode step is priced at the
+        mean cache length of the workload's decode steps, as ``zoo.counts.decode_mean``.
+    """
+    kernels = kernels or cfg.kernels
+    B, T, N = workload["batch"], workload["prompt_len"], workload["new_tokens"]
+    ceil = ceilings or {}
+    pf = ceil.get(f"gemm_flops_{cfg.dtype}") or hardware.peak_flops(cfg.dtype)
+    pb = ceil.get("copy_bytes_s") or hardware.peak_bytes_s
+    steps = max(N - 1, 1)
+    ctx = T + (steps - 1) // 2 + 1  # positions attended by the mean decode step
+    if calibration is not None:
+        calibration.notes = []
+    row = {}
+    for stage, (new, context) in (("prefill", (T, T)), ("decode", (1, ctx))):
+        st = _stage(cfg, B, new, context, kernels, mode, calibration, (pf, pb))
+        row[f"{stage}_pred_ms_roofline"] = 1e3 * st["roofline_total"]
+        src = st.get("calibrated", st["roofline"])
+        row[f"{stage}_pred_ms_calibrated"] = (1e3 * st["calibrated_total"] if calibration
+                                              else math.nan)
+        for m in MODULES:
+            row[f"{stage}_pred_ms_{m}"] = 1e3 * src[m]
+        if calibration is not None:
+            row[f"{stage}_pred_launches"] = st["launches"]
+            row[f"{stage}_pred_basis"] = "; ".join(f"{m}: {b}" for m, b in st["basis"].items())
+    if calibration is None:
+        row["prediction_basis"] = f"roofline only ({hardware.name} peaks)"
+    else:
+        m = calibration.meta
+        row["prediction_basis"] = (f"calibrated on {m.get('device')} ({m.get('date')})"
+                                   + (f", transferred to {hardware.name} by its ceilings"
+                                      if m.get("transferred_to") else ""))
+        row["prediction_notes"] = "; ".join(calibration.notes)
+    return row
+
+
+def transfer(cal: Calibrated, src_ceilings: dict, dst_ceilings: dict, dtype: str = "bf16"
+             ) -> Calibrated:
+    """A calibration priced for another device: compute-bound terms (GEMMs, prefill attention)
+    scaled by the ratio of the GEMM ceilings, memory-bound ones (decode attention, elementwise)
+    by the ratio of the copy bandwidths; fixed costs (launches, fit intercepts) unchanged."""
+    f = src_ceilings[f"gemm_flops_{dtype}"] / dst_ceilings[f"gemm_flops_{dtype}"]
+    g = src_ceilings["copy_bytes_s"] / dst_ceilings["copy_bytes_s"]
+    meta = dict(cal.meta, transferred_to=dst_ceilings.get("device", "another device"))
+    ridge = src_ceilings[f"gemm_flops_{dtype}"] / src_ceilings["copy_bytes_s"]  # FLOP/byte
+    return Calibrated(cal.t, meta, {"compute": f, "memory": g, "ridge": ridge})
+
+
+STAGE_MEASURED = {"prefill": "ttft_ms", "decode": "decode_tpot_ms"}
+
+
+def row_predictions(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated | None,
+                    mode: str, ceilings: dict, measured: dict | None = None,
+                    why_uncalibrated: str = "") -> dict:
+    """``predict``'s columns for a results row and, with ``measured`` times, the signed errors
+    ``{stage}_pred_error_pct`` (calibrated vs measured, %) and ``{stage}_pred_error_pct_roofline``.
+    A calibration that cannot price the design leaves the calibrated columns NaN with
+    ``prediction_reason``; the trial goes on."""
+    try:
+        row = predict(cfg, workload, hardware, calibration, mode=mode, ceilings=ceilings)
+    except KeyError as e:  # an entry the calibration lacks: roofline only, saying why
+        row = predict(cfg, workload, hardware, None, mode=mode, ceilings=ceilings)
+        why_uncalibrated = f"calibration cannot price this design: {e}"
+    if why_uncalibrated:
+        row["prediction_reason"] = why_uncalibrated
+    for st, col in STAGE_MEASURED.items():
+        meas = (measured or {}).get(col)
+        if meas:
+            row[f"{st}_pred_error_pct"] = 100 * (row[f"{st}_pred_ms_calibrated"] - meas) / meas
+            row[f"{st}_pred_error_pct_roofline"] = (
+                100 * (row[f"{st}_pred_ms_roofline"] - meas) / meas)
+    return row
