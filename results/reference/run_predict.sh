@@ -17,18 +17,20 @@ case "${1:-}" in
   calibrate)
     python3 -m sweep.calibrate --refresh
     cp results/calibration/*.json results/calibration/*.parquet "$OUT/" ;;
-  b1|b8)
-    wl=$([ "$1" = b1 ] && echo "workload=default workload.new_tokens=64" || echo "workload=long_context")
-    for e in $exps; do
-      python3 -m sweep +experiment=$e $wl $common study.name=$e-$1
-    done
-    python3 -m sweep.report.prediction_check $R/*-$1/ --out "$OUT/check_$1.json" --csv "$OUT/rows_$1.csv" ;;
+  b1|b8)  # run_predict.sh b1|b8 [EXPERIMENT ...] (default: all of $exps)
+    w=$1; shift
+    wl=$([ "$w" = b1 ] && echo "workload=default workload.new_tokens=64" || echo "workload=long_context")
+    for e in ${@:-$exps}; do
+      python3 -m sweep +experiment=$e $wl $common study.name=$e-$w
+    done ;;
+  check)  # run_predict.sh check b1|b8|h200
+    python3 -m sweep.report.prediction_check $R/*-$2/ --out "$OUT/check_$2.json" --csv "$OUT/rows_$2.csv" ;;
   h200)
     for e in gqa_vs_mha head_dim ffn_width depth_vs_width; do
       python3 -m sweep +experiment=$e workload=long_context $common study.name=$e-h200 \
         calibration=results/reference/calibration_h100.json
     done
     python3 -m sweep.report.prediction_check $R/*-h200/ --out "$OUT/check_h200.json" --csv "$OUT/rows_h200.csv" ;;
-  *) echo "usage: run_predict.sh calibrate|b1|b8|h200" >&2; exit 2 ;;
+  *) echo "usage: run_predict.sh calibrate | b1|b8 [EXP ...] | check b1|b8|h200 | h200" >&2; exit 2 ;;
 esac
 ls -la "$OUT"

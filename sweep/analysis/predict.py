@@ -186,12 +186,21 @@ class Calibrated:
         return self._fits[fk]
 
     def linear(self, kind: str, key: dict, nbytes: float) -> tuple[float, str]:
+        """Time of a bandwidth kernel moving ``nbytes``: interpolated in log-log between the
+        calibrated sizes (median over shapes of equal bytes); outside them the linear fit
+        ``fixed + bytes / bandwidth``, noted. A transfer scales the per-byte part."""
         fixed, per_byte, lo, hi = self._linear(kind, key)
+        name = f"{kind} {'/'.join(str(v) for v in key.values())}"
         if not lo <= nbytes <= hi:
             self._note(f"{kind} {key} at {nbytes:.3g} bytes outside the calibrated "
                        f"[{lo:.3g}, {hi:.3g}]")
-        return (fixed + per_byte * nbytes * self.scale["memory"],
-                f"{kind} {'/'.join(str(v) for v in key.values())} linear fit")
+            return fixed + per_byte * nbytes * self.scale["memory"], f"{name} linear fit"
+        sel = self.t[self.t.kind == kind]
+        for k, v in key.items():
+            sel = sel[sel[k] == v]
+        med = sel.groupby("bytes").time_s.median()
+        t, _ = _interp_log(nbytes, med.index.to_numpy(float), med.to_numpy(float))
+        return fixed + (t - fixed) * self.scale["memory"], f"{name} interpolated by bytes"
 
     def prefill_attn(self, s: dict, flops: float) -> tuple[float, str]:
         p = self.t[(self.t.kind == "prefill_attn")]
@@ -246,7 +255,12 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks) -> dict:
         # replay (their host cost overlaps the GPU's work)
         calib["launch_overhead"] = STEP_EAGER_OPS * cal.launch("graph_kernel")
     else:  # the host issues every op: the stage takes the longer of host and GPU
-        host = launches * cal.launch("eager_op")
+        impl = "triton" if kernels == "triton" else "torch"
+        try:
+            host = (cfg.n_layers * cal.launch(f"eager_layer_{impl}")
+                    + cal.launch(f"eager_fixed_{impl}"))
+        except KeyError:  # an older calibration: per op
+            host = launches * cal.launch("eager_op")
         calib["launch_overhead"] = max(0.0, host - gpu)
     out.update(calibrated=calib, calibrated_total=sum(calib.values()), launches=launches,
                basis={m: "; ".join(sorted(b)) for m, b in basis.items()})
