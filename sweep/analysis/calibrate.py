@@ -35,6 +35,7 @@ from pathlib import Path
 
 from ..atomic import write_atomic, write_json
 from ..env import REPO, environment, slug
+from .microbench import attention, elementwise, entry, launch, timer
 
 CAL_DIR = REPO / "results" / "calibration"
 VERSION = 2  # of the grid and the table's columns: a cache of another version is measured again
@@ -52,53 +53,6 @@ def gemm_shapes(designs) -> list[tuple[int, int]]:
     return sorted(out)
 
 
-def _timer(cuda: bool, reps: int):
-    """``time(fn) -> spread (s)`` of one call: on a GPU a CUDA graph of ``n`` back-to-back calls
-    replayed ``reps`` times (kernel time plus the graph's gap), on the CPU plain repeats."""
-    import torch
-
-    from ..measure.timing import spread
-
-    def cpu(fn, n=1):
-        fn()
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        return spread(ts)
-
-    def gpu(fn, n=8):
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            fn()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(n):
-                fn()
-        g.replay()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(reps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            g.replay()
-            b.record()
-            b.synchronize()
-            ts.append(a.elapsed_time(b) / 1e3 / n)
-        del g
-        return spread(ts)
-
-    return gpu if cuda else cpu
-
-
-def _row(kind, sp, **shape) -> dict:
-    return {"kind": kind, **shape, "time_s": sp["median"], "time_s_min": sp["min"],
-            "time_s_p90": sp["p90"]}
-
-
 def run(designs, device: str, quick: bool = False, log=print) -> list[dict]:
     """Measure every calibration entry for ``designs`` on ``device`` (``cuda`` or ``cpu``);
     returns the rows. ``quick`` is the reduced grid (the CPU's, and CI's)."""
@@ -108,7 +62,7 @@ def run(designs, device: str, quick: bool = False, log=print) -> list[dict]:
     cuda = device == "cuda"
     dtype = "bf16" if cuda else "fp32"
     tdt = torch.bfloat16 if cuda else torch.float32
-    tm = _timer(cuda, 7 if cuda else 5)
+    tm = timer(cuda, 7 if cuda else 5)
     rows = []
     g = torch.Generator(device=device).manual_seed(0)
 
@@ -126,201 +80,15 @@ def run(designs, device: str, quick: bool = False, log=print) -> list[dict]:
                 break
             x = rnd(M, K)
             sp = tm(lambda x=x, w=w: F.linear(x, w), n=2 if M * N * K > 2**36 else 8)
-            rows.append(_row("gemm", sp, M=M, N=N, K=K, dtype=dtype, flops=2.0 * M * N * K))
+            rows.append(entry("gemm", sp, M=M, N=N, K=K, dtype=dtype, flops=2.0 * M * N * K))
         del w
     log(f"calibrate: {len(shapes)} GEMM shapes")
-    rows += _attention(designs, device, tm, rnd, quick, dtype)
+    rows += attention(designs, device, tm, rnd, quick, dtype)
     log("calibrate: attention")
-    rows += _elementwise(device, tm, rnd, quick)
-    rows += _launch(device, tm)
+    rows += elementwise(device, tm, rnd, quick)
+    rows += launch(device, tm)
     log("calibrate: elementwise and launch costs")
     return rows
-
-
-def _attention(designs, device, tm, rnd, quick, dtype) -> list[dict]:
-    import torch
-    import torch.nn.functional as F
-
-    from zoo.model import grouped_decode_attention
-
-    cuda = device == "cuda"
-    rows = []
-    impls = ["torch"] + (["triton"] if cuda else [])
-    kvs = ["bf16", "int8", "fp8_e4m3"] if cuda else [dtype]
-    grid = ([(1, 2, 4, 64, 16), (2, 2, 4, 128, 16), (2, 4, 2, 256, 32)] if quick else
-            [(b, hkv, gq, s, d) for b in (1, 8, 64) for hkv in (1, 8, 32) for gq in (1, 4)
-             for s in (512, 4096) for d in (64, 128) if b * hkv * s <= 64 * 8 * 4096])
-    for impl in impls:
-        for kvd in kvs:
-            if impl == "torch" and kvd in ("int8", "fp8_e4m3"):
-                continue
-            for B, Hkv, G, S, D in grid:
-                H = Hkv * G
-                q = rnd(B, H, 1, D)
-                cache = S + 64
-                pos = torch.tensor([S - 1], device=device)
-                if impl == "torch":
-                    k, v = rnd(B, Hkv, S, D), rnd(B, Hkv, S, D)
-                    mask = torch.ones(1, S, dtype=torch.bool, device=device)
-                    sp = tm(lambda q=q, k=k, v=v, mask=mask: grouped_decode_attention(q, k, v, mask))
-                    scale_b = 0
-                else:
-                    from kernels.decode_attention import decode_attention
-
-                    if kvd == "bf16":
-                        k, v, ks, vs, scale_b = rnd(B, Hkv, cache, D), rnd(B, Hkv, cache, D), \
-                            None, None, 0
-                    else:
-                        t = torch.int8 if kvd == "int8" else torch.float8_e4m3fn
-                        k = rnd(B, Hkv, cache, D, dt=torch.float32).clamp(-100, 100).to(t)
-                        v = rnd(B, Hkv, cache, D, dt=torch.float32).clamp(-100, 100).to(t)
-                        ks = torch.rand(B, Hkv, cache, device=device) / 100
-                        vs = torch.rand(B, Hkv, cache, device=device) / 100
-                        scale_b = 4
-                    sp = tm(lambda q=q, k=k, v=v, ks=ks, vs=vs, pos=pos:
-                            decode_attention(q, k, v, pos, ks, vs))
-                kvb = {"bf16": 2, "fp16": 2, "fp32": 4, "int8": 1, "fp8_e4m3": 1}[kvd]
-                rows.append(_row("decode_attn", sp, impl=impl, kv_dtype=kvd, B=B, Hkv=Hkv, G=G,
-                                 S=S, D=D, bytes=2.0 * B * Hkv * S * (D * kvb + scale_b)))
-                del k, v
-    for T in ((16, 64, 256) if quick else (128, 512, 1024, 2048, 4096, 8192)):
-        for D in ((16,) if quick else (64, 128)):
-            BH = max(1, (2**21 if cuda else 2**14) // T)
-            q, k, v = rnd(1, BH, T, D), rnd(1, BH, T, D), rnd(1, BH, T, D)
-            sp = tm(lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                    n=2 if T >= 4096 else 8)
-            rows.append(_row("prefill_attn", sp, T=T, D=D, BH=BH, flops=2.0 * BH * D * T * T))
-    return rows
-
-
-def _elementwise(device, tm, rnd, quick) -> list[dict]:
-    """The norms, RoPE, SwiGLU, KV write and quantize kernels (torch and Triton) by bytes."""
-    import torch
-
-    from kernels import kv_quant, rmsnorm, rope, swiglu
-
-    cuda = device == "cuda"
-    wb = 2 if cuda else 4
-    rows = []
-    Ms = (1, 16, 256) if quick else (1, 8, 64, 512, 4096, 32768)
-    d, H, Hkv, D, F_ = (128, 8, 2, 16, 352) if quick else (4096, 32, 8, 128, 14336)
-    for M in Ms:
-        x, r, wt = rnd(M, d), rnd(M, d), rnd(d)
-        ops = {("rmsnorm", "torch"): (lambda: rmsnorm.reference(x, wt, 1e-5), 2 * M * d * wb),
-               ("residual", "torch"): (lambda: x + r, 3 * M * d * wb),
-               ("swiglu", "torch"): (None, 3 * M * F_ * wb),
-               ("embedding", "torch"): (None, 2 * M * d * wb)}
-        h = rnd(M, 2 * F_)
-        ops[("swiglu", "torch")] = (lambda: swiglu.reference(h), 3 * M * F_ * wb)
-        table = rnd(4096 if not quick else 512, d)
-        ids = torch.randint(0, table.shape[0], (M,), device=device)
-        ops[("embedding", "torch")] = (lambda: torch.nn.functional.embedding(ids, table),
-                                       2 * M * d * wb)
-        q, k = rnd(1, M, H, D), rnd(1, M, Hkv, D)
-        cos, sin = rnd(M + 8, D, dt=torch.float32), rnd(M + 8, D, dt=torch.float32)
-        pos = torch.arange(M, device=device)
-        ops[("rope", "torch")] = (lambda: rope.reference(q, k, cos, sin, pos),
-                                  2 * M * (H + Hkv) * D * wb)
-        kc = torch.zeros(1, Hkv, M + 8, D, device=device, dtype=x.dtype)
-        kn = rnd(1, Hkv, M, D)
-        ops[("kv_write", "torch")] = (lambda: (kc.index_copy_(2, pos, kn), kc.index_copy_(2, pos, kn)),
-                                      2 * M * Hkv * D * 2 * wb)
-        if cuda or os.environ.get("TRITON_INTERPRET") == "1" and not quick:
-            ops[("rmsnorm", "triton")] = (lambda: rmsnorm.rmsnorm(x, wt, 1e-5, residual=r),
-                                          4 * M * d * wb)
-            ops[("swiglu", "triton")] = (lambda: swiglu.swiglu(h), 3 * M * F_ * wb)
-            ops[("rope", "triton")] = (lambda: rope.rope_(q, k, cos, sin, pos),
-                                       2 * M * (H + Hkv) * D * wb)
-            ops[("kv_write", "triton")] = ops[("kv_write", "torch")]
-            if cuda:
-                out = torch.zeros(1, Hkv, M + 8, D, device=device, dtype=torch.int8)
-                sc = torch.ones(1, Hkv, M + 8, device=device)
-                ops[("kv_quant", "triton")] = (
-                    lambda: (kv_quant.quantize_kv(kn, out, sc, pos, "int8"),
-                             kv_quant.quantize_kv(kn, out, sc, pos, "int8")),
-                    2 * M * Hkv * (D * (wb + 1) + 4))
-        for (op, impl), (fn, nbytes) in ops.items():
-            rows.append(_row("elementwise", tm(fn), op=op, impl=impl, bytes=float(nbytes), M=M))
-    return rows
-
-
-def _launch(device, tm) -> list[dict]:
-    """Fixed costs: one tiny kernel in a CUDA graph, one tiny op issued eagerly by the host,
-    one graph launch (s each)."""
-    import torch
-
-    from ..measure.timing import spread
-
-    x = torch.zeros(16, device=device)
-    rows = []
-    n = 200
-
-    def eager():
-        for _ in range(n):
-            x.add_(1)
-
-    t0 = time.perf_counter()
-    for _ in range(5):
-        eager()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    host = (time.perf_counter() - t0) / 5 / n
-    rows.append(_row("launch", spread([host]), op="eager_op"))
-    if device == "cuda":
-        rows.append(_row("launch", tm(lambda: x.add_(1), n=n), op="graph_kernel"))
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            x.add_(1)
-        ts = []
-        for _ in range(50):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            g.replay()
-            ts.append(time.perf_counter() - t0)
-        rows.append(_row("launch", spread(ts), op="graph"))
-    else:
-        rows.append(_row("launch", spread([0.0]), op="graph"))
-    for impl in ("torch", "triton") if device == "cuda" else ("torch",):
-        per_layer, fixed = _eager_host(device, impl)
-        rows.append(_row("launch", spread([per_layer]), op=f"eager_layer_{impl}"))
-        rows.append(_row("launch", spread([fixed]), op=f"eager_fixed_{impl}"))
-    return rows
-
-
-def _eager_host(device: str, impl: str) -> tuple[float, float]:
-    """Host time (s) to issue one layer, and the rest of a forward (embedding, final norm, LM
-    head), of the zoo's model run eagerly: forwards of a one-token step on a model of tiny
-    dimensions (the GPU's work is negligible, so the wall time is the host's), with 2 and 6
-    layers; per layer = the difference / 4 (fastest of 7 runs of 20 forwards each)."""
-    import torch
-
-    from zoo import ModelConfig, Transformer
-
-    def host(n_layers):
-        cfg = ModelConfig.from_name("tiny", n_layers=n_layers, kernels=impl,
-                                    **({"dtype": "bf16", "kv_dtype": "bf16"}
-                                       if device == "cuda" else {}))
-        m = Transformer.build(cfg, device)
-        m.setup_cache(1, 64)
-        tok = torch.zeros(1, 1, dtype=torch.long, device=device)
-        with torch.no_grad():
-            for _ in range(10):
-                m(tok, m.positions[10:11], kv_len=11)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            ts = []
-            for _ in range(7):
-                t0 = time.perf_counter()
-                for _ in range(20):
-                    m(tok, m.positions[10:11], kv_len=11)
-                ts.append((time.perf_counter() - t0) / 20)
-                if device == "cuda":
-                    torch.cuda.synchronize()
-        return min(ts)  # the host's own cost; slower repeats are other work on the machine
-
-    a, b = host(2), host(6)
-    per_layer = max((b - a) / 4, 0.0)
-    return per_layer, max(a - 2 * per_layer, 0.0)
 
 
 # ---- the cache ---------------------------------------------------------------------------
