@@ -29,8 +29,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..atomic import write_atomic, write_text
+from ..atomic import write_text
 from ..env import REPO, slug
+from .labels import label as words
+from .plots import write_html
 from .tables import design_label, front_rows, load_study
 
 
@@ -153,19 +155,21 @@ def plot(studies: list[tuple[str, dict, pd.DataFrame]], table: pd.DataFrame, obj
     import matplotlib.pyplot as plt
 
     x, y = (objectives[1], objectives[0]) if len(objectives) > 1 else (objectives[0],) * 2
+    (xt, xd), (yt, yd) = words(x), words(y)  # axes in words with units, values scaled to them
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    for k, (label, _, df) in enumerate(studies):
+    for k, (name, _, df) in enumerate(studies):
         c = f"C{k}"
         done = df[df["state"] == "COMPLETE"]
-        ax.scatter(done[x], done[y], s=14, c=c, alpha=0.4)
-        f = table[table["study"] == label].sort_values(x)
-        ax.plot(f[x], f[y], "o-", c=c, label=f"{label} front")
+        ax.scatter(done[x] / xd, done[y] / yd, s=14, c=c, alpha=0.4)
+        f = table[table["study"] == name].sort_values(x)
+        ax.plot(f[x] / xd, f[y] / yd, "o-", c=c, label=f"{name} front")
         for _, r in f.iterrows():
-            ax.annotate(r["design"], (r[x], r[y]), fontsize=6, textcoords="offset points",
-                        xytext=(3, 3))
+            ax.annotate(r["design"], (r[x] / xd, r[y] / yd), fontsize=6,
+                        textcoords="offset points", xytext=(3, 3))
     dx = directions[1] if len(objectives) > 1 else directions[0]
-    ax.set_xlabel(f"{x} ({dx})")
-    ax.set_ylabel(f"{y} ({directions[0]})")
+    better = {"maximize": "higher is better", "minimize": "lower is better"}
+    ax.set_xlabel(f"{xt} ({better[dx]})")
+    ax.set_ylabel(f"{yt} ({better[directions[0]]})")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title("Pareto fronts: " + ", ".join(s[0] for s in studies), fontsize=9)
@@ -179,16 +183,15 @@ def plot(studies: list[tuple[str, dict, pd.DataFrame]], table: pd.DataFrame, obj
     except ImportError:
         return paths
     figp = go.Figure()
-    for label, _, df in studies:
+    for name, _, df in studies:
         done = df[df["state"] == "COMPLETE"]
-        figp.add_scatter(x=done[x], y=done[y], mode="markers", name=f"{label} designs",
+        figp.add_scatter(x=done[x] / xd, y=done[y] / yd, mode="markers", name=f"{name} designs",
                          text=[design_label(r) for _, r in done.iterrows()], opacity=0.5)
-        f = table[table["study"] == label].sort_values(x)
-        figp.add_scatter(x=f[x], y=f[y], mode="lines+markers", name=f"{label} front",
+        f = table[table["study"] == name].sort_values(x)
+        figp.add_scatter(x=f[x] / xd, y=f[y] / yd, mode="lines+markers", name=f"{name} front",
                          text=f["design"])
-    figp.update_layout(xaxis_title=x, yaxis_title=y, title="Pareto fronts")
-    return paths + [write_atomic(out / "fronts.html",
-                                 lambda p: figp.write_html(p, include_plotlyjs="cdn"))]
+    figp.update_layout(xaxis_title=xt, yaxis_title=yt, title="Pareto fronts")
+    return paths + [write_html(figp, out / "fronts.html")]
 
 
 def main(argv: list[str] | None = None) -> int:
