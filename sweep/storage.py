@@ -170,15 +170,15 @@ def check_identity(study: optuna.Study, plan) -> None:
         RuntimeError: the study was run with another identity; the message names what differs.
     """
     old = study.user_attrs.get("identity")
-    if old is not None and old != json.loads(json.dumps(plan.identity, default=str)):
-        diff = sorted(k for k in set(old) | set(plan.identity)
-                      if old.get(k) != json.loads(json.dumps(plan.identity.get(k), default=str)))
+    new = json.loads(json.dumps(plan.identity, default=str))  # as the storage keeps it
+    if old is not None and old != new:
+        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         raise RuntimeError(
             f"study {plan.name!r} in {plan.storage} was run with another {', '.join(diff)}; "
             "its rows would describe other designs than this command's. Choose another "
             "study.name, or leave study.name unset: the default name carries the identity")
     if old is None:
-        study.set_user_attr("identity", json.loads(json.dumps(plan.identity, default=str)))
+        study.set_user_attr("identity", new)
 
 
 def claim_results(plan) -> None:

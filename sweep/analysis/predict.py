@@ -34,6 +34,8 @@ import numpy as np
 from zoo import ModelConfig
 from zoo.config import DTYPE_BYTES
 
+from .derived import STAGE_TIMES
+
 MODULES = ("qkv", "attention", "out_proj", "ffn", "lm_head", "norms_elementwise",
            "launch_overhead")
 # kernels each op launches (ATen ops of the torch path, one fused kernel of the Triton path);
@@ -330,9 +332,6 @@ def transfer(cal: Calibrated, src_ceilings: dict, dst_ceilings: dict, dtype: str
     return Calibrated(cal.t, meta, {"compute": f, "memory": g, "ridge": ridge})
 
 
-STAGE_MEASURED = {"prefill": "ttft_ms", "decode": "decode_tpot_ms"}
-
-
 def row_predictions(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated | None,
                     mode: str, ceilings: dict, measured: dict | None = None,
                     why_uncalibrated: str = "") -> dict:
@@ -347,7 +346,7 @@ def row_predictions(cfg: ModelConfig, workload: dict, hardware, calibration: Cal
         why_uncalibrated = f"calibration cannot price this design: {e}"
     if why_uncalibrated:
         row["prediction_reason"] = why_uncalibrated
-    for st, col in STAGE_MEASURED.items():
+    for st, col in STAGE_TIMES.items():
         meas = (measured or {}).get(col)
         if meas:
             row[f"{st}_pred_error_pct"] = 100 * (row[f"{st}_pred_ms_calibrated"] - meas) / meas

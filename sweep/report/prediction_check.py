@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..analysis.derived import STAGE_TIMES
 from .tables import design_label, load_study
 
-STAGES = {"prefill": "ttft_ms", "decode": "decode_tpot_ms"}
+STAGES = STAGE_TIMES  # stage -> its measured time column
 
 
 def summary(df: pd.DataFrame) -> dict:
