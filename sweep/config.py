@@ -85,7 +85,8 @@ class ProfileConf:
     """What a trial collects besides timings: ``timing`` is the cheap default; ``nvml`` (power,
     energy/token), ``nvtx`` (ranges for Nsight tools), ``torch`` (torch.profiler op table, kernel
     categories, GPU timeline, trace), ``ncu`` (Nsight Compute per stage), ``nsys`` (Nsight Systems
-    per stage), ``cublaslt_log`` (cuBLASLt's GEMM log: shapes and achieved FLOP/s per shape).
+    per stage), ``cublaslt_log`` (cuBLASLt's GEMM log: shapes and achieved FLOP/s per shape),
+    ``modules`` (kernel time per module kind, checked against the performance model).
     ``options`` holds each mode's knobs (see ``conf/profile/*.yaml``)."""
 
     name: str = "timing"
@@ -95,6 +96,7 @@ class ProfileConf:
     ncu: bool = False
     nsys: bool = False
     cublaslt_log: bool = False
+    modules: bool = False
     options: dict[str, Any] = field(default_factory=dict)
 
 

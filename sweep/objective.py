@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 from zoo import DesignError, ModelConfig
 
 from . import measure
-from .analysis import derived, diagnosis
+from .analysis import derived, diagnosis, modules
 from .analysis import predict as perf
 from .env import REPO
 from .measure.child import child_failure, run_child
@@ -137,6 +137,7 @@ class Objective:
             return self._fail(trial, "measurement error: " + "; ".join(errors), label, t0, row)
         for profiler in measure.profilers(plan.profile):
             row.update(profiler.profile_trial(spec, trial_dir, cfg, wl, self.ceilings))
+        row.update(modules.module_check(row))
         row.update(diagnosis.diagnose(row))
         row["trial_dir"] = str(trial_dir.relative_to(REPO) if trial_dir.is_relative_to(REPO)
                                else trial_dir)

@@ -109,6 +109,10 @@ def measure(spec: dict) -> dict:
         from .measure.torch_prof import torch_windows
 
         return torch_windows(gen, prompt, spec)
+    if spec.get("profile_window") == "modules":
+        from .measure.modules import module_windows
+
+        return module_windows(gen, prompt, spec)
     if spec.get("profile_window"):
         return profiled_window(gen, prompt, spec)
     timer = Timer(device)

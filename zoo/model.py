@@ -124,45 +124,59 @@ class Attention(nn.Module):
     def forward(self, x, rope, input_pos, kv_len, mask):
         cfg = self.cfg
         B, T, _ = x.shape
-        q, k, v = self.wqkv(x).split([cfg.q_dim, cfg.kv_dim, cfg.kv_dim], dim=-1)
+        with annotate("qkv"):
+            q, k, v = self.wqkv(x).split([cfg.q_dim, cfg.kv_dim, cfg.kv_dim], dim=-1)
         q = q.view(B, T, cfg.n_heads, cfg.head_dim)
         k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim)
         v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)
         if cfg.kernels == "triton":
-            return self.wo(self._triton(q, k, v, rope, input_pos, kv_len, mask))
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            y = self._triton(q, k, v, rope, input_pos, kv_len, mask)
+            with annotate("out_proj"):
+                return self.wo(y)
+        with annotate("rope"):
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        kc, vc = self.cache.update(self.layer, input_pos, k, v)
-        if kv_len is not None:
-            kc, vc = kc[:, :, :kv_len], vc[:, :, :kv_len]
-        if mask is not None and T == 1:
-            y = grouped_decode_attention(q, kc, vc, mask)
-        else:
-            y = F.scaled_dot_product_attention(q, kc, vc, attn_mask=mask,
-                                               is_causal=mask is None and T > 1,
-                                               enable_gqa=cfg.n_kv_heads != cfg.n_heads)
-        return self.wo(y.transpose(1, 2).reshape(B, T, cfg.q_dim))
+        with annotate("kv_write"):
+            kc, vc = self.cache.update(self.layer, input_pos, k, v)
+        with annotate("attention"):
+            if kv_len is not None:
+                kc, vc = kc[:, :, :kv_len], vc[:, :, :kv_len]
+            if mask is not None and T == 1:
+                y = grouped_decode_attention(q, kc, vc, mask)
+            else:
+                y = F.scaled_dot_product_attention(q, kc, vc, attn_mask=mask,
+                                                   is_causal=mask is None and T > 1,
+                                                   enable_gqa=cfg.n_kv_heads != cfg.n_heads)
+        with annotate("out_proj"):
+            return self.wo(y.transpose(1, 2).reshape(B, T, cfg.q_dim))
 
     def _triton(self, q, k, v, rope, input_pos, kv_len, mask):
         """Fused path: RoPE in place on the qkv views, cache write (quantized if so configured),
         Triton decode attention for one new token, SDPA for a prefill from position 0."""
         cfg, cache, i = self.cfg, self.cache, self.layer
         B, T = q.shape[:2]
-        rope_(q, k, *rope, input_pos)
+        with annotate("rope"):
+            rope_(q, k, *rope, input_pos)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if T == 1:
-            cache.write(i, input_pos, k, v)
+            with annotate("kv_write"):
+                cache.write(i, input_pos, k, v)
             scales = (cache.k_scale[i], cache.v_scale[i]) if cache.quantized else (None, None)
-            y = decode_attention(q, cache.k[i], cache.v[i], input_pos, *scales)
+            with annotate("attention"):
+                y = decode_attention(q, cache.k[i], cache.v[i], input_pos, *scales)
         elif mask is None and kv_len == T:  # prefill from position 0: attend to the fresh k, v
-            cache.write(i, input_pos, k, v)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                               enable_gqa=cfg.n_kv_heads != cfg.n_heads)
+            with annotate("kv_write"):
+                cache.write(i, input_pos, k, v)
+            with annotate("attention"):
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                   enable_gqa=cfg.n_kv_heads != cfg.n_heads)
         else:  # a chunk after a prefix: read (dequantized) cache, explicit mask
-            kc, vc = cache.update(i, input_pos, k, v)
-            y = F.scaled_dot_product_attention(q, kc[:, :, :kv_len], vc[:, :, :kv_len],
-                                               attn_mask=mask,
-                                               enable_gqa=cfg.n_kv_heads != cfg.n_heads)
+            with annotate("kv_write"):
+                kc, vc = cache.update(i, input_pos, k, v)
+            with annotate("attention"):
+                y = F.scaled_dot_product_attention(q, kc[:, :, :kv_len], vc[:, :, :kv_len],
+                                                   attn_mask=mask,
+                                                   enable_gqa=cfg.n_kv_heads != cfg.n_heads)
         return y.transpose(1, 2).reshape(B, T, cfg.q_dim)
 
 
@@ -180,15 +194,18 @@ class FeedForward(nn.Module):
         self.w2 = nn.Linear(cfg.ffn_dim, cfg.d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.w13(x)
-        if self.cfg.ffn_type == "swiglu" and self.cfg.kernels == "triton":
-            h = swiglu(h)
-        elif self.cfg.ffn_type == "swiglu":
-            gate, up = h.chunk(2, dim=-1)
-            h = F.silu(gate) * up
-        else:
-            h = F.gelu(h)
-        return self.w2(h)
+        with annotate("w13"):
+            h = self.w13(x)
+        with annotate("act"):
+            if self.cfg.ffn_type == "swiglu" and self.cfg.kernels == "triton":
+                h = swiglu(h)
+            elif self.cfg.ffn_type == "swiglu":
+                gate, up = h.chunk(2, dim=-1)
+                h = F.silu(gate) * up
+            else:
+                h = F.gelu(h)
+        with annotate("w2"):
+            return self.w2(h)
 
 
 class Block(nn.Module):

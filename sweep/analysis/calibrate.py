@@ -15,11 +15,13 @@
 - ``launch``: the fixed cost per kernel inside a CUDA graph and per op in eager mode.
 
 On a GPU the kernels are timed as CUDA-graph replays of back-to-back launches (kernel time plus
-the graph's gap, as a decode step runs them), median of repeats with min and p90 kept; on the CPU
-eagerly. Results: ``results/calibration/<device>.parquet`` (one row per entry: ``kind``, its
-shape columns, ``time_s``, ``time_s_min``, ``time_s_p90``) and ``<device>.json`` (device, driver,
-versions, date, grid, wall time), cached like the ceilings and measured on first use. On the CPU a
-reduced grid over the tiny shapes (``--quick``, what CI runs).
+the graph's gap, as a decode step runs them), median of repeats with min and p90 kept; GEMMs and
+decode attention rotate through copies of their weights / KV cache spanning 2.5x the L2 (cold, as
+each layer's are in a model; the elementwise kernels' inputs stay hot, as they come straight from
+the previous kernel); on the CPU eagerly. Results: ``results/calibration/<device>.parquet`` (one
+row per entry: ``kind``, its shape columns, ``time_s``, ``time_s_min``, ``time_s_p90``) and
+``<device>.json`` (device, driver, versions, date, grid, wall time), cached like the ceilings and
+measured on first use. On the CPU a reduced grid over the tiny shapes (``--quick``, what CI runs).
 """
 
 from __future__ import annotations
@@ -35,10 +37,10 @@ from pathlib import Path
 
 from ..atomic import write_atomic, write_json
 from ..env import REPO, environment, slug
-from .microbench import attention, elementwise, entry, launch, timer
+from .microbench import attention, cold_copies, elementwise, entry, launch, timer
 
 CAL_DIR = REPO / "results" / "calibration"
-VERSION = 2  # of the grid and the table's columns: a cache of another version is measured again
+VERSION = 3  # of the grid and the table's columns: a cache of another version is measured again
 OFF_GRID = [(1000, 1000), (1536, 2880), (2112, 1344), (5000, 3000), (4160, 4160)]  # not x64
 
 
@@ -73,15 +75,17 @@ def run(designs, device: str, quick: bool = False, log=print) -> list[dict]:
     shapes = gemm_shapes(designs) + ([] if quick else OFF_GRID)
     m_max = 32768 if cuda else 512
     for N, K in shapes:
-        w = rnd(N, K)
+        # weights read from DRAM on every call, as each layer's are in a model
+        ws = [rnd(N, K) for _ in range(cold_copies(N * K * (2 if cuda else 4), cuda))]
         for e in range(int(math.log2(m_max)) + 1):
             M = 2**e
             if M * max(N, K) * 2 > (2**31 if cuda else 2**26):  # bounded input size
                 break
             x = rnd(M, K)
-            sp = tm(lambda x=x, w=w: F.linear(x, w), n=2 if M * N * K > 2**36 else 8)
+            sp = tm([lambda x=x, w=w: F.linear(x, w) for w in ws],
+                    n=2 if M * N * K > 2**36 else 8)
             rows.append(entry("gemm", sp, M=M, N=N, K=K, dtype=dtype, flops=2.0 * M * N * K))
-        del w
+        del ws
     log(f"calibrate: {len(shapes)} GEMM shapes")
     rows += attention(designs, device, tm, rnd, quick, dtype)
     log("calibrate: attention")

@@ -3,18 +3,36 @@ attention, the elementwise kernels, the launch costs, and the timer they share. 
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
+COLD_L2_MULTIPLE = 2.5  # inputs rotated until they span this many L2 caches
+
+
+def cold_copies(nbytes: float, cuda: bool, cap: int = 64) -> int:
+    """How many copies of ``nbytes`` of input a benchmark rotates through so that each call reads
+    its weights (or KV cache) from DRAM, as every layer of a model does: enough to span
+    ``COLD_L2_MULTIPLE`` times the GPU's L2 (``L2_cache_size``), at most ``cap``; 1 on the CPU."""
+    if not cuda:
+        return 1
+    import torch
+
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20)
+    return int(min(cap, max(1, math.ceil(COLD_L2_MULTIPLE * l2 / max(nbytes, 1.0)))))
+
 
 def timer(cuda: bool, reps: int):
-    """``time(fn) -> spread (s)`` of one call: on a GPU a CUDA graph of ``n`` back-to-back calls
-    replayed ``reps`` times (kernel time plus the graph's gap), on the CPU plain repeats."""
+    """``time(fn, n) -> spread (s)`` of one call: on a GPU a CUDA graph of ``n`` back-to-back
+    calls replayed ``reps`` times (kernel time plus the graph's gap), on the CPU plain repeats.
+    ``fn`` may be a list of calls on different copies of the inputs (``cold_copies``): the graph
+    cycles through them, so no call finds its inputs in L2 left there by the previous one."""
     import torch
 
     from ..measure.timing import spread
 
     def cpu(fn, n=1):
+        fn = fn[0] if isinstance(fn, list) else fn
         fn()
         ts = []
         for _ in range(reps):
@@ -24,15 +42,18 @@ def timer(cuda: bool, reps: int):
         return spread(ts)
 
     def gpu(fn, n=8):
+        fns = fn if isinstance(fn, list) else [fn]
+        n = max(n, len(fns))
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
-            fn()
+            for f in fns:
+                f()
         torch.cuda.current_stream().wait_stream(s)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            for _ in range(n):
-                fn()
+            for i in range(n):
+                fns[i % len(fns)]()
         g.replay()
         torch.cuda.synchronize()
         ts = []
@@ -65,9 +86,14 @@ def attention(designs, device, tm, rnd, quick, dtype) -> list[dict]:
     rows = []
     impls = ["torch"] + (["triton"] if cuda else [])
     kvs = ["bf16", "int8", "fp8_e4m3"] if cuda else [dtype]
-    grid = ([(1, 2, 4, 64, 16), (2, 2, 4, 128, 16), (2, 4, 2, 256, 32)] if quick else
-            [(b, hkv, gq, s, d) for b in (1, 8, 64) for hkv in (1, 8, 32) for gq in (1, 4)
+    # (B, Hkv, G, S, D): GQA groups 1 .. 32 (the torch path's cost grows with the query heads'
+    # fp32 scores, B * H * S, beside the KV bytes)
+    grid = ([(1, 2, 4, 64, 16), (2, 2, 4, 128, 16), (2, 4, 2, 256, 32), (1, 1, 8, 128, 16)]
+            if quick else
+            [(b, hkv, gq, s, d) for b in (1, 8, 64) for hkv, gq in ((1, 32), (2, 16), (8, 4),
+                                                                    (8, 1), (32, 1))
              for s in (512, 4096) for d in (64, 128) if b * hkv * s <= 64 * 8 * 4096])
+    kvbytes = {"bf16": 2, "fp16": 2, "fp32": 4, "int8": 1, "fp8_e4m3": 1}
     for impl in impls:
         for kvd in kvs:
             if impl == "torch" and kvd in ("int8", "fp8_e4m3"):
@@ -77,30 +103,32 @@ def attention(designs, device, tm, rnd, quick, dtype) -> list[dict]:
                 q = rnd(B, H, 1, D)
                 cache = S + 64
                 pos = torch.tensor([S - 1], device=device)
-                if impl == "torch":
-                    k, v = rnd(B, Hkv, S, D), rnd(B, Hkv, S, D)
-                    mask = torch.ones(1, S, dtype=torch.bool, device=device)
-                    sp = tm(lambda q=q, k=k, v=v, mask=mask: grouped_decode_attention(q, k, v, mask))
-                    scale_b = 0
-                else:
+                scale_b = 4 if kvd in ("int8", "fp8_e4m3") else 0
+                nbytes = 2.0 * B * Hkv * S * (D * kvbytes[kvd] + scale_b)
+                fns = []
+                for _ in range(cold_copies(nbytes, cuda, cap=32)):
+                    if impl == "torch":
+                        k, v = rnd(B, Hkv, S, D), rnd(B, Hkv, S, D)
+                        mask = torch.ones(1, S, dtype=torch.bool, device=device)
+                        fns.append(lambda q=q, k=k, v=v, mask=mask:
+                                   grouped_decode_attention(q, k, v, mask))
+                        continue
                     from kernels.decode_attention import decode_attention
 
                     if kvd == "bf16":
-                        k, v, ks, vs, scale_b = rnd(B, Hkv, cache, D), rnd(B, Hkv, cache, D), \
-                            None, None, 0
+                        k, v, ks, vs = rnd(B, Hkv, cache, D), rnd(B, Hkv, cache, D), None, None
                     else:
                         t = torch.int8 if kvd == "int8" else torch.float8_e4m3fn
                         k = rnd(B, Hkv, cache, D, dt=torch.float32).clamp(-100, 100).to(t)
                         v = rnd(B, Hkv, cache, D, dt=torch.float32).clamp(-100, 100).to(t)
                         ks = torch.rand(B, Hkv, cache, device=device) / 100
                         vs = torch.rand(B, Hkv, cache, device=device) / 100
-                        scale_b = 4
-                    sp = tm(lambda q=q, k=k, v=v, ks=ks, vs=vs, pos=pos:
-                            decode_attention(q, k, v, pos, ks, vs))
-                kvb = {"bf16": 2, "fp16": 2, "fp32": 4, "int8": 1, "fp8_e4m3": 1}[kvd]
+                    fns.append(lambda q=q, k=k, v=v, ks=ks, vs=vs, pos=pos:
+                               decode_attention(q, k, v, pos, ks, vs))
+                sp = tm(fns)
                 rows.append(entry("decode_attn", sp, impl=impl, kv_dtype=kvd, B=B, Hkv=Hkv, G=G,
-                                 S=S, D=D, bytes=2.0 * B * Hkv * S * (D * kvb + scale_b)))
-                del k, v
+                                 S=S, D=D, bytes=nbytes, scores=float(B * H * S)))
+                del fns
     for T in ((16, 64, 256) if quick else (128, 512, 1024, 2048, 4096, 8192)):
         for D in ((16,) if quick else (64, 128)):
             BH = max(1, (2**21 if cuda else 2**14) // T)
@@ -199,17 +227,20 @@ def launch(device, tm) -> list[dict]:
     else:
         rows.append(entry("launch", spread([0.0]), op="graph"))
     for impl in ("torch", "triton") if device == "cuda" else ("torch",):
-        per_layer, fixed = _eager_host(device, impl)
-        rows.append(entry("launch", spread([per_layer]), op=f"eager_layer_{impl}"))
-        rows.append(entry("launch", spread([fixed]), op=f"eager_fixed_{impl}"))
+        for stage, suffix in (("decode", ""), ("prefill", "_prefill")):
+            per_layer, fixed = _eager_host(device, impl, stage)
+            rows.append(entry("launch", spread([per_layer]), op=f"eager_layer_{impl}{suffix}"))
+            rows.append(entry("launch", spread([fixed]), op=f"eager_fixed_{impl}{suffix}"))
     return rows
 
 
-def _eager_host(device: str, impl: str) -> tuple[float, float]:
+def _eager_host(device: str, impl: str, stage: str = "decode") -> tuple[float, float]:
     """Host time (s) to issue one layer, and the rest of a forward (embedding, final norm, LM
-    head), of the zoo's model run eagerly: forwards of a one-token step on a model of tiny
-    dimensions (the GPU's work is negligible, so the wall time is the host's), with 2 and 6
-    layers; per layer = the difference / 4 (fastest of 7 runs of 20 forwards each)."""
+    head), of the zoo's model run eagerly: forwards of a one-token decode step (``stage``
+    ``decode``) or a 16-token prefill from position 0 (``prefill``: its own ops, SDPA and the
+    cache write) on a model of tiny dimensions (the GPU's work is negligible, so the wall time is
+    the host's), with 2 and 6 layers; per layer = the difference / 4 (fastest of 7 runs of 20
+    forwards each)."""
     import torch
 
     from zoo import ModelConfig, Transformer
@@ -220,17 +251,19 @@ def _eager_host(device: str, impl: str) -> tuple[float, float]:
                                        if device == "cuda" else {}))
         m = Transformer.build(cfg, device)
         m.setup_cache(1, 64)
-        tok = torch.zeros(1, 1, dtype=torch.long, device=device)
+        T = 16 if stage == "prefill" else 1
+        tok = torch.zeros(1, T, dtype=torch.long, device=device)
+        pos, kv = (m.positions[:T], T) if T > 1 else (m.positions[10:11], 11)
         with torch.no_grad():
             for _ in range(10):
-                m(tok, m.positions[10:11], kv_len=11)
+                m(tok, pos, kv_len=kv, last_only=T > 1)
             if device == "cuda":
                 torch.cuda.synchronize()
             ts = []
             for _ in range(7):
                 t0 = time.perf_counter()
                 for _ in range(20):
-                    m(tok, m.positions[10:11], kv_len=11)
+                    m(tok, pos, kv_len=kv, last_only=T > 1)
                 ts.append((time.perf_counter() - t0) / 20)
                 if device == "cuda":
                     torch.cuda.synchronize()

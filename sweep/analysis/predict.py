@@ -29,12 +29,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from zoo import ModelConfig
 from zoo.config import DTYPE_BYTES
 
 from .derived import STAGE_TIMES
+from .pricing import Calibrated
 
 MODULES = ("qkv", "attention", "out_proj", "ffn", "lm_head", "norms_elementwise",
            "launch_overhead")
@@ -114,127 +113,6 @@ def roofline_time(k: Kernel, peak_flops: float, peak_bytes_s: float) -> float:
     return max(k.flops / peak_flops if peak_flops else 0.0, k.bytes / peak_bytes_s)
 
 
-def _interp_log(x: float, xs: np.ndarray, ys: np.ndarray) -> tuple[float, bool]:
-    """Piecewise-linear interpolation of log y over log x; ``(y, inside)``: outside the range the
-    nearest end is extended along the last segment's slope and ``inside`` is False."""
-    lx, lxs, lys = math.log(x), np.log(xs), np.log(ys)
-    if len(xs) == 1:
-        return float(ys[0]), x == xs[0]
-    inside = bool(lxs[0] <= lx <= lxs[-1])
-    if lx < lxs[0]:
-        return float(ys[0]), False  # below the smallest M: a GEMM does not get faster
-    if lx > lxs[-1]:
-        slope = (lys[-1] - lys[-2]) / (lxs[-1] - lxs[-2])
-        return float(math.exp(lys[-1] + slope * (lx - lxs[-1]))), False
-    return float(math.exp(np.interp(lx, lxs, lys))), inside
-
-
-class Calibrated:
-    """Prices kernels from a calibration table (``sweep.analysis.calibrate``).
-
-    Args:
-        table: the calibration rows (pandas DataFrame); meta: its JSON meta (device, date).
-        scale: ``{"compute": f, "memory": g}`` time factors when transferred from another device
-            (``transfer``); 1 on the device it was measured on.
-    """
-
-    def __init__(self, table, meta: dict, scale: dict | None = None):
-        self.t, self.meta = table, meta
-        self.scale = scale or {"compute": 1.0, "memory": 1.0}
-        self.notes: list[str] = []
-        self._fits: dict = {}
-
-    def _note(self, text):
-        if text not in self.notes:
-            self.notes.append(text)
-
-    def gemm(self, s: dict) -> tuple[float, str]:
-        g = self.t[(self.t.kind == "gemm") & (self.t.dtype == s["dtype"])]
-        if g.empty:
-            raise KeyError(f"no {s['dtype']} GEMM in the calibration")
-        same = g[(g.N == s["N"]) & (g.K == s["K"])]
-        basis = f"gemm N={s['N']} K={s['K']}"
-        if same.empty:  # the nearest calibrated (N, K), its achieved FLOP/s at this M
-            dist = (np.log(g.N) - math.log(s["N"])) ** 2 + (np.log(g.K) - math.log(s["K"])) ** 2
-            nn = g.loc[dist.idxmin()]
-            same = g[(g.N == nn.N) & (g.K == nn.K)]
-            basis = f"gemm N={int(nn.N)} K={int(nn.K)} (nearest; scaled by FLOPs)"
-            self._note(f"GEMM N={s['N']} K={s['K']} not calibrated: scaled from "
-                       f"N={int(nn.N)} K={int(nn.K)}")
-        same = same.sort_values("M")
-        t, inside = _interp_log(s["M"], same.M.to_numpy(float), same.time_s.to_numpy(float))
-        if "nearest" in basis:  # the same achieved FLOP/s on this GEMM's FLOPs
-            t *= s["N"] * s["K"] / float(same.N.iloc[0] * same.K.iloc[0])
-        if not inside:
-            self._note(f"GEMM M={s['M']} outside the calibrated M range "
-                       f"[{int(same.M.min())}, {int(same.M.max())}] for N={s['N']} K={s['K']}")
-        wb = DTYPE_BYTES[s["dtype"]]
-        ai = 2 * s["M"] * s["N"] * s["K"] / ((s["N"] * s["K"] + s["M"] * (s["N"] + s["K"])) * wb)
-        bound = "compute" if ai >= self.scale.get("ridge", 0.0) else "memory"
-        return t * self.scale[bound], basis
-
-    def _linear(self, kind: str, key: dict) -> tuple[float, float, float, float]:
-        """``(fixed s, s/byte, min bytes, max bytes)`` of a least-squares fit of time on bytes."""
-        sel = self.t[self.t.kind == kind]
-        for k, v in key.items():
-            sel = sel[sel[k] == v]
-        if len(sel) < 2:
-            raise KeyError(f"no {kind} {key} in the calibration")
-        fk = (kind, tuple(sorted(key.items())))
-        if fk not in self._fits:
-            x, y = sel.bytes.to_numpy(float), sel.time_s.to_numpy(float)
-            slope, fixed = np.polyfit(x, y, 1, w=1 / y)  # relative error weighted
-            self._fits[fk] = (max(fixed, float(y.min()) * 0.5), max(slope, 0.0), x.min(), x.max())
-        return self._fits[fk]
-
-    def linear(self, kind: str, key: dict, nbytes: float) -> tuple[float, str]:
-        """Time of a bandwidth kernel moving ``nbytes``: interpolated in log-log between the
-        calibrated sizes (median over shapes of equal bytes); outside them the linear fit
-        ``fixed + bytes / bandwidth``, noted. A transfer scales the per-byte part."""
-        fixed, per_byte, lo, hi = self._linear(kind, key)
-        name = f"{kind} {'/'.join(str(v) for v in key.values())}"
-        if not lo <= nbytes <= hi:
-            self._note(f"{kind} {key} at {nbytes:.3g} bytes outside the calibrated "
-                       f"[{lo:.3g}, {hi:.3g}]")
-            return fixed + per_byte * nbytes * self.scale["memory"], f"{name} linear fit"
-        sel = self.t[self.t.kind == kind]
-        for k, v in key.items():
-            sel = sel[sel[k] == v]
-        med = sel.groupby("bytes").time_s.median()
-        t, _ = _interp_log(nbytes, med.index.to_numpy(float), med.to_numpy(float))
-        return fixed + (t - fixed) * self.scale["memory"], f"{name} interpolated by bytes"
-
-    def prefill_attn(self, s: dict, flops: float) -> tuple[float, str]:
-        p = self.t[(self.t.kind == "prefill_attn")]
-        if p.empty:
-            raise KeyError("no prefill attention in the calibration")
-        d = p[p.D == min(p.D.unique(), key=lambda v: abs(v - s["D"]))].sort_values("T")
-        eff = d.flops.to_numpy(float) / d.time_s.to_numpy(float)  # FLOP/s at each T
-        e, inside = _interp_log(s["T"], d["T"].to_numpy(float), eff)
-        if not inside:
-            self._note(f"prefill attention T={s['T']} outside the calibrated "
-                       f"[{int(d['T'].min())}, {int(d['T'].max())}]")
-        return flops / e * self.scale["compute"], f"prefill_attn D={int(d.D.iloc[0])}"
-
-    def launch(self, what: str) -> float:
-        row = self.t[(self.t.kind == "launch") & (self.t.op == what)]
-        if row.empty:
-            raise KeyError(f"no launch cost '{what}' in the calibration")
-        return float(row.time_s.iloc[0])
-
-    def price(self, k: Kernel) -> tuple[float, str]:
-        """Calibrated time of one launch of ``k`` (s) and the entry it came from."""
-        if k.kind == "gemm":
-            return self.gemm(k.shape)
-        if k.kind == "decode_attn":
-            return self.linear("decode_attn", {"impl": k.shape["impl"],
-                                               "kv_dtype": k.shape["kv_dtype"]}, k.bytes)
-        if k.kind == "prefill_attn":
-            return self.prefill_attn(k.shape, k.flops / 2)  # causal: half the scores
-        return self.linear("elementwise", {"op": k.shape["op"], "impl": k.shape["impl"]},
-                           k.bytes)
-
-
 def _stage(cfg, batch, new, context, kernels, mode, cal, peaks) -> dict:
     """Predicted times (s) of one stage: per module kind for both kinds, with bases and notes."""
     ks = kernel_list(cfg, batch, new, context, kernels)
@@ -258,10 +136,15 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks) -> dict:
         calib["launch_overhead"] = STEP_EAGER_OPS * cal.launch("graph_kernel")
     else:  # the host issues every op: the stage takes the longer of host and GPU
         impl = "triton" if kernels == "triton" else "torch"
-        try:
-            host = (cfg.n_layers * cal.launch(f"eager_layer_{impl}")
-                    + cal.launch(f"eager_fixed_{impl}"))
-        except KeyError:  # an older calibration: per op
+        host = None
+        for suffix in (("_prefill", "") if new > 1 else ("",)):  # the stage's own host cost
+            try:
+                host = (cfg.n_layers * cal.launch(f"eager_layer_{impl}{suffix}")
+                        + cal.launch(f"eager_fixed_{impl}{suffix}"))
+                break
+            except KeyError:
+                continue
+        if host is None:  # an older calibration: per op
             host = launches * cal.launch("eager_op")
         calib["launch_overhead"] = max(0.0, host - gpu)
     out.update(calibrated=calib, calibrated_total=sum(calib.values()), launches=launches,
@@ -299,11 +182,17 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
         calibration.notes = []
     row = {}
     for stage, (new, context) in (("prefill", (T, T)), ("decode", (1, ctx))):
-        st = _stage(cfg, B, new, context, kernels, mode, calibration, (pf, pb))
+        # torch.compile's decode runs Inductor's own fused kernels and graphs: not calibrated
+        cal = None if stage == "decode" and mode == "compile" else calibration
+        st = _stage(cfg, B, new, context, kernels, mode, cal, (pf, pb))
         row[f"{stage}_pred_ms_roofline"] = 1e3 * st["roofline_total"]
         src = st.get("calibrated", st["roofline"])
-        row[f"{stage}_pred_ms_calibrated"] = (1e3 * st["calibrated_total"] if calibration
-                                              else math.nan)
+        row[f"{stage}_pred_ms_calibrated"] = 1e3 * st["calibrated_total"] if cal else math.nan
+        if calibration is not None and cal is None:
+            row["decode_pred_reason"] = ("mode=compile: torch.compile's Inductor kernels are not "
+                                         "modelled (the eager kernels' price would be a guess)")
+            row.update({f"decode_pred_ms_{m}": math.nan for m in MODULES})
+            continue
         for m in MODULES:
             row[f"{stage}_pred_ms_{m}"] = 1e3 * src[m]
         if calibration is not None:
@@ -323,8 +212,9 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
 def transfer(cal: Calibrated, src_ceilings: dict, dst_ceilings: dict, dtype: str = "bf16"
              ) -> Calibrated:
     """A calibration priced for another device: compute-bound terms (GEMMs, prefill attention)
-    scaled by the ratio of the GEMM ceilings, memory-bound ones (decode attention, elementwise)
-    by the ratio of the copy bandwidths; fixed costs (launches, fit intercepts) unchanged."""
+    scaled by the ratio of the GEMM ceilings, memory-bound ones (skinny GEMMs, decode attention,
+    elementwise) by the ratio of the copy bandwidths; fixed costs (launches, fit intercepts, a
+    memory-bound GEMM's latency: ``Calibrated._gemm_fixed``) unchanged."""
     f = src_ceilings[f"gemm_flops_{dtype}"] / dst_ceilings[f"gemm_flops_{dtype}"]
     g = src_ceilings["copy_bytes_s"] / dst_ceilings["copy_bytes_s"]
     meta = dict(cal.meta, transferred_to=dst_ceilings.get("device", "another device"))

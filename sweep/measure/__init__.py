@@ -3,8 +3,9 @@
 Holds the timers (``timing``), the measurement child (``child``: ``python -m sweep.trial`` in a
 process of its own) and the profiled window it runs (``window``), and one module per profiler,
 each owning all of its work, the extra child runs included: ``nvml`` (power and energy, sampled
-inside the timed child), ``torch_prof`` (torch.profiler, with ``cublaslt``'s GEMM log), ``ncu``
-(Nsight Compute) and ``nsys`` (Nsight Systems). A profiler that needs runs of its own has
+inside the timed child),
+``modules`` (kernel time per module kind), ``torch_prof`` (torch.profiler, with ``cublaslt``'s
+GEMM log), ``ncu`` (Nsight Compute) and ``nsys`` (Nsight Systems). A profiler that needs runs of its own has
 ``wanted(profile) -> bool`` and ``profile_trial(spec, trial_dir, cfg, workload, ceilings) -> dict``
 (results-row columns, or ``_reason`` columns saying why not); the objective calls those of
 ``PROFILERS`` in a loop, so adding a profiler touches this list and its own file.
@@ -15,9 +16,9 @@ the report.
 
 from __future__ import annotations
 
-from . import ncu, nsys, torch_prof
+from . import modules, ncu, nsys, torch_prof
 
-PROFILERS = (torch_prof, ncu, nsys)  # run in this order after the timed child
+PROFILERS = (modules, torch_prof, ncu, nsys)  # run in this order after the timed child
 
 
 def profilers(profile: dict) -> list:

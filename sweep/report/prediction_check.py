@@ -5,7 +5,11 @@ Per stage (TTFT = prefill, TPOT = decode step), over every COMPLETE row of the s
 distribution of the signed error of the calibrated prediction against the measurement
 (``{stage}_pred_error_pct``) and of the roofline-only prediction on the same rows
 (``{stage}_pred_error_pct_roofline``): median and p90 of |error|, mean signed error, count. The
-rows themselves (design, measured, both predictions, errors) go to ``--csv``.
+rows themselves (design, measured, both predictions, errors) go to ``--csv``. Rows the model
+did not price (``{stage}_pred_reason``, e.g. ``mode=compile``) are counted apart with the reason.
+Where the rows were profiled per module (``profile=modules``), ``modules`` gives per stage each
+module kind's share error (points, predicted - measured share of the stage) and how many designs
+have every module within 5 points.
 """
 
 from __future__ import annotations
@@ -38,6 +42,32 @@ def summary(df: pd.DataFrame) -> dict:
                              "p90_abs_pct": float(np.percentile(e.abs(), 90)) if len(e) else None,
                              "mean_signed_pct": float(e.mean()) if len(e) else None,
                              "n": int(len(e))}
+        why = done.get(f"{st}_pred_reason", pd.Series(dtype=object)).dropna()
+        out[st]["not_predicted"] = {str(k): int(v) for k, v in why.value_counts().items()}
+    return out
+
+
+def modules(df: pd.DataFrame, within_pts: float = 5.0) -> dict:
+    """``{stage: {module: {median_abs_pts, max_abs_pts}, designs, designs_within}}`` over the
+    COMPLETE rows with ``{stage}_share_err_pts_max`` (profiled per module)."""
+    done = df[df["state"] == "COMPLETE"] if "state" in df else df
+    out = {}
+    for st in STAGES:
+        col = f"{st}_share_err_pts_max"
+        if col not in done:
+            continue
+        rows = done[done[col].notna()]
+        if rows.empty:
+            continue
+        per = {}
+        for c in rows.columns:
+            if c.startswith(f"{st}_share_err_pts_") and c != col:
+                e = rows[c].astype(float).abs()
+                per[c.removeprefix(f"{st}_share_err_pts_")] = {
+                    "median_abs_pts": float(e.median()), "max_abs_pts": float(e.max())}
+        out[st] = {"modules": per, "designs": int(len(rows)),
+                   "designs_within": int((rows[col].astype(float) <= within_pts).sum()),
+                   "within_pts": within_pts}
     return out
 
 
@@ -53,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         df = df.assign(study=meta["study"], design=[design_label(r) for _, r in df.iterrows()])
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
-    res = {"studies": [str(s) for s in a.studies], "summary": summary(df),
+    res = {"studies": [str(s) for s in a.studies], "summary": summary(df), "modules": modules(df),
            "prediction_basis": sorted(df.get("prediction_basis", pd.Series(dtype=str))
                                       .dropna().unique().tolist())}
     print(json.dumps(res["summary"], indent=1))
@@ -64,9 +94,11 @@ def main(argv: list[str] | None = None) -> int:
                 *[c for st, m in STAGES.items() for c in (m, f"{st}_pred_ms_calibrated",
                                                            f"{st}_pred_ms_roofline",
                                                            f"{st}_pred_error_pct",
-                                                           f"{st}_pred_error_pct_roofline")]]
+                                                           f"{st}_pred_error_pct_roofline")],
+                *[c for c in df.columns if "_share_" in c or "_meas_ms_" in c
+                  or c.startswith(("prefill_pred_ms_", "decode_pred_ms_"))]]
         done = df[df["state"] == "COMPLETE"]
-        done[[c for c in cols if c in done]].to_csv(a.csv, index=False)
+        done[list(dict.fromkeys(c for c in cols if c in done))].to_csv(a.csv, index=False)
     return 0
 
 

@@ -1,0 +1,200 @@
+"""Pricing a kernel from a device's calibration table (``sweep.analysis.calibrate``).
+
+``Calibrated`` turns one kernel of ``sweep.analysis.predict.kernel_list`` (its ``kind`` and
+``shape``) into seconds: GEMMs interpolated in log M between the calibrated M of the same
+``(N, K)`` (or scaled from the nearest calibrated ``(N, K)`` by its achieved FLOP/s); decode
+attention from a fit on KV bytes and scores corrected by the nearest calibrated shape; the
+elementwise kernels interpolated by bytes in log-log; prefill attention from the achieved FLOP/s
+at the nearest sequence length and head_dim; launch costs as measured. A term outside the
+calibrated range goes to ``notes``. A transfer to another device (``predict.transfer``) scales the
+compute- and memory-bound parts (``scale``) and leaves the fixed ones.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from zoo.config import DTYPE_BYTES
+
+
+def _interp_log(x: float, xs: np.ndarray, ys: np.ndarray) -> tuple[float, bool]:
+    """Piecewise-linear interpolation of log y over log x; ``(y, inside)``: outside the range the
+    nearest end is extended along the last segment's slope and ``inside`` is False."""
+    lx, lxs, lys = math.log(x), np.log(xs), np.log(ys)
+    if len(xs) == 1:
+        return float(ys[0]), x == xs[0]
+    inside = bool(lxs[0] <= lx <= lxs[-1])
+    if lx < lxs[0]:
+        return float(ys[0]), False  # below the smallest M: a GEMM does not get faster
+    if lx > lxs[-1]:
+        slope = (lys[-1] - lys[-2]) / (lxs[-1] - lxs[-2])
+        return float(math.exp(lys[-1] + slope * (lx - lxs[-1]))), False
+    return float(math.exp(np.interp(lx, lxs, lys))), inside
+
+
+class Calibrated:
+    """Prices kernels from a calibration table (``sweep.analysis.calibrate``).
+
+    Args:
+        table: the calibration rows (pandas DataFrame); meta: its JSON meta (device, date).
+        scale: ``{"compute": f, "memory": g}`` time factors when transferred from another device
+            (``transfer``); 1 on the device it was measured on.
+    """
+
+    def __init__(self, table, meta: dict, scale: dict | None = None):
+        self.t, self.meta = table, meta
+        self.scale = scale or {"compute": 1.0, "memory": 1.0}
+        self.notes: list[str] = []
+        self._fits: dict = {}
+
+    def _note(self, text):
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def gemm(self, s: dict) -> tuple[float, str]:
+        g = self.t[(self.t.kind == "gemm") & (self.t.dtype == s["dtype"])]
+        if g.empty:
+            raise KeyError(f"no {s['dtype']} GEMM in the calibration")
+        same = g[(g.N == s["N"]) & (g.K == s["K"])]
+        basis = f"gemm N={s['N']} K={s['K']}"
+        if same.empty:  # the nearest calibrated (N, K), its achieved FLOP/s at this M
+            dist = (np.log(g.N) - math.log(s["N"])) ** 2 + (np.log(g.K) - math.log(s["K"])) ** 2
+            nn = g.loc[dist.idxmin()]
+            same = g[(g.N == nn.N) & (g.K == nn.K)]
+            basis = f"gemm N={int(nn.N)} K={int(nn.K)} (nearest; scaled by FLOPs)"
+            self._note(f"GEMM N={s['N']} K={s['K']} not calibrated: scaled from "
+                       f"N={int(nn.N)} K={int(nn.K)}")
+        same = same.sort_values("M")
+        t, inside = _interp_log(s["M"], same.M.to_numpy(float), same.time_s.to_numpy(float))
+        if "nearest" in basis:  # the same achieved FLOP/s on this GEMM's FLOPs
+            t *= s["N"] * s["K"] / float(same.N.iloc[0] * same.K.iloc[0])
+        if not inside:
+            self._note(f"GEMM M={s['M']} outside the calibrated M range "
+                       f"[{int(same.M.min())}, {int(same.M.max())}] for N={s['N']} K={s['K']}")
+        wb = DTYPE_BYTES[s["dtype"]]
+        ai = 2 * s["M"] * s["N"] * s["K"] / ((s["N"] * s["K"] + s["M"] * (s["N"] + s["K"])) * wb)
+        if ai >= self.scale.get("ridge", 0.0):
+            return t * self.scale["compute"], basis
+        fixed = min(self._gemm_fixed(s["dtype"]), t)  # latency a faster memory does not shorten
+        return fixed + (t - fixed) * self.scale["memory"], basis
+
+    def _gemm_fixed(self, dtype: str) -> float:
+        """The fixed part (s) of a memory-bound GEMM: intercept of ``time = fixed + bytes /
+        bandwidth`` fitted (relative weights) over this dtype's calibrated GEMMs with M <= 16."""
+        if ("gemm_fixed", dtype) not in self._fits:
+            g = self.t[(self.t.kind == "gemm") & (self.t.dtype == dtype) & (self.t.M <= 16)]
+            fixed = 0.0
+            if len(g) >= 2:
+                wb = DTYPE_BYTES[dtype]
+                x = ((g.N * g.K + g.M * (g.N + g.K)) * wb).to_numpy(float)
+                y = g.time_s.to_numpy(float)
+                _, fixed = np.polyfit(x, y, 1, w=1 / y)
+            self._fits[("gemm_fixed", dtype)] = max(float(fixed), 0.0)
+        return self._fits[("gemm_fixed", dtype)]
+
+    def _linear(self, kind: str, key: dict) -> tuple[float, float, float, float]:
+        """``(fixed s, s/byte, min bytes, max bytes)`` of a least-squares fit of time on bytes."""
+        sel = self.t[self.t.kind == kind]
+        for k, v in key.items():
+            sel = sel[sel[k] == v]
+        if len(sel) < 2:
+            raise KeyError(f"no {kind} {key} in the calibration")
+        fk = (kind, tuple(sorted(key.items())))
+        if fk not in self._fits:
+            x, y = sel.bytes.to_numpy(float), sel.time_s.to_numpy(float)
+            slope, fixed = np.polyfit(x, y, 1, w=1 / y)  # relative error weighted
+            self._fits[fk] = (max(fixed, float(y.min()) * 0.5), max(slope, 0.0), x.min(), x.max())
+        return self._fits[fk]
+
+    def linear(self, kind: str, key: dict, nbytes: float) -> tuple[float, str]:
+        """Time of a bandwidth kernel moving ``nbytes``: interpolated in log-log between the
+        calibrated sizes (median over shapes of equal bytes); outside them the linear fit
+        ``fixed + bytes / bandwidth``, noted. A transfer scales the per-byte part."""
+        fixed, per_byte, lo, hi = self._linear(kind, key)
+        name = f"{kind} {'/'.join(str(v) for v in key.values())}"
+        if not lo <= nbytes <= hi:
+            self._note(f"{kind} {key} at {nbytes:.3g} bytes outside the calibrated "
+                       f"[{lo:.3g}, {hi:.3g}]")
+            return fixed + per_byte * nbytes * self.scale["memory"], f"{name} linear fit"
+        sel = self.t[self.t.kind == kind]
+        for k, v in key.items():
+            sel = sel[sel[k] == v]
+        med = sel.groupby("bytes").time_s.median()
+        t, _ = _interp_log(nbytes, med.index.to_numpy(float), med.to_numpy(float))
+        return fixed + (t - fixed) * self.scale["memory"], f"{name} interpolated by bytes"
+
+    def decode_attn(self, s: dict, nbytes: float) -> tuple[float, str]:
+        """One decode-attention call: ``fixed + a * KV bytes + b * scores`` (``scores = B * H *
+        S``, the query-key products the torch path keeps in fp32), least squares with relative
+        weights over the calibrated shapes of this implementation and KV dtype (a negative
+        coefficient is dropped and the fit redone). Outside the calibrated KV bytes or GQA group
+        sizes the row's notes say so. A transfer scales the bytes and scores terms."""
+        key = (s["impl"], s["kv_dtype"])
+        if key not in self._fits:
+            sel = self.t[(self.t.kind == "decode_attn") & (self.t.impl == key[0])
+                         & (self.t.kv_dtype == key[1])]
+            if len(sel) < 3:
+                raise KeyError(f"no decode_attn {'/'.join(key)} in the calibration")
+            scores = (sel.B * sel.Hkv * sel.G * sel.S).to_numpy(float)
+            X = np.stack([np.ones(len(sel)), sel.bytes.to_numpy(float), scores], 1)
+            y = sel.time_s.to_numpy(float)
+            cols = [0, 1, 2]
+            while True:
+                coef, *_ = np.linalg.lstsq(X[:, cols] / y[:, None], np.ones(len(y)), rcond=None)
+                neg = [c for c, v in zip(cols[1:], coef[1:]) if v < 0]
+                if not neg:
+                    break
+                cols.remove(neg[0])
+            full = np.zeros(3)
+            full[cols] = coef
+            fixed = max(full[0], 0.0)
+            # each calibrated shape's measured / fitted ratio, to correct the fit near it
+            ratio = y / (fixed + X[:, 1] * full[1] + X[:, 2] * full[2])
+            shapes = np.log(sel[["B", "Hkv", "G", "S", "D"]].to_numpy(float))
+            self._fits[key] = (fixed, full[1], full[2], sel.bytes.min(), sel.bytes.max(),
+                               int(sel.G.min()), int(sel.G.max()), shapes, ratio)
+        fixed, a, b, lo, hi, g_lo, g_hi, shapes, ratio = self._fits[key]
+        if not lo <= nbytes <= hi or not g_lo <= s["G"] <= g_hi:
+            self._note(f"decode_attn {'/'.join(key)} at {nbytes:.3g} KV bytes, group {s['G']}: "
+                       f"outside the calibrated [{lo:.3g}, {hi:.3g}] bytes, groups "
+                       f"[{g_lo}, {g_hi}] (linear fit extended)")
+        var = a * nbytes + b * s["B"] * s["Hkv"] * s["G"] * s["S"]
+        t = fixed + var * self.scale["memory"]
+        far = np.abs(shapes - np.log([s["B"], s["Hkv"], s["G"], s["S"], s["D"]])).max(1)
+        basis = f"decode_attn {'/'.join(key)} fit on KV bytes and scores"
+        if far.min() <= math.log(2):  # a calibrated shape within 2x in every dim: its residual
+            t *= float(ratio[far.argmin()])
+            basis += ", corrected by the nearest calibrated shape"
+        return t, basis
+
+    def prefill_attn(self, s: dict, flops: float) -> tuple[float, str]:
+        p = self.t[(self.t.kind == "prefill_attn")]
+        if p.empty:
+            raise KeyError("no prefill attention in the calibration")
+        d = p[p.D == min(p.D.unique(), key=lambda v: abs(v - s["D"]))].sort_values("T")
+        eff = d.flops.to_numpy(float) / d.time_s.to_numpy(float)  # FLOP/s at each T
+        e, inside = _interp_log(s["T"], d["T"].to_numpy(float), eff)
+        if not inside:
+            self._note(f"prefill attention T={s['T']} outside the calibrated "
+                       f"[{int(d['T'].min())}, {int(d['T'].max())}]")
+        return flops / e * self.scale["compute"], f"prefill_attn D={int(d.D.iloc[0])}"
+
+    def launch(self, what: str) -> float:
+        row = self.t[(self.t.kind == "launch") & (self.t.op == what)]
+        if row.empty:
+            raise KeyError(f"no launch cost '{what}' in the calibration")
+        return float(row.time_s.iloc[0])
+
+    def price(self, k) -> tuple[float, str]:
+        """Calibrated time of one launch of ``k`` (a ``predict.Kernel``; s) and the entry it came
+        from."""
+        if k.kind == "gemm":
+            return self.gemm(k.shape)
+        if k.kind == "decode_attn":
+            return self.decode_attn(k.shape, k.bytes)
+        if k.kind == "prefill_attn":
+            return self.prefill_attn(k.shape, k.flops / 2)  # causal: half the scores
+        return self.linear("elementwise", {"op": k.shape["op"], "impl": k.shape["impl"]},
+                           k.bytes)

@@ -1,0 +1,210 @@
+"""``profile=modules``: the measured time per module kind, to check the performance model per module.
+
+A light profile: one more child run of the trial's design, after its warm-up, with the model's
+ranges (``zoo.nvtx``: ``qkv``, ``rope``, ``kv_write``, ``attention``, ``out_proj``, ``w13``,
+``act``, ``w2``, ``norm``, ``lm_head``, ...) emitted as ``torch.profiler`` ``record_function``
+ranges (``DESIGNZOO_NVTX=torch``). Every GPU kernel is attributed to the innermost range around
+the host call that launched it (the runtime launch event with the kernel's correlation id), and
+the range to a module kind of the performance model (``MODULE_OF``): ``qkv``, ``attention``,
+``out_proj``, ``ffn`` (the FFN GEMMs), ``lm_head``, ``norms_elementwise`` (norms, RoPE, KV write,
+the activation, residual adds, embedding). In a GEMM range only GEMM kernels count for the GEMM's
+module (a layout copy beside it is elementwise work).
+
+Windows: the prefill, and one decode step. In ``cudagraph`` mode the step is profiled twice: run
+eagerly with the ranges (same Python, same kernels as the captured graph) for the attribution,
+and replayed as the graph for the kernel durations, matched kernel by kernel when the two kernel
+sequences agree (else the eager durations, said in ``{stage}_modules_note``). On a CPU run there
+are no kernels: host time of the ATen ops is attributed the same way (the CPU's analogue).
+
+Row columns: ``{stage}_meas_ms_{module}`` (kernel time per module kind, ms), ``{stage}_meas_kernel_ms``
+(their sum), ``{stage}_meas_unattributed_ms`` (kernels outside every range), ``{stage}_modules_note``.
+The shares of the step and their comparison with the prediction are analysis
+(``sweep.analysis.predict.module_check``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from .child import child_failure, run_child
+
+MODULES = ("qkv", "attention", "out_proj", "ffn", "lm_head", "norms_elementwise")
+MODULE_OF = {"qkv": "qkv", "attention": "attention", "out_proj": "out_proj", "w13": "ffn",
+             "w2": "ffn", "lm_head": "lm_head"}  # every other range: norms_elementwise
+GEMM_RANGES = ("qkv", "out_proj", "w13", "w2", "lm_head")
+RANGES = set(MODULE_OF) | {"rope", "kv_write", "act", "norm", "attn", "ffn", "prefill",
+                           "decode"}
+_GEMM = re.compile(r"gemm|nvjet|cutlass|xmma|cublas|splitKreduce|sm90_|matmul|_mm_|addmm|"
+                   r"linear|::(add)?b?mm\b", re.I)
+_LAUNCH = re.compile(r"Launch|cudaGraphLaunch", re.I)
+
+
+def _is_range(name: str) -> bool:
+    return name in RANGES or (name.startswith("layer") and name[5:].isdigit())
+
+
+LEAVES = set(MODULE_OF) | {"rope", "kv_write", "act", "norm"}
+
+
+def module_of(ranges: list[str], kernel: str) -> str:
+    """Module kind of a kernel named ``kernel`` launched inside ``ranges`` (outermost first): its
+    innermost leaf range's (``MODULE_OF``), ``norms_elementwise`` outside every leaf (residual
+    adds, embedding) and for a non-GEMM kernel in a GEMM's range."""
+    inner = next((r for r in reversed(ranges) if r in LEAVES), None)
+    if inner in GEMM_RANGES and not _GEMM.search(kernel):
+        return "norms_elementwise"
+    return MODULE_OF.get(inner, "norms_elementwise")
+
+
+def _enclosing(t: float, thread: int, spans: list[tuple[float, float, int, str]]) -> list[str]:
+    """Names of the ranges on ``thread`` whose interval holds time ``t``, outermost first."""
+    return [n for s, e, th, n in spans if th == thread and s <= t <= e]
+
+
+def attribute(prof, cuda: bool) -> tuple[dict, list[tuple[str, str, float]]]:
+    """Kernel time (us) per module kind in a finished ``torch.profiler.profile``.
+
+    Args:
+        prof: the profile, taken with the ``torch`` range backend on.
+        cuda: GPU kernels (True) or, on a CPU run, the ATen ops' self CPU time.
+
+    Returns:
+        ``({module: us, "unattributed": us}, [(kernel name, module, us), ...] in launch order)``.
+    """
+    from torch.autograd import DeviceType
+
+    evs = list(prof.events())
+    spans = sorted(((e.time_range.start, e.time_range.end, e.thread, e.name) for e in evs
+                    if e.device_type == DeviceType.CPU and _is_range(e.name)),
+                   key=lambda x: (x[0], -x[1]))
+    out = dict.fromkeys(MODULES, 0.0)
+    out["unattributed"] = 0.0
+    seq = []
+    if cuda:
+        launch, front = {}, {}
+        for e in evs:
+            if e.device_type == DeviceType.CPU:
+                (launch if _LAUNCH.search(e.name) else front).setdefault(e.id, e)
+        kernels = sorted((e for e in evs if e.device_type == DeviceType.CUDA),
+                         key=lambda e: e.time_range.start)
+        for k in kernels:
+            dur = k.time_range.end - k.time_range.start
+            # the host call that launched it: the runtime launch event of its correlation id,
+            # else the torch op it is linked to
+            rt = launch.get(k.id) or front.get(getattr(k, "linked_correlation_id", 0) or -1)
+            if rt is None:
+                out["unattributed"] += dur
+                seq.append((k.name, "unattributed", dur))
+                continue
+            m = module_of(_enclosing(rt.time_range.start, rt.thread, spans), k.name)
+            out[m] += dur
+            seq.append((k.name, m, dur))
+        return out, seq
+    for e in evs:  # CPU run: the ATen ops' own host time
+        if e.device_type != DeviceType.CPU or _is_range(e.name) or not e.name.startswith("aten::"):
+            continue
+        m = module_of(_enclosing(e.time_range.start, e.thread, spans), e.name)
+        out[m] += e.self_cpu_time_total
+        seq.append((e.name, m, e.self_cpu_time_total))
+    return out, seq
+
+
+def _columns(stage: str, us: dict, note: str = "") -> dict:
+    p = f"{stage}_"
+    out = {f"{p}meas_ms_{m}": us[m] / 1e3 for m in MODULES}
+    out[p + "meas_kernel_ms"] = sum(us[m] for m in MODULES) / 1e3
+    out[p + "meas_unattributed_ms"] = us["unattributed"] / 1e3
+    if note:
+        out[p + "modules_note"] = note
+    return out
+
+
+def module_windows(gen, prompt, spec: dict) -> dict:
+    """Child side of ``profile.modules``: the prefill and one decode step under torch.profiler
+    with the model's ranges as ``record_function`` ranges; returns the row's columns.
+
+    Args:
+        gen: a ``zoo.Generator`` (its mode is the trial's); prompt: ``[B, T]`` token ids;
+        spec: the trial spec.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from zoo import nvtx
+
+    cuda = spec["device"] == "cuda"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    tok = gen.prefill(prompt).argmax(-1, keepdim=True)
+    for _ in range(3):  # warm-up: graphs captured, allocator settled
+        tok = gen.decode(tok).argmax(-1, keepdim=True)
+    sync()
+    nvtx.enable(True, "torch")
+    try:
+        with profile(activities=acts) as p:
+            gen.prefill(prompt)
+            sync()
+        us, _ = attribute(p, cuda)
+        out = _columns("prefill", us)
+        for _ in range(3):
+            tok = gen.decode(tok).argmax(-1, keepdim=True)
+        sync()
+        graph = gen.mode != "eager"
+        with profile(activities=acts) as p:
+            if graph:  # the captured step's Python run eagerly: same kernels, with ranges
+                gen._token.copy_(tok)
+                gen._input_pos.fill_(gen.pos)
+                gen._step(gen._bucket(gen.pos))
+            else:
+                gen.decode(tok)
+            sync()
+        us, seq = attribute(p, cuda)
+        note = ""
+        if graph and gen.mode == "cudagraph":
+            nvtx.enable(False)
+            with profile(activities=acts) as p2:
+                gen.decode(tok)
+                sync()
+            replay = sorted((e for e in p2.events() if e.device_type.name == "CUDA"),
+                            key=lambda e: e.time_range.start)
+            names = [k for k, _, _ in seq]
+            # the graph's kernels inside the replay (the step's token copy before, clone after)
+            at = next((i for i in range(len(replay) - len(names) + 1)
+                       if [e.name for e in replay[i:i + len(names)]] == names), None)
+            if names and at is not None:
+                us = dict.fromkeys(us, 0.0)
+                for (_, m, _), e in zip(seq, replay[at:at + len(names)]):
+                    us[m] += e.time_range.end - e.time_range.start
+                note = "kernel durations from the graph replay, attributed through an eager run"
+            else:
+                note = ("the graph replay's kernels did not match the eager run's: eager kernel "
+                        "durations")
+        elif gen.mode == "compile":
+            note = "compile mode: the eager step's kernels (Inductor's own are not attributed)"
+        out.update(_columns("decode", us, note))
+        out["decode_modules_cache_len"] = gen.pos
+    finally:
+        nvtx.enable(False)
+    return out
+
+
+def wanted(profile: dict) -> bool:
+    """Whether the trial's ``profile`` asks for the per-module times."""
+    return bool(profile.get("modules"))
+
+
+def profile_trial(spec: dict, trial_dir: Path, cfg, workload: dict, ceilings: dict) -> dict:
+    """``profile.modules`` in one more child run (``<trial_dir>/modules/``); ``modules_reason`` on
+    failure, and NaN module columns. Arguments as ``sweep.measure.ncu.profile_trial``."""
+    d = trial_dir / "modules"
+    d.mkdir(parents=True, exist_ok=True)
+    child = dict(spec, profile_window="modules", trial_dir=str(d),
+                 env=dict(spec.get("env", {}), DESIGNZOO_NVTX="0"))
+    res = run_child(child, d, workload.get("timeout_s", 900.0))
+    if res.get("status") != "ok":
+        out = {f"{st}_meas_ms_{m}": math.nan for st in ("prefill", "decode") for m in MODULES}
+        out["modules_reason"] = child_failure(res)[:600]
+        return out
+    return dict(res["measured"])
