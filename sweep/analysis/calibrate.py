@@ -3,13 +3,14 @@
 ``python -m sweep.calibrate [--refresh] [--quick]`` measures, on this device, in a child process:
 
 - ``gemm``: ``F.linear`` (what ``nn.Linear`` runs) of ``[M, K] x [K, N]`` in the model dtype over
-  ``M`` in powers of two (1 .. 32768 on a GPU) and every ``(N, K)`` the shipped models and
+  ``M`` in powers of two (``M_GRID``, 1 .. 32768 on a GPU) and every ``(N, K)`` the shipped models and
   experiment spaces use (q/k/v, output, FFN gate+up and down, LM head), plus off-grid dims (odd
   multiples, non-multiples of 64) so the performance model can interpolate in log space;
 - ``decode_attn``: one new token against a KV cache, torch (``zoo.model.grouped_decode_attention``)
   and Triton (``kernels.decode_attention``; bf16, int8, fp8 caches on a GPU), over batch, KV
   heads, group size, context and head_dim;
-- ``prefill_attn``: causal ``scaled_dot_product_attention`` over sequence length and head_dim;
+- ``prefill_attn``: causal ``scaled_dot_product_attention`` in the model's layouts (torch and
+  Triton paths) over sequence length, head_dim and GQA group;
 - ``elementwise``: RMSNorm (+ residual), RoPE, SwiGLU, the KV write and quantize-on-write, torch
   and Triton, by bytes moved;
 - ``launch``: the fixed cost per kernel inside a CUDA graph and per op in eager mode.
@@ -40,7 +41,10 @@ from ..env import REPO, environment, slug
 from .microbench import attention, cold_copies, elementwise, entry, launch, timer
 
 CAL_DIR = REPO / "results" / "calibration"
-VERSION = 3  # of the grid and the table's columns: a cache of another version is measured again
+VERSION = 4  # of the grid and the table's columns: a cache of another version is measured again
+# M of the GEMMs on a GPU: every power of two up to 64 (decode batches), then every other one up
+# to 32768 (prefill tokens); the predictor interpolates in log M between them
+M_GRID = [1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096, 16384, 32768]
 OFF_GRID = [(1000, 1000), (1536, 2880), (2112, 1344), (5000, 3000), (4160, 4160)]  # not x64
 
 
@@ -71,14 +75,15 @@ def run(designs, device: str, quick: bool = False, log=print) -> list[dict]:
     def rnd(*shape, dt=tdt):
         return torch.randn(*shape, device=device, dtype=dt, generator=g)
 
+    t0 = time.time()
+    rows += launch(device, tm)  # first: the host costs before the heap has grown
     # GEMMs: every (N, K) of the designs and some off the 64-grid, M in powers of two
     shapes = gemm_shapes(designs) + ([] if quick else OFF_GRID)
     m_max = 32768 if cuda else 512
     for N, K in shapes:
         # weights read from DRAM on every call, as each layer's are in a model
         ws = [rnd(N, K) for _ in range(cold_copies(N * K * (2 if cuda else 4), cuda))]
-        for e in range(int(math.log2(m_max)) + 1):
-            M = 2**e
+        for M in M_GRID if cuda else [2**e for e in range(int(math.log2(m_max)) + 1)]:
             if M * max(N, K) * 2 > (2**31 if cuda else 2**26):  # bounded input size
                 break
             x = rnd(M, K)
@@ -86,12 +91,11 @@ def run(designs, device: str, quick: bool = False, log=print) -> list[dict]:
                     n=2 if M * N * K > 2**36 else 8)
             rows.append(entry("gemm", sp, M=M, N=N, K=K, dtype=dtype, flops=2.0 * M * N * K))
         del ws
-    log(f"calibrate: {len(shapes)} GEMM shapes")
+    log(f"calibrate: {len(shapes)} GEMM shapes ({time.time() - t0:.0f} s)")
     rows += attention(designs, device, tm, rnd, quick, dtype)
-    log("calibrate: attention")
+    log(f"calibrate: attention ({time.time() - t0:.0f} s)")
     rows += elementwise(device, tm, rnd, quick)
-    rows += launch(device, tm)
-    log("calibrate: elementwise and launch costs")
+    log(f"calibrate: elementwise ({time.time() - t0:.0f} s)")
     return rows
 
 

@@ -15,7 +15,8 @@ the zoo launches for one prefill and one decode step (``kernel_list``) and price
   then takes the larger of the GPU's and the host's time).
 
 Module kinds (``MODULES``): ``qkv``, ``attention``, ``out_proj``, ``ffn``, ``lm_head``,
-``norms_elementwise`` (norms, RoPE, SwiGLU, KV write), ``launch_overhead``. Every term names the
+``norms_elementwise`` (norms, RoPE, SwiGLU, KV write), ``launch_overhead`` (the idle time between
+kernels, ``graph_gap`` per launch, and the host's excess over the GPU in eager mode). Every term names the
 calibration entry it came from (``basis``); a term outside the calibrated range says so in
 ``notes`` (never a silent extrapolation). Times in seconds; FLOPs and bytes as in ``zoo.counts``.
 
@@ -95,7 +96,8 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     else:
         out.append(Kernel("attention", "prefill_attn", "sdpa", 2 * batch * H * D * new * context,
                           2 * M * (H + 2 * Hkv) * D * wb,
-                          {"B": batch, "H": H, "T": new, "D": D}, n["prefill_attn"], L))
+                          {"B": batch, "H": H, "T": new, "D": D, "G": H // Hkv, "impl": impl},
+                          n["prefill_attn"], L))
     out += [gemm("out_proj", "wo", d, cfg.q_dim), elem("rmsnorm", norm_bytes),
             gemm("ffn", "w13", (2 if cfg.ffn_type == "swiglu" else 1) * F, d),
             elem("swiglu", 3 * M * F * wb), gemm("ffn", "w2", d, F)]
@@ -130,10 +132,21 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks) -> dict:
         return out
     launches = sum(k.repeat * k.launches for k in ks)
     gpu = sum(calib.values())
+    # every calibrated time holds one inter-kernel gap per launch (timed back to back in a
+    # graph): booked as launch overhead, so each module's time is its kernels' own
+    try:
+        gap = cal.launch("graph_gap")
+    except KeyError:  # an older calibration: the gaps stay in the modules
+        gap = 0.0
+    gaps = 0.0
+    for m in MODULES:
+        g = min(gap * sum(k.repeat * k.launches for k in ks if k.module == m), 0.95 * calib[m])
+        calib[m] -= g
+        gaps += g
     graph = mode in ("cudagraph", "compile") and new == 1  # prefill always runs eagerly
-    if graph:  # kernel times were taken inside graphs; add the step's small kernels around the
-        # replay (their host cost overlaps the GPU's work)
-        calib["launch_overhead"] = STEP_EAGER_OPS * cal.launch("graph_kernel")
+    if graph:  # the gaps, and the step's small kernels around the replay (their host cost
+        # overlaps the GPU's work)
+        calib["launch_overhead"] = gaps + STEP_EAGER_OPS * cal.launch("graph_kernel")
     else:  # the host issues every op: the stage takes the longer of host and GPU
         impl = "triton" if kernels == "triton" else "torch"
         host = None
@@ -146,7 +159,7 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks) -> dict:
                 continue
         if host is None:  # an older calibration: per op
             host = launches * cal.launch("eager_op")
-        calib["launch_overhead"] = max(0.0, host - gpu)
+        calib["launch_overhead"] = max(host, gpu) - (gpu - gaps)
     out.update(calibrated=calib, calibrated_total=sum(calib.values()), launches=launches,
                basis={m: "; ".join(sorted(b)) for m, b in basis.items()})
     return out

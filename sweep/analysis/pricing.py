@@ -170,16 +170,26 @@ class Calibrated:
         return t, basis
 
     def prefill_attn(self, s: dict, flops: float) -> tuple[float, str]:
+        """Causal prefill attention of ``flops`` (counted as the calibration counts them, ``2 * H
+        * D * T * T``, causal in both): the achieved FLOP/s of the calibrated entries of the same
+        implementation, nearest head_dim and GQA group, interpolated in log T."""
         p = self.t[(self.t.kind == "prefill_attn")]
+        if "impl" in p and p.impl.notna().any():
+            p = p[p.impl == s.get("impl", "torch")] if (p.impl == s.get("impl")).any() else p
         if p.empty:
             raise KeyError("no prefill attention in the calibration")
-        d = p[p.D == min(p.D.unique(), key=lambda v: abs(v - s["D"]))].sort_values("T")
+        p = p[p.D == min(p.D.unique(), key=lambda v: abs(v - s["D"]))]
+        if "G" in p and p.G.notna().all():
+            g = min(p.G.unique(), key=lambda v: abs(math.log(v) - math.log(s.get("G", 1))))
+            p = p[p.G == g]
+        d = p.sort_values("T")
         eff = d.flops.to_numpy(float) / d.time_s.to_numpy(float)  # FLOP/s at each T
         e, inside = _interp_log(s["T"], d["T"].to_numpy(float), eff)
         if not inside:
             self._note(f"prefill attention T={s['T']} outside the calibrated "
                        f"[{int(d['T'].min())}, {int(d['T'].max())}]")
-        return flops / e * self.scale["compute"], f"prefill_attn D={int(d.D.iloc[0])}"
+        extra = f" G={int(d.G.iloc[0])}" if "G" in d and d.G.notna().all() else ""
+        return flops / e * self.scale["compute"], f"prefill_attn D={int(d.D.iloc[0])}{extra}"
 
     def launch(self, what: str) -> float:
         row = self.t[(self.t.kind == "launch") & (self.t.op == what)]
@@ -195,6 +205,6 @@ class Calibrated:
         if k.kind == "decode_attn":
             return self.decode_attn(k.shape, k.bytes)
         if k.kind == "prefill_attn":
-            return self.prefill_attn(k.shape, k.flops / 2)  # causal: half the scores
+            return self.prefill_attn(k.shape, k.flops)
         return self.linear("elementwise", {"op": k.shape["op"], "impl": k.shape["impl"]},
                            k.bytes)
