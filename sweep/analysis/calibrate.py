@@ -41,7 +41,7 @@ from ..env import REPO, environment, slug
 from .microbench import attention, cold_copies, elementwise, entry, launch, timer
 
 CAL_DIR = REPO / "results" / "calibration"
-VERSION = 4  # of the grid and the table's columns: a cache of another version is measured again
+VERSION = 5  # of the grid and the table's columns: a cache of another version is measured again
 # M of the GEMMs on a GPU: every power of two up to 64 (decode batches), then every other one up
 # to 32768 (prefill tokens); the predictor interpolates in log M between them
 M_GRID = [1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096, 16384, 32768]
@@ -88,7 +88,7 @@ def run(designs, device: str, quick: bool = False, log=print) -> list[dict]:
                 break
             x = rnd(M, K)
             sp = tm([lambda x=x, w=w: F.linear(x, w) for w in ws],
-                    n=2 if M * N * K > 2**36 else 8)
+                    n=2 if M * N * K > 2**36 else 8, duty=M >= 1024)
             rows.append(entry("gemm", sp, M=M, N=N, K=K, dtype=dtype, flops=2.0 * M * N * K))
         del ws
     log(f"calibrate: {len(shapes)} GEMM shapes ({time.time() - t0:.0f} s)")

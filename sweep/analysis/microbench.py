@@ -9,10 +9,13 @@ import os
 import time
 
 COLD_L2_MULTIPLE = 2.5  # inputs rotated until they span this many L2 caches
-# A replay longer than this is followed by as long idle: big GEMMs back to back for tens of ms
-# hold the GPU at its power limit and clock it down, which a model's GEMMs, between memory-bound
-# kernels, do not see (measured on the H100: in-model FFN GEMMs ran ~10% faster than back to back)
+# With ``duty`` (compute-bound GEMMs and prefill attention), a replay longer than this is followed
+# by as long idle: big GEMMs back to back for tens of ms hold the GPU at its power limit and clock
+# it down, which a model's GEMMs, between memory-bound kernels, do not see (H100: in-model FFN
+# GEMMs ran ~10% faster than back to back). Never for small kernels: after idle gaps they ran
+# 1.2-2.7x slower than in a model (the clocks drop while idle).
 DUTY_AFTER_S = 5e-4
+SPIN_UP_S = 0.01  # each benchmark's graph replayed this long before it is timed
 
 
 def cold_copies(nbytes: float, cuda: bool, cap: int = 64) -> int:
@@ -36,7 +39,7 @@ def timer(cuda: bool, reps: int):
 
     from ..measure.timing import spread
 
-    def cpu(fn, n=1):
+    def cpu(fn, n=1, duty=False):
         fn = fn[0] if isinstance(fn, list) else fn
         fn()
         ts = []
@@ -46,7 +49,7 @@ def timer(cuda: bool, reps: int):
             ts.append(time.perf_counter() - t0)
         return spread(ts)
 
-    def gpu(fn, n=8):
+    def gpu(fn, n=8, duty=False):
         fns = fn if isinstance(fn, list) else [fn]
         n = max(n, len(fns))
         s = torch.cuda.Stream()
@@ -59,8 +62,10 @@ def timer(cuda: bool, reps: int):
         with torch.cuda.graph(g):
             for i in range(n):
                 fns[i % len(fns)]()
-        g.replay()
-        torch.cuda.synchronize()
+        t_end = time.perf_counter() + SPIN_UP_S  # clocks up before timing
+        while time.perf_counter() < t_end:
+            g.replay()
+            torch.cuda.synchronize()
         ts = []
         for _ in range(reps):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -70,7 +75,7 @@ def timer(cuda: bool, reps: int):
             b.synchronize()
             el = a.elapsed_time(b) / 1e3
             ts.append(el / n)
-            if el > DUTY_AFTER_S:  # idle as long as it worked: the power limit's clocks stay out
+            if duty and el > DUTY_AFTER_S:  # idle as long as it worked: no power-limit clocks
                 time.sleep(el)
         del g
         return spread(ts)
@@ -157,7 +162,8 @@ def attention(designs, device, tm, rnd, quick, dtype) -> list[dict]:
                         k = k.view(1, T, Hkv, D).transpose(1, 2)
                         v = v.view(1, T, Hkv, D).transpose(1, 2)
                     sp = tm(lambda q=q, k=k, v=v, g=G > 1: F.scaled_dot_product_attention(
-                        q, k, v, is_causal=True, enable_gqa=g), n=2 if T >= 4096 else 8)
+                        q, k, v, is_causal=True, enable_gqa=g), n=2 if T >= 4096 else 8,
+                        duty=True)
                     rows.append(entry("prefill_attn", sp, impl=impl, T=T, D=D, G=G, BH=H,
                                       flops=2.0 * H * D * T * T))
     return rows
@@ -229,6 +235,9 @@ def launch(device, tm) -> list[dict]:
         for _ in range(n):
             x.add_(1)
 
+    eager()  # the first ops load the kernels
+    if device == "cuda":
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(5):
         eager()
@@ -291,7 +300,7 @@ def _eager_host(device: str, impl: str, stage: str = "decode") -> tuple[float, f
     head), of the zoo's model run eagerly: forwards of a one-token decode step (``stage``
     ``decode``) or a 16-token prefill from position 0 (``prefill``: its own ops, SDPA and the
     cache write) on a model of tiny dimensions (the GPU's work is negligible, so the wall time is
-    the host's), with 2 and 6 layers; per layer = the difference / 4 (fastest of 7 runs of 20
+    the host's), with 2 and 10 layers; per layer = the difference / 8 (fastest of 7 runs of 20
     forwards each)."""
     import torch
 
@@ -324,8 +333,8 @@ def _eager_host(device: str, impl: str, stage: str = "decode") -> tuple[float, f
         gc.enable()
         return min(ts)  # the host's own cost; slower repeats are other work on the machine
 
-    a, b = host(2), host(6)
-    per_layer = max((b - a) / 4, 0.0)
+    a, b = host(2), host(10)
+    per_layer = max((b - a) / 8, 0.0)
     return per_layer, max(a - 2 * per_layer, 0.0)
 
 
