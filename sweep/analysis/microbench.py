@@ -89,9 +89,10 @@ def entry(kind, sp, **shape) -> dict:
             "time_s_p90": sp["p90"]}
 
 
-def attention(designs, device, tm, rnd, quick, dtype) -> list[dict]:
+def decode_attention(device, tm, rnd, quick, dtype) -> list[dict]:
+    """One new token against a KV cache, torch and Triton (bf16, int8, fp8 caches on a GPU), the
+    caches rotated through copies so each call reads from DRAM."""
     import torch
-    import torch.nn.functional as F
 
     from zoo.model import grouped_decode_attention
 
@@ -142,6 +143,15 @@ def attention(designs, device, tm, rnd, quick, dtype) -> list[dict]:
                 rows.append(entry("decode_attn", sp, impl=impl, kv_dtype=kvd, B=B, Hkv=Hkv, G=G,
                                  S=S, D=D, bytes=nbytes, scores=float(B * H * S)))
                 del fns
+    return rows
+
+
+def prefill_attention(device, tm, rnd, quick) -> list[dict]:
+    """Causal SDPA as the model's prefill calls it (compute-bound: timed at a duty cycle)."""
+    import torch.nn.functional as F
+
+    cuda = device == "cuda"
+    rows = []
     # prefill attention as the model calls it: causal SDPA over q, k, v in the model's layouts
     # (torch path: q a transposed view, k/v slices of the cache; Triton path: all three views of
     # the fused qkv output), GQA groups 1 .. 32
