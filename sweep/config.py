@@ -127,7 +127,7 @@ class SweepConf:
     mode: str = "auto"
     seed: int = 0
     weights: str | None = None
-    calibration: str | None = None  # another device's calibration .json to transfer (predict)
+    calibration: str | None = None  # a calibration .json: this device's as is, another transferred
     fault: str | None = None
     results_dir: str = "results"
     quiet: bool = False

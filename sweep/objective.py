@@ -181,8 +181,8 @@ class Objective:
 def model_calibration(plan, ceilings: dict):
     """``(Calibrated or None, reason)``: the performance model's calibration for the study's
     device, measured on first use (``sweep.analysis.calibrate``, over the shipped designs and
-    this study's), or ``plan.calibration`` (another device's) transferred by the measured
-    ceilings. Never raises: without one, rows carry roofline predictions and the reason."""
+    this study's), or ``plan.calibration`` (a file: as it is when it is this device's, else
+    transferred by the measured ceilings). Never raises: without one, rows carry roofline predictions and the reason."""
     from .analysis import calibrate as cal
     from .space import shipped_designs, space_designs
 
@@ -192,6 +192,8 @@ def model_calibration(plan, ceilings: dict):
             if have is None:
                 raise OSError(f"{plan.calibration}: no calibration (.json + .parquet) there")
             meta, table = have
+            if meta.get("device") == plan.device["name"]:  # this device's own: used as it is
+                return perf.Calibrated(table, meta), ""
             return perf.transfer(perf.Calibrated(table, meta), meta["ceilings"],
                                  dict(ceilings, device=plan.device["name"]), plan.base.dtype), ""
         designs = shipped_designs(cpu=plan.device["type"] != "cuda")

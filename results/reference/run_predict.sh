@@ -2,8 +2,8 @@
 # Reference runs for the performance-model issue. On the H100: `calibrate` (micro-benchmarks
 # only, cached in results/calibration/), then `b1` / `b8` (the shipped experiments at batch 1,
 # prompt 512 and at batch 8, prompt 4096, every row predicted from the calibration and measured),
-# then `modules` (gqa_vs_mha and head_dim at both workloads with profile=modules: each module
-# kind's measured share of the step beside its predicted share), then `check` (error
+# gqa_vs_mha and head_dim with profile=modules (each module kind's measured share of the stage
+# beside its predicted share), then `check` (error
 # distribution of all rows). Repeats 10 after 3 warm-ups: a batch-1 prefill of 512 tokens takes
 # ~10 ms, host-bound, and 3 repeats left its median noisy. On the H200: `h200` runs the same b8 studies
 # predicted from the H100 calibration committed in results/reference/ (transferred by the H200's
@@ -17,23 +17,19 @@ R=results/ref-predict
 common="workload.repeats=10 workload.warmup=3 results_dir=$R"
 exps="gqa_vs_mha head_dim ffn_width depth_vs_width kv_quant fused_kernels"
 case "${1:-}" in
-  calibrate)
+  calibrate)  # (its files then go to results/reference/calibration_h100.*, which b1/b8 use)
     python3 -m sweep.calibrate --refresh
     cp results/calibration/*.json results/calibration/*.parquet "$OUT/" ;;
-  b1|b8)  # run_predict.sh b1|b8 [EXPERIMENT ...] (default: all of $exps)
+  b1|b8)  # run_predict.sh b1|b8 [EXPERIMENT ...] (default: all of $exps); gqa_vs_mha and
+    # head_dim with profile=modules (each module kind's measured share beside its predicted one)
     w=$1; shift
     wl=$([ "$w" = b1 ] && echo "workload=default workload.new_tokens=64" || echo "workload=long_context")
     for e in ${@:-$exps}; do
-      python3 -m sweep +experiment=$e $wl $common study.name=$e-$w
+      prof=$(case $e in gqa_vs_mha|head_dim) echo "profile=modules";; esac)
+      python3 -m sweep +experiment=$e $wl $prof $common study.name=$e-$w \
+        calibration=results/reference/calibration_h100.json
     done ;;
-  modules)  # run_predict.sh modules [EXPERIMENT ...] (default: gqa_vs_mha head_dim), b8 then b1
-    shift
-    for e in ${@:-gqa_vs_mha head_dim}; do
-      python3 -m sweep +experiment=$e workload=long_context profile=modules $common study.name=$e-mod8
-      python3 -m sweep +experiment=$e workload=default workload.new_tokens=64 profile=modules \
-        $common study.name=$e-mod1
-    done ;;
-  check)  # run_predict.sh check b1|b8|mod8|mod1|h200
+  check)  # run_predict.sh check b1|b8|h200
     python3 -m sweep.report.prediction_check $R/*-$2/ --out "$OUT/check_$2.json" --csv "$OUT/rows_$2.csv" ;;
   h200)  # the studies stop after ${BUDGET_S:-480} s so the check always runs
     timeout "${BUDGET_S:-480}" bash -c "for e in gqa_vs_mha head_dim ffn_width depth_vs_width kv_quant; do
@@ -42,6 +38,6 @@ case "${1:-}" in
     set -- x $(for f in $R/*-h200; do [ -f $f/study.json ] && echo $f; done)
     shift
     python3 -m sweep.report.prediction_check "$@" --out "$OUT/check_h200.json" --csv "$OUT/rows_h200.csv" ;;
-  *) echo "usage: run_predict.sh calibrate | b1|b8 [EXP ...] | modules [EXP ...] | check b1|b8|mod8|mod1|h200 | h200" >&2; exit 2 ;;
+  *) echo "usage: run_predict.sh calibrate | b1|b8 [EXP ...] | check b1|b8|h200 | h200" >&2; exit 2 ;;
 esac
 ls -la "$OUT"
