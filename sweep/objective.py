@@ -182,7 +182,8 @@ def model_calibration(plan, ceilings: dict):
     """``(Calibrated or None, reason)``: the performance model's calibration for the study's
     device, measured on first use (``sweep.analysis.calibrate``, over the shipped designs and
     this study's), or ``plan.calibration`` (a file: as it is when it is this device's, else
-    transferred by the measured ceilings). Never raises: without one, rows carry roofline predictions and the reason."""
+    transferred by the measured ceilings). Never raises: without one, rows carry roofline
+    predictions and the reason."""
     from .analysis import calibrate as cal
     from .space import shipped_designs, space_designs
 

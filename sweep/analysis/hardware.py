@@ -32,7 +32,17 @@ DTYPE_PEAK_KEY = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
 
 @dataclass
 class HardwareSpec:
-    """Datasheet figures of one device. Units: TFLOP/s (dense), GB/s (1e9 bytes/s), GB, MB, W."""
+    """Datasheet figures of one device. Units: TFLOP/s (dense; int8/int4 in TOP/s), GB/s (1e9
+    bytes/s), GB, MB, W.
+
+    ``kind`` is ``gpu``, ``cpu`` or ``npu``; ``unified_memory`` where the device shares the host's
+    memory (``memory_gb`` then is the largest configuration). ``source`` and ``date`` say where
+    each figure comes from; ``estimates`` names the fields that are not vendor figures (derived
+    from cores x lanes x clock, or reported by third parties: see ``source``). ``assumptions``
+    holds what the performance model needs for a chip it has no calibration of:
+    ``compute_efficiency`` and ``bandwidth_efficiency`` (achievable fraction of the peaks for large
+    GEMMs and streaming reads), ``launch_us`` (fixed cost per kernel or op), and ``basis`` (where
+    each comes from)."""
 
     name: str
     display: str = ""
@@ -44,6 +54,12 @@ class HardwareSpec:
     l2_mb: float = math.nan
     sm_count: int = 0
     tdp_w: float = math.nan
+    kind: str = "gpu"
+    vendor: str = "NVIDIA"
+    date: str = ""
+    unified_memory: bool = False
+    estimates: list = field(default_factory=list)
+    assumptions: dict = field(default_factory=dict)
 
     def peak_flops(self, dtype: str) -> float:
         """Dense matmul peak for a model dtype in FLOP/s (NaN where the datasheet has none).

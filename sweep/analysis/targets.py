@@ -1,0 +1,153 @@
+"""A design predicted on a hardware target: the figures a designer compares across chips.
+
+``predict_on(cfg, workload, spec, calibration)`` prices one design on one hardware spec
+(``conf/hardware/*.yaml``) with the best basis there is, and says which (``prediction_basis``):
+
+1. ``calibrated``: the calibration was measured on this very device (``spec.match`` names it).
+2. ``transferred``: an NVIDIA target and a calibration of another NVIDIA GPU: the calibration's
+   terms scaled by the ratio of the source's measured ceilings to the target's datasheet peaks
+   times its stated achievable fractions (``predict.transfer``).
+3. ``roofline``: no calibration applies (another vendor, a CPU, an NPU): per kernel
+   ``max(FLOPs / (peak x compute_efficiency), bytes / (bandwidth x bandwidth_efficiency))`` plus
+   ``launch_us`` per kernel, the spec's stated assumptions (``HardwareSpec.assumptions``).
+
+Figures (the results-row names a measured study has, so fronts compare): ``ttft_ms``,
+``decode_tpot_ms`` (also as ``{stage}_pred_ms``), ``decode_tok_s`` (batch / TPOT),
+``prefill_tok_s``, ``decode_j_per_token`` (TDP x TPOT / batch: an upper bound at the board's
+power limit; NaN where no TDP is stated),
+``fits_memory`` (weights + the workload's static KV cache <= ``memory_gb``), ``decode_bound``
+(``compute``/``memory``/``overhead``: the largest of the roofline's terms), ``prediction_basis``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from zoo import ModelConfig, counts
+
+from .predict import Calibrated, kernel_list, predict, transfer
+
+BASES = ("calibrated", "transferred", "roofline")
+
+
+def _peak(spec, dtype: str) -> float:
+    """Peak FLOP/s of ``spec`` for ``dtype``; an NPU without bf16 runs it at its fp16 rate."""
+    p = spec.peak_flops(dtype)
+    if not math.isfinite(p) and dtype == "bf16":
+        p = spec.peak_flops("fp16")
+    return p
+
+
+def target_ceilings(spec, dtype: str) -> dict:
+    """What the target achieves by its stated assumptions: ``gemm_flops_<dtype>`` (FLOP/s) and
+    ``copy_bytes_s`` (bytes/s) = datasheet peaks x ``compute_efficiency`` /
+    ``bandwidth_efficiency``.
+
+    Raises:
+        ValueError: the spec has no peak for ``dtype`` or no bandwidth (names the field).
+    """
+    a = spec.assumptions or {}
+    pf, pb = _peak(spec, dtype), spec.peak_bytes_s
+    if not math.isfinite(pf):
+        raise ValueError(f"{spec.name}: peak_tflops.{dtype} is not stated")
+    if not math.isfinite(pb):
+        raise ValueError(f"{spec.name}: hbm_gb_s is not stated")
+    return {f"gemm_flops_{dtype}": pf * a.get("compute_efficiency", 1.0),
+            "copy_bytes_s": pb * a.get("bandwidth_efficiency", 1.0), "device": spec.name}
+
+
+def _is_device(spec, device_name: str | None) -> bool:
+    return bool(device_name) and any(re.search(p, device_name) for p in spec.match)
+
+
+def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated | None = None,
+               mode: str = "cudagraph") -> dict:
+    """One design on one target: the row figures above (times in ms, rates in tokens/s, J).
+
+    Args:
+        cfg: the design; workload: ``batch``, ``prompt_len``, ``new_tokens``; spec: the target's
+            ``HardwareSpec``; calibration: a calibration of some NVIDIA GPU (its ``meta`` names the
+            device and its measured ceilings), or None; mode: decode mode where calibrated.
+
+    Raises:
+        ValueError: the spec lacks a peak the design needs (see ``target_ceilings``).
+    """
+    B, T, N = workload["batch"], workload["prompt_len"], workload["new_tokens"]
+    ceil = target_ceilings(spec, cfg.dtype)
+    src = (calibration.meta if calibration is not None else {}) or {}
+    if calibration is not None and _is_device(spec, src.get("device")):
+        basis, cal = f"calibrated on {src.get('device')}", calibration
+        row = predict(cfg, workload, spec, cal, mode=mode)
+    elif (calibration is not None and spec.vendor == "NVIDIA" and spec.kind == "gpu"
+          and src.get("ceilings")):
+        cal = transfer(calibration, src["ceilings"], ceil, cfg.dtype)
+        basis = (f"transferred from {src.get('device')} ({src.get('date', '')[:10]}) by "
+                 f"{spec.name}'s datasheet peaks x stated efficiencies")
+        row = predict(cfg, workload, spec, cal, mode=mode)
+    else:
+        row = predict(cfg, workload, spec, None, ceilings=ceil)
+        launch = spec.assumptions.get("launch_us", 0.0) * 1e-3  # ms
+        for stage, (new, ctx) in (("prefill", (T, T)), ("decode", (1, T + max(N - 1, 1) // 2))):
+            n = sum(k.repeat * k.launches for k in kernel_list(cfg, B, new, ctx, cfg.kernels))
+            row[f"{stage}_pred_ms_launch_overhead"] = n * launch
+            row[f"{stage}_pred_ms"] = row[f"{stage}_pred_ms_roofline"] + n * launch
+        basis = (f"roofline x stated efficiencies of {spec.name} "
+                 f"(compute {spec.assumptions.get('compute_efficiency', 1.0)}, bandwidth "
+                 f"{spec.assumptions.get('bandwidth_efficiency', 1.0)}, launch "
+                 f"{spec.assumptions.get('launch_us', 0.0)} us)")
+    kind = basis.split(" ")[0]
+    for stage in ("prefill", "decode"):
+        row.setdefault(f"{stage}_pred_ms", row[f"{stage}_pred_ms_calibrated"])
+    ttft, tpot = row["prefill_pred_ms"], row["decode_pred_ms"]
+    s = counts.summary(cfg, B, T, N)
+    need = s["weight_bytes"] + s["kv_cache_bytes"]
+    mods = {m: row.get(f"decode_pred_ms_{m}", 0.0) for m in
+            ("qkv", "attention", "out_proj", "ffn", "lm_head", "norms_elementwise",
+             "launch_overhead")}
+    dc = counts.decode_mean(cfg, B, T, N)
+    t_mem = dc.min_bytes / ceil["copy_bytes_s"] * 1e3
+    t_flop = dc.matmul_flops / ceil[f"gemm_flops_{cfg.dtype}"] * 1e3
+    bound = max((("memory", t_mem), ("compute", t_flop),
+                 ("overhead", mods["launch_overhead"])), key=lambda x: x[1])[0]
+    out = {"target": spec.name, "target_vendor": spec.vendor, "target_kind": spec.kind,
+           "ttft_ms": ttft, "decode_tpot_ms": tpot,
+           "decode_tok_s": B / tpot * 1e3 if tpot and math.isfinite(tpot) else math.nan,
+           "prefill_tok_s": B * T / ttft * 1e3 if ttft else math.nan,
+           "decode_j_per_token": (spec.tdp_w * tpot * 1e-3 / B if math.isfinite(spec.tdp_w)
+                                  else math.nan),
+           "memory_needed_bytes": need, "fits_memory": bool(need <= spec.memory_gb * 1e9),
+           "decode_bound": bound, "prediction_basis": basis, "basis_kind": kind,
+           "prediction_notes": row.get("prediction_notes", "")}
+    if not math.isfinite(spec.tdp_w):
+        out["decode_j_per_token_reason"] = f"{spec.name}: no TDP stated"
+    out.update({k: v for k, v in row.items() if k.startswith(("prefill_pred_", "decode_pred_"))})
+    return out
+
+
+DESIGN_FIELDS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
+                 "vocab_size", "ffn_type", "norm", "dtype", "kv_dtype", "kernels", "qkv_bias",
+                 "tie_embeddings", "rope_theta", "max_seq_len", "norm_eps")
+
+
+def config_of(row) -> ModelConfig:
+    """The design of a results row (its design columns, ``model`` the preset name).
+
+    Raises:
+        KeyError: the row lacks a design column; ``zoo.DesignError``: an invalid design.
+    """
+    import dataclasses
+    import json
+
+    names = {f.name for f in dataclasses.fields(ModelConfig)}
+    d = {k: (v.item() if hasattr(v, "item") else v) for k, v in dict(row).items()
+         if k in names and k not in ("name", "extra")}
+    missing = [k for k in ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim")
+               if k not in d]
+    if missing:
+        raise KeyError(f"row has no design column(s) {', '.join(missing)}")
+    rs = d.get("rope_scaling")
+    d["rope_scaling"] = json.loads(rs) if isinstance(rs, str) and rs else None
+    d["name"] = str(row.get("model", "design"))
+    return ModelConfig.from_dict({k: v for k, v in d.items()
+                                  if not (isinstance(v, float) and math.isnan(v))})
