@@ -40,13 +40,16 @@ class StudyConf:
     (``postgresql://user@host/db`` for workers on several hosts). ``n_trials`` None
     means the grid size (grid sampler) or 20. ``n_trials`` counts finished trials in total, so a
     re-run resumes to the same target. ``sampler``: auto (grid when the space is all categorical),
-    grid, tpe, nsga2, random."""
+    grid, tpe, nsga2, random. ``predict``: a predict-only study: no model is built, every design's
+    figures are the performance model's on the ``hardware`` spec (``sweep.analysis.targets``), each
+    row saying its ``prediction_basis``."""
 
     name: str | None = None
     storage: str | None = None
     n_trials: int | None = None
     sampler: str = "auto"
     seed: int = 0
+    predict: bool = False
     objectives: list[str] = field(default_factory=lambda: ["decode_tok_s", "params_non_embedding"])
     directions: list[str] = field(default_factory=lambda: ["maximize", "maximize"])
 

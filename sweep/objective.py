@@ -59,7 +59,10 @@ class Objective:
 
     def __init__(self, plan, ceilings: dict, total: int):
         self.plan, self.ceilings, self.total = plan, ceilings, total
-        self.calibration, self.calibration_reason = model_calibration(plan, ceilings)
+        if plan.predict:  # no device here: only a given calibration file (its own device's)
+            self.calibration, self.calibration_reason = given_calibration(plan.calibration)
+        else:
+            self.calibration, self.calibration_reason = model_calibration(plan, ceilings)
 
     def __call__(self, trial: optuna.Trial):
         try:
@@ -74,9 +77,10 @@ class Objective:
     def _run(self, trial: optuna.Trial):
         plan = self.plan
         t0 = time.time()
-        trial.set_user_attr("worker_host", socket.gethostname())
-        trial.set_user_attr("worker_pid", os.getpid())
-        if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        if not plan.predict:  # a predicted trial has no worker or device
+            trial.set_user_attr("worker_host", socket.gethostname())
+            trial.set_user_attr("worker_pid", os.getpid())
+        if os.environ.get("CUDA_VISIBLE_DEVICES") is not None and not plan.predict:
             trial.set_user_attr("worker_gpu", os.environ["CUDA_VISIBLE_DEVICES"])
         if plan.queue_only and not _from_queue(trial):
             # another worker took the last queued design between our check and ask()
@@ -91,12 +95,13 @@ class Objective:
         label = ", ".join(f"{k}={v}" for k, v in trial.params.items()) or "base design"
         try:
             cfg = plan.base.replace(**overrides)
-            cfg.validate(plan.device)
+            cfg.validate(None if plan.predict else plan.device)
             need = wl["prompt_len"] + wl["new_tokens"]
             if need > cfg.max_seq_len:
                 raise DesignError(f"prompt_len + new_tokens = {need} exceeds max_seq_len "
                                   f"{cfg.max_seq_len}")
-            check_mode(mode, plan.device)
+            if not plan.predict:
+                check_mode(mode, plan.device)
         except DesignError as e:
             return self._fail(trial, f"invalid design: {e}", label, t0,
                               {**overrides, **wl_over, "mode": mode,
@@ -112,6 +117,9 @@ class Objective:
             row.update({k: analytic[k] for k in plan.constraints})
             if broken:
                 return self._prune(trial, "pruned: " + "; ".join(broken), label, t0, row)
+        if plan.predict:
+            row["design"] = json.dumps(overrides)
+            return self._predicted(trial, cfg, wl, mode, row, label, t0)
         trial.set_user_attr("design", json.dumps(overrides))
         trial_dir = plan.results / "trials" / f"{trial.number:04d}"
         spec = {"model": cfg.to_dict(), "workload": wl, "device": plan.device["type"],
@@ -161,6 +169,35 @@ class Objective:
                               row)
         return values
 
+    def _predicted(self, trial, cfg, wl, mode, row, label, t0):
+        """A predict-only trial: the design's figures on ``plan.spec`` from the performance model
+        (``sweep.analysis.targets.predict_on``), with the analytic ones; no model is built."""
+        from zoo import counts
+
+        from .analysis.targets import predict_on
+
+        plan = self.plan
+        try:
+            p = predict_on(cfg, wl, plan.spec, self.calibration, mode=mode)
+        except (KeyError, ValueError) as e:
+            return self._fail(trial, f"cannot predict: {e}", label, t0, row)
+        row.update(counts.summary(cfg, wl["batch"], wl["prompt_len"], wl["new_tokens"]))
+        row.update(p, predicted=True, peak_mem_bytes=p["memory_needed_bytes"])
+        if self.calibration_reason:
+            row["prediction_reason"] = self.calibration_reason
+        # one attribute, not one storage write per column: a predicted trial takes milliseconds
+        trial.set_user_attr("row", json.dumps({k: _attr(v) for k, v in row.items()}))
+        values = [row.get(o, math.nan) for o in plan.objectives]
+        if not plan.quiet and (trial.number < 10 or trial.number % 500 == 0):
+            print(f"[{trial.number + 1}/{self.total}] {label}: predicted decode "
+                  f"{row['decode_tok_s']:.1f} tok/s, TTFT {row['ttft_ms']:.1f} ms on "
+                  f"{plan.spec.name} ({row['basis_kind']})", flush=True)
+        if any(not math.isfinite(v) for v in values):
+            bad = [o for o, v in zip(plan.objectives, values) if not math.isfinite(v)]
+            return self._fail(trial, f"objective(s) not predicted: {', '.join(bad)}", label, t0,
+                              row)
+        return values
+
     def _prune(self, trial, reason, label, t0, row):
         self._end(trial, reason, label, t0, row, reason, optuna.TrialPruned)
 
@@ -169,13 +206,30 @@ class Objective:
 
     def _end(self, trial, reason, label, t0, row, shown, exc):
         """Record ``row`` and ``fail_reason`` on the trial, print ``shown``, raise ``exc``."""
-        for k, v in row.items():
-            trial.set_user_attr(k, _attr(v))
-        trial.set_user_attr("fail_reason", reason)
+        if self.plan.predict:  # one storage write (``_predicted``)
+            trial.set_user_attr("row", json.dumps({**{k: _attr(v) for k, v in row.items()},
+                                                   "fail_reason": reason}))
+        else:
+            for k, v in row.items():
+                trial.set_user_attr(k, _attr(v))
+            trial.set_user_attr("fail_reason", reason)
         if not self.plan.quiet:
             print(f"[{trial.number + 1}/{self.total}] {label}: {shown} "
                   f"({time.time() - t0:.0f} s)", flush=True)
         raise exc(reason)
+
+
+def given_calibration(path: str | None):
+    """``(Calibrated or None, reason)`` from a calibration file, as it is (a predict-only study
+    measures nothing: ``sweep.analysis.targets`` decides how it applies to the target)."""
+    from .analysis import calibrate as cal
+
+    if not path:
+        return None, "no calibration given (calibration=FILE.json): roofline x stated efficiencies"
+    have = cal.load("", where=Path(path))
+    if have is None:
+        return None, f"{path}: no calibration (.json + .parquet) there"
+    return perf.Calibrated(have[1], have[0]), ""
 
 
 def model_calibration(plan, ceilings: dict):
@@ -231,6 +285,29 @@ def run_trials(study: optuna.Study, objective: Objective, grid: dict | None, tar
     finally:
         restore()
     return n
+
+
+def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, target: int,
+                  after=None, every: int = 250) -> int:
+    """``run_trials`` for a predict-only study (one process; a trial takes milliseconds): a grid's
+    designs not yet held are queued at once, then one ``study.optimize`` call runs until
+    ``target`` designs are finished; ``after()`` every ``every`` trials. Returns the trials run."""
+    todo = target - finished(study)
+    if grid is not None:
+        while enqueue_next(study, grid):
+            pass
+        waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        todo = min(todo, len(waiting))
+    if todo <= 0:
+        return 0
+    count = iter(range(1, todo + 1))
+    restore = _sigterm_interrupts()
+    try:
+        study.optimize(objective, n_trials=todo, catch=(TrialFailed,), gc_after_trial=False,
+                       callbacks=[lambda s, t: next(count) % every or (after and after())])
+    finally:
+        restore()
+    return todo
 
 
 def _sigterm_interrupts():

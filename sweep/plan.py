@@ -54,6 +54,7 @@ class Plan:
     queue_only: bool = False  # a grid: run enqueued designs only
     identity: dict = field(default_factory=dict)  # what changes the study's figures (``identity``)
     calibration: str | None = None  # another device's calibration to transfer, else this one's
+    predict: bool = False  # predict-only: no model built, figures from the performance model
 
 
 def plan_from_config(cfg) -> Plan:
@@ -72,6 +73,9 @@ def plan_from_config(cfg) -> Plan:
     constraints = exp.get("constraints") or {}
     model_over, wl_over = model_overrides(model), workload_overrides(wl)
     ModelConfig.from_dict(model).validate()  # the design as configured, checked as on a GPU
+    predict = bool(c["study"].get("predict"))
+    if predict:  # nothing runs here: the design is checked as on the target, no CPU fallback
+        device = {"type": "predict", "name": "predicted (no device)"}
     if device["type"] == "cpu" and c["cpu"]["enabled"]:
         given = {**{f"model.{k}": v for k, v in model_over.items()},
                  **{f"workload.{k}": v for k, v in wl_over.items()}}
@@ -92,7 +96,7 @@ def plan_from_config(cfg) -> Plan:
         if exp.get("constraints_cpu") is not None:
             constraints = exp["constraints_cpu"]
     base = ModelConfig.from_dict(model)
-    base.validate(device)
+    base.validate(None if predict else device)
     check_workload(wl, base, space)
     check_weights(c.get("weights"))
     if c["study"]["n_trials"] is not None and c["study"]["n_trials"] < 1:
@@ -114,7 +118,7 @@ def plan_from_config(cfg) -> Plan:
                                                    for d in directions):
         raise ValueError("study.directions must give maximize or minimize for each objective")
     nvml_only = [o for o in objectives if o.endswith("_j_per_token")]
-    if nvml_only and not prof.get("nvml"):
+    if nvml_only and not prof.get("nvml") and not predict:
         raise ValueError(f"objective(s) {nvml_only} need energy from NVML: add profile=nvml "
                          "(or profile=ncu/full)")
     from zoo import counts as _counts
@@ -131,18 +135,24 @@ def plan_from_config(cfg) -> Plan:
                          f"{', '.join(SAMPLERS)}")
     mode = c["mode"]
     if mode == "auto":
-        mode = "cudagraph" if device["type"] == "cuda" else "eager"
+        mode = "cudagraph" if device["type"] in ("cuda", "predict") else "eager"
     hw = c["hardware"].get("name", "auto")
+    if predict and hw == "auto":
+        raise ValueError("study.predict=true needs a hardware spec to predict on: hardware=<name> "
+                         "(conf/hardware/*.yaml)")
     spec = load_spec(hw, device["name"]) if hw == "auto" else HardwareSpec(**c["hardware"])
     ident = identity(base, wl, mode, c.get("weights"), spec, device, prof, c["seed"], space,
                      constraints, objectives)
+    if predict:
+        ident["predict"] = True
     if c.get("calibration"):
         ident["calibration"] = str(Path(c["calibration"]).resolve())
         if not Path(c["calibration"]).exists():
             raise ValueError(f"calibration={c['calibration']}: no such file")
     name = c["study"]["name"] or "-".join([
         exp.get("name", "baseline"), base.name, spec.name,
-        f"b{wl['batch']}-p{wl['prompt_len']}-n{wl['new_tokens']}", mode, identity_hash(ident)])
+        f"b{wl['batch']}-p{wl['prompt_len']}-n{wl['new_tokens']}", mode]
+        + (["predicted"] if predict else []) + [identity_hash(ident)])
     results_root = Path(c["results_dir"])
     if not results_root.is_absolute():
         results_root = REPO / results_root
@@ -168,7 +178,7 @@ def plan_from_config(cfg) -> Plan:
                 fault=c.get("fault"), profile=dict(prof),
                 experiment=exp.get("name", "baseline"), quiet=c.get("quiet", False),
                 constraints=constraints, workers=workers, gpus=gpus, identity=ident,
-                calibration=c.get("calibration"))
+                calibration=c.get("calibration"), predict=predict)
 
 
 def identity(base: ModelConfig, wl: dict, mode: str, weights: str | None, spec: HardwareSpec,

@@ -69,13 +69,27 @@ def suggest(trial: optuna.Trial, space: dict, base: ModelConfig) -> tuple[dict, 
 
 
 
-def make_sampler(plan) -> optuna.samplers.BaseSampler:
-    """The study's sampler; ``auto`` picks the grid for an all-discrete space of <= 64 points,
-    else TPE (multi-objective TPE for several objectives)."""
+def sampler_kind(plan) -> str:
+    """The sampler a study uses: ``plan.sampler``, with ``auto`` resolved to ``grid`` for an
+    all-discrete space of <= 64 points, else ``tpe``."""
     grid = grid_of(plan.space, plan.base) if plan.space else {}
-    kind = plan.sampler
-    if kind == "auto":
-        kind = "grid" if grid is not None and math.prod(map(len, grid.values())) <= 64 else "tpe"
+    if plan.sampler == "auto":
+        return "grid" if grid is not None and math.prod(map(len, grid.values())) <= 64 else "tpe"
+    return plan.sampler
+
+
+def study_grid(plan) -> dict:
+    """The grid whose designs are queued one by one (``sweep.storage.enqueue_next``) when the
+    study's sampler is the grid; empty otherwise (TPE, NSGA-II and random sample themselves)."""
+    if not plan.space or sampler_kind(plan) != "grid":
+        return {}
+    return grid_of(plan.space, plan.base) or {}
+
+
+def make_sampler(plan) -> optuna.samplers.BaseSampler:
+    """The study's sampler (``sampler_kind``; multi-objective TPE for several objectives)."""
+    grid = grid_of(plan.space, plan.base) if plan.space else {}
+    kind = sampler_kind(plan)
     if kind == "grid":
         if grid is None:
             raise ValueError("sampler=grid needs a discrete space (choices, divisors_of or step)")

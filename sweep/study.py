@@ -19,9 +19,9 @@ import optuna
 from .analysis.hardware import measure_ceilings
 from .atomic import write_json
 from .env import environment
-from .objective import Objective, model_calibration, run_trials
+from .objective import Objective, model_calibration, run_predicted, run_trials
 from .report import html_report, plots, tables
-from .space import grid_of
+from .space import study_grid
 from .storage import claim_results, finished, open_study, recover_interrupted
 from .worker import run_workers
 
@@ -39,7 +39,7 @@ def run(plan):
     claim_results(plan)
     study = open_study(plan)
     recovered = recover_interrupted(study)
-    grid = grid_of(plan.space, plan.base) if plan.space else {}
+    grid = study_grid(plan)  # queued design by design only when the sampler is the grid
     grid_size = math.prod(map(len, grid.values())) if grid else None
     target = plan.n_trials or grid_size or 20
     todo = max(0, target - finished(study))
@@ -54,6 +54,10 @@ def run(plan):
     if plan.workers > 1:
         model_calibration(plan, measure_ceilings(plan.device))  # once, before the workers
         ceilings = run_workers(plan, target)
+    elif plan.predict:  # no device: the performance model's figures, no ceilings measured
+        ceilings = {}
+        run_predicted(study, Objective(plan, ceilings, target), grid or None, target,
+                      after=lambda: tables.write_table(tables.trials_frame(study), plan.results))
     else:
         ceilings = measure_ceilings(plan.device)
         run_trials(study, Objective(plan, ceilings, target), grid or None, target,

@@ -26,6 +26,8 @@ def trials_frame(study) -> pd.DataFrame:
         row = {"number": t.number, "state": t.state.name}
         row.update({f"param_{k}": v for k, v in t.params.items()})
         row.update({k: v for k, v in t.user_attrs.items() if k not in _INTERNAL})
+        if isinstance(row.get("row"), str):  # a predict-only trial keeps its row as one JSON
+            row.update(json.loads(row.pop("row")))
         row.setdefault("fail_reason", "")
         if t.datetime_start:
             row["trial_start"] = t.datetime_start.isoformat()

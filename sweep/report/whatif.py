@@ -58,14 +58,19 @@ def whatif(meta: dict, df: pd.DataFrame, targets: list[str],
     for _, r in done.iterrows():
         cfg = config_of(r)
         for t in targets:
-            p = predict_on(cfg, wl, load_spec(t), calibration, mode=meta.get("mode", "cudagraph"))
+            try:
+                p = predict_on(cfg, wl, load_spec(t), calibration,
+                               mode=meta.get("mode", "cudagraph"))
+            except ValueError as e:  # the spec lacks a figure this design needs: said, not guessed
+                p = {"target": t, "fits_memory": False, "prediction_basis": "not predicted",
+                     "prediction_reason": str(e)}
             p.update(design=design_label(r), study=meta.get("study", ""),
                      **{f"measured_{o}": r.get(o, math.nan) for o in meta["objectives"]},
                      **{o: r[o] for o in meta["objectives"] if o not in p and o in r})
             rows.append(p)
     out = pd.DataFrame(rows)
     asc = meta["directions"][0] == "minimize"
-    fit = out[out.fits_memory & out[objective].notna()]
+    fit = out[out.fits_memory.astype(bool) & out[objective].notna()]
     out["rank"] = fit.groupby("target")[objective].rank(ascending=asc, method="min")
     return out
 
@@ -120,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         per = [(t, {"device": t, "workload": meta["workload"]},
                 w[w.target == t].assign(state="COMPLETE").reset_index(drop=True))
                for t in a.hardware]
-        per = [(t, m, d[d.fits_memory]) for t, m, d in per]
+        per = [(t, m, d[d.fits_memory.astype(bool) & d[objectives].notna().all(axis=1)])
+               for t, m, d in per]
         try:
             table, summary = compare([p for p in per if not p[2].empty], objectives, directions)
             plot([p for p in per if not p[2].empty], table, objectives, directions, out)

@@ -1,0 +1,82 @@
+"""Beyond the GPU at hand (CPU): hardware specs of the targets, a design predicted on each with its
+basis, a predict-only study (no model built), and what-if over a measured study."""
+
+import json
+import math
+
+import pytest
+
+from sweep.analysis.hardware import available, load_spec
+from sweep.analysis.targets import config_of, predict_on
+from tests.helpers import run_tiny
+from zoo import ModelConfig
+
+TARGETS = ["b200", "mi300x", "mi325x", "m3_max", "m4_max", "snapdragon_x_elite_cpu",
+           "snapdragon_x_elite_gpu", "snapdragon_x_elite_npu", "snapdragon_8_gen3", "epyc_9654"]
+
+
+def test_every_target_spec_has_sources_and_assumptions():
+    for name in TARGETS + ["h100_sxm", "h100_pcie", "h200", "a100_80gb", "l4"]:
+        assert name in available()
+        s = load_spec(name)
+        assert s.source and s.date, name
+        assert math.isfinite(s.hbm_gb_s) and math.isfinite(s.memory_gb), name
+        a = s.assumptions
+        assert {"compute_efficiency", "bandwidth_efficiency", "launch_us", "basis"} <= set(a), name
+        assert 0 < a["compute_efficiency"] <= 1 and 0 < a["bandwidth_efficiency"] <= 1, name
+    assert {load_spec(n).vendor for n in TARGETS} >= {"NVIDIA", "AMD", "Apple", "Qualcomm"}
+    assert {load_spec(n).kind for n in TARGETS} == {"gpu", "cpu", "npu"}
+
+
+def test_a_design_on_each_target_says_its_basis():
+    cfg = ModelConfig.from_name("llama3_2_1b")
+    wl = {"batch": 1, "prompt_len": 512, "new_tokens": 128}
+    rows = {t: predict_on(cfg, wl, load_spec(t)) for t in TARGETS}
+    for t, r in rows.items():
+        assert r["basis_kind"] == "roofline" and t in r["prediction_basis"], t
+        assert r["decode_tpot_ms"] > 0 and r["decode_tok_s"] > 0 and r["fits_memory"], t
+    # decode at batch 1 is bandwidth-bound: a faster memory is a faster decode
+    assert rows["mi325x"]["decode_tpot_ms"] < rows["mi300x"]["decode_tpot_ms"]
+    assert rows["m4_max"]["decode_tok_s"] > rows["m3_max"]["decode_tok_s"]
+    assert math.isnan(rows["m4_max"]["decode_j_per_token"])  # no TDP stated
+    assert "no TDP" in rows["m4_max"]["decode_j_per_token_reason"]
+    big = ModelConfig.from_name("llama3_1_8b")
+    assert not predict_on(big, dict(wl, batch=64, prompt_len=8192), load_spec(
+        "snapdragon_8_gen3"))["fits_memory"]
+
+
+def test_config_of_a_row_round_trips():
+    from sweep.objective import design_columns
+
+    cfg = ModelConfig.from_name("qwen2_5_7b")  # qkv bias, its own rope_theta
+    assert config_of(design_columns(cfg)).to_dict() == cfg.to_dict()
+
+
+@pytest.mark.slow
+def test_predict_only_study_builds_no_model(tmp_path):
+    _, _, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha", "study.predict=true",
+                        "hardware=mi300x")
+    done = df[df.state == "COMPLETE"]
+    assert len(done) >= 3 and done.predicted.all()
+    assert done.prediction_basis.str.contains("mi300x").all()
+    assert done.decode_tok_s.gt(0).all() and "trial_dir" not in done.columns
+    assert not list(tmp_path.glob("**/trials/*"))  # no trial child ran
+
+
+@pytest.mark.slow
+def test_whatif_over_a_measured_study(tmp_path):
+    from sweep.report.whatif import main
+
+    plan, _, _ = run_tiny(tmp_path, "+experiment=gqa_vs_mha")
+    out = tmp_path / "wf"
+    assert main([str(plan.results), "--hardware", "h100_sxm", "mi300x", "m4_max",
+                 "snapdragon_8_gen3", "--out", str(out)]) == 0
+    for f in ("whatif.csv", "ranks.csv", "fronts.json", "fronts.png"):
+        assert (out / f).exists(), f
+    import pandas as pd
+
+    w = pd.read_csv(out / "whatif.csv")
+    assert set(w.target) == {"h100_sxm", "mi300x", "m4_max", "snapdragon_8_gen3"}
+    assert w.prediction_basis.notna().all()
+    assert set(json.loads((out / "fronts.json").read_text())["bases"]) == set(w.target)
+    assert main([str(plan.results), "--hardware", "no_such_chip"]) == 2
