@@ -34,6 +34,25 @@ def test_cudagraph_decode_matches_eager(n_kv_heads):
     torch.testing.assert_close(graph.float(), eager.float(), atol=3e-2, rtol=3e-2)
 
 
+@pytest.mark.parametrize("kernels", ["torch", "triton"])
+def test_cudagraph_prefill_replays_each_prompt(kernels):
+    cfg = ModelConfig.from_name("tiny", dtype="bf16", n_kv_heads=2, d_model=256, n_heads=8,
+                                head_dim=32, n_layers=3, max_seq_len=512, kernels=kernels)
+    m = Transformer.build(cfg, "cuda", seed=0)
+    g = torch.Generator("cuda").manual_seed(3)
+    prompts = [torch.randint(0, cfg.vocab_size, (2, 100), device="cuda", generator=g)
+               for _ in range(2)]
+    graph = Generator(m, 2, 128, "cudagraph")
+    got = [graph.prefill(p) for p in prompts]  # captured on the first, replayed on the second
+    assert graph.prefill_mode == "cudagraph" and len(graph._prefill_graphs) == 1
+    eager = Generator(m, 2, 128, "eager")
+    want = [eager.prefill(p) for p in prompts]
+    assert eager.prefill_mode == "eager"
+    assert not torch.equal(want[0], want[1])
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.float(), b.float(), atol=3e-2, rtol=3e-2)
+
+
 def test_ceilings_are_plausible():
     from sweep.analysis.hardware import _copy_rate, _gemm_rate
     from sweep.measure.timing import Timer

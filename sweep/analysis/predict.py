@@ -143,7 +143,8 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks) -> dict:
         g = min(gap * sum(k.repeat * k.launches for k in ks if k.module == m), 0.95 * calib[m])
         calib[m] -= g
         gaps += g
-    graph = mode in ("cudagraph", "compile") and new == 1  # prefill always runs eagerly
+    # cudagraph replays both stages; compile graphs the decode step, its prefill runs eagerly
+    graph = mode == "cudagraph" or (mode == "compile" and new == 1)
     if graph:  # the gaps, and the step's small kernels around the replay (their host cost
         # overlaps the GPU's work)
         calib["launch_overhead"] = gaps + STEP_EAGER_OPS * cal.launch("graph_kernel")
@@ -173,8 +174,9 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
     Args:
         cfg: the design; workload: ``batch``, ``prompt_len``, ``new_tokens``; hardware: a
             ``HardwareSpec`` (datasheet peaks); calibration: a ``Calibrated`` (None: roofline
-            only); kernels: ``torch`` or ``triton`` (default ``cfg.kernels``); mode: the decode
-            mode; ceilings: measured ceilings (``copy_bytes_s``, ``gemm_flops_<dtype>``) for the
+            only); kernels: ``torch`` or ``triton`` (default ``cfg.kernels``); mode: the
+            ``zoo.generate`` mode (``cudagraph``: prefill and decode replay graphs; ``compile``:
+            the decode step only, its prefill eager; ``eager``); ceilings: measured ceilings (``copy_bytes_s``, ``gemm_flops_<dtype>``) for the
             roofline, else the datasheet's.
 
     Returns:

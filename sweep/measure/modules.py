@@ -141,47 +141,55 @@ def module_windows(gen, prompt, spec: dict) -> dict:
     for _ in range(3):  # warm-up: graphs captured, allocator settled
         tok = gen.decode(tok).argmax(-1, keepdim=True)
     sync()
-    nvtx.enable(True, "torch")
-    try:
+
+    def ranged(eager, replay, graph: bool):
+        """Kernel time per module (us) of ``eager()`` run under the ranges; where the stage runs
+        as a CUDA graph, the kernel durations of ``replay()`` matched kernel by kernel."""
+        nvtx.enable(True, "torch")
         with profile(activities=acts) as p:
-            gen.prefill(prompt)
+            eager()
             sync()
-        us, _ = attribute(p, cuda)
-        out = _columns("prefill", us)
+        us, seq = attribute(p, cuda)
+        if not graph:
+            return us, ""
+        nvtx.enable(False)
+        with profile(activities=acts) as p2:
+            replay()
+            sync()
+        kernels = sorted((e for e in p2.events() if e.device_type.name == "CUDA"),
+                         key=lambda e: e.time_range.start)
+        names = [k for k, _, _ in seq]
+        # the graph's kernels inside the replay (the step's token copy before, clone after)
+        at = next((i for i in range(len(kernels) - len(names) + 1)
+                   if [e.name for e in kernels[i:i + len(names)]] == names), None)
+        if not names or at is None:
+            return us, ("the graph replay's kernels did not match the eager run's: eager kernel "
+                        "durations")
+        us = dict.fromkeys(us, 0.0)
+        for (_, m, _), e in zip(seq, kernels[at:at + len(names)]):
+            us[m] += e.time_range.end - e.time_range.start
+        return us, "kernel durations from the graph replay, attributed through an eager run"
+
+    try:
+        # the captured prefill's Python run eagerly: the same kernels, with ranges
+        us, note = ranged(lambda: gen.prefill_step(prompt), lambda: gen.prefill(prompt),
+                          gen.prefill_mode == "cudagraph")
+        out = _columns("prefill", us, note)
+        gen.pos = prompt.shape[1]  # the cache holds the prompt: decode from there again
         for _ in range(3):
             tok = gen.decode(tok).argmax(-1, keepdim=True)
         sync()
-        graph = gen.mode != "eager"
-        with profile(activities=acts) as p:
-            if graph:  # the captured step's Python run eagerly: same kernels, with ranges
-                gen._token.copy_(tok)
-                gen._input_pos.fill_(gen.pos)
-                gen._step(gen._bucket(gen.pos))
-            else:
+
+        def eager_step():
+            if gen.mode == "eager":
                 gen.decode(tok)
-            sync()
-        us, seq = attribute(p, cuda)
-        note = ""
-        if graph and gen.mode == "cudagraph":
-            nvtx.enable(False)
-            with profile(activities=acts) as p2:
-                gen.decode(tok)
-                sync()
-            replay = sorted((e for e in p2.events() if e.device_type.name == "CUDA"),
-                            key=lambda e: e.time_range.start)
-            names = [k for k, _, _ in seq]
-            # the graph's kernels inside the replay (the step's token copy before, clone after)
-            at = next((i for i in range(len(replay) - len(names) + 1)
-                       if [e.name for e in replay[i:i + len(names)]] == names), None)
-            if names and at is not None:
-                us = dict.fromkeys(us, 0.0)
-                for (_, m, _), e in zip(seq, replay[at:at + len(names)]):
-                    us[m] += e.time_range.end - e.time_range.start
-                note = "kernel durations from the graph replay, attributed through an eager run"
-            else:
-                note = ("the graph replay's kernels did not match the eager run's: eager kernel "
-                        "durations")
-        elif gen.mode == "compile":
+                return
+            gen._token.copy_(tok)  # the captured step's Python run eagerly
+            gen._input_pos.fill_(gen.pos)
+            gen._step(gen._bucket(gen.pos))
+
+        us, note = ranged(eager_step, lambda: gen.decode(tok), gen.mode == "cudagraph")
+        if gen.mode == "compile":
             note = "compile mode: the eager step's kernels (Inductor's own are not attributed)"
         out.update(_columns("decode", us, note))
         out["decode_modules_cache_len"] = gen.pos

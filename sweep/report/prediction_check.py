@@ -1,5 +1,5 @@
 """How well the performance model predicted measured studies:
-``python -m sweep.report.prediction_check STUDY_DIR [...] [--out check.json]``.
+``python -m sweep.report.prediction_check STUDY_DIR|ROWS.csv [...] [--out check.json]``.
 
 Per stage (TTFT = prefill, TPOT = decode step), over every COMPLETE row of the studies: the
 distribution of the signed error of the calibrated prediction against the measurement
@@ -9,7 +9,8 @@ rows themselves (design, measured, both predictions, errors) go to ``--csv``. Ro
 did not price (``{stage}_pred_reason``, e.g. ``mode=compile``) are counted apart with the reason.
 Where the rows were profiled per module (``profile=modules``), ``modules`` gives per stage each
 module kind's share error (points, predicted - measured share of the stage) and how many designs
-have every module within 5 points.
+have every module within 5 points. A ``.csv`` argument is a ``--csv`` file of an earlier check
+(its rows join the new ones, e.g. studies measured in separate device calls).
 """
 
 from __future__ import annotations
@@ -79,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     frames = []
     for s in a.studies:
+        if str(s).endswith(".csv"):  # the COMPLETE rows of an earlier check
+            frames.append(pd.read_csv(s).assign(state="COMPLETE"))
+            continue
         meta, df = load_study(s)
         df = df.assign(study=meta["study"], design=[design_label(r) for _, r in df.iterrows()])
         frames.append(df)
