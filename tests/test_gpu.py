@@ -36,8 +36,9 @@ def test_cudagraph_decode_matches_eager(n_kv_heads):
 
 @pytest.mark.parametrize("kernels", ["torch", "triton"])
 def test_cudagraph_prefill_replays_each_prompt(kernels):
-    cfg = ModelConfig.from_name("tiny", dtype="bf16", n_kv_heads=2, d_model=256, n_heads=8,
-                                head_dim=32, n_layers=3, max_seq_len=512, kernels=kernels)
+    cfg = ModelConfig.from_name("tiny", dtype="bf16", kv_dtype="bf16", n_kv_heads=2, d_model=256,
+                                n_heads=8, head_dim=32, n_layers=3, max_seq_len=512,
+                                kernels=kernels)
     m = Transformer.build(cfg, "cuda", seed=0)
     g = torch.Generator("cuda").manual_seed(3)
     prompts = [torch.randint(0, cfg.vocab_size, (2, 100), device="cuda", generator=g)

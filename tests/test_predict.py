@@ -177,6 +177,28 @@ def test_module_of_follows_the_innermost_range():
     assert module_of([], "embedding") == "norms_elementwise"
 
 
+def test_graph_replay_aligned_to_the_eager_run():
+    from sweep.measure.modules import align_replay
+
+    seq = [("gemm_a", "qkv", 5.0), ("rope", "norms_elementwise", 1.0),
+           ("flash", "attention", 4.0), ("gemm_b", "out_proj", 3.0), ("add", "norms_elementwise", 1.0)]
+    eager = {"qkv": 5.0, "attention": 4.0, "out_proj": 3.0, "norms_elementwise": 2.0}
+    # the whole sequence inside the replay (a token copy before, a clone after)
+    us, note = align_replay(seq, [("copy", 9), ("gemm_a", 6), ("rope", 2), ("flash", 7),
+                                  ("gemm_b", 8), ("add", 1), ("clone", 9)], eager)
+    assert note == "" and us == {"qkv": 6, "attention": 7, "out_proj": 8, "norms_elementwise": 3}
+    # under capture a library picked another GEMM variant, and one extra kernel came along
+    us, note = align_replay(seq, [("copy", 9), ("gemm_a", 6), ("rope", 2), ("flash", 7),
+                                  ("gemm_b_v2", 8), ("splitk_reduce", 2), ("add", 1)], eager)
+    assert us == {"qkv": 6, "attention": 7, "out_proj": 8 + 2, "norms_elementwise": 2 + 1}
+    assert "4 of 5 kernels matched by name" in note
+    assert "gemm_b -> gemm_b_v2" in note
+    assert sum(us.values()) == 26  # every graph kernel counted once, the copy before left out
+    # nothing alike: the eager durations, flagged
+    us, note = align_replay(seq, [("x", 1), ("y", 2)], eager)
+    assert note is None and us is eager
+
+
 @pytest.mark.slow
 def test_profiled_rows_compare_module_shares(tmp_path):
     from sweep.analysis.modules import module_check

@@ -111,6 +111,58 @@ def attribute(prof, cuda: bool) -> tuple[dict, list[tuple[str, str, float]]]:
     return out, seq
 
 
+def align_replay(seq: list[tuple[str, str, float]], replay: list[tuple[str, float]],
+                 eager_us: dict) -> tuple[dict, str | None]:
+    """Kernel time per module (us) from a graph replay's kernels, attributed through the eager
+    run of the captured Python.
+
+    Args:
+        seq: the eager run's ``(kernel name, module, us)`` in launch order (``attribute``);
+        replay: the replay's ``(kernel name, us)`` in start order (the step's own small kernels
+            around the graph included); eager_us: the eager run's ``{module: us}``.
+
+    Returns:
+        ``({module: us}, note)``: where the eager sequence appears whole in the replay, its
+        kernels' replay durations and note ``""``; else the two sequences aligned by name
+        (``difflib``): equal kernels and renamed ones (a library choosing another kernel
+        variant under capture) take the eager kernel's module in order (extra ones in a renamed
+        run take the run's last), a replay kernel with no counterpart takes the module of the
+        eager kernel before it, and the note says
+        how many kernels matched by name. ``(eager_us, None)`` when under half matched.
+    """
+    import difflib
+
+    names = [k for k, _, _ in seq]
+    rnames = [k for k, _ in replay]
+    if not names:
+        return eager_us, None
+    at = next((i for i in range(len(rnames) - len(names) + 1)
+               if rnames[i:i + len(names)] == names), None)
+    us = dict.fromkeys(eager_us, 0.0)
+    if at is not None:
+        for (_, m, _), (_, d) in zip(seq, replay[at:at + len(names)]):
+            us[m] += d
+        return us, ""
+    sm = difflib.SequenceMatcher(None, names, rnames, autojunk=False)
+    same = sum(b.size for b in sm.get_matching_blocks())
+    if same < len(names) / 2:
+        return eager_us, None
+    blocks = sm.get_matching_blocks()
+    first, last = blocks[0].b, blocks[-2].b + blocks[-2].size  # the graph inside the replay
+    renamed = 0
+    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+        for j in range(max(j1, first), min(j2, last)):
+            if tag in ("equal", "replace"):  # extra replay kernels take the span's last module
+                i = i1 + min(j - j1, i2 - i1 - 1)
+                renamed += tag == "replace"
+            else:  # inserted: the module of the eager kernel before it
+                i = max(i1 - 1, 0)
+            us[seq[i][1]] += replay[j][1]
+    return us, (f"{same} of {len(names)} kernels matched by name, {renamed} renamed; e.g. "
+                + ", ".join(f"{names[i1]} -> {rnames[j1]}" for tag, i1, _, j1, _ in
+                            sm.get_opcodes() if tag == "replace")[:300])
+
+
 def _columns(stage: str, us: dict, note: str = "") -> dict:
     p = f"{stage}_"
     out = {f"{p}meas_ms_{m}": us[m] / 1e3 for m in MODULES}
@@ -158,17 +210,13 @@ def module_windows(gen, prompt, spec: dict) -> dict:
             sync()
         kernels = sorted((e for e in p2.events() if e.device_type.name == "CUDA"),
                          key=lambda e: e.time_range.start)
-        names = [k for k, _, _ in seq]
-        # the graph's kernels inside the replay (the step's token copy before, clone after)
-        at = next((i for i in range(len(kernels) - len(names) + 1)
-                   if [e.name for e in kernels[i:i + len(names)]] == names), None)
-        if not names or at is None:
+        us, matched = align_replay(seq, [(e.name, e.time_range.end - e.time_range.start)
+                                         for e in kernels], us)
+        if matched is None:
             return us, ("the graph replay's kernels did not match the eager run's: eager kernel "
                         "durations")
-        us = dict.fromkeys(us, 0.0)
-        for (_, m, _), e in zip(seq, kernels[at:at + len(names)]):
-            us[m] += e.time_range.end - e.time_range.start
-        return us, "kernel durations from the graph replay, attributed through an eager run"
+        return us, ("kernel durations from the graph replay, attributed through an eager run"
+                    + (f" ({matched})" if matched else ""))
 
     try:
         # the captured prefill's Python run eagerly: the same kernels, with ranges
