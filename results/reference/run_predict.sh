@@ -31,13 +31,14 @@ case "${1:-}" in
     done ;;
   check)  # run_predict.sh check b1|b8|h200
     python3 -m sweep.report.prediction_check $R/*-$2/ --out "$OUT/check_$2.json" --csv "$OUT/rows_$2.csv" ;;
-  h200)  # the studies stop after ${BUDGET_S:-480} s so the check always runs
-    timeout "${BUDGET_S:-480}" bash -c "for e in gqa_vs_mha head_dim ffn_width depth_vs_width kv_quant; do
-      python3 -m sweep +experiment=\$e workload=long_context $common study.name=\$e-h200 \
+  h200)  # run_predict.sh h200 [b1|b8]: the studies stop after ${BUDGET_S:-480} s so the check runs
+    wl=$([ "${2:-b8}" = b1 ] && echo "workload=default workload.new_tokens=64" || echo "workload=long_context")
+    timeout "${BUDGET_S:-480}" bash -c "for e in gqa_vs_mha kv_quant ffn_width depth_vs_width head_dim; do
+      python3 -m sweep +experiment=\$e $wl $common study.name=\$e-h200 \
         calibration=results/reference/calibration_h100.json > $OUT/log_\$e.txt 2>&1; done"
     set -- x $(for f in $R/*-h200; do [ -f $f/study.json ] && echo $f; done)
     shift
     python3 -m sweep.report.prediction_check "$@" --out "$OUT/check_h200.json" --csv "$OUT/rows_h200.csv" ;;
-  *) echo "usage: run_predict.sh calibrate | b1|b8 [EXP ...] | check b1|b8|h200 | h200" >&2; exit 2 ;;
+  *) echo "usage: run_predict.sh calibrate | b1|b8 [EXP ...] | check b1|b8|h200 | h200 [b1|b8]" >&2; exit 2 ;;
 esac
 ls -la "$OUT"

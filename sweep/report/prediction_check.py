@@ -50,7 +50,9 @@ def summary(df: pd.DataFrame) -> dict:
 
 def modules(df: pd.DataFrame, within_pts: float = 5.0) -> dict:
     """``{stage: {module: {median_abs_pts, max_abs_pts}, designs, designs_within}}`` over the
-    COMPLETE rows with ``{stage}_share_err_pts_max`` (profiled per module)."""
+    COMPLETE rows with ``{stage}_share_err_pts_max`` (profiled per module); rows whose graph
+    replay could not be matched to the eager run (eager kernel durations, not the graph's) are
+    counted under ``excluded``."""
     done = df[df["state"] == "COMPLETE"] if "state" in df else df
     out = {}
     for st in STAGES:
@@ -58,6 +60,10 @@ def modules(df: pd.DataFrame, within_pts: float = 5.0) -> dict:
         if col not in done:
             continue
         rows = done[done[col].notna()]
+        # a graph stage whose replay could not be matched to the eager run: eager durations
+        note = rows.get(f"{st}_modules_note", pd.Series("", index=rows.index)).fillna("")
+        eager = note.astype(str).str.contains("did not match")
+        rows = rows[~eager]
         if rows.empty:
             continue
         per = {}
@@ -68,7 +74,9 @@ def modules(df: pd.DataFrame, within_pts: float = 5.0) -> dict:
                     "median_abs_pts": float(e.median()), "max_abs_pts": float(e.max())}
         out[st] = {"modules": per, "designs": int(len(rows)),
                    "designs_within": int((rows[col].astype(float) <= within_pts).sum()),
-                   "within_pts": within_pts}
+                   "within_pts": within_pts,
+                   "excluded": {"graph replay not matched (eager kernel durations)":
+                                int(eager.sum())} if eager.any() else {}}
     return out
 
 
@@ -98,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
                 *[c for st, m in STAGES.items() for c in (m, f"{st}_pred_ms_calibrated",
                                                            f"{st}_pred_ms_roofline",
                                                            f"{st}_pred_error_pct",
-                                                           f"{st}_pred_error_pct_roofline")],
+                                                           f"{st}_pred_error_pct_roofline",
+                                                           f"{st}_pred_reason")],
                 *[c for c in df.columns if "_share_" in c or "_meas_ms_" in c
+                  or c.endswith("_modules_note") or c in ("prefill_mode", "git_sha")
                   or c.startswith(("prefill_pred_ms_", "decode_pred_ms_"))]]
         done = df[df["state"] == "COMPLETE"]
         done[list(dict.fromkeys(c for c in cols if c in done))].to_csv(a.csv, index=False)
