@@ -3,6 +3,7 @@ basis, a predict-only study (no model built), and what-if over a measured study.
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +81,47 @@ def test_whatif_over_a_measured_study(tmp_path):
     assert w.prediction_basis.notna().all()
     assert set(json.loads((out / "fronts.json").read_text())["bases"]) == set(w.target)
     assert main([str(plan.results), "--hardware", "no_such_chip"]) == 2
+
+
+def test_advisor_findings_and_alternatives():
+    from sweep.analysis.advise import AdviseConf, advise, alternatives, findings
+    from sweep.analysis.hardware import load_spec
+    from zoo import counts
+
+    base = ModelConfig.from_name("llama3_2_1b")
+    cfg = base.replace(ffn_dim=8100)
+    wl = {"batch": 4, "prompt_len": 2048, "new_tokens": 16}
+    found = findings(cfg, wl, 132)
+    assert [f["field"] for f in found if f["rule"] == "multiple of 64"] == ["ffn_dim"]
+    assert "16 bytes" in found[0]["detail"]
+    assert not [f for f in findings(base, wl, 132) if f["rule"] == "multiple of 64"]
+    # head_dim 96: aligned heads of the same attention widths (so the same KV bytes per token)
+    odd = base.replace(head_dim=96, n_heads=20, n_kv_heads=4)
+    labels = dict(alternatives(odd, {"head_dim"}))
+    assert labels["head_dim=64, n_heads=30, n_kv_heads=6"] == {
+        "head_dim": 64, "n_heads": 30, "n_kv_heads": 6}
+    r = advise(cfg, wl, load_spec("h100_sxm"), None)
+    kv = counts.kv_bytes_per_token(cfg)
+    p0 = counts.params(cfg).non_embedding
+    assert r["alternatives"] and r["basis"].startswith("roofline")
+    for a in r["alternatives"]:
+        c = cfg.replace(**a["overrides"])
+        assert counts.kv_bytes_per_token(c) == kv
+        assert abs(counts.params(c).non_embedding / p0 - 1) <= 0.03
+        assert a["gain_pct"] == max(a["prefill_gain_pct"], a["decode_gain_pct"]) > 0
+    narrow = advise(cfg, wl, load_spec("h100_sxm"), None, AdviseConf(band=0.01))
+    assert {x["label"]: x["reason"] for x in narrow["rejected"]}["ffn_dim=7936"].startswith(
+        "non-embedding params -1.7% outside +-1%")
+
+
+def test_advise_cli_prices_from_the_h100_calibration(tmp_path):
+    from sweep.advise import main
+
+    cal = Path(__file__).resolve().parent.parent / "results/reference/calibration_h100.json"
+    assert main(["model=llama3_2_1b", "model.ffn_dim=8100", "hardware=h100_sxm",
+                 f"--calibration={cal}", f"--out={tmp_path}"]) == 0
+    r = json.loads((tmp_path / "advise.json").read_text())
+    assert r["basis"] == "calibrated: NVIDIA H100 80GB HBM3"
+    assert [2048, 8100] in r["missing_shapes"]  # K=8100 never calibrated: said, not hidden
+    assert "ffn_dim" in (tmp_path / "advise.md").read_text()
+    assert main(["model=llama3_2_1b", "model.ffn_dim=0", "--out", str(tmp_path)]) == 2

@@ -64,7 +64,6 @@ def run(designs, device: str, quick: bool = False, log=print) -> list[dict]:
     """Measure every calibration entry for ``designs`` on ``device`` (``cuda`` or ``cpu``);
     returns the rows. ``quick`` is the reduced grid (the CPU's, and CI's)."""
     import torch
-    import torch.nn.functional as F
 
     cuda = device == "cuda"
     dtype = "bf16" if cuda else "fp32"
@@ -88,6 +87,21 @@ def run(designs, device: str, quick: bool = False, log=print) -> list[dict]:
     shapes = gemm_shapes(designs) + ([] if quick else OFF_GRID)
     m_max = 32768 if cuda else 512
     m_grid = M_GRID if cuda else [2**e for e in range(int(math.log2(m_max)) + 1)]
+    rows += gemms(shapes, m_grid, cuda, tm, rnd, dtype)
+    log(f"calibrate: {len(shapes)} GEMM shapes ({time.time() - t0:.0f} s)")
+    rows += mb.prefill_attention(device, tm, rnd, quick)
+    log(f"calibrate: prefill attention ({time.time() - t0:.0f} s)")
+    rows += mb.graph_gap(device)  # last: it runs torch.profiler
+    return rows
+
+
+def gemms(shapes, m_grid, cuda: bool, tm, rnd, dtype: str) -> list[dict]:
+    """``gemm`` entries: ``F.linear`` of ``[M, K] x [K, N]`` for every ``(N, K)`` in ``shapes`` and
+    ``M`` in ``m_grid`` (inputs bounded in size), weights rotated cold; the memory-bound M (< 1024)
+    of every shape first, then the compute-bound ones at a duty cycle (``microbench.timer``)."""
+    import torch.nn.functional as F
+
+    rows = []
     for big in (False, True):
         for N, K in shapes:
             ms = [M for M in m_grid if (M >= 1024) == big
@@ -103,11 +117,22 @@ def run(designs, device: str, quick: bool = False, log=print) -> list[dict]:
                 rows.append(entry("gemm", sp, M=M, N=N, K=K, dtype=dtype,
                                   flops=2.0 * M * N * K))
             del ws
-    log(f"calibrate: {len(shapes)} GEMM shapes ({time.time() - t0:.0f} s)")
-    rows += mb.prefill_attention(device, tm, rnd, quick)
-    log(f"calibrate: prefill attention ({time.time() - t0:.0f} s)")
-    rows += mb.graph_gap(device)  # last: it runs torch.profiler
     return rows
+
+
+def bench_gemms(shapes, m_values, device: str) -> list[dict]:
+    """``gemm`` entries for ``shapes`` at exactly ``m_values``, measured now in this process as
+    ``run`` measures them (the advisor's shapes missing from a calibration)."""
+    import torch
+
+    cuda = device == "cuda"
+    dtype, tdt = ("bf16", torch.bfloat16) if cuda else ("fp32", torch.float32)
+    g = torch.Generator(device=device).manual_seed(0)
+
+    def rnd(*shape):
+        return torch.randn(*shape, device=device, dtype=tdt, generator=g)
+
+    return gemms(shapes, sorted(set(m_values)), cuda, timer(cuda, 7 if cuda else 5), rnd, dtype)
 
 
 # ---- the cache ---------------------------------------------------------------------------

@@ -1,0 +1,178 @@
+"""``python -m sweep.advise [model=NAME] [model.FIELD=V ...] [workload=NAME] [hardware=SPEC]
+[--bench] [--measure] [--out DIR]``: the design advisor (``sweep.analysis.advise``).
+
+The design and workload are composed as ``python -m sweep`` composes them (Hydra overrides); the
+target is ``hardware=`` (default: this machine's device). The calibration is the target's own
+(``results/calibration/``, or ``--calibration FILE``), transferred to another NVIDIA GPU from
+``--calibration``'s device; with neither, roofline prices (which see no alignment) and it says so.
+
+- ``--bench`` (on the calibration's own GPU): the GEMM shapes of the design and its alternatives
+  that the calibration lacks are micro-benchmarked first (``calibrate.bench_gemms``: the same
+  protocol as the calibration, at the workload's M), then priced.
+- ``--measure`` (on a GPU): the design and the first suggestion are measured as a study measures
+  a trial (``sweep.trial`` in a child process), and the measured gain in the targeted stage is set
+  beside the predicted one.
+
+Writes ``advise.json`` and ``advise.md`` to ``--out`` (default ``results/advise/<design>``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from .analysis.advise import AdviseConf, advise
+from .atomic import write_json, write_text
+from .env import REPO, slug
+
+STAGE_COL = {"prefill": "ttft_ms", "decode": "decode_tpot_ms"}
+
+
+def _plan(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+
+    from .config import register
+    from .plan import plan_from_config
+
+    register()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        cfg = compose(config_name="config", overrides=[*overrides, "quiet=true"])
+    return plan_from_config(cfg)
+
+
+def _calibration(plan, path: str | None, device: dict):
+    """The target's ``Calibrated`` (own, else transferred), or None."""
+    from .analysis import calibrate as cal
+    from .analysis.pricing import Calibrated
+    from .analysis.targets import _is_device, target_ceilings
+    from .analysis.predict import transfer
+
+    have = cal.load("", where=Path(path)) if path else cal.load(device.get("name", ""))
+    if have is None:
+        return None
+    c = Calibrated(have[1], have[0])
+    src = have[0] or {}
+    if _is_device(plan.spec, src.get("device")):
+        return c
+    if plan.spec.vendor == "NVIDIA" and src.get("ceilings"):
+        return transfer(c, src["ceilings"], target_ceilings(plan.spec, plan.base.dtype),
+                        plan.base.dtype)
+    return None
+
+
+def _measure(plan, cfg, out: Path, tag: str) -> dict:
+    from .measure.child import run_child
+
+    spec = {"model": cfg.to_dict(), "workload": plan.workload, "device": "cuda",
+            "mode": plan.mode, "seed": plan.seed, "weights": None, "profile": {},
+            "trial_dir": str(out / tag), "env": {}}
+    res = run_child(spec, out / tag, plan.workload.get("timeout_s", 900.0))
+    if res.get("status") != "ok":
+        return {"error": res.get("reason") or res.get("error_type") or "failed"}
+    return {k: res["measured"].get(k) for k in ("ttft_ms", "decode_tpot_ms", "ttft_ms_min",
+                                                 "ttft_ms_p90", "decode_tpot_ms_min",
+                                                 "decode_tpot_ms_p90")}
+
+
+def markdown(r: dict) -> str:
+    """The advice as a Markdown section (also the report's)."""
+    d = ", ".join(f"{k}={v}" for k, v in r["design"].items())
+    w = r["workload"]
+    lines = [f"## Design advice: {d}", "",
+             f"Target {r['target']}; batch {w['batch']}, prompt {w['prompt_len']}; prices: "
+             f"{r['basis']}. Predicted TTFT {r['predicted']['prefill_pred_ms']:.3g} ms, TPOT "
+             f"{r['predicted']['decode_pred_ms']:.3g} ms.", "", "Findings:", ""]
+    lines += [f"- `{f['field']}` = {f['value']} ({f['rule']}): {f['detail']}"
+              for f in r["findings"]] or ["- none: every rule holds"]
+    lines += ["", "| alternative | params | TTFT gain | TPOT gain | targets |",
+              "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {a['label']} | {a['params_change_pct']:+.1f}% | {a['prefill_gain_pct']:+.1f}% | "
+              f"{a['decode_gain_pct']:+.1f}% | {a['target_stage']} |" for a in r["alternatives"]]
+    if not r["alternatives"]:
+        lines.append("| none predicted faster within the band | | | | |")
+    if r.get("missing_shapes"):
+        lines += ["", "GEMM shapes priced from the nearest calibrated shape (their own alignment "
+                      "unseen; `--bench` measures them): "
+                  + ", ".join(f"N={n} K={k}" for n, k in r["missing_shapes"])]
+    if m := r.get("measured"):
+        lines += ["", f"Measured on {m.get('device', 'this GPU')}: {m.get('summary', '')}"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides, as python -m sweep takes them")
+    ap.add_argument("--calibration", help="a calibration .json (default: the target device's)")
+    ap.add_argument("--band", type=float, default=AdviseConf.band,
+                    help="non-embedding parameter band of the alternatives (fraction)")
+    ap.add_argument("--top", type=int, default=AdviseConf.top)
+    ap.add_argument("--bench", action="store_true",
+                    help="micro-benchmark the GEMM shapes the calibration lacks first (GPU)")
+    ap.add_argument("--measure", action="store_true",
+                    help="measure the design and the first suggestion (GPU)")
+    ap.add_argument("--out")
+    a = ap.parse_args(argv)
+    from zoo.config import DesignError
+
+    from .env import detect_device
+
+    try:
+        plan = _plan(list(a.overrides) + ["study.predict=true"]
+                     + ([] if any(o.startswith("hardware=") for o in a.overrides)
+                        else ["hardware=auto"]))
+    except (DesignError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # Hydra's composition errors name the override
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    device = detect_device("auto")
+    if (a.bench or a.measure) and device["type"] != "cuda":
+        print("error: --bench and --measure need a CUDA GPU", file=sys.stderr)
+        return 2
+    cal = _calibration(plan, a.calibration, device)
+    conf = AdviseConf(band=a.band, top=a.top, mode=plan.mode)
+    r = advise(plan.base, plan.workload, plan.spec, cal, conf)
+    if a.bench and cal is not None and r["missing_shapes"]:
+        import pandas as pd
+
+        from .analysis.calibrate import bench_gemms
+
+        B, T = plan.workload["batch"], plan.workload["prompt_len"]
+        rows = bench_gemms(r["missing_shapes"], [B, B * T], "cuda")
+        cal.t = pd.concat([cal.t, pd.DataFrame(rows)], ignore_index=True)
+        cal._fits.clear()
+        benched = r["missing_shapes"]
+        r = advise(plan.base, plan.workload, plan.spec, cal, conf)
+        r["benched_shapes"] = benched
+    label = slug("_".join(f"{k}{v}" for k, v in r["design"].items()))
+    out = Path(a.out) if a.out else REPO / "results" / "advise" / label
+    out.mkdir(parents=True, exist_ok=True)
+    if a.measure and r["alternatives"]:
+        first = r["alternatives"][0]
+        base_m = _measure(plan, plan.base, out, "design")
+        alt_m = _measure(plan, plan.base.replace(**first["overrides"]), out, "suggestion")
+        st = first["target_stage"]
+        col = STAGE_COL[st]
+        m = {"device": device["name"], "design": base_m, "suggestion": alt_m, "stage": st}
+        if "error" not in base_m and "error" not in alt_m:
+            gain = 100 * (1 - alt_m[col] / base_m[col])
+            pred = first["gain_pct"]
+            m.update(measured_gain_pct=gain, predicted_gain_pct=pred,
+                     faster=bool(gain > 0),
+                     gain_ratio=gain / pred if pred else math.nan)
+            m["summary"] = (f"{first['label']}: {st} {base_m[col]:.3f} -> {alt_m[col]:.3f} ms, "
+                            f"measured gain {gain:+.1f}% vs predicted {pred:+.1f}%")
+        r["measured"] = m
+    write_json(out / "advise.json", r)
+    write_text(out / "advise.md", markdown(r))
+    print(markdown(r))
+    print(f"written: {out}/advise.{{json,md}}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
