@@ -25,4 +25,3 @@ model.vocab_size=128255
 model.head_dim=96 model.n_heads=20 model.n_kv_heads=4
 model.ffn_dim=7000
 DESIGNS
-rm -rf "$OUT"/advise/*/design "$OUT"/advise/*/suggestion/spec.json
