@@ -78,7 +78,7 @@ def _measure(plan, cfg, out: Path, tag: str) -> dict:
 
 
 def markdown(r: dict) -> str:
-    """The advice as a Markdown section (also the report's)."""
+    """The advice as a Markdown section (``advise.md``)."""
     d = ", ".join(f"{k}={v}" for k, v in r["design"].items())
     w = r["workload"]
     lines = [f"## Design advice: {d}", "",
