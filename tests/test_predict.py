@@ -203,7 +203,7 @@ def test_graph_replay_aligned_to_the_eager_run():
 def test_profiled_rows_compare_module_shares(tmp_path):
     from sweep.analysis.modules import module_check
 
-    _, _, df = run_tiny(tmp_path, "profile=modules")
+    _, _, df = run_tiny(tmp_path, "profile=modules", "study.n_trials=1")
     r = df.iloc[0].to_dict()
     for st in ("prefill", "decode"):
         meas = sum(r[f"{st}_meas_share_{m}"] for m in perf.MODULES)
