@@ -157,8 +157,9 @@ def plot(studies: list[tuple[str, dict, pd.DataFrame]], table: pd.DataFrame, obj
     x, y = (objectives[1], objectives[0]) if len(objectives) > 1 else (objectives[0],) * 2
     (xt, xd), (yt, yd) = words(x), words(y)  # axes in words with units, values scaled to them
     fig, ax = plt.subplots(figsize=(8, 5.5))
+    colors = plt.get_cmap("tab20").colors if len(studies) > 10 else [f"C{k}" for k in range(10)]
     for k, (name, _, df) in enumerate(studies):
-        c = f"C{k}"
+        c = colors[k % len(colors)]
         done = df[df["state"] == "COMPLETE"]
         ax.scatter(done[x] / xd, done[y] / yd, s=14, c=c, alpha=0.4)
         f = table[table["study"] == name].sort_values(x)
@@ -172,7 +173,9 @@ def plot(studies: list[tuple[str, dict, pd.DataFrame]], table: pd.DataFrame, obj
     ax.set_ylabel(f"{yt} ({better[directions[0]]})")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title("Pareto fronts: " + ", ".join(s[0] for s in studies), fontsize=9)
+    names = ", ".join(s[0] for s in studies)
+    ax.set_title("Pareto fronts: " + (names if len(names) <= 100 else
+                                      f"{len(studies)} studies (legend)"), fontsize=9)
     fig.tight_layout()
     png = out / "fronts.png"
     fig.savefig(png, dpi=120)

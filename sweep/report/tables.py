@@ -103,6 +103,9 @@ def front_rows(df: pd.DataFrame, objectives: list[str], directions: list[str]) -
 
 
 def design_label(row) -> str:
-    """``name=value, ...`` of the sampled parameters (``param_*``) of a trial row."""
+    """``name=value, ...`` of the sampled parameters (``param_*``) of a trial row; a row that
+    already names its design (``design``, e.g. a what-if row) keeps that name."""
     ps = [c for c in row.index if str(c).startswith("param_") and pd.notna(row[c])]
+    if not ps and isinstance(row.get("design"), str) and row.get("design"):
+        return row["design"]
     return ", ".join(f"{c[6:]}={row[c]}" for c in ps) or f"trial {row.get('number')}"
