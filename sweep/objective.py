@@ -155,7 +155,6 @@ class Objective:
                 row[f"{st}_j_per_token_reason"] = "not measured: profile without nvml"
         for k, v in row.items():
             trial.set_user_attr(k, _attr(v))
-        values = [row.get(o, math.nan) for o in plan.objectives]
         if not plan.quiet:
             flag = (f" NOISY ({row['noisy_stages']}: p90/min > {derived.NOISY_P90_OVER_MIN},"
                     " measured twice)" if noisy else "")
@@ -163,10 +162,15 @@ class Objective:
                   f"tok/s (TPOT {row['decode_tpot_ms']:.2f} ms, MBU "
                   f"{row['decode_mbu_vs_measured']:.2f} of measured), TTFT {row['ttft_ms']:.1f} ms "
                   f"({time.time() - t0:.0f} s){flag}", flush=True)
-        if any(not math.isfinite(v) for v in values):
-            bad = [o for o, v in zip(plan.objectives, values) if not math.isfinite(v)]
-            return self._fail(trial, f"objective(s) not measured: {', '.join(bad)}", label, t0,
-                              row)
+        return self._values(trial, row, label, t0, "measured")
+
+    def _values(self, trial, row, label, t0, verb):
+        """The trial's objective values from ``row``; a FAIL naming the objectives that are not
+        finite (``verb``: measured / predicted)."""
+        values = [row.get(o, math.nan) for o in self.plan.objectives]
+        bad = [o for o, v in zip(self.plan.objectives, values) if not math.isfinite(v)]
+        if bad:
+            return self._fail(trial, f"objective(s) not {verb}: {', '.join(bad)}", label, t0, row)
         return values
 
     def _predicted(self, trial, cfg, wl, mode, row, label, t0):
@@ -177,26 +181,22 @@ class Objective:
         from .analysis.targets import predict_on
 
         plan = self.plan
+        analytic = counts.summary(cfg, wl["batch"], wl["prompt_len"], wl["new_tokens"])
         try:
-            p = predict_on(cfg, wl, plan.spec, self.calibration, mode=mode)
+            p = predict_on(cfg, wl, plan.spec, self.calibration, mode=mode, analytic=analytic)
         except (KeyError, ValueError) as e:
             return self._fail(trial, f"cannot predict: {e}", label, t0, row)
-        row.update(counts.summary(cfg, wl["batch"], wl["prompt_len"], wl["new_tokens"]))
+        row.update(analytic)
         row.update(p, predicted=True, peak_mem_bytes=p["memory_needed_bytes"])
         if self.calibration_reason:
             row["prediction_reason"] = self.calibration_reason
         # one attribute, not one storage write per column: a predicted trial takes milliseconds
         trial.set_user_attr("row", json.dumps({k: _attr(v) for k, v in row.items()}))
-        values = [row.get(o, math.nan) for o in plan.objectives]
         if not plan.quiet and (trial.number < 10 or trial.number % 500 == 0):
             print(f"[{trial.number + 1}/{self.total}] {label}: predicted decode "
                   f"{row['decode_tok_s']:.1f} tok/s, TTFT {row['ttft_ms']:.1f} ms on "
                   f"{plan.spec.name} ({row['basis_kind']})", flush=True)
-        if any(not math.isfinite(v) for v in values):
-            bad = [o for o, v in zip(plan.objectives, values) if not math.isfinite(v)]
-            return self._fail(trial, f"objective(s) not predicted: {', '.join(bad)}", label, t0,
-                              row)
-        return values
+        return self._values(trial, row, label, t0, "predicted")
 
     def _prune(self, trial, reason, label, t0, row):
         self._end(trial, reason, label, t0, row, reason, optuna.TrialPruned)

@@ -77,12 +77,20 @@ def test_roofline_of_a_real_shape_is_weight_bytes_over_bandwidth():
     assert math.isnan(row["decode_pred_ms_calibrated"])
 
 
-def test_transfer_scales_by_the_ceilings(calibration):
+@pytest.fixture
+def doubled_bandwidth(calibration):
+    """``(calibrated, transferred)``: the CPU calibration, and it priced for a device with twice
+    the copy bandwidth and the same GEMM ceiling."""
     meta, table = calibration
     c = perf.Calibrated(table, meta)
     src = meta["ceilings"]
-    fast = perf.transfer(c, src, {"copy_bytes_s": 2 * src["copy_bytes_s"],
-                                  "gemm_flops_fp32": src["gemm_flops_fp32"]}, "fp32")
+    return c, perf.transfer(c, src, {"copy_bytes_s": 2 * src["copy_bytes_s"],
+                                     "gemm_flops_fp32": src["gemm_flops_fp32"]}, "fp32")
+
+
+def test_transfer_scales_by_the_ceilings(calibration, doubled_bandwidth):
+    c, fast = doubled_bandwidth
+    src = calibration[0]["ceilings"]
     k = next(k for k in perf.kernel_list(TINY, 2, 1, 65, "torch") if k.op == "rope")
     t0, _ = c.price(k)
     t1, _ = fast.price(k)
@@ -130,12 +138,8 @@ def test_compile_mode_decode_is_not_guessed(calibration):
     assert math.isfinite(row["prefill_pred_ms_calibrated"])  # prefill runs eagerly
 
 
-def test_transfer_keeps_a_skinny_gemms_latency(calibration):
-    meta, table = calibration
-    c = perf.Calibrated(table, meta)
-    src = meta["ceilings"]
-    fast = perf.transfer(c, src, {"copy_bytes_s": 2 * src["copy_bytes_s"],
-                                  "gemm_flops_fp32": src["gemm_flops_fp32"]}, "fp32")
+def test_transfer_keeps_a_skinny_gemms_latency(doubled_bandwidth):
+    c, fast = doubled_bandwidth
     k = next(k for k in perf.kernel_list(TINY, 1, 1, 65, "torch") if k.op == "w13")
     t0, _ = c.price(k)
     t1, _ = fast.price(k)

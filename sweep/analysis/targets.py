@@ -62,13 +62,14 @@ def _is_device(spec, device_name: str | None) -> bool:
 
 
 def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated | None = None,
-               mode: str = "cudagraph") -> dict:
+               mode: str = "cudagraph", analytic: dict | None = None) -> dict:
     """One design on one target: the row figures above (times in ms, rates in tokens/s, J).
 
     Args:
         cfg: the design; workload: ``batch``, ``prompt_len``, ``new_tokens``; spec: the target's
             ``HardwareSpec``; calibration: a calibration of some NVIDIA GPU (its ``meta`` names the
-            device and its measured ceilings), or None; mode: decode mode where calibrated.
+            device and its measured ceilings), or None; mode: decode mode where calibrated;
+            analytic: ``zoo.counts.summary`` of the design and workload, when the caller has it.
 
     Raises:
         ValueError: the spec lacks a peak the design needs (see ``target_ceilings``).
@@ -100,7 +101,7 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
     for stage in ("prefill", "decode"):
         row.setdefault(f"{stage}_pred_ms", row[f"{stage}_pred_ms_calibrated"])
     ttft, tpot = row["prefill_pred_ms"], row["decode_pred_ms"]
-    s = counts.summary(cfg, B, T, N)
+    s = analytic or counts.summary(cfg, B, T, N)
     need = s["weight_bytes"] + s["kv_cache_bytes"]
     mods = {m: row.get(f"decode_pred_ms_{m}", 0.0) for m in
             ("qkv", "attention", "out_proj", "ffn", "lm_head", "norms_elementwise",
