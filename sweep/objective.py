@@ -291,7 +291,15 @@ def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, 
                   after=None, every: int = 250) -> int:
     """``run_trials`` for a predict-only study (one process; a trial takes milliseconds): a grid's
     designs not yet held are queued at once, then one ``study.optimize`` call runs until
-    ``target`` designs are finished; ``after()`` every ``every`` trials. Returns the trials run."""
+    ``target`` designs are finished; ``after()`` every ``every`` trials. Returns the trials run.
+
+    Without a grid the sampler runs on an in-memory copy of the study (Optuna's
+    ``InMemoryStorage``, holding every trial the storage has, so the sampler sees the whole
+    history) and the finished trials go to the study's storage ``every`` trials and when the run
+    ends or is interrupted (``Study.add_trials``: one transaction per trial instead of one per
+    suggested parameter and attribute). A trial running at the interrupt is not kept: it is a
+    prediction of milliseconds, made again on resume; only a SIGKILL loses the unflushed ones.
+    """
     todo = target - finished(study)
     if grid is not None:
         while enqueue_next(study, grid):
@@ -302,10 +310,35 @@ def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, 
         return 0
     count = iter(range(1, todo + 1))
     restore = _sigterm_interrupts()
+    if grid is not None:
+        try:
+            study.optimize(objective, n_trials=todo, catch=(TrialFailed,), gc_after_trial=False,
+                           callbacks=[lambda s, t: next(count) % every or (after and after())])
+        finally:
+            restore()
+        return todo
+    mem = optuna.create_study(storage=optuna.storages.InMemoryStorage(), sampler=study.sampler,
+                              directions=study.directions, study_name=study.study_name)
+    held = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+    mem.add_trials(held)
+    done = [len(held)]
+
+    def flush():
+        new = [t for t in mem.get_trials(deepcopy=False)[done[0]:] if t.state.is_finished()]
+        study.add_trials(new)
+        done[0] += len(new)
+
+    def every_n(s, t):
+        if next(count) % every == 0:
+            flush()
+            if after:
+                after()
+
     try:
-        study.optimize(objective, n_trials=todo, catch=(TrialFailed,), gc_after_trial=False,
-                       callbacks=[lambda s, t: next(count) % every or (after and after())])
+        mem.optimize(objective, n_trials=todo, catch=(TrialFailed,), gc_after_trial=False,
+                     callbacks=[every_n])
     finally:
+        flush()
         restore()
     return todo
 
