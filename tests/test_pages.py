@@ -67,13 +67,15 @@ def test_report_renders_offline_with_its_sections(study, tmp_path):
     plan, _, _ = study
     dom, shot = render(plan.results / "report.html", tmp_path, "report")
     for heading in ("Hardware and software", "Peaks", "Design space", "Pareto front", "Roofline",
-                    "Bottlenecks and diagnosis", "Trials", "Open in optuna-dashboard"):
+                    "Bottlenecks and diagnosis", "Design advice", "Trials",
+                    "Open in optuna-dashboard"):
         assert f">{heading}<" in dom, heading
     assert "nan" not in re.sub(r"<[^>]+>", " ", dom).lower().split()  # no NaN cells
     assert not_blank(shot)
     # the peaks read as numbers with units, not JSON; no advice that cannot run on a CPU
     assert "B/s" in dom and "{&quot;" not in dom and "peak_tflops" not in dom
     assert "mode=cudagraph" not in dom and "kernels=triton" not in dom
+    assert "no advice:" not in dom and "prices: calibrated: cpu" in dom
 
 
 def test_interactive_front_renders_offline(study, tmp_path):

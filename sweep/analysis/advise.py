@@ -98,7 +98,8 @@ def findings(cfg: ModelConfig, workload: dict, sm_count: int) -> list[dict]:
                 out.append({"field": f"prefill GEMM {op}", "value": tiles,
                             "rule": "wave quantization",
                             "detail": f"M={M} N={N}: {tiles} tiles over {sm_count} SMs = {waves} "
-                                      f"waves, the last {tiles - (waves - 1) * sm_count} tiles "
+                                      f"wave{'s' if waves > 1 else ''}, the last "
+                                      f"{tiles - (waves - 1) * sm_count} tiles "
                                       f"(efficiency {eff:.2f})"})
     return out
 

@@ -96,6 +96,45 @@ def peaks_table(spec: dict, ceil: dict) -> str:
             f"<p class='note'>datasheet source: {src}</p>")
 
 
+def advice(meta: dict, front: pd.DataFrame) -> str:
+    """The design advisor's section (``sweep.analysis.advise``) for the front's first design (best
+    in the first objective) on the study's hardware spec, priced from the study device's
+    calibration where one is cached (else roofline prices, said so)."""
+    from ..analysis import calibrate as cal
+    from ..analysis.advise import advise
+    from ..analysis.hardware import HardwareSpec
+    from ..analysis.pricing import Calibrated
+    from ..analysis.targets import config_of
+
+    if front.empty:
+        return "<p>no completed design to advise on</p>"
+    try:
+        row = front.iloc[0]
+        have = cal.load(str(meta.get("env", {}).get("device", "")))
+        c = Calibrated(have[1], have[0]) if have else None
+        wl = {k: int(meta["workload"][k]) for k in ("batch", "prompt_len", "new_tokens")}
+        r = advise(config_of(row), wl, HardwareSpec(**meta["hardware_spec"]), c)
+    except Exception as e:  # the report is written whatever the advisor makes of the row
+        return f"<p>no advice: {html.escape(f'{type(e).__name__}: {e}')}</p>"
+    items = "".join(f"<li><code>{html.escape(f['field'])}</code> = {f['value']} "
+                    f"({html.escape(f['rule'])}): {html.escape(f['detail'])}</li>"
+                    for f in r["findings"]) or "<li>none: every alignment rule holds</li>"
+    alts = pd.DataFrame([{"alternative": a["label"],
+                          "params change %": round(a["params_change_pct"], 1),
+                          "TTFT gain %": round(a["prefill_gain_pct"], 1),
+                          "TPOT gain %": round(a["decode_gain_pct"], 1),
+                          "targets": a["target_stage"]} for a in r["alternatives"]])
+    label = ", ".join(f"{c[6:]}={row[c]}" for c in front.columns
+                      if c.startswith("param_") and pd.notna(row[c])) or "the base design"
+    return (f"<p class='note'>For {html.escape(label)} (best {html.escape(meta['objectives'][0])} "
+            f"on the front) on {html.escape(r['target'])}; prices: {html.escape(r['basis'])}. "
+            "Alternatives within +-3% non-embedding parameters and the same KV bytes/token; "
+            "<code>python -m sweep.advise</code> gives more.</p>"
+            f"<ul>{items}</ul>"
+            + (_frame(alts) if not alts.empty else
+               "<p>no alternative predicted faster within the band</p>"))
+
+
 def write_report(study_dir: str | Path) -> Path:
     """Write ``<study_dir>/report.html`` from ``study.json``, ``trials.parquet`` and the plots
     beside them; returns its path.
@@ -146,6 +185,7 @@ def write_report(study_dir: str | Path) -> Path:
         "<p>no predictions in this study</p>",
         "<h2>Bottlenecks and diagnosis</h2>",
         _frame(done[[c for c in diag_cols if c in done.columns]]) if not done.empty else "",
+        "<h2>Design advice</h2>", advice(meta, front),
         "<h2>Trials</h2>", _frame(df[[c for c in cols if c in df.columns]]),
         '<p>Every column: <a href="trials.csv">trials.csv</a> / trials.parquet.</p>',
     ]
