@@ -19,7 +19,6 @@ Writes ``advise.json`` and ``advise.md`` to ``--out`` (default ``results/advise/
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -46,9 +45,9 @@ def _plan(overrides: list[str]):
 def _calibration(plan, path: str | None, device: dict):
     """The target's ``Calibrated`` (own, else transferred), or None."""
     from .analysis import calibrate as cal
+    from .analysis.predict import transfer
     from .analysis.pricing import Calibrated
     from .analysis.targets import _is_device, target_ceilings
-    from .analysis.predict import transfer
 
     have = cal.load("", where=Path(path)) if path else cal.load(device.get("name", ""))
     if have is None:

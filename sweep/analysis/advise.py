@@ -84,7 +84,7 @@ def findings(cfg: ModelConfig, workload: dict, sm_count: int) -> list[dict]:
                     "detail": "attention kernels are tuned for head_dim 64/128/256; the rest pad "
                               "to the next size"})
     B, T = workload["batch"], workload["prompt_len"]
-    for op, M, N, K in _gemms(cfg, B, T, T):
+    for op, M, N, _ in _gemms(cfg, B, T, T):
         tiles = math.ceil(M / TILE) * math.ceil(N / TILE)
         tile_eff = N / (math.ceil(N / TILE) * TILE)
         if tile_eff < 0.97:

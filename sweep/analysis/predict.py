@@ -176,8 +176,8 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
             ``HardwareSpec`` (datasheet peaks); calibration: a ``Calibrated`` (None: roofline
             only); kernels: ``torch`` or ``triton`` (default ``cfg.kernels``); mode: the
             ``zoo.generate`` mode (``cudagraph``: prefill and decode replay graphs; ``compile``:
-            the decode step only, its prefill eager; ``eager``); ceilings: measured ceilings (``copy_bytes_s``, ``gemm_flops_<dtype>``) for the
-            roofline, else the datasheet's.
+            the decode step only, its prefill eager; ``eager``); ceilings: measured ceilings
+            (``copy_bytes_s``, ``gemm_flops_<dtype>``) for the roofline, else the datasheet's.
 
     Returns:
         Results-row columns: ``{stage}_pred_ms_roofline``, ``{stage}_pred_ms_calibrated``,
