@@ -141,6 +141,9 @@ def plan_from_config(cfg) -> Plan:
         raise ValueError("study.predict=true needs a hardware spec to predict on: hardware=<name> "
                          "(conf/hardware/*.yaml)")
     spec = load_spec(hw, device["name"]) if hw == "auto" else HardwareSpec(**c["hardware"])
+    # kernels=auto: the fastest correct path where the study runs (a predicted study: its target)
+    base = base.resolved("cuda" if device["type"] == "cuda"
+                         or (predict and spec.kind == "gpu") else "cpu")
     ident = identity(base, wl, mode, c.get("weights"), spec, device, prof, c["seed"], space,
                      constraints, objectives)
     if predict:

@@ -19,8 +19,9 @@ import optuna
 from .analysis.hardware import measure_ceilings
 from .atomic import write_json
 from .env import environment
-from .objective import Objective, model_calibration, run_predicted, run_trials
+from .objective import Objective, model_calibration
 from .report import html_report, plots, tables
+from .runs import run_predicted, run_trials
 from .space import study_grid
 from .storage import claim_results, finished, open_study, recover_interrupted
 from .worker import run_workers

@@ -24,7 +24,8 @@ from .analysis.hardware import measure_ceilings
 from .atomic import write_atomic
 from .env import REPO
 from .measure.child import child_env, die_with_parent, watch_parent
-from .objective import Objective, run_trials
+from .objective import Objective
+from .runs import run_trials
 from .space import grid_of
 from .storage import open_study
 
@@ -33,7 +34,7 @@ def run_workers(plan, target: int) -> dict:
     """Measure the study's designs with ``plan.workers`` processes (``python -m sweep.worker``)
     on the shared storage, each pinned to one GPU of ``plan.gpus`` through
     ``CUDA_VISIBLE_DEVICES`` (on a CPU run they share the CPU). Each worker runs
-    ``sweep.objective.run_trials``, as a one-worker study does: on a grid every design is
+    ``sweep.runs.run_trials``, as a one-worker study does: on a grid every design is
     queued once and taken by one worker; otherwise workers stop once finished plus running
     trials reach ``target``. Worker logs: ``<results>/worker<i>.log``, echoed here as they grow.
     Returns the ceilings of the device (measured once, shared through the cache)."""

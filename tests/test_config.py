@@ -20,7 +20,7 @@ INVALID = [
     (dict(norm="batchnorm"), "norm='batchnorm'"),
     (dict(kernels="cuda"), "kernels='cuda'"),
     (dict(norm_eps=0.0), "norm_eps"),
-    (dict(kv_dtype="int8"), "kv_dtype=int8 needs kernels='triton'"),
+    (dict(kv_dtype="int8", kernels="torch"), "kv_dtype=int8 needs kernels=.triton."),
     (dict(kv_dtype="fp16"), r"kv_dtype \(fp16\) must equal dtype \(fp32\)"),
 ]
 
@@ -98,3 +98,12 @@ def test_from_hf_rejects_other_families(tmp_path):
         ModelConfig.from_hf(dict(hf, model_type="qwen2", use_sliding_window=True))
     (tmp_path / "config.json").write_text(json.dumps(hf))
     assert ModelConfig.from_hf(tmp_path).d_model == 4096
+
+
+def test_kernels_auto_is_the_devices_fastest_path():
+    cfg = ModelConfig.from_name("tiny")
+    assert cfg.kernels == "auto"
+    assert cfg.resolved("cuda").kernels == "triton" and cfg.resolved("cpu").kernels == "torch"
+    assert cfg.replace(kv_dtype="int8").resolved("cpu").kernels == "triton"  # only Triton has it
+    assert cfg.replace(kernels="torch").resolved("cuda").kernels == "torch"  # asked for: kept
+    assert Transformer.build(cfg, "cpu").cfg.kernels == "torch"

@@ -21,7 +21,7 @@ DTYPES = ("bf16", "fp16", "fp32")
 KV_DTYPES = ("bf16", "fp16", "fp32", "int8", "fp8_e4m3")
 FFN_TYPES = ("swiglu", "gelu")
 NORMS = ("rmsnorm", "layernorm")
-KERNELS = ("torch", "triton")
+KERNELS = ("auto", "torch", "triton")
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "fp8_e4m3": 1}
 
 
@@ -41,6 +41,10 @@ class ModelConfig:
     ``rope_scaling`` holds Llama-3's frequency rescaling (``{"rope_type": "llama3", "factor": ...,
     "low_freq_factor": ..., "high_freq_factor": ..., "original_max_position_embeddings": ...}``)
     or ``None``.
+
+    ``kernels``: ``triton`` (the fused kernels of ``kernels/``), ``torch`` (PyTorch ops), or
+    ``auto``, the default: the fastest correct path of the device it is built for (``resolved``:
+    Triton on a CUDA GPU, torch on a CPU; a quantized KV cache always needs Triton).
     """
 
     name: str = "custom"
@@ -61,7 +65,7 @@ class ModelConfig:
     qkv_bias: bool = False
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
-    kernels: str = "torch"
+    kernels: str = "auto"
     family: str = "llama"
     extra: dict = field(default_factory=dict)
 
@@ -120,7 +124,7 @@ class ModelConfig:
         _choice("ffn_type", self.ffn_type, FFN_TYPES)
         _choice("norm", self.norm, NORMS)
         _choice("kernels", self.kernels, KERNELS)
-        if self.kv_dtype in ("int8", "fp8_e4m3") and self.kernels != "triton":
+        if self.kv_dtype in ("int8", "fp8_e4m3") and self.kernels == "torch":
             raise DesignError(
                 f"kv_dtype={self.kv_dtype} needs kernels='triton' (the quantized-cache attention "
                 "kernels live in kernels/); got kernels='torch'")
@@ -157,6 +161,14 @@ class ModelConfig:
         if unknown:
             raise DesignError(f"unknown ModelConfig field(s): {', '.join(unknown)}")
         return cls(**{k: (dict(v) if isinstance(v, dict) else v) for k, v in d.items()})
+
+    def resolved(self, device_type: str) -> ModelConfig:
+        """This design with ``kernels='auto'`` made concrete for ``device_type`` (``cuda``: Triton;
+        otherwise torch, unless the KV cache is quantized: Triton); other values unchanged."""
+        if self.kernels != "auto":
+            return self
+        quantized = self.kv_dtype in ("int8", "fp8_e4m3")
+        return self.replace(kernels="triton" if device_type == "cuda" or quantized else "torch")
 
     def replace(self, **overrides: Any) -> ModelConfig:
         """A copy with some fields changed (unknown fields raise ``DesignError``)."""

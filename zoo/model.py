@@ -273,8 +273,12 @@ class Transformer(nn.Module):
 
         Raises:
             DesignError: if ``cfg.validate()`` refuses the design (nothing is allocated then).
+
+        ``kernels='auto'`` is resolved for the device first (``ModelConfig.resolved``); the
+        model's ``cfg`` holds the kernels it runs.
         """
         dev = torch.device(device)
+        cfg = cfg.resolved(dev.type)  # kernels=auto: the device's fastest path
         facts = {"type": dev.type}
         if dev.type == "cuda":
             facts["compute_capability"] = torch.cuda.get_device_capability(dev)
