@@ -101,7 +101,7 @@ def advice(meta: dict, front: pd.DataFrame) -> str:
     in the first objective) on the study's hardware spec, priced from the study device's
     calibration where one is cached (else roofline prices, said so)."""
     from ..analysis import calibrate as cal
-    from ..analysis.advise import advise
+    from ..analysis.advise import AdviseConf, advise
     from ..analysis.hardware import HardwareSpec
     from ..analysis.pricing import Calibrated
     from ..analysis.targets import config_of
@@ -113,7 +113,8 @@ def advice(meta: dict, front: pd.DataFrame) -> str:
         have = cal.load(str(meta.get("env", {}).get("device", "")))
         c = Calibrated(have[1], have[0]) if have else None
         wl = {k: int(meta["workload"][k]) for k in ("batch", "prompt_len", "new_tokens")}
-        r = advise(config_of(row), wl, HardwareSpec(**meta["hardware_spec"]), c)
+        r = advise(config_of(row), wl, HardwareSpec(**meta["hardware_spec"]), c,
+                   AdviseConf(mode=meta.get("mode") or "cudagraph"))
     except Exception as e:  # the report is written whatever the advisor makes of the row
         return f"<p>no advice: {html.escape(f'{type(e).__name__}: {e}')}</p>"
     items = "".join(f"<li><code>{html.escape(f['field'])}</code> = {f['value']} "
