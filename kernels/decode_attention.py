@@ -5,7 +5,11 @@ heads that share the KV head as the rows of one tile (padded to 16 for ``tl.dot`
 split's K and V tiles once, and keep an online softmax (Milakov & Gimelshein 2018,
 arXiv:1805.02867; FlashAttention, Dao et al. 2022). Each KV byte is read once for the whole group.
 Phase 2, one program per (sequence, query head): merge the splits' partial outputs by their
-log-sum-exp (split-K "flash-decoding", Dao et al. 2023).
+log-sum-exp (split-K "flash-decoding", Dao et al. 2023). With ``fold_merge`` (the default on the
+GPU), phase 2 runs inside phase 1: each program counts itself done on a per-(sequence, KV head)
+counter (an acq_rel atomic), and the last one merges the group's splits, so a decode step's
+attention is one launch; the counter is reset by that last program, ready for the next call
+(also inside a CUDA graph replay).
 
 The cache may be bf16/fp16, or int8 / fp8 e4m3 with one float32 scale per (sequence, KV head,
 position); quantized tiles are dequantized in registers. The attended length is read from a
@@ -27,12 +31,16 @@ import triton.language as tl
 
 
 @triton.jit
-def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr,
+def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, cnt_ptr, out_ptr,
                   s_qb, s_qh, s_kb, s_kh, s_ks, s_vb, s_vh, s_vs, s_sb, s_sh,
-                  sm_scale, split_len, n_splits, n_heads,
+                  sm_scale, split_len, n_splits, n_heads, n_kv_heads,
                   G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr,
                   BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, QUANT: tl.constexpr,
-                  F32: tl.constexpr):
+                  F32: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
+                  PDL: tl.constexpr):
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     b = tl.program_id(0).to(tl.int64)
     hkv = tl.program_id(1)
     split = tl.program_id(2)
@@ -83,6 +91,22 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr,
     row = (b * n_heads + heads) * n_splits + split
     tl.store(o_ptr + row[:, None] * BLOCK_D + offs_d[None, :], out, mask=gmask[:, None])
     tl.store(lse_ptr + row, lse, mask=gmask)
+    if MERGE:  # the group's last program to finish merges its splits
+        cnt = cnt_ptr + b * n_kv_heads + hkv
+        if tl.atomic_add(cnt, 1, sem="acq_rel") == n_splits - 1:
+            tl.store(cnt, 0)
+            offs_s = tl.arange(0, BLOCK_S)
+            smask = offs_s < n_splits
+            for g in range(G):
+                bh = b * n_heads + hkv * G + g
+                lse_s = tl.load(lse_ptr + bh * n_splits + offs_s, mask=smask, other=float("-inf"),
+                                cache_modifier=".cg")
+                mx = tl.max(lse_s, axis=0)
+                w = tl.where(smask, tl.exp(lse_s - mx), 0.0)
+                o = tl.load(o_ptr + (bh * n_splits + offs_s)[:, None] * BLOCK_D + offs_d[None, :],
+                            mask=smask[:, None], other=0.0, cache_modifier=".cg")
+                res = tl.sum(o * w[:, None], axis=0) / tl.sum(w, axis=0)
+                tl.store(out_ptr + bh * D + offs_d, res.to(out_ptr.dtype.element_ty), mask=dmask)
 
 
 # On the GPU, tile length, warps and pipeline depth are tuned once per shape class (Triton's
@@ -90,9 +114,14 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr,
 # DESIGNZOO_AUTOTUNE=0 runs the fixed config everywhere (the GPU tests use it to bound compile time).
 _CONFIGS = [triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=st)
             for bn in (64, 128) for w, st in ((4, 2), (4, 3), (8, 3))]
+# one-byte caches: a 128-position tile is only 8-16 KB; longer tiles keep more bytes in flight
+_CONFIGS_Q = _CONFIGS + [triton.Config({"BLOCK_N": 256}, num_warps=w, num_stages=st)
+                         for w, st in ((4, 2), (8, 2), (8, 3))]
 _FIXED = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
-_split_tuned = triton.autotune(_CONFIGS, key=["D", "G", "QUANT", "split_len"])(_split_kernel)
-SPLIT_ALIGN = 128  # split_len is a multiple of every BLOCK_N above
+_split_tuned = triton.autotune(_CONFIGS, key=["D", "G", "QUANT", "split_len", "MERGE"])(_split_kernel)
+_split_tuned_q = triton.autotune(_CONFIGS_Q, key=["D", "G", "QUANT", "split_len", "MERGE"]
+                                 )(_split_kernel)
+SPLIT_ALIGN = 128  # split_len is a multiple of every BLOCK_N above (256 for one-byte caches)
 
 
 @triton.jit
@@ -115,6 +144,19 @@ def _interpreted(t: torch.Tensor) -> bool:
     return t.device.type == "cpu" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
+_COUNTERS: dict = {}
+
+
+def _counters(device: torch.device, n: int) -> torch.Tensor:
+    """A zeroed int32 buffer of at least ``n`` per-group counters, allocated once per device
+    (before any graph capture: the capture's warm-up calls first) and left zeroed by every call."""
+    buf = _COUNTERS.get(device)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+        _COUNTERS[device] = buf
+    return buf
+
+
 def _n_sm(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -134,8 +176,8 @@ def plan_splits(batch: int, n_kv_heads: int, capacity: int, block_n: int, n_sm: 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      pos: torch.Tensor, k_scale: torch.Tensor | None = None,
-                     v_scale: torch.Tensor | None = None, sm_scale: float | None = None
-                     ) -> torch.Tensor:
+                     v_scale: torch.Tensor | None = None, sm_scale: float | None = None,
+                     fold_merge: bool | None = None, pdl: bool = False) -> torch.Tensor:
     """Attention of one new token per sequence over cache positions ``[0, pos + 1)``.
 
     Args:
@@ -145,6 +187,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         pos: int64 device tensor whose first element is the new token's position (the token's
             K/V must already be in the cache).
         sm_scale: softmax scale, default ``D ** -0.5``.
+        fold_merge: merge the splits in the last program of each group (one launch); default on
+            the GPU, off in the interpreter (it runs programs one by one: the same result).
+        pdl: launch with programmatic dependent launch (Hopper; see ``kernels.gemv``).
 
     Returns:
         ``[B, H, D]`` (``[B, H, 1, D]`` if q was 4-D) in q's dtype.
@@ -157,29 +202,37 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     G = H // Hkv
     quant = k_scale is not None
     BLOCK_D = max(16, triton.next_power_of_2(D))
-    n_splits, split_len = plan_splits(B, Hkv, S, SPLIT_ALIGN, _n_sm(q.device))
+    n_splits, split_len = plan_splits(B, Hkv, S, 2 * SPLIT_ALIGN if quant else SPLIT_ALIGN,
+                                      _n_sm(q.device))
     o_part = torch.empty(B * H * n_splits, BLOCK_D, device=q.device, dtype=torch.float32)
     lse = torch.empty(B * H * n_splits, device=q.device, dtype=torch.float32)
     ks = k_scale if quant else lse
     vs = v_scale if quant else lse
-    args = (q, k_cache, v_cache, ks, vs, pos, o_part, lse,
+    interp = _interpreted(q)
+    merge = (not interp) if fold_merge is None else fold_merge
+    pdl = pdl and not interp
+    out = torch.empty(B, H, D, device=q.device, dtype=q.dtype)
+    cnt = _counters(q.device, B * Hkv) if merge else lse
+    args = (q, k_cache, v_cache, ks, vs, pos, o_part, lse, cnt, out,
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
             ks.stride(0) if quant else 0, ks.stride(1) if quant else 0,
-            sm_scale or D**-0.5, split_len, n_splits, H)
+            sm_scale or D**-0.5, split_len, n_splits, H, Hkv)
+    BLOCK_S = max(2, triton.next_power_of_2(n_splits))
     meta = dict(G=G, BLOCK_G=max(16, triton.next_power_of_2(G)), D=D, BLOCK_D=BLOCK_D,
-                QUANT=quant)
+                QUANT=quant, MERGE=merge, BLOCK_S=BLOCK_S, PDL=pdl,
+                **({"launch_pdl": True} if pdl else {}))
     grid = (B, Hkv, n_splits)
-    if _interpreted(q):
+    if interp:
         _split_kernel[grid](*args, **meta, BLOCK_N=64, F32=True)
     elif os.environ.get("DESIGNZOO_AUTOTUNE", "1") == "0":
         fixed = _FIXED if BLOCK_D <= 128 else {"BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
         _split_kernel[grid](*args, **meta, **fixed, F32=False)  # head_dim 256 fits in 2 stages
     else:
-        _split_tuned[grid](*args, **meta, F32=False)
-    out = torch.empty(B, H, D, device=q.device, dtype=q.dtype)
-    _merge_kernel[(B * H,)](o_part, lse, out, n_splits, D=D, BLOCK_D=BLOCK_D,
-                            BLOCK_S=max(2, triton.next_power_of_2(n_splits)), num_warps=4)
+        (_split_tuned_q if quant else _split_tuned)[grid](*args, **meta, F32=False)
+    if not merge:
+        _merge_kernel[(B * H,)](o_part, lse, out, n_splits, D=D, BLOCK_D=BLOCK_D,
+                                BLOCK_S=BLOCK_S, num_warps=4)
     return out[:, :, None] if squeeze else out
 
 

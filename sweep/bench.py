@@ -12,6 +12,12 @@ Cases (prompt 512, 128 new tokens unless noted):
 - ``nvtx``: the decode step's cost of the NVTX ranges (``zoo.nvtx``) with no profiler attached:
   Llama-3.2-1B shape, batch 1, eager (a Python call per range per layer: the worst case) and
   cudagraph, ranges off and on in alternating rounds; the target is < 2% (profiling issue).
+- ``prefill``: TTFT of the Llama-3.2-1B and Llama-3.1-8B shapes at batch 1, prompts 512 and 2048
+  (cudagraph; Triton and torch kernels), with the prefill's matmul FLOPs (``zoo.counts``) over
+  TTFT against the bf16 GEMM ceiling measured in the same run (``mfu_vs_measured_gemm``).
+- ``gemv``: each decode GEMV shape of both models (M = 1 and 8; plain, norm and SwiGLU prologues)
+  on ``kernels.gemv`` and on cuBLAS (after the prologue's own kernel), the faster one marked, as
+  the decode path picks it.
 - ``kernels``: each Triton kernel against its DRAM roofline (minimum bytes / measured copy
   bandwidth) and the torch eager op it replaces; decode attention against
   ``scaled_dot_product_attention`` on the same inputs.
@@ -134,6 +140,57 @@ def kv_error(batch: int, prompt: int, steps: int, kv_dtypes: list[str]) -> dict:
                     "max_kl_step": max(kls), "steps": steps}
         _free()
     return out
+
+
+def prefill_case(model: str, prompt: int, kernels: str, gemm_flops: float) -> dict:
+    """TTFT (median of the trial's repeats) of a batch-1 prefill and its MFU against the GEMM
+    ceiling measured in the same run: matmul FLOPs of the prefill / TTFT / ceiling."""
+    out = zoo_case(model, 1, prompt, 2, "cudagraph", kernels, "bf16", float("nan"), 2, 5)
+    cfg = ModelConfig.from_name(model)
+    fl = counts.prefill(cfg, 1, prompt).matmul_flops
+    return {"ttft_ms": out["ttft_ms"], "prefill_matmul_flops": fl,
+            "prefill_tflops": fl / (out["ttft_ms"] / 1e3) / 1e12,
+            "mfu_vs_measured_gemm": fl / (out["ttft_ms"] / 1e3) / gemm_flops}
+
+
+def gemv_rows(copy_bw: float) -> list[dict]:
+    """Each decode linear layer of the 1B and 8B shapes at M = 1 and 8, on ``kernels.gemv`` (with
+    its fused prologue) and on cuBLAS (prologue as its own kernel): time (CUDA-event median of 20)
+    and the fraction of the copy roofline for the weight bytes; ``choice`` is the faster one."""
+    from kernels import gemv as gv
+    from kernels.rmsnorm import rmsnorm
+    from kernels.swiglu import swiglu
+
+    rows = []
+    for model in ("llama3_2_1b", "llama3_1_8b"):
+        c = ModelConfig.from_name(model)
+        d, f = c.d_model, c.ffn_dim
+        layers = [("qkv", c.q_dim + 2 * c.kv_dim, d, "norm"), ("out_proj", d, c.q_dim, "none"),
+                  ("w13", 2 * f, d, "norm"), ("w2", d, f, "swiglu"), ("lm_head", c.vocab_size, d, "norm")]
+        for m in (1, 8):
+            for name, n, k, pro in layers:
+                w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k**-0.5
+                x = torch.randn(m, 2 * k if pro == "swiglu" else k, device="cuda", dtype=torch.bfloat16)
+                r = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                nw = torch.ones(k, device="cuda", dtype=torch.bfloat16)
+
+                def tri():
+                    return gv.gemv(x, w, None, pro, nw, 1e-5, r if pro == "norm" else None)
+
+                def cub():
+                    a = x if pro == "none" else (swiglu(x) if pro == "swiglu" else
+                                                 rmsnorm(x, nw, 1e-5, residual=r)[0])
+                    return torch.nn.functional.linear(a, w)
+
+                t_tr, t_cb = gv._time_ms(tri), gv._time_ms(cub)
+                nbytes = w.numel() * 2
+                rows.append({"model": model, "layer": name, "M": m, "N": n, "K": k, "prologue": pro,
+                             "weight_bytes": nbytes, "triton_ms": t_tr, "cublas_ms": t_cb,
+                             "triton_frac_roofline": nbytes / (t_tr / 1e3) / copy_bw,
+                             "cublas_frac_roofline": nbytes / (t_cb / 1e3) / copy_bw,
+                             "choice": "triton" if t_tr <= t_cb else "cublas"})
+    _free()
+    return rows
 
 
 def kernel_rows(copy_bw: float) -> list[dict]:
@@ -268,7 +325,11 @@ def nvtx_overhead(rounds: int = 8, steps: int = 128) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--group", default="all", choices=["all", "small", "large", "kv", "kernels", "nvtx"])
+    ap.add_argument("--group", default="all",
+                    choices=["all", "small", "large", "kv", "kernels", "nvtx", "prefill", "gemv"])
+    ap.add_argument("--variants", default="",
+                    help="comma-separated mode-kernels of the small/large groups to run (e.g. "
+                         "cudagraph-triton,cudagraph-torch,compile-torch); default all")
     ap.add_argument("--command", default=" ".join(["python -m sweep.bench"] + sys.argv[1:]))
     a = ap.parse_args(argv)
     dev = detect_device("cuda")
@@ -319,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
                     lambda b=batch: (peer.update(peer_case(model, b, 512, 128, 3)) or peer))
                 variants = [("eager", "torch"), ("cudagraph", "torch"), ("cudagraph", "triton"),
                             ("eager", "triton")] + ([("compile", "torch")] if batch == 1 else [])
+                if a.variants:
+                    variants = [v for v in variants if "-".join(v) in a.variants.split(",")]
                 for mode, kern in variants:
                     reps = (1, 3) if mode == "eager" else (2, 5)
                     c = dict(base, case=f"{model}-b{batch}-{mode}-{kern}", mode=mode,
@@ -352,6 +415,25 @@ def main(argv: list[str] | None = None) -> int:
                 rec["kv_error"] = {"error": f"{type(e).__name__}: {e}"[:500]}
             save()
             print("kv_error", rec["kv_error"], flush=True)
+        elif grp == "prefill":
+            gemm = ceil["gemm_flops_bf16"]
+            for model in ("llama3_2_1b", "llama3_1_8b"):
+                for prompt in (512, 2048):
+                    for kern in ("triton", "torch"):
+                        add({"case": f"{model}-prefill{prompt}-cudagraph-{kern}", "model": model,
+                             "batch": 1, "prompt_len": prompt, "mode": "cudagraph",
+                             "kernels": kern, "kv_dtype": "bf16", "impl": "zoo"},
+                            lambda m=model, p=prompt, k=kern: prefill_case(m, p, k, gemm))
+        elif grp == "gemv":
+            try:
+                rec["gemv"] = gemv_rows(bw)
+            except Exception as e:  # noqa: BLE001
+                rec["gemv"] = [{"error": f"{type(e).__name__}: {e}"[:500],
+                                "traceback": traceback.format_exc()[-1500:]}]
+            save()
+            for r in rec["gemv"]:
+                print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()
+                       if k not in ("traceback", "weight_bytes")}, flush=True)
         elif grp == "nvtx":
             try:
                 rec["nvtx"] = nvtx_overhead()

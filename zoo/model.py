@@ -20,9 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kernels import gemv
 from kernels.decode_attention import decode_attention
 from kernels.rmsnorm import rmsnorm as rmsnorm_kernel
-from kernels.rope import apply_rope, rope_
+from kernels.rope import apply_rope, rope_, rope_kv_write_
 from kernels.swiglu import swiglu
 
 from .cache import TORCH_DTYPES, KVCache
@@ -120,6 +121,7 @@ class Attention(nn.Module):
         self.wqkv = nn.Linear(cfg.d_model, cfg.q_dim + 2 * cfg.kv_dim, bias=cfg.qkv_bias)
         self.wo = nn.Linear(cfg.q_dim, cfg.d_model, bias=False)
         self.cache: KVCache | None = None
+        self.pdl = False  # programmatic dependent launch of the decode kernels (setup_cache)
 
     def forward(self, x, rope, input_pos, kv_len, mask):
         cfg = self.cfg
@@ -150,27 +152,46 @@ class Attention(nn.Module):
         with annotate("out_proj"):
             return self.wo(y.transpose(1, 2).reshape(B, T, cfg.q_dim))
 
+    def attend(self, qkv, rope, input_pos):
+        """Decode attention from the fused qkv output ``[B, 1, q_dim + 2 kv_dim]``: RoPE with the
+        K/V cache write (one kernel), then the split-K decode kernel. Returns ``[B, 1, q_dim]``."""
+        cfg = self.cfg
+        B, T, _ = qkv.shape
+        q, k, v = qkv.split([cfg.q_dim, cfg.kv_dim, cfg.kv_dim], dim=-1)
+        q = q.view(B, T, cfg.n_heads, cfg.head_dim)
+        k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim)
+        v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)
+        return self._triton(q, k, v, rope, input_pos, 1, None)
+
+    def _rope_write(self, q, k, v, rope, input_pos, k_inplace):
+        cache, i = self.cache, self.layer
+        scales = (cache.k_scale[i], cache.v_scale[i]) if cache.quantized else (None, None)
+        rope_kv_write_(q, k, v, *rope, input_pos, cache.k[i], cache.v[i], *scales,
+                       kv_dtype=cache.kv_dtype, k_inplace=k_inplace, pdl=self.pdl)
+        return scales
+
     def _triton(self, q, k, v, rope, input_pos, kv_len, mask):
-        """Fused path: RoPE in place on the qkv views, cache write (quantized if so configured),
-        Triton decode attention for one new token, SDPA for a prefill from position 0."""
+        """Fused path: one kernel rotates q and k and writes k, v into the cache (quantized if so
+        configured); Triton decode attention for one new token, SDPA for a prefill from 0."""
         cfg, cache, i = self.cfg, self.cache, self.layer
         B, T = q.shape[:2]
-        with annotate("rope"):
-            rope_(q, k, *rope, input_pos)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if T == 1:
             with annotate("kv_write"):
-                cache.write(i, input_pos, k, v)
-            scales = (cache.k_scale[i], cache.v_scale[i]) if cache.quantized else (None, None)
+                scales = self._rope_write(q, k, v, rope, input_pos, k_inplace=False)
             with annotate("attention"):
-                y = decode_attention(q, cache.k[i], cache.v[i], input_pos, *scales)
+                y = decode_attention(q.transpose(1, 2), cache.k[i], cache.v[i], input_pos,
+                                     *scales, pdl=self.pdl)
         elif mask is None and kv_len == T:  # prefill from position 0: attend to the fresh k, v
             with annotate("kv_write"):
-                cache.write(i, input_pos, k, v)
+                self._rope_write(q, k, v, rope, input_pos, k_inplace=True)
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             with annotate("attention"):
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                                    enable_gqa=cfg.n_kv_heads != cfg.n_heads)
         else:  # a chunk after a prefix: read (dequantized) cache, explicit mask
+            with annotate("rope"):
+                rope_(q, k, *rope, input_pos)
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             with annotate("kv_write"):
                 kc, vc = cache.update(i, input_pos, k, v)
             with annotate("attention"):
@@ -243,6 +264,36 @@ class Block(nn.Module):
                 f = self.ffn_norm(h)
         with annotate("ffn"):
             return h + self.feed_forward(f)
+
+    def skinny(self, x, rope, input_pos, residual=None):
+        """The decode step's block (Triton, ``B * T <= 16`` rows, RMSNorm): six launches.
+
+        qkv GEMV with the attention norm and the residual add in its prologue; RoPE with the K/V
+        cache write; decode attention (splits merged in-kernel); out_proj GEMV; w13 GEMV with the
+        FFN norm and residual add in its prologue; w2 GEMV with SwiGLU in its prologue. Each GEMV
+        runs ``kernels.gemv`` or cuBLAS, whichever measured faster for its shape. Returns
+        ``(ffn_out, h)`` like ``forward`` on the fused path. x, residual: ``[B, 1, d_model]``.
+        """
+        attn, ffn = self.attention, self.feed_forward
+        with annotate("attn"):
+            with annotate("qkv"):
+                qkv, h = _norm_linear(x, attn.wqkv, self.attention_norm, residual)
+            y = attn.attend(qkv, rope, input_pos)
+            with annotate("out_proj"):
+                o = gemv.linear(y, attn.wo)
+        with annotate("ffn"):
+            with annotate("w13"):
+                g, h = _norm_linear(o, ffn.w13, self.ffn_norm, h)
+            with annotate("w2"):
+                if ffn.cfg.ffn_type == "swiglu":
+                    return gemv.linear(g, ffn.w2, "swiglu"), h
+                return gemv.linear(F.gelu(g), ffn.w2), h
+
+
+def _norm_linear(x, layer: nn.Linear, norm: RMSNorm, residual):
+    """``(layer(norm(x + residual)), x + residual)`` on the decode GEMV (``residual`` may be None)."""
+    out = gemv.linear(x, layer, "norm", norm, residual)
+    return out if residual is not None else (out, x)
 
 
 class Transformer(nn.Module):
@@ -326,7 +377,16 @@ class Transformer(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.register_buffer("positions", torch.arange(max_seq_len, device=dev), persistent=False)
+        pdl = gemv.pdl_supported(dev) and self.cfg.kernels == "triton"
+        for layer in self.layers:
+            layer.attention.pdl = pdl
         return self.cache
+
+    def skinny_ok(self, tokens: torch.Tensor) -> bool:
+        """Whether a call takes the decode GEMV path: one new token per sequence, at most
+        ``kernels.gemv.MAX_M`` sequences, RMSNorm blocks (``Block.skinny``)."""
+        B, T = tokens.shape
+        return T == 1 and B <= gemv.MAX_M and self.cfg.norm == "rmsnorm"
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor, kv_len: int | None = None,
                 last_only: bool = False, masked: bool = False) -> torch.Tensor:
@@ -360,6 +420,12 @@ class Transformer(nn.Module):
             rope = (self.rope_cos[input_pos], self.rope_sin[input_pos])
         x = self.tok_embeddings(tokens)
         residual = None
+        if triton and self.skinny_ok(tokens):  # the decode step: see Block.skinny
+            for i, layer in enumerate(self.layers):
+                with annotate(f"layer{i}"):
+                    x, residual = layer.skinny(x, rope, input_pos, residual)
+            with annotate("lm_head"):
+                return _norm_linear(x[:, -1:], self.output, self.norm, residual[:, -1:])[0]
         for i, layer in enumerate(self.layers):
             with annotate(f"layer{i}"):
                 if layer.fused_norm:

@@ -1,0 +1,261 @@
+"""Skinny GEMM for decode (``M <= 16`` rows): ``y = prologue(x) @ W^T (+ bias)``, bandwidth-bound.
+
+At decode, every linear layer multiplies a few activation rows (``M = batch``) by a weight read once
+from DRAM: the step's time is the weight bytes over the memory bandwidth. One program owns
+``BLOCK_N`` output channels, streams their ``[BLOCK_N, K]`` weight rows in ``[BLOCK_N, BLOCK_K]``
+tiles (16-byte vector loads, pipelined), and accumulates in float32; for ``M == 1`` the products
+are summed on the CUDA cores, for ``1 < M <= 16`` the rows (padded to 16) go through ``tl.dot``.
+
+Prologues fold the kernel before the GEMM into its input, so the layer runs one launch fewer:
+- ``norm``: ``h = x + residual`` (written once, by program 0: the new residual stream) and
+  RMSNorm (Zhang & Sennrich 2019). The per-row ``rstd = 1 / sqrt(mean(h^2) + eps)`` is a scalar per
+  row, so ``rmsnorm(h) @ W^T = rstd * ((h * norm_weight) @ W^T)``: the sum of squares accumulates
+  in the same pass over K as the products, and ``rstd`` scales the accumulator at the end.
+  (The reference rounds ``h * rstd`` to the activation dtype before the weight multiply; here
+  ``h * norm_weight`` is rounded: the same one rounding, at another point.)
+- ``swiglu``: ``x = silu(gate) * up`` from the stacked ``[M, 2K]`` gate|up GEMM output, computed
+  per K tile (the torch rounding of ``silu`` kept).
+
+Hopper programmatic dependent launch (PDL, CUDA 12 ``griddepcontrol``; Triton's
+``gdc_launch_dependents``/``gdc_wait``): with ``pdl``, each program lets the next kernel launch
+and then waits for the previous one's memory, so inside a CUDA graph a kernel's launch overlaps
+its predecessor's tail. It needs compute capability >= 9 and a Triton with ``launch_pdl``.
+
+Minimum DRAM traffic per call: ``N * K * bytes(W)`` (plus ``M * (K + N)`` activations). The
+launcher ``linear`` picks, per shape and prologue, this kernel or cuBLAS (after the prologue as
+its own kernel), whichever measured faster on the first call (see ``choose``).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+
+import torch
+import triton
+import triton.language as tl
+
+PROLOGUES = ("none", "norm", "swiglu")
+MAX_M = 16
+
+
+@triton.jit
+def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, M, N, K, eps,
+                 s_xm, s_rm, s_hm, s_wn, s_ym,
+                 PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 PDL: tl.constexpr, F32: tl.constexpr):
+    # PROLOGUE: 0 none, 1 (residual add +) RMSNorm, 2 SwiGLU of a stacked [M, 2K] input
+    pid = tl.program_id(0)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    mmask = offs_m < M
+    nmask = offs_n < N
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    ss = tl.zeros([BLOCK_M], tl.float32)
+    dt = w_ptr.dtype.element_ty
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        kmask = offs_k < K
+        xmask = mmask[:, None] & kmask[None, :]
+        xp = x_ptr + offs_m[:, None] * s_xm + offs_k[None, :]
+        if PROLOGUE == 2:
+            g = tl.load(xp, mask=xmask, other=0.0).to(tl.float32)
+            u = tl.load(xp + K, mask=xmask, other=0.0).to(tl.float32)
+            a = ((g * tl.sigmoid(g)).to(dt).to(tl.float32) * u).to(dt)
+        else:
+            a = tl.load(xp, mask=xmask, other=0.0)
+            if PROLOGUE == 1:
+                if HAS_RES:
+                    r = tl.load(r_ptr + offs_m[:, None] * s_rm + offs_k[None, :], mask=xmask,
+                                other=0.0)
+                    a = (a.to(tl.float32) + r.to(tl.float32)).to(dt)
+                    first = (tl.zeros([BLOCK_M], tl.int32) + pid) == 0  # program 0 writes h
+                    tl.store(h_ptr + offs_m[:, None] * s_hm + offs_k[None, :], a,
+                             mask=xmask & first[:, None])
+                hf = a.to(tl.float32)
+                ss += tl.sum(hf * hf, axis=1)
+                nw = tl.load(nw_ptr + offs_k, mask=kmask, other=0.0).to(tl.float32)
+                a = (hf * nw[None, :]).to(dt)
+        w = tl.load(w_ptr + offs_n[:, None] * s_wn + offs_k[None, :],
+                    mask=nmask[:, None] & kmask[None, :], other=0.0)
+        if BLOCK_M == 1:
+            acc += tl.sum(a.to(tl.float32) * w.to(tl.float32), axis=1)[None, :]
+        elif F32:  # the interpreter computes bf16 on raw bits: float32 math there
+            acc = tl.dot(a.to(tl.float32), tl.trans(w.to(tl.float32)), acc)
+        else:
+            acc = tl.dot(a, tl.trans(w), acc)
+    if PROLOGUE == 1:
+        acc = acc * (1.0 / tl.sqrt(ss / K + eps))[:, None]
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + offs_m[:, None] * s_ym + offs_n[None, :], acc.to(dt),
+             mask=mmask[:, None] & nmask[None, :])
+
+
+# Tile width, K step, warps and pipeline depth, tuned per (M bucket, N, K, prologue) on the GPU
+# by Triton's autotuner on the real inputs; the interpreter and DESIGNZOO_AUTOTUNE=0 run _FIXED.
+_CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
+            for bn, bk, w, s in ((16, 256, 4, 3), (16, 512, 4, 2), (32, 256, 4, 3),
+                                 (32, 128, 4, 4), (8, 512, 4, 3), (64, 128, 8, 3),
+                                 (16, 256, 8, 4), (32, 512, 8, 2))]
+_FIXED = {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3}
+_tuned = triton.autotune(_CONFIGS, key=["BLOCK_M", "N", "K", "PROLOGUE", "HAS_RES"],
+                         warmup=5, rep=20)(_gemv_kernel)
+
+
+def _interpreted(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu" or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def pdl_supported(device: torch.device) -> bool:
+    """Programmatic dependent launch: a CUDA device of compute capability >= 9 (Hopper), a Triton
+    that exposes it, and not switched off by ``DESIGNZOO_PDL=0``."""
+    if device.type != "cuda" or os.environ.get("DESIGNZOO_PDL", "1") == "0":
+        return False
+    if not hasattr(tl.extra, "cuda") or not hasattr(tl.extra.cuda, "gdc_wait"):
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+         prologue: str = "none", norm_weight: torch.Tensor | None = None, eps: float = 1e-5,
+         residual: torch.Tensor | None = None, pdl: bool | None = None):
+    """``y = prologue(x) @ weight.T (+ bias)`` for ``M <= 16`` rows, one Triton launch.
+
+    Args:
+        x: ``[..., K]`` (``[..., 2K]`` for ``swiglu``), rows of ``M = x.numel() / x.shape[-1]``.
+        weight: ``[N, K]`` (nn.Linear layout), last dim contiguous, same dtype as ``x``.
+        bias: ``[N]`` or None.
+        prologue: ``none``, ``norm`` (RMSNorm with ``norm_weight [K]`` and ``eps``, after adding
+            ``residual`` if given) or ``swiglu``.
+        pdl: launch with programmatic dependent launch (default: ``pdl_supported``).
+
+    Returns:
+        ``y [..., N]``; with ``prologue='norm'`` and a residual, ``(y, h)`` where ``h = x +
+        residual [..., K]`` is the new residual stream.
+
+    Raises:
+        ValueError: more than 16 rows, an unknown prologue, or mismatched widths.
+    """
+    if prologue not in PROLOGUES:
+        raise ValueError(f"prologue must be one of {PROLOGUES}, got {prologue!r}")
+    N, K = weight.shape
+    kin = 2 * K if prologue == "swiglu" else K
+    if x.shape[-1] != kin:
+        raise ValueError(f"x's last dim {x.shape[-1]} != {kin} (weight {tuple(weight.shape)}, "
+                         f"prologue {prologue})")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, kin)
+    M = x2.shape[0]
+    if M > MAX_M:
+        raise ValueError(f"gemv takes at most {MAX_M} rows, got {M}")
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    assert weight.stride(-1) == 1
+    y = torch.empty(M, N, device=x.device, dtype=weight.dtype)
+    has_res = prologue == "norm" and residual is not None
+    r2 = residual.reshape(-1, K).contiguous() if has_res else x2
+    h = torch.empty_like(r2) if has_res else y
+    interp = _interpreted(x)
+    pdl = (pdl_supported(x.device) if pdl is None else pdl) and not interp
+    args = (x2, r2, norm_weight if norm_weight is not None else weight,
+            h, weight, bias if bias is not None else weight, y, M, N, K, eps,
+            x2.stride(0), r2.stride(0), h.stride(0), weight.stride(0), y.stride(0))
+    meta = dict(PROLOGUE=PROLOGUES.index(prologue), HAS_RES=has_res, HAS_BIAS=bias is not None,
+                BLOCK_M=1 if M == 1 else 16, PDL=pdl, F32=interp)
+    launch = {"launch_pdl": True} if pdl else {}
+    if interp or os.environ.get("DESIGNZOO_AUTOTUNE", "1") == "0":
+        grid = (triton.cdiv(N, _FIXED["BLOCK_N"]),)
+        _gemv_kernel[grid](*args, **meta, **_FIXED, **launch)
+    else:
+        _tuned[lambda m: (triton.cdiv(N, m["BLOCK_N"]),)](*args, **meta, **launch)
+    y = y.view(*lead, N)
+    return (y, h.view(*lead, K)) if has_res else y
+
+
+def reference(x, weight, bias=None, prologue="none", norm_weight=None, eps=1e-5, residual=None):
+    """PyTorch reference: the zoo's RMSNorm / SwiGLU numerics, then ``F.linear``."""
+    h = None
+    if prologue == "swiglu":
+        g, u = x.chunk(2, dim=-1)
+        x = torch.nn.functional.silu(g) * u
+    elif prologue == "norm":
+        h = x + residual if residual is not None else None
+        hf = (h if h is not None else x).float()
+        x = norm_weight * (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    y = torch.nn.functional.linear(x, weight, bias)
+    return (y, h) if h is not None else y
+
+
+# ---- per-shape choice against cuBLAS -------------------------------------------------------------
+
+_CHOICE: dict[tuple, str] = {}
+
+
+def _time_ms(fn, reps: int = 20) -> float:
+    for _ in range(3):
+        fn()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+          for _ in range(reps)]
+    for a, b in ev:
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in ev)
+
+
+def choose(key: tuple, triton_fn, cublas_fn) -> str:
+    """``'triton'`` or ``'cublas'`` for a shape key, timed once (median of 20 launches each, after
+    3 warm-ups) on the first call outside a CUDA-graph capture and remembered for the process.
+    During a capture (or off the GPU) an unknown key takes ``'triton'``."""
+    if key in _CHOICE:
+        return _CHOICE[key]
+    if not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
+        return "triton"
+    t_tr, t_cb = _time_ms(triton_fn), _time_ms(cublas_fn)
+    _CHOICE[key] = "triton" if t_tr <= t_cb else "cublas"
+    return _CHOICE[key]
+
+
+def choices() -> dict[str, str]:
+    """The per-shape choices made so far: ``"M=1 N=4096 K=14336 swiglu" -> "triton"``."""
+    return {f"M={k[0]} N={k[1]} K={k[2]} {k[3]}": v for k, v in sorted(_CHOICE.items())}
+
+
+def linear(x: torch.Tensor, layer: torch.nn.Linear, prologue: str = "none",
+           norm: torch.nn.Module | None = None, residual: torch.Tensor | None = None):
+    """A decode linear layer with its prologue, on the faster of this kernel and cuBLAS.
+
+    ``layer`` is the ``nn.Linear`` (weight ``[N, K]``); ``norm`` the RMSNorm module whose
+    ``weight``/``eps`` the ``norm`` prologue uses. Returns what ``gemv`` returns. On cuBLAS the
+    prologue runs as its own Triton kernel (``kernels.rmsnorm`` / ``kernels.swiglu``) first.
+    """
+    from kernels.rmsnorm import rmsnorm
+    from kernels.swiglu import swiglu
+
+    w, b = layer.weight, layer.bias
+    nw, eps = (norm.weight, norm.eps) if norm is not None else (None, 1e-5)
+
+    def fused():
+        return gemv(x, w, b, prologue, nw, eps, residual)
+
+    def cublas():
+        if prologue == "swiglu":
+            return torch.nn.functional.linear(swiglu(x), w, b)
+        if prologue == "norm":
+            out = rmsnorm(x, nw, eps, residual=residual)
+            a, h = out if residual is not None else (out, None)
+            y = torch.nn.functional.linear(a, w, b)
+            return (y, h) if h is not None else y
+        return torch.nn.functional.linear(x, w, b)
+
+    if _interpreted(x):
+        return fused()
+    M = x.numel() // x.shape[-1]
+    key = (M, w.shape[0], w.shape[1], prologue + ("+res" if residual is not None else ""))
+    return fused() if choose(key, fused, cublas) == "triton" else cublas()

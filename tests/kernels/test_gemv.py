@@ -1,0 +1,152 @@
+"""Decode GEMV (with its norm / SwiGLU prologues), fused RoPE + KV-cache write, and the in-kernel
+split merge of decode attention, against their PyTorch references (odd shapes included)."""
+
+import pytest
+import torch
+
+from kernels import decode_attention as da
+from kernels import gemv, kv_quant, rope
+from tests.kernels.conftest import DEVICE, DTYPES, INTERPRETED, TOL, close, exact
+
+# odd widths on purpose: N and K not multiples of the tile, K below one tile, a GQA-like N
+SHAPES = [(1, 96, 200), (3, 130, 64), (16, 48, 320), (1, 257, 1000), (8, 64, 80)]
+
+
+def close_gemm(got, want, dtype):
+    """A GEMM output's tolerance: the dtype's, with the absolute part scaled by the output's size
+    (a K-term bf16 dot product rounded at another point, or truncated as the interpreter does,
+    moves an output by a few ulps of the largest ones)."""
+    rtol, atol = TOL[dtype]
+    scale = want.float().abs().max().item()
+    torch.testing.assert_close(got.float(), want.float(), rtol=rtol, atol=max(atol, atol * scale))
+
+
+def _w(N, K, dtype, g):
+    return (torch.randn(N, K, device=DEVICE, dtype=dtype, generator=g) / K**0.5).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,N,K", SHAPES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_gemv_plain(M, N, K, dtype, bias):
+    g = torch.Generator(DEVICE).manual_seed(M * N + K)
+    x = torch.randn(M, K, device=DEVICE, dtype=dtype, generator=g)
+    w = _w(N, K, dtype, g)
+    b = torch.randn(N, device=DEVICE, dtype=dtype, generator=g) if bias else None
+    close_gemm(gemv.gemv(x, w, b), gemv.reference(x, w, b), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,N,K", SHAPES)
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_gemv_norm_prologue(M, N, K, dtype, with_residual):
+    g = torch.Generator(DEVICE).manual_seed(M + N * K)
+    x = torch.randn(1, M, K, device=DEVICE, dtype=dtype, generator=g)
+    r = torch.randn(1, M, K, device=DEVICE, dtype=dtype, generator=g) if with_residual else None
+    nw = 1 + 0.1 * torch.randn(K, device=DEVICE, dtype=dtype, generator=g)
+    w = _w(N, K, dtype, g)
+    got = gemv.gemv(x, w, None, "norm", nw, 1e-5, r)
+    want = gemv.reference(x, w, None, "norm", nw, 1e-5, r)
+    if with_residual:
+        assert got[0].shape == (1, M, N) and got[1].shape == (1, M, K)
+        close_gemm(got[0], want[0], dtype)
+        exact(got[1], want[1])  # the residual add is exact
+    else:
+        close_gemm(got, want, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M,N,K", SHAPES)
+def test_gemv_swiglu_prologue(M, N, K, dtype):
+    g = torch.Generator(DEVICE).manual_seed(N + K)
+    h = torch.randn(M, 2 * K, device=DEVICE, dtype=dtype, generator=g)
+    w = _w(N, K, dtype, g)
+    close_gemm(gemv.gemv(h, w, prologue="swiglu"), gemv.reference(h, w, prologue="swiglu"), dtype)
+
+
+def test_gemv_refuses_bad_input():
+    w = torch.zeros(8, 32, device=DEVICE)
+    with pytest.raises(ValueError, match="at most 16 rows"):
+        gemv.gemv(torch.zeros(17, 32, device=DEVICE), w)
+    with pytest.raises(ValueError, match="last dim 32 != 64"):
+        gemv.gemv(torch.zeros(2, 32, device=DEVICE), w, prologue="swiglu")
+    with pytest.raises(ValueError, match="prologue must be"):
+        gemv.gemv(torch.zeros(2, 32, device=DEVICE), w, prologue="gelu")
+
+
+def test_linear_matches_nn_linear_with_norm():
+    from zoo.model import RMSNorm
+
+    g = torch.Generator(DEVICE).manual_seed(5)
+    lin = torch.nn.Linear(96, 72, bias=True).to(DEVICE)
+    norm = RMSNorm(96, 1e-6).to(DEVICE)
+    with torch.no_grad():
+        norm.weight.normal_(generator=g)
+    x, r = torch.randn(2, 1, 96, device=DEVICE), torch.randn(2, 1, 96, device=DEVICE)
+    y, h = gemv.linear(x, lin, "norm", norm, r)
+    close(h, x + r, torch.float32)
+    close(y, lin(norm(x + r)), torch.float32)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "int8", "fp8_e4m3"])
+@pytest.mark.parametrize("B,T,H,Hkv,D", [(2, 1, 8, 2, 64), (1, 3, 6, 3, 96), (3, 1, 4, 1, 128),
+                                         (1, 2, 20, 4, 80)])
+def test_rope_kv_write(kv_dtype, B, T, H, Hkv, D):
+    from zoo import ModelConfig
+    from zoo.cache import TORCH_DTYPES
+    from zoo.model import rope_cache
+
+    if INTERPRETED and kv_dtype == "fp8_e4m3":
+        pytest.skip("the Triton interpreter's fp8 conversion does not round like the GPU (see "
+                    "test_attention.py); the fused fp8 write is checked on the GPU")
+    dtype, S = torch.bfloat16, 32
+    cfg = ModelConfig.from_name("tiny", head_dim=D)
+    cos, sin = rope_cache(cfg, S, DEVICE)
+    g = torch.Generator(DEVICE).manual_seed(D * T + H)
+    qkv = torch.randn(B, T, (H + 2 * Hkv) * D, device=DEVICE, dtype=dtype, generator=g)
+    q, k, v = qkv.split([H * D, Hkv * D, Hkv * D], dim=-1)
+    q, k, v = q.view(B, T, H, D), k.view(B, T, Hkv, D), v.view(B, T, Hkv, D)
+    pos = torch.tensor([9, 30, 4][:T], device=DEVICE)
+    want_q, want_k = rope.reference(q, k, cos[:, :], sin, pos)  # bf16 rounding like rope_
+    v_ref = v.clone()
+    quant = kv_dtype != "bf16"
+    kc = torch.zeros(B, Hkv, S, D, device=DEVICE, dtype=TORCH_DTYPES[kv_dtype])
+    vc = torch.zeros_like(kc)
+    ks = torch.full((B, Hkv, S), -1.0, device=DEVICE) if quant else None
+    vs = torch.full((B, Hkv, S), -1.0, device=DEVICE) if quant else None
+    rope.rope_kv_write_(q, k, v, cos, sin, pos, kc, vc, ks, vs, kv_dtype=kv_dtype, k_inplace=True)
+    close(q, want_q, dtype)
+    close(k, want_k, dtype)  # k_inplace: the prefill's SDPA reads the rotated k
+    kt, vt = k.transpose(1, 2), v_ref.transpose(1, 2)  # [B, Hkv, T, D]
+    if quant:
+        (wk, wks), (wv, wvs) = kv_quant.reference(kt, kv_dtype), kv_quant.reference(vt, kv_dtype)
+        torch.testing.assert_close(ks[:, :, pos], wks, rtol=1e-6, atol=0)
+        torch.testing.assert_close(vs[:, :, pos], wvs, rtol=1e-6, atol=0)
+        exact(kc[:, :, pos], wk)
+        exact(vc[:, :, pos], wv)
+        assert (ks[:, :, [p for p in range(S) if p not in pos.tolist()]] == -1).all()
+    else:
+        exact(kc[:, :, pos], kt)
+        exact(vc[:, :, pos], vt)
+        assert kc.float().abs().sum() == kc[:, :, pos].float().abs().sum()  # nothing else written
+
+
+@pytest.mark.parametrize("kv_dtype", [None, "int8"])
+def test_decode_attention_merge_in_kernel(kv_dtype):
+    """The folded merge (last program of each group) equals the two-kernel path, twice in a row
+    (the counters reset themselves)."""
+    B, H, Hkv, D, S = 2, 8, 2, 64, 700
+    g = torch.Generator(DEVICE).manual_seed(11)
+    q = torch.randn(B, H, D, device=DEVICE, dtype=torch.bfloat16, generator=g)
+    k = torch.randn(B, Hkv, S, D, device=DEVICE, dtype=torch.bfloat16, generator=g)
+    v = torch.randn(B, Hkv, S, D, device=DEVICE, dtype=torch.bfloat16, generator=g)
+    scales = (None, None)
+    if kv_dtype:
+        (k, ks), (v, vs) = kv_quant.reference(k, kv_dtype), kv_quant.reference(v, kv_dtype)
+        scales = (ks, vs)
+    for length in (650, 333):
+        pos = torch.tensor([length - 1], device=DEVICE)
+        two = da.decode_attention(q, k, v, pos, *scales, fold_merge=False)
+        one = da.decode_attention(q, k, v, pos, *scales, fold_merge=True)
+        close(one, two, torch.bfloat16)
+    assert not da._counters(torch.device(DEVICE), B * Hkv)[:B * Hkv].any()
