@@ -44,7 +44,7 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, M, N, K, eps,
                  s_xm, s_rm, s_hm, s_wn, s_ym,
                  PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 PDL: tl.constexpr, F32: tl.constexpr):
+                 PDL: tl.constexpr, F32: tl.constexpr, IEEE: tl.constexpr):
     # PROLOGUE: 0 none, 1 (residual add +) RMSNorm, 2 SwiGLU of a stacked [M, 2K] input
     pid = tl.program_id(0)
     if PDL:
@@ -86,6 +86,8 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, M, N, K, eps,
             acc += tl.sum(a.to(tl.float32) * w.to(tl.float32), axis=1)[None, :]
         elif F32:  # the interpreter computes bf16 on raw bits: float32 math there
             acc = tl.dot(a.to(tl.float32), tl.trans(w.to(tl.float32)), acc)
+        elif IEEE:  # a float32 design: no TF32 rounding of the operands
+            acc = tl.dot(a, tl.trans(w), acc, input_precision="ieee")
         else:
             acc = tl.dot(a, tl.trans(w), acc)
     if PROLOGUE == 1:
@@ -103,8 +105,17 @@ _CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stage
                                  (32, 128, 4, 4), (8, 512, 4, 3), (64, 128, 8, 3),
                                  (16, 256, 8, 4), (32, 512, 8, 2))]
 _FIXED = {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3}
+
+
+def graph_bench(fn, quantiles=None, rep: int = 10):
+    """Time ``fn`` as it runs in the decode step, inside a CUDA graph (Triton's
+    ``do_bench_cudagraph``; launched from Python, a microsecond kernel measures the host instead).
+    Milliseconds per call; a list for ``quantiles`` (the autotuner's interface)."""
+    return triton.testing.do_bench_cudagraph(fn, rep=rep, quantiles=quantiles)
+
+
 _tuned = triton.autotune(_CONFIGS, key=["BLOCK_M", "N", "K", "PROLOGUE", "HAS_RES"],
-                         warmup=5, rep=20)(_gemv_kernel)
+                         do_bench=graph_bench)(_gemv_kernel)
 
 
 def _interpreted(t: torch.Tensor) -> bool:
@@ -166,7 +177,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
             h, weight, bias if bias is not None else weight, y, M, N, K, eps,
             x2.stride(0), r2.stride(0), h.stride(0), weight.stride(0), y.stride(0))
     meta = dict(PROLOGUE=PROLOGUES.index(prologue), HAS_RES=has_res, HAS_BIAS=bias is not None,
-                BLOCK_M=1 if M == 1 else 16, PDL=pdl, F32=interp)
+                BLOCK_M=1 if M == 1 else 16, PDL=pdl, F32=interp,
+                IEEE=weight.dtype == torch.float32)
     launch = {"launch_pdl": True} if pdl else {}
     if interp or os.environ.get("DESIGNZOO_AUTOTUNE", "1") == "0":
         grid = (triton.cdiv(N, _FIXED["BLOCK_N"]),)
@@ -197,22 +209,35 @@ _CHOICE: dict[tuple, str] = {}
 
 
 def _time_ms(fn, reps: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-          for _ in range(reps)]
-    for a, b in ev:
+    """Milliseconds per call of ``fn`` replayed in a CUDA graph of ``reps`` calls (median of 5
+    replays, after 3 eager warm-ups on a side stream), as the decode step's graph runs it."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(reps):
+            fn()
+    g.replay()
+    times = []
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        g.replay()
         b.record()
-    torch.cuda.synchronize()
-    return statistics.median(a.elapsed_time(b) for a, b in ev)
+        b.synchronize()
+        times.append(a.elapsed_time(b) / reps)
+    del g
+    return statistics.median(times)
 
 
 def choose(key: tuple, triton_fn, cublas_fn) -> str:
-    """``'triton'`` or ``'cublas'`` for a shape key, timed once (median of 20 launches each, after
-    3 warm-ups) on the first call outside a CUDA-graph capture and remembered for the process.
-    During a capture (or off the GPU) an unknown key takes ``'triton'``."""
+    """``'triton'`` or ``'cublas'`` for a shape key, timed once in a CUDA graph (``_time_ms``) on
+    the first call outside a capture and remembered for the process. During a capture (or off
+    the GPU) an unknown key takes ``'triton'``."""
     if key in _CHOICE:
         return _CHOICE[key]
     if not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
