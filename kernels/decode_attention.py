@@ -95,7 +95,9 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, 
     tl.store(lse_ptr + row, lse, mask=gmask)
     if MERGE:  # the group's last program to finish merges its splits
         cnt = cnt_ptr + b * n_kv_heads + hkv
+        tl.debug_barrier()  # every thread's partials before the count (CUDA's grid-sync pattern)
         if tl.atomic_add(cnt, 1, sem="acq_rel") == n_splits - 1:
+            tl.debug_barrier()
             tl.store(cnt, 0)
             offs_s = tl.arange(0, BLOCK_S)
             smask = offs_s < n_splits

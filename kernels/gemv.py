@@ -40,24 +40,30 @@ MAX_M = 16
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, M, N, K, eps,
-                 s_xm, s_rm, s_hm, s_wn, s_ym,
+def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_ptr, cnt_ptr,
+                 M, N, K, eps, s_xm, s_rm, s_hm, s_wn, s_ym,
                  PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 PDL: tl.constexpr, F32: tl.constexpr, IEEE: tl.constexpr):
-    # PROLOGUE: 0 none, 1 (residual add +) RMSNorm, 2 SwiGLU of a stacked [M, 2K] input
-    pid = tl.program_id(0)
+                 SPLIT_K: tl.constexpr, PDL: tl.constexpr, F32: tl.constexpr,
+                 IEEE: tl.constexpr):
+    # PROLOGUE: 0 none, 1 (residual add +) RMSNorm, 2 SwiGLU of a stacked [M, 2K] input.
+    # The tile is computed transposed, acc [BLOCK_N, BLOCK_M] = W_tile @ x^T ("swap AB": the
+    # weight rows fill the tensor core's M dimension, the few activation rows its N).
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
     offs_m = tl.arange(0, BLOCK_M)
-    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mmask = offs_m < M
     nmask = offs_n < N
-    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     ss = tl.zeros([BLOCK_M], tl.float32)
     dt = w_ptr.dtype.element_ty
-    for k0 in range(0, K, BLOCK_K):
+    k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
+    k_start = pid_k * k_len
+    for k0 in range(k_start, tl.minimum(k_start + k_len, K), BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         kmask = offs_k < K
         xmask = mmask[:, None] & kmask[None, :]
@@ -73,7 +79,7 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, M, N, K, eps,
                     r = tl.load(r_ptr + offs_m[:, None] * s_rm + offs_k[None, :], mask=xmask,
                                 other=0.0)
                     a = (a.to(tl.float32) + r.to(tl.float32)).to(dt)
-                    first = (tl.zeros([BLOCK_M], tl.int32) + pid) == 0  # program 0 writes h
+                    first = (tl.zeros([BLOCK_M], tl.int32) + pid_n) == 0  # column 0 writes h
                     tl.store(h_ptr + offs_m[:, None] * s_hm + offs_k[None, :], a,
                              mask=xmask & first[:, None])
                 hf = a.to(tl.float32)
@@ -83,28 +89,66 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, M, N, K, eps,
         w = tl.load(w_ptr + offs_n[:, None] * s_wn + offs_k[None, :],
                     mask=nmask[:, None] & kmask[None, :], other=0.0)
         if BLOCK_M == 1:
-            acc += tl.sum(a.to(tl.float32) * w.to(tl.float32), axis=1)[None, :]
+            acc += tl.sum(w.to(tl.float32) * a.to(tl.float32), axis=1)[:, None]
         elif F32:  # the interpreter computes bf16 on raw bits: float32 math there
-            acc = tl.dot(a.to(tl.float32), tl.trans(w.to(tl.float32)), acc)
+            acc = tl.dot(w.to(tl.float32), tl.trans(a.to(tl.float32)), acc)
         elif IEEE:  # a float32 design: no TF32 rounding of the operands
-            acc = tl.dot(a, tl.trans(w), acc, input_precision="ieee")
+            acc = tl.dot(w, tl.trans(a), acc, input_precision="ieee")
         else:
-            acc = tl.dot(a, tl.trans(w), acc)
+            acc = tl.dot(w, tl.trans(a), acc)
+    omask = nmask[:, None] & mmask[None, :]
+    if SPLIT_K > 1:  # partial sums into the float32 workspace; the column's last program ends it
+        wsp = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
+        tl.atomic_add(wsp, acc, mask=omask, sem="relaxed")
+        if PROLOGUE == 1:
+            tl.atomic_add(ss_ptr + pid_n * BLOCK_M + offs_m, ss, mask=mmask, sem="relaxed")
+        tl.debug_barrier()  # every thread's partials before the count (CUDA's grid-sync pattern)
+        if tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel") == SPLIT_K - 1:
+            tl.debug_barrier()
+            acc = tl.load(wsp, mask=omask, other=0.0, cache_modifier=".cg")
+            tl.store(wsp, tl.zeros([BLOCK_N, BLOCK_M], tl.float32), mask=omask)
+            if PROLOGUE == 1:
+                ssp = ss_ptr + pid_n * BLOCK_M + offs_m
+                ss = tl.load(ssp, mask=mmask, other=0.0, cache_modifier=".cg")
+                tl.store(ssp, tl.zeros([BLOCK_M], tl.float32), mask=mmask)
+            tl.store(cnt_ptr + pid_n, 0)
+            _epilogue(acc, ss, b_ptr, y_ptr, offs_m, offs_n, omask, nmask, s_ym, K, eps, dt,
+                      PROLOGUE, HAS_BIAS)
+    else:
+        _epilogue(acc, ss, b_ptr, y_ptr, offs_m, offs_n, omask, nmask, s_ym, K, eps, dt,
+                  PROLOGUE, HAS_BIAS)
+
+
+@triton.jit
+def _epilogue(acc, ss, b_ptr, y_ptr, offs_m, offs_n, omask, nmask, s_ym, K, eps, dt,
+              PROLOGUE: tl.constexpr, HAS_BIAS: tl.constexpr):
     if PROLOGUE == 1:
-        acc = acc * (1.0 / tl.sqrt(ss / K + eps))[:, None]
+        acc = acc * (1.0 / tl.sqrt(ss / K + eps))[None, :]
     if HAS_BIAS:
-        acc += tl.load(b_ptr + offs_n, mask=nmask, other=0.0).to(tl.float32)[None, :]
-    tl.store(y_ptr + offs_m[:, None] * s_ym + offs_n[None, :], acc.to(dt),
-             mask=mmask[:, None] & nmask[None, :])
+        acc += tl.load(b_ptr + offs_n, mask=nmask, other=0.0).to(tl.float32)[:, None]
+    tl.store(y_ptr + offs_m[None, :] * s_ym + offs_n[:, None], acc.to(dt), mask=omask)
 
 
-# Tile width, K step, warps and pipeline depth, tuned per (M bucket, N, K, prologue) on the GPU
-# by Triton's autotuner on the real inputs; the interpreter and DESIGNZOO_AUTOTUNE=0 run _FIXED.
-_CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
-            for bn, bk, w, s in ((16, 256, 4, 3), (16, 512, 4, 2), (32, 256, 4, 3),
-                                 (32, 128, 4, 4), (8, 512, 4, 3), (64, 128, 8, 3),
-                                 (16, 256, 8, 4), (32, 512, 8, 2))]
-_FIXED = {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3}
+# Tile width, K step, split of K, warps and pipeline depth, tuned per (M bucket, N, K, prologue)
+# on the GPU by Triton's autotuner inside a CUDA graph; the interpreter and DESIGNZOO_AUTOTUNE=0
+# run _FIXED. One row (BLOCK_M 1) sums on the CUDA cores: narrow tiles, many programs; more rows
+# go through tl.dot, whose weight tile fills the tensor core's 64-row (wgmma) or 16-row dimension.
+_M1 = [(bn, bk, sk, w, st) for bn, bk, w, st in ((4, 1024, 4, 2), (8, 512, 4, 3), (8, 1024, 4, 2),
+                                                 (16, 256, 4, 3), (16, 512, 4, 2), (32, 256, 4, 3))
+       for sk in (1, 4)]
+_DOT = [(bn, bk, sk, w, st) for bn, bk, w, st in ((64, 128, 4, 4), (64, 256, 4, 3), (32, 128, 4, 4),
+                                                  (16, 256, 4, 3), (128, 64, 4, 4))
+        for sk in (1, 4, 8)]
+_CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk}, num_warps=w, num_stages=st)
+            for bn, bk, sk, w, st in dict.fromkeys(_M1 + _DOT)]
+_FIXED = {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 1, "num_warps": 4, "num_stages": 3}
+
+
+def _prune(configs, nargs, **kw):
+    one = kw.get("BLOCK_M", nargs.get("BLOCK_M")) == 1
+    keep = set(_M1 if one else _DOT)
+    return [c for c in configs if (c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.kwargs["SPLIT_K"],
+                                   c.num_warps, c.num_stages) in keep]
 
 
 def graph_bench(fn, quantiles=None, rep: int = 10):
@@ -115,7 +159,21 @@ def graph_bench(fn, quantiles=None, rep: int = 10):
 
 
 _tuned = triton.autotune(_CONFIGS, key=["BLOCK_M", "N", "K", "PROLOGUE", "HAS_RES"],
+                         prune_configs_by={"early_config_prune": _prune},
                          do_bench=graph_bench)(_gemv_kernel)
+_WORKSPACE: dict = {}
+
+
+def _workspace(device: torch.device, M: int, N: int):
+    """Zeroed float32 partial sums ``[M, N]``, sums of squares and int32 counters per column tile
+    for split-K, allocated once per (device, M, N) before any capture (the first call is a
+    warm-up) and left zeroed by every call (the last program of a column resets its part)."""
+    key = (device, M, N)
+    if key not in _WORKSPACE:
+        _WORKSPACE[key] = (torch.zeros(M * N, device=device, dtype=torch.float32),
+                           torch.zeros(N * 16, device=device, dtype=torch.float32),
+                           torch.zeros(N, device=device, dtype=torch.int32))
+    return _WORKSPACE[key]
 
 
 def _interpreted(t: torch.Tensor) -> bool:
@@ -134,7 +192,8 @@ def pdl_supported(device: torch.device) -> bool:
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
          prologue: str = "none", norm_weight: torch.Tensor | None = None, eps: float = 1e-5,
-         residual: torch.Tensor | None = None, pdl: bool | None = None):
+         residual: torch.Tensor | None = None, pdl: bool | None = None,
+         config: dict | None = None):
     """``y = prologue(x) @ weight.T (+ bias)`` for ``M <= 16`` rows, one Triton launch.
 
     Args:
@@ -144,6 +203,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
         prologue: ``none``, ``norm`` (RMSNorm with ``norm_weight [K]`` and ``eps``, after adding
             ``residual`` if given) or ``swiglu``.
         pdl: launch with programmatic dependent launch (default: ``pdl_supported``).
+        config: a fixed tile config (``BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages``)
+            instead of the tuned one (tests).
 
     Returns:
         ``y [..., N]``; with ``prologue='norm'`` and a residual, ``(y, h)`` where ``h = x +
@@ -173,18 +234,20 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     h = torch.empty_like(r2) if has_res else y
     interp = _interpreted(x)
     pdl = (pdl_supported(x.device) if pdl is None else pdl) and not interp
+    ws, ssw, cnt = _workspace(x.device, M, N)
     args = (x2, r2, norm_weight if norm_weight is not None else weight,
-            h, weight, bias if bias is not None else weight, y, M, N, K, eps,
+            h, weight, bias if bias is not None else weight, y, ws, ssw, cnt, M, N, K, eps,
             x2.stride(0), r2.stride(0), h.stride(0), weight.stride(0), y.stride(0))
     meta = dict(PROLOGUE=PROLOGUES.index(prologue), HAS_RES=has_res, HAS_BIAS=bias is not None,
                 BLOCK_M=1 if M == 1 else 16, PDL=pdl, F32=interp,
                 IEEE=weight.dtype == torch.float32)
     launch = {"launch_pdl": True} if pdl else {}
-    if interp or os.environ.get("DESIGNZOO_AUTOTUNE", "1") == "0":
-        grid = (triton.cdiv(N, _FIXED["BLOCK_N"]),)
-        _gemv_kernel[grid](*args, **meta, **_FIXED, **launch)
+    if config or interp or os.environ.get("DESIGNZOO_AUTOTUNE", "1") == "0":
+        cfg = config or _FIXED
+        grid = (triton.cdiv(N, cfg["BLOCK_N"]), cfg["SPLIT_K"])
+        _gemv_kernel[grid](*args, **meta, **cfg, **launch)
     else:
-        _tuned[lambda m: (triton.cdiv(N, m["BLOCK_N"]),)](*args, **meta, **launch)
+        _tuned[lambda m: (triton.cdiv(N, m["BLOCK_N"]), m["SPLIT_K"])](*args, **meta, **launch)
     y = y.view(*lead, N)
     return (y, h.view(*lead, K)) if has_res else y
 

@@ -64,6 +64,29 @@ def test_gemv_swiglu_prologue(M, N, K, dtype):
     close_gemm(gemv.gemv(h, w, prologue="swiglu"), gemv.reference(h, w, prologue="swiglu"), dtype)
 
 
+@pytest.mark.parametrize("M", [1, 5])
+@pytest.mark.parametrize("prologue", ["none", "norm", "swiglu"])
+def test_gemv_split_k(M, prologue):
+    """K split over 3 programs per column, summed in the workspace by the column's last program;
+    twice in a row (the workspace and counters reset themselves)."""
+    N, K, dtype = 72, 700, torch.float32
+    g = torch.Generator(DEVICE).manual_seed(M)
+    w = _w(N, K, dtype, g)
+    cfg = {"BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 3, "num_warps": 4, "num_stages": 2}
+    for _ in range(2):
+        x = torch.randn(M, 2 * K if prologue == "swiglu" else K, device=DEVICE, generator=g)
+        r = torch.randn(M, K, device=DEVICE, generator=g) if prologue == "norm" else None
+        nw = torch.rand(K, device=DEVICE, generator=g) + 0.5
+        got = gemv.gemv(x, w, None, prologue, nw, 1e-5, r, config=cfg)
+        want = gemv.reference(x, w, None, prologue, nw, 1e-5, r)
+        if prologue == "norm":
+            close_gemm(got[1], want[1], dtype)
+            got, want = got[0], want[0]
+        close_gemm(got, want, dtype)
+    ws, ss, cnt = gemv._workspace(w.device, M, N)
+    assert not ws.any() and not ss.any() and not cnt.any()
+
+
 def test_gemv_refuses_bad_input():
     w = torch.zeros(8, 32, device=DEVICE)
     with pytest.raises(ValueError, match="at most 16 rows"):
