@@ -40,8 +40,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, 
                   BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, QUANT: tl.constexpr,
                   F32: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
                   PDL: tl.constexpr):
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
+    if PDL:  # see kernels.gemv: wait first, let the next kernel launch after the main loop
         tl.extra.cuda.gdc_wait()
     b = tl.program_id(0).to(tl.int64)
     hkv = tl.program_id(1)
@@ -87,6 +86,8 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, 
             pv = p
         acc = acc * alpha[:, None] + tl.dot(pv.to(q.dtype), v)
         m = m_new
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     empty = l_sum == 0.0
     out = acc / tl.where(empty, 1.0, l_sum)[:, None]
     lse = tl.where(empty, float("-inf"), m + tl.log(tl.where(empty, 1.0, l_sum)))

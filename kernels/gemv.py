@@ -17,9 +17,10 @@ Prologues fold the kernel before the GEMM into its input, so the layer runs one 
   per K tile (the torch rounding of ``silu`` kept).
 
 Hopper programmatic dependent launch (PDL, CUDA 12 ``griddepcontrol``; Triton's
-``gdc_launch_dependents``/``gdc_wait``): with ``pdl``, each program lets the next kernel launch
-and then waits for the previous one's memory, so inside a CUDA graph a kernel's launch overlaps
-its predecessor's tail. It needs compute capability >= 9 and a Triton with ``launch_pdl``.
+``gdc_wait``/``gdc_launch_dependents``): with ``pdl``, each program waits for the previous
+kernel's memory before its first load and lets the next kernel launch once its main loop is done,
+so inside a CUDA graph a kernel's launch overlaps its predecessor's tail. (Triggering at the
+program's start instead let chains of small kernels sit resident on the SMs and measured slower.) It needs compute capability >= 9 and a Triton with ``launch_pdl``.
 
 Minimum DRAM traffic per call: ``N * K * bytes(W)`` (plus ``M * (K + N)`` activations). The
 launcher ``linear`` picks, per shape and prologue, this kernel or cuBLAS (after the prologue as
@@ -51,8 +52,7 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
     # weight rows fill the tensor core's M dimension, the few activation rows its N).
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
+    if PDL:  # wait for the previous kernel's writes (our weights could stream before: not yet)
         tl.extra.cuda.gdc_wait()
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -96,6 +96,8 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
             acc = tl.dot(w, tl.trans(a), acc, input_precision="ieee")
         else:
             acc = tl.dot(w, tl.trans(a), acc)
+    if PDL:  # the main loop is done: let the next kernel's programs take the free SMs
+        tl.extra.cuda.gdc_launch_dependents()
     omask = nmask[:, None] & mmask[None, :]
     if SPLIT_K > 1:  # partial sums into the float32 workspace; the column's last program ends it
         wsp = ws_ptr + offs_m[None, :] * N + offs_n[:, None]

@@ -107,8 +107,7 @@ def _rope_kv_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, pos_ptr, kc_ptr, vc_p
                     BLOCK_HK: tl.constexpr, K_INPLACE: tl.constexpr, QUANT: tl.constexpr,
                     QMAX_: tl.constexpr, PDL: tl.constexpr):
     # one program per token: q heads rotated in place; k rotated and v copied into the cache
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
+    if PDL:  # see kernels.gemv: wait first, let the next kernel launch once the q heads are done
         tl.extra.cuda.gdc_wait()
     bt = tl.program_id(0)
     b = (bt // T).to(tl.int64)
@@ -131,6 +130,8 @@ def _rope_kv_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, pos_ptr, kc_ptr, vc_p
         ss = s.to(dt).to(tl.float32)[None, :]
         tl.store(ptr, (x1 * cc - x2 * ss).to(dt), mask=m)
         tl.store(ptr + HALF, (x2 * cc + x1 * ss).to(dt), mask=m)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     heads = tl.arange(0, BLOCK_HK)
     hmask = heads < n_k
     m = hmask[:, None] & dmask[None, :]
