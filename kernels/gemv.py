@@ -20,7 +20,8 @@ Hopper programmatic dependent launch (PDL, CUDA 12 ``griddepcontrol``; Triton's
 ``gdc_wait``/``gdc_launch_dependents``): with ``pdl``, each program waits for the previous
 kernel's memory before its first load and lets the next kernel launch once its main loop is done,
 so inside a CUDA graph a kernel's launch overlaps its predecessor's tail. (Triggering at the
-program's start instead let chains of small kernels sit resident on the SMs and measured slower.) It needs compute capability >= 9 and a Triton with ``launch_pdl``.
+program's start instead let chains of small kernels sit resident on the SMs and measured
+slower.) It needs compute capability >= 9 and a Triton with ``launch_pdl``.
 
 Minimum DRAM traffic per call: ``N * K * bytes(W)`` (plus ``M * (K + N)`` activations). The
 launcher ``linear`` picks, per shape and prologue, this kernel or cuBLAS (after the prologue as
@@ -50,10 +51,11 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
     # PROLOGUE: 0 none, 1 (residual add +) RMSNorm, 2 SwiGLU of a stacked [M, 2K] input.
     # The tile is computed transposed, acc [BLOCK_N, BLOCK_M] = W_tile @ x^T ("swap AB": the
     # weight rows fill the tensor core's M dimension, the few activation rows its N).
+    # One row (BLOCK_M 1) prefetches the next weight tile by hand (the compiler pipelines only
+    # tl.dot's operands), and the first before waiting on the previous kernel: weights do not
+    # depend on it, so under PDL they stream while it finishes.
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    if PDL:  # wait for the previous kernel's writes (our weights could stream before: not yet)
-        tl.extra.cuda.gdc_wait()
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mmask = offs_m < M
@@ -63,7 +65,15 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
     dt = w_ptr.dtype.element_ty
     k_len = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
     k_start = pid_k * k_len
-    for k0 in range(k_start, tl.minimum(k_start + k_len, K), BLOCK_K):
+    k_end = tl.minimum(k_start + k_len, K)
+    w_rows = w_ptr + offs_n[:, None] * s_wn
+    if BLOCK_M == 1:
+        offs_k = k_start + tl.arange(0, BLOCK_K)
+        w_next = tl.load(w_rows + offs_k[None, :], mask=nmask[:, None] & (offs_k < k_end)[None, :],
+                         other=0.0)
+    if PDL:  # now wait for the previous kernel's writes (our activations)
+        tl.extra.cuda.gdc_wait()
+    for k0 in range(k_start, k_end, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         kmask = offs_k < K
         xmask = mmask[:, None] & kmask[None, :]
@@ -86,8 +96,13 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
                 ss += tl.sum(hf * hf, axis=1)
                 nw = tl.load(nw_ptr + offs_k, mask=kmask, other=0.0).to(tl.float32)
                 a = (hf * nw[None, :]).to(dt)
-        w = tl.load(w_ptr + offs_n[:, None] * s_wn + offs_k[None, :],
-                    mask=nmask[:, None] & kmask[None, :], other=0.0)
+        if BLOCK_M == 1:
+            w = w_next
+            nk = offs_k + BLOCK_K
+            w_next = tl.load(w_rows + nk[None, :], mask=nmask[:, None] & (nk < k_end)[None, :],
+                             other=0.0)
+        else:
+            w = tl.load(w_rows + offs_k[None, :], mask=nmask[:, None] & kmask[None, :], other=0.0)
         if BLOCK_M == 1:
             acc += tl.sum(w.to(tl.float32) * a.to(tl.float32), axis=1)[:, None]
         elif F32:  # the interpreter computes bf16 on raw bits: float32 math there

@@ -144,9 +144,13 @@ def _rope_kv_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, pos_ptr, kc_ptr, vc_p
     ss = s.to(dt).to(tl.float32)[None, :]
     r1 = (k1 * cc - k2 * ss).to(dt)
     r2 = (k2 * cc + k1 * ss).to(dt)
-    if K_INPLACE:
+    if K_INPLACE or QUANT != 0:
         tl.store(kp, r1, mask=m)
         tl.store(kp + HALF, r2, mask=m)
+    if QUANT != 0:  # quantize the k as stored: reload it (the compiler may fold the rounding of
+        tl.debug_barrier()  # r1 to the activation dtype and back, and the scale would differ)
+        r1 = tl.load(kp, mask=m, other=0.0)
+        r2 = tl.load(kp + HALF, mask=m, other=0.0)
     cache = b * s_cb + heads[:, None] * s_ch + pos * s_cs + offs[None, :]
     scales = ks_ptr + b * s_sb + heads * s_sh + pos
     _store_kv(r1.to(tl.float32), r2.to(tl.float32), kc_ptr + cache, scales, m, hmask, QUANT, QMAX_, HALF)
@@ -170,7 +174,8 @@ def rope_kv_write_(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch
         k_cache, v_cache: ``[B, Hkv, S, D]`` (one layer of the static cache, same strides) in the
             activation dtype, or int8 / float8_e4m3fn with ``k_scale, v_scale [B, Hkv, S]``
             float32 (position stride 1) and ``kv_dtype`` ``'int8'`` / ``'fp8_e4m3'``.
-        k_inplace: also write the rotated k back into ``k`` (a prefill attends to it).
+        k_inplace: also write the rotated k back into ``k`` (a prefill attends to it; a
+            quantized cache always does, and quantizes what it wrote).
         pdl: launch with programmatic dependent launch (Hopper; see ``kernels.gemv``).
 
     Returns ``q``. Raises ValueError for a quantized cache without scales or ``kv_dtype``.
