@@ -10,6 +10,9 @@ counter and the decode ``mode``:
   The prefill replays a graph too, one per prompt shape ``[B, T]`` (captured on its first call):
   a small model's eager prefill is bound by the host issuing its ops (Llama-3.2-1B shape, 512
   tokens: ~10 ms on the host for ~2 ms of GPU work on an H100), which says nothing of the design.
+  Up to ``PREFILL_GRAPH_MAX_TOKENS`` prompt tokens (``batch * T``): a larger prefill is GPU-bound
+  and its graph's private memory pool would hold every activation (batch 64 x 8192 tokens of the
+  1B shape: tens of GB), so it runs eagerly.
 - ``compile``: ``torch.compile(mode="reduce-overhead")`` of the same bucketed step (Inductor
   fuses elementwise work and records CUDA graphs itself); the prefill runs eagerly.
 
@@ -25,6 +28,7 @@ from .nvtx import annotate
 
 MODES = ("eager", "cudagraph", "compile")
 GRAPH_BUCKET = 64
+PREFILL_GRAPH_MAX_TOKENS = 16384
 
 
 class Generator:
@@ -51,6 +55,7 @@ class Generator:
         self.pos = 0
         self._graphs: dict[int, tuple] = {}
         self._prefill_graphs: dict[tuple, tuple] = {}
+        self._prefill_mode = "cudagraph" if mode == "cudagraph" else "eager"
         self._pool = None
         self._compiled = None
         if mode != "eager":
@@ -63,8 +68,9 @@ class Generator:
         T = tokens.shape[1]
         if T > self.max_seq_len:
             raise ValueError(f"prompt of {T} tokens exceeds max_seq_len {self.max_seq_len}")
+        self._prefill_mode = "cudagraph" if self._prefill_graphed(tokens) else "eager"
         with annotate("prefill"):
-            if self.prefill_mode == "cudagraph":
+            if self._prefill_mode == "cudagraph":
                 logits = self._prefill_replay(tokens)
             else:
                 logits = self.prefill_step(tokens)[:, -1]
@@ -73,8 +79,13 @@ class Generator:
 
     @property
     def prefill_mode(self) -> str:
-        """``cudagraph`` (a captured graph per prompt shape) in ``cudagraph`` mode, else ``eager``."""
-        return "cudagraph" if self.mode == "cudagraph" else "eager"
+        """How the last prefill ran (before any: how one of the default size would): ``cudagraph``
+        (a captured graph per prompt shape) in ``cudagraph`` mode for at most
+        ``PREFILL_GRAPH_MAX_TOKENS`` tokens (``batch * T``), else ``eager``."""
+        return self._prefill_mode
+
+    def _prefill_graphed(self, tokens: torch.Tensor) -> bool:
+        return self.mode == "cudagraph" and tokens.numel() <= PREFILL_GRAPH_MAX_TOKENS
 
     def prefill_step(self, tokens: torch.Tensor) -> torch.Tensor:
         """The prefill's forward, run eagerly: ``tokens [B, T]`` -> logits ``[B, 1, V]``."""

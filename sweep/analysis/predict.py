@@ -30,8 +30,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from kernels.gemv import MAX_M as GEMV_MAX_M
 from zoo import ModelConfig
 from zoo.config import DTYPE_BYTES
+from zoo.generate import PREFILL_GRAPH_MAX_TOKENS
 
 from .derived import STAGE_TIMES
 from .pricing import Calibrated
@@ -42,7 +44,10 @@ MODULES = ("qkv", "attention", "out_proj", "ffn", "lm_head", "norms_elementwise"
 # counted from zoo/model.py, for the launch cost
 TORCH_KERNELS = {"rmsnorm": 7, "rope": 14, "kv_write": 2, "residual": 1, "swiglu": 2,
                  "decode_attn": 7, "prefill_attn": 1, "gemm": 1, "embedding": 1}
-TRITON_KERNELS = {"rmsnorm": 1, "rope": 1, "kv_write": 2, "swiglu": 1, "decode_attn": 2,
+# Triton: RoPE and the K/V cache write are one kernel (``rope_kv_write_``), decode attention merges
+# its splits in-kernel; on the decode GEMV path (``Block.skinny``: a step of <= 16 sequences,
+# RMSNorm) the norms and SwiGLU run in the GEMVs' prologues, no launch of their own
+TRITON_KERNELS = {"rmsnorm": 1, "rope": 1, "kv_write": 0, "swiglu": 1, "decode_attn": 1,
                   "prefill_attn": 1, "gemm": 1, "embedding": 1}
 STEP_EAGER_OPS = 4  # per decode step beside the graph: token copy, position fill, clone, argmax
 
@@ -77,16 +82,24 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
         return Kernel(module, "gemm", op, 2 * m * N * K, (N * K + m * K + m * N) * wb,
                       {"M": m, "N": N, "K": K, "dtype": cfg.dtype}, 1, rep)
 
+    skinny = fused and new == 1 and batch <= GEMV_MAX_M and cfg.norm == "rmsnorm"
+
     def elem(op, nbytes, rep=L, launches=None):
+        if skinny and op in ("rmsnorm", "swiglu"):  # in the GEMV's prologue: no kernel
+            return None
         return Kernel("norms_elementwise", "elementwise", op, 0, nbytes,
-                      {"op": op, "impl": impl, "bytes": nbytes}, launches or n[op], rep)
+                      {"op": op, "impl": impl, "bytes": nbytes},
+                      n[op] if launches is None else launches, rep)
 
     norm_bytes = (4 if fused else 2) * M * d * wb  # fused: residual read and written too
+    rope_bytes, kv_bytes = 2 * M * (H + Hkv) * D * wb, 2 * M * Hkv * D * (wb + kvb)
     out = [Kernel("norms_elementwise", "elementwise", "embedding", 0, 2 * M * d * wb,
                   {"op": "embedding", "impl": "torch", "bytes": 2 * M * d * wb}, 1, 1),
-           elem("rmsnorm", norm_bytes), gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d),
-           elem("rope", 2 * M * (H + Hkv) * D * wb),
-           elem("kv_write", 2 * M * Hkv * D * (wb + kvb))]
+           elem("rmsnorm", norm_bytes), gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d)]
+    if fused:  # one kernel: RoPE and the cache write (priced on their bytes together)
+        out.append(elem("rope", rope_bytes + kv_bytes))
+    else:
+        out += [elem("rope", rope_bytes), elem("kv_write", kv_bytes)]
     if new == 1:
         kv_read = 2 * batch * Hkv * context * (D * kvb + (4 if kvb == 1 else 0))
         out.append(Kernel("attention", "decode_attn", "decode_attention", 4 * batch * H * D * context,
@@ -105,7 +118,7 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
         out.append(elem("residual", 2 * 3 * M * d * wb, launches=2))
     out += [elem("rmsnorm", 2 * batch * d * wb, rep=1), gemm("lm_head", "output", V, d, m=batch,
                                                                rep=1)]
-    return out
+    return [k for k in out if k is not None]
 
 
 # ---- pricing -------------------------------------------------------------------------------
@@ -143,8 +156,10 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks) -> dict:
         g = min(gap * sum(k.repeat * k.launches for k in ks if k.module == m), 0.95 * calib[m])
         calib[m] -= g
         gaps += g
-    # cudagraph replays both stages; compile graphs the decode step, its prefill runs eagerly
-    graph = mode == "cudagraph" or (mode == "compile" and new == 1)
+    # cudagraph replays the decode step, and the prefill up to PREFILL_GRAPH_MAX_TOKENS tokens;
+    # compile graphs the decode step, its prefill runs eagerly
+    graph = ((mode == "cudagraph" and (new == 1 or batch * new <= PREFILL_GRAPH_MAX_TOKENS))
+             or (mode == "compile" and new == 1))
     if graph:  # the gaps, and the step's small kernels around the replay (their host cost
         # overlaps the GPU's work)
         calib["launch_overhead"] = gaps + STEP_EAGER_OPS * cal.launch("graph_kernel")
