@@ -33,7 +33,7 @@ import triton.language as tl
 
 from .gemv import graph_bench
 
-PV_SCALE: tl.constexpr = 1024.0  # quantized V: p * v_scale * PV_SCALE in fp16 (|V| up to 8128
+PV_SCALE = tl.constexpr(1024.0)  # quantized V: p * v_scale * PV_SCALE in fp16 (|V| up to 8128
 # for int8, 28672 for fp8 stays finite; a term under 6e-5 / PV_SCALE is below fp16's normal range)
 
 
