@@ -14,9 +14,9 @@ attention is one launch; the counter is reset by that last program, ready for th
 The cache may be bf16/fp16, or int8 / fp8 e4m3 with one float32 scale per (sequence, KV head,
 position); quantized tiles are converted in registers to fp16 (one instruction per pair on
 Hopper, against two or three to bf16), with q in fp16, and the scales applied to the scores (K)
-and to the probabilities (V, times ``PV_SCALE`` to stay in fp16's range). The attended length is read from a
-device tensor (``input_pos``), so one launch serves every step of a captured CUDA graph. Splits
-past the current length exit at once.
+and to the probabilities (V, times ``PV_SCALE`` to stay in fp16's range). The attended length
+is read from a device tensor (``input_pos``), so one launch serves every step of a captured CUDA
+graph. Splits past the current length exit at once.
 
 Minimum DRAM traffic per call: ``2 * B * Hkv * kv_len * (D * bytes(kv) + scale bytes)`` plus q and
 the output (small).
@@ -33,7 +33,7 @@ import triton.language as tl
 
 from .gemv import graph_bench
 
-PV_SCALE = tl.constexpr(1024.0)  # quantized V: p * v_scale * PV_SCALE in fp16 (|V| up to 8128
+PV_SCALE = 1024.0  # quantized V: p * v_scale * PV_SCALE in fp16 (|V| up to 8128
 # for int8, 28672 for fp8 stays finite; a term under 6e-5 / PV_SCALE is below fp16's normal range)
 
 
@@ -44,7 +44,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, 
                   G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr,
                   BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, QUANT: tl.constexpr,
                   F32: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
-                  PDL: tl.constexpr):
+                  PDL: tl.constexpr, PV_SCALE: tl.constexpr):
     if PDL:  # see kernels.gemv: wait first, let the next kernel launch after the main loop
         tl.extra.cuda.gdc_wait()
     b = tl.program_id(0).to(tl.int64)
@@ -237,7 +237,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             sm_scale or D**-0.5, split_len, n_splits, H, Hkv)
     BLOCK_S = max(2, triton.next_power_of_2(n_splits))
     meta = dict(G=G, BLOCK_G=max(16, triton.next_power_of_2(G)), D=D, BLOCK_D=BLOCK_D,
-                QUANT=quant, MERGE=merge, BLOCK_S=BLOCK_S, PDL=pdl,
+                QUANT=quant, MERGE=merge, BLOCK_S=BLOCK_S, PDL=pdl, PV_SCALE=PV_SCALE,
                 **({"launch_pdl": True} if pdl else {}))
     grid = (B, Hkv, n_splits)
     if interp:
