@@ -328,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group", default="all",
                     choices=["all", "small", "large", "kv", "kv_error", "kernels", "nvtx", "prefill",
                              "gemv"])
+    ap.add_argument("--batches", default="1,8", help="batches of the small/large groups")
     ap.add_argument("--variants", default="",
                     help="comma-separated mode-kernels of the small/large groups to run (e.g. "
                          "cudagraph-triton,cudagraph-torch,compile-torch); default all")
@@ -372,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     for grp in groups:
         if grp in SHAPES:
             model = SHAPES[grp]
-            for batch in (1, 8):
+            for batch in (int(b) for b in a.batches.split(",")):
                 base = {"model": model, "batch": batch, "prompt_len": 512, "new_tokens": 128,
                         "context_len": 640}
                 peer = {}
