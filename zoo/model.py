@@ -28,7 +28,9 @@ from kernels.swiglu import swiglu
 
 from .cache import TORCH_DTYPES, KVCache
 from .config import ModelConfig
+from .gqa import grouped_decode_attention
 from .nvtx import annotate
+from .rope import rope_cache, rope_frequencies  # noqa: F401 - the model's RoPE tables
 
 
 class RMSNorm(nn.Module):
@@ -57,55 +59,6 @@ def make_norm(cfg: ModelConfig) -> nn.Module:
     if cfg.norm == "rmsnorm":
         return RMSNorm(cfg.d_model, cfg.norm_eps)
     return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
-
-
-def rope_frequencies(cfg: ModelConfig) -> torch.Tensor:
-    """RoPE inverse frequencies ``[head_dim // 2]`` (float32), with Llama-3 rescaling if configured.
-
-    Base frequencies ``theta^(-2i/head_dim)`` (Su et al. 2021, RoFormer, arXiv:2104.09864). The
-    ``llama3`` rescaling divides low frequencies by ``factor`` and blends the middle band, as in
-    Meta's reference ``apply_scaling`` and HF ``_compute_llama3_parameters``.
-    """
-    d = cfg.head_dim
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-    rs = cfg.rope_scaling
-    if rs:
-        factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
-        old = rs["original_max_position_embeddings"]
-        wavelen = 2 * math.pi / inv
-        scaled = torch.where(wavelen > old / lo, inv / factor, inv)
-        smooth = (old / wavelen - lo) / (hi - lo)
-        blended = (1 - smooth) * scaled / factor + smooth * scaled
-        medium = (wavelen >= old / hi) & (wavelen <= old / lo)
-        inv = torch.where(medium, blended, scaled)
-    return inv.float()
-
-
-def rope_cache(cfg: ModelConfig, seq_len: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """``cos, sin`` tables ``[seq_len, head_dim]`` (float32) in the rotate-half layout of HF Llama."""
-    inv = rope_frequencies(cfg).to(device)
-    t = torch.arange(seq_len, device=device, dtype=torch.float32)
-    freqs = torch.outer(t, inv)
-    emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos(), emb.sin()
-
-
-def grouped_decode_attention(q, k, v, mask):
-    """One query token per sequence against a masked cache, GQA without expanding K/V.
-
-    ``scaled_dot_product_attention`` runs GQA only in its flash backend, which takes no mask; with
-    a mask it falls back to the math backend and copies K/V once per query head. Here the query
-    heads of each KV group form the rows of one batched matmul, so each K/V byte is read once.
-
-    q: ``[B, H, 1, D]``; k, v: ``[B, Hkv, S, D]``; mask: ``[1, S]`` bool (True = attend).
-    Returns ``[B, H, 1, D]``.
-    """
-    B, H, _, D = q.shape
-    Hkv = k.shape[1]
-    qg = q.view(B, Hkv, H // Hkv, D)
-    s = (qg @ k.transpose(-1, -2)).float() * D**-0.5  # [B, Hkv, G, S]
-    p = s.masked_fill(~mask, float("-inf")).softmax(-1).to(v.dtype)
-    return (p @ v).view(B, H, 1, D)
 
 
 class Attention(nn.Module):

@@ -6,7 +6,7 @@
   ``M`` in powers of two (``M_GRID``, 1 .. 32768 on a GPU) and every ``(N, K)`` the shipped models and
   experiment spaces use (q/k/v, output, FFN gate+up and down, LM head), plus off-grid dims (odd
   multiples, non-multiples of 64) so the performance model can interpolate in log space;
-- ``decode_attn``: one new token against a KV cache, torch (``zoo.model.grouped_decode_attention``)
+- ``decode_attn``: one new token against a KV cache, torch (``zoo.gqa.grouped_decode_attention``)
   and Triton (``kernels.decode_attention``; bf16, int8, fp8 caches on a GPU), over batch, KV
   heads, group size, context and head_dim;
 - ``prefill_attn``: causal ``scaled_dot_product_attention`` in the model's layouts (torch and

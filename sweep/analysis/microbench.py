@@ -94,7 +94,7 @@ def decode_attention(device, tm, rnd, quick, dtype) -> list[dict]:
     caches rotated through copies so each call reads from DRAM."""
     import torch
 
-    from zoo.model import grouped_decode_attention
+    from zoo.gqa import grouped_decode_attention
 
     cuda = device == "cuda"
     rows = []
