@@ -218,3 +218,26 @@ def test_profiled_rows_compare_module_shares(tmp_path):
     # a row without calibrated predictions says why instead of comparing
     bad = dict(r, decode_pred_ms_calibrated=math.nan)
     assert "decode_share_reason" in module_check(bad)
+
+
+def test_decode_gemv_path_prices_the_fused_kernels():
+    """A Triton decode step of <= 16 sequences runs the norms and SwiGLU in the GEMVs' prologues
+    and RoPE with the cache write in one kernel (``Block.skinny``): no norm or SwiGLU kernel, one
+    RoPE launch per layer, one decode-attention launch; 17 sequences take the norm kernels again."""
+    ops = [k.op for k in perf.kernel_list(TINY, 16, 1, 65, "triton")]
+    assert "rmsnorm" not in ops and "swiglu" not in ops and "kv_write" not in ops
+    ks = perf.kernel_list(TINY, 16, 1, 65, "triton")
+    assert [k.launches for k in ks if k.op in ("rope", "decode_attention")] == [1, 1]
+    assert "rmsnorm" in [k.op for k in perf.kernel_list(TINY, 17, 1, 65, "triton")]
+    torch_ops = [k.op for k in perf.kernel_list(TINY, 2, 1, 65, "torch")]
+    assert "kv_write" in torch_ops and "rmsnorm" in torch_ops
+
+
+def test_a_large_prefill_is_priced_eager():
+    """``zoo.generate`` graphs a prefill of at most PREFILL_GRAPH_MAX_TOKENS tokens (a larger one's
+    graph pool would hold every activation); the model prices the same stages as graphed."""
+    from zoo.generate import PREFILL_GRAPH_MAX_TOKENS as MAX
+
+    assert perf.graphed("cudagraph", 1, 1) and perf.graphed("compile", 64, 1)
+    assert perf.graphed("cudagraph", 8, MAX // 8) and not perf.graphed("cudagraph", 8, MAX // 8 + 1)
+    assert not perf.graphed("compile", 1, 512) and not perf.graphed("eager", 1, 1)

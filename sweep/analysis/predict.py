@@ -128,6 +128,15 @@ def roofline_time(k: Kernel, peak_flops: float, peak_bytes_s: float) -> float:
     return max(k.flops / peak_flops if peak_flops else 0.0, k.bytes / peak_bytes_s)
 
 
+def graphed(mode: str, batch: int, new: int) -> bool:
+    """Whether ``zoo.generate`` replays this stage as a CUDA graph: ``cudagraph`` mode graphs the
+    decode step and a prefill of at most ``PREFILL_GRAPH_MAX_TOKENS`` tokens (``batch * new``);
+    ``compile`` graphs the decode step, its prefill runs eagerly."""
+    if new == 1:
+        return mode in ("cudagraph", "compile")
+    return mode == "cudagraph" and batch * new <= PREFILL_GRAPH_MAX_TOKENS
+
+
 def _stage(cfg, batch, new, context, kernels, mode, cal, peaks) -> dict:
     """Predicted times (s) of one stage: per module kind for both kinds, with bases and notes."""
     ks = kernel_list(cfg, batch, new, context, kernels)
@@ -156,11 +165,7 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks) -> dict:
         g = min(gap * sum(k.repeat * k.launches for k in ks if k.module == m), 0.95 * calib[m])
         calib[m] -= g
         gaps += g
-    # cudagraph replays the decode step, and the prefill up to PREFILL_GRAPH_MAX_TOKENS tokens;
-    # compile graphs the decode step, its prefill runs eagerly
-    graph = ((mode == "cudagraph" and (new == 1 or batch * new <= PREFILL_GRAPH_MAX_TOKENS))
-             or (mode == "compile" and new == 1))
-    if graph:  # the gaps, and the step's small kernels around the replay (their host cost
+    if graphed(mode, batch, new):  # the gaps, and the step's small kernels around the replay (their host cost
         # overlaps the GPU's work)
         calib["launch_overhead"] = gaps + STEP_EAGER_OPS * cal.launch("graph_kernel")
     else:  # the host issues every op: the stage takes the longer of host and GPU
