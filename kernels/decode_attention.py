@@ -45,7 +45,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, 
                   G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr,
                   BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, QUANT: tl.constexpr,
                   F32: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
-                  PDL: tl.constexpr, PV_SCALE: tl.constexpr):
+                  PDL: tl.constexpr, PV_SCALE: tl.constexpr, OPS16: tl.constexpr):
     if PDL:  # see kernels.gemv: wait first, let the next kernel launch after the main loop
         tl.extra.cuda.gdc_wait()
     b = tl.program_id(0).to(tl.int64)
@@ -63,8 +63,8 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, 
                 mask=gmask[:, None] & dmask[None, :], other=0.0)
     if F32:  # the interpreter computes bf16 on raw bits: float32 math there
         q = q.to(tl.float32)
-    elif QUANT == 2:  # fp8 converts to fp16 in one instruction (to bf16 in three): the dots run
-        q = q.to(tl.float16)  # in fp16, exact for q in [6e-5, 65504] and for the fp8 K, V
+    elif OPS16:  # fp8 converts to fp16 in one instruction (to bf16 in three): the dots run in
+        q = q.to(tl.float16)  # fp16, exact for a bf16 q in [6e-5, 65504] and for the fp8 K, V
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_sum = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
@@ -90,7 +90,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, 
         l_sum = l_sum * alpha + tl.sum(p, axis=1)
         if QUANT:  # fp8: x PV_SCALE keeps p * v_scale in fp16's normal range; divided out below
             vsc = tl.load(vs_ptr + b * s_sb + hkv * s_sh + offs_n, mask=nmask, other=0.0)
-            if QUANT == 2:
+            if OPS16:
                 vsc = vsc * PV_SCALE
             pv = p * vsc[None, :]
         else:
@@ -100,7 +100,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, 
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
     empty = l_sum == 0.0
-    if QUANT == 2:
+    if OPS16:
         acc = acc * (1.0 / PV_SCALE)
     out = acc / tl.where(empty, 1.0, l_sum)[:, None]
     lse = tl.where(empty, float("-inf"), m + tl.log(tl.where(empty, 1.0, l_sum)))
@@ -165,6 +165,7 @@ def _interpreted(t: torch.Tensor) -> bool:
 
 
 _COUNTERS: dict = {}
+_OUTGROWN: list = []  # buffers replaced by larger ones: a captured graph may still point at them
 
 
 def _counters(device: torch.device, n: int) -> torch.Tensor:
@@ -172,8 +173,12 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
     (before any graph capture: the capture's warm-up calls first) and left zeroed by every call."""
     buf = _COUNTERS.get(device)
     if buf is None or buf.numel() < n:
+        if buf is not None:
+            _OUTGROWN.append(buf)
         buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
         _COUNTERS[device] = buf
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # zeroed before any stream uses it
     return buf
 
 
@@ -239,9 +244,11 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             ks.stride(0) if quant else 0, ks.stride(1) if quant else 0,
             sm_scale or D**-0.5, split_len, n_splits, H, Hkv)
     BLOCK_S = max(2, triton.next_power_of_2(n_splits))
+    fp8 = quant and k_cache.dtype != torch.int8
     meta = dict(G=G, BLOCK_G=max(16, triton.next_power_of_2(G)), D=D, BLOCK_D=BLOCK_D,
-                QUANT=(2 if k_cache.element_size() == 1 and k_cache.dtype != torch.int8 else 1)
-                if quant else 0, MERGE=merge, BLOCK_S=BLOCK_S, PDL=pdl, PV_SCALE=PV_SCALE,
+                QUANT=(2 if fp8 else 1) if quant else 0, MERGE=merge,
+                OPS16=fp8 and q.dtype in (torch.bfloat16, torch.float16) and not interp,
+                BLOCK_S=BLOCK_S, PDL=pdl, PV_SCALE=PV_SCALE,
                 **({"launch_pdl": True} if pdl else {}))
     grid = (B, Hkv, n_splits)
     if interp:

@@ -171,7 +171,10 @@ def _prune(configs, nargs, **kw):
 def graph_bench(fn, quantiles=None, rep: int = 10):
     """Time ``fn`` as it runs in the decode step, inside a CUDA graph (Triton's
     ``do_bench_cudagraph``; launched from Python, a microsecond kernel measures the host instead).
-    Milliseconds per call; a list for ``quantiles`` (the autotuner's interface)."""
+    Milliseconds per call; a list for ``quantiles`` (the autotuner's interface). The device is
+    synchronized first: the benchmark runs on a stream of its own, which must not overlap work
+    still queued on the caller's (a workspace being zeroed, a kernel using it)."""
+    torch.cuda.synchronize()
     return triton.testing.do_bench_cudagraph(fn, rep=rep, quantiles=quantiles)
 
 
@@ -190,6 +193,8 @@ def _workspace(device: torch.device, M: int, N: int):
         _WORKSPACE[key] = (torch.zeros(M * N, device=device, dtype=torch.float32),
                            torch.zeros(N * 16, device=device, dtype=torch.float32),
                            torch.zeros(N, device=device, dtype=torch.int32))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # zeroed before any stream uses it
     return _WORKSPACE[key]
 
 
@@ -329,12 +334,15 @@ def choose(key: tuple, triton_fn, cublas_fn) -> str:
 
 def choices() -> dict[str, str]:
     """The per-shape choices made so far: ``"M=1 N=4096 K=14336 swiglu" -> "triton"``."""
-    return {f"M={k[0]} N={k[1]} K={k[2]} {k[3]}": v for k, v in sorted(_CHOICE.items())}
+    return {f"M={k[0]} N={k[1]} K={k[2]} {k[3]} {k[4]}": v for k, v in sorted(_CHOICE.items())}
 
 
 def linear(x: torch.Tensor, layer: torch.nn.Linear, prologue: str = "none",
            norm: torch.nn.Module | None = None, residual: torch.Tensor | None = None):
     """A decode linear layer with its prologue, on the faster of this kernel and cuBLAS.
+
+    The two round the norm at different points (see the module doc): outputs agree to the
+    activation dtype's rounding, not bit for bit, and which one runs is recorded by ``choices``.
 
     ``layer`` is the ``nn.Linear`` (weight ``[N, K]``); ``norm`` the RMSNorm module whose
     ``weight``/``eps`` the ``norm`` prologue uses. Returns what ``gemv`` returns. On cuBLAS the
@@ -362,5 +370,6 @@ def linear(x: torch.Tensor, layer: torch.nn.Linear, prologue: str = "none",
     if _interpreted(x):
         return fused()
     M = x.numel() // x.shape[-1]
-    key = (M, w.shape[0], w.shape[1], prologue + ("+res" if residual is not None else ""))
+    key = (M, w.shape[0], w.shape[1], prologue + ("+res" if residual is not None else "")
+           + ("+bias" if b is not None else ""), str(w.dtype).removeprefix("torch."), str(x.device))
     return fused() if choose(key, fused, cublas) == "triton" else cublas()

@@ -229,6 +229,8 @@ def test_decode_gemv_path_prices_the_fused_kernels():
     ks = perf.kernel_list(TINY, 16, 1, 65, "triton")
     assert [k.launches for k in ks if k.op in ("rope", "decode_attention")] == [1, 1]
     assert "rmsnorm" in [k.op for k in perf.kernel_list(TINY, 17, 1, 65, "triton")]
+    gelu = TINY.replace(ffn_type="gelu")  # its activation still runs as a kernel of its own
+    assert "swiglu" in [k.op for k in perf.kernel_list(gelu, 16, 1, 65, "triton")]
     torch_ops = [k.op for k in perf.kernel_list(TINY, 2, 1, 65, "torch")]
     assert "kv_write" in torch_ops and "rmsnorm" in torch_ops
 
@@ -241,3 +243,4 @@ def test_a_large_prefill_is_priced_eager():
     assert perf.graphed("cudagraph", 1, 1) and perf.graphed("compile", 64, 1)
     assert perf.graphed("cudagraph", 8, MAX // 8) and not perf.graphed("cudagraph", 8, MAX // 8 + 1)
     assert not perf.graphed("compile", 1, 512) and not perf.graphed("eager", 1, 1)
+    assert not perf.graphed("compile", 1, 1, prefill=True)  # a one-token prompt's prefill

@@ -116,11 +116,14 @@ class Attention(nn.Module):
         v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)
         return self._triton(q, k, v, rope, input_pos, 1, None)
 
+    def _pdl(self) -> bool:
+        return self.pdl and not torch.compiler.is_compiling()
+
     def _rope_write(self, q, k, v, rope, input_pos, k_inplace):
         cache, i = self.cache, self.layer
         scales = (cache.k_scale[i], cache.v_scale[i]) if cache.quantized else (None, None)
         rope_kv_write_(q, k, v, *rope, input_pos, cache.k[i], cache.v[i], *scales,
-                       kv_dtype=cache.kv_dtype, k_inplace=k_inplace, pdl=self.pdl)
+                       kv_dtype=cache.kv_dtype, k_inplace=k_inplace, pdl=self._pdl())
         return scales
 
     def _triton(self, q, k, v, rope, input_pos, kv_len, mask):
@@ -132,8 +135,11 @@ class Attention(nn.Module):
             with annotate("kv_write"):
                 scales = self._rope_write(q, k, v, rope, input_pos, k_inplace=False)
             with annotate("attention"):
+                # under torch.compile: no launch attribute, no counters kept across calls
+                compiling = torch.compiler.is_compiling()
                 y = decode_attention(q.transpose(1, 2), cache.k[i], cache.v[i], input_pos,
-                                     *scales, pdl=self.pdl)
+                                     *scales, fold_merge=False if compiling else None,
+                                     pdl=self._pdl())
         elif mask is None and kv_len == T:  # prefill from position 0: attend to the fresh k, v
             with annotate("kv_write"):
                 self._rope_write(q, k, v, rope, input_pos, k_inplace=True)
@@ -337,8 +343,11 @@ class Transformer(nn.Module):
 
     def skinny_ok(self, tokens: torch.Tensor) -> bool:
         """Whether a call takes the decode GEMV path: one new token per sequence, at most
-        ``kernels.gemv.MAX_M`` sequences, RMSNorm blocks (``Block.skinny``)."""
+        ``kernels.gemv.MAX_M`` sequences, RMSNorm blocks (``Block.skinny``), not under
+        ``torch.compile``."""
         B, T = tokens.shape
+        if torch.compiler.is_compiling():  # Inductor traces the step: no per-shape timing there
+            return False
         return T == 1 and B <= gemv.MAX_M and self.cfg.norm == "rmsnorm"
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor, kv_len: int | None = None,

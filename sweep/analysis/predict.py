@@ -85,7 +85,8 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     skinny = fused and new == 1 and batch <= GEMV_MAX_M and cfg.norm == "rmsnorm"
 
     def elem(op, nbytes, rep=L, launches=None):
-        if skinny and op in ("rmsnorm", "swiglu"):  # in the GEMV's prologue: no kernel
+        if skinny and (op == "rmsnorm" or (op == "swiglu" and cfg.ffn_type == "swiglu")):
+            # in the GEMV's prologue: no kernel (a GELU still runs its own)
             return None
         return Kernel("norms_elementwise", "elementwise", op, 0, nbytes,
                       {"op": op, "impl": impl, "bytes": nbytes},
@@ -128,11 +129,12 @@ def roofline_time(k: Kernel, peak_flops: float, peak_bytes_s: float) -> float:
     return max(k.flops / peak_flops if peak_flops else 0.0, k.bytes / peak_bytes_s)
 
 
-def graphed(mode: str, batch: int, new: int) -> bool:
+def graphed(mode: str, batch: int, new: int, prefill: bool | None = None) -> bool:
     """Whether ``zoo.generate`` replays this stage as a CUDA graph: ``cudagraph`` mode graphs the
     decode step and a prefill of at most ``PREFILL_GRAPH_MAX_TOKENS`` tokens (``batch * new``);
-    ``compile`` graphs the decode step, its prefill runs eagerly."""
-    if new == 1:
+    ``compile`` graphs the decode step, its prefill runs eagerly. ``prefill`` defaults to
+    ``new > 1`` (a one-token prompt's prefill must say so)."""
+    if not (new > 1 if prefill is None else prefill):
         return mode in ("cudagraph", "compile")
     return mode == "cudagraph" and batch * new <= PREFILL_GRAPH_MAX_TOKENS
 
@@ -165,8 +167,9 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks) -> dict:
         g = min(gap * sum(k.repeat * k.launches for k in ks if k.module == m), 0.95 * calib[m])
         calib[m] -= g
         gaps += g
-    if graphed(mode, batch, new):  # the gaps, and the step's small kernels around the replay (their host cost
-        # overlaps the GPU's work)
+    if graphed(mode, batch, new, prefill=new == context):
+        # the gaps, and the step's small kernels around the replay (their host cost overlaps
+        # the GPU's work)
         calib["launch_overhead"] = gaps + STEP_EAGER_OPS * cal.launch("graph_kernel")
     else:  # the host issues every op: the stage takes the longer of host and GPU
         impl = "triton" if kernels == "triton" else "torch"
