@@ -345,8 +345,10 @@ def linear(x: torch.Tensor, layer: torch.nn.Linear, prologue: str = "none",
     activation dtype's rounding, not bit for bit, and which one runs is recorded by ``choices``.
 
     ``layer`` is the ``nn.Linear`` (weight ``[N, K]``); ``norm`` the RMSNorm module whose
-    ``weight``/``eps`` the ``norm`` prologue uses. Returns what ``gemv`` returns. On cuBLAS the
-    prologue runs as its own Triton kernel (``kernels.rmsnorm`` / ``kernels.swiglu``) first.
+    ``weight``/``eps`` the ``norm`` prologue uses. Returns what ``gemv`` returns, except that the
+    ``norm`` prologue always returns ``(y, h)``: ``h = x + residual``, or ``x`` without a residual
+    (the residual stream either way). On cuBLAS the prologue runs as its own Triton kernel
+    (``kernels.rmsnorm`` / ``kernels.swiglu``) first.
     """
     from kernels.rmsnorm import rmsnorm
     from kernels.swiglu import swiglu
@@ -367,9 +369,15 @@ def linear(x: torch.Tensor, layer: torch.nn.Linear, prologue: str = "none",
             return (y, h) if h is not None else y
         return torch.nn.functional.linear(x, w, b)
 
+    if prologue == "norm" and residual is None:
+        return _dispatch(x, w, b, prologue, fused, cublas), x
+    return _dispatch(x, w, b, prologue + ("+res" if residual is not None else ""), fused, cublas)
+
+
+def _dispatch(x, w, b, what: str, fused, cublas):
     if _interpreted(x):
         return fused()
     M = x.numel() // x.shape[-1]
-    key = (M, w.shape[0], w.shape[1], prologue + ("+res" if residual is not None else "")
-           + ("+bias" if b is not None else ""), str(w.dtype).removeprefix("torch."), str(x.device))
+    key = (M, w.shape[0], w.shape[1], what + ("+bias" if b is not None else ""),
+           str(w.dtype).removeprefix("torch."), str(x.device))
     return fused() if choose(key, fused, cublas) == "triton" else cublas()

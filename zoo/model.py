@@ -236,23 +236,17 @@ class Block(nn.Module):
         attn, ffn = self.attention, self.feed_forward
         with annotate("attn"):
             with annotate("qkv"):
-                qkv, h = _norm_linear(x, attn.wqkv, self.attention_norm, residual)
+                qkv, h = gemv.linear(x, attn.wqkv, "norm", self.attention_norm, residual)
             y = attn.attend(qkv, rope, input_pos)
             with annotate("out_proj"):
                 o = gemv.linear(y, attn.wo)
         with annotate("ffn"):
             with annotate("w13"):
-                g, h = _norm_linear(o, ffn.w13, self.ffn_norm, h)
+                g, h = gemv.linear(o, ffn.w13, "norm", self.ffn_norm, h)
             with annotate("w2"):
                 if ffn.cfg.ffn_type == "swiglu":
                     return gemv.linear(g, ffn.w2, "swiglu"), h
                 return gemv.linear(F.gelu(g), ffn.w2), h
-
-
-def _norm_linear(x, layer: nn.Linear, norm: RMSNorm, residual):
-    """``(layer(norm(x + residual)), x + residual)`` on the decode GEMV (``residual`` may be None)."""
-    out = gemv.linear(x, layer, "norm", norm, residual)
-    return out if residual is not None else (out, x)
 
 
 class Transformer(nn.Module):
@@ -387,7 +381,7 @@ class Transformer(nn.Module):
                 with annotate(f"layer{i}"):
                     x, residual = layer.skinny(x, rope, input_pos, residual)
             with annotate("lm_head"):
-                return _norm_linear(x[:, -1:], self.output, self.norm, residual[:, -1:])[0]
+                return gemv.linear(x[:, -1:], self.output, "norm", self.norm, residual[:, -1:])[0]
         for i, layer in enumerate(self.layers):
             with annotate(f"layer{i}"):
                 if layer.fused_norm:
