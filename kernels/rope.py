@@ -23,6 +23,31 @@ QMAX = {"int8": 127.0, "fp8_e4m3": 448.0}
 
 
 @triton.jit
+def _rotate_heads(base, n, sh, c, s, offs, dmask, HALF: tl.constexpr, BLOCK_H: tl.constexpr):
+    # rotate heads [0, n) of one token in place (head stride sh), [BLOCK_H, HALF] tiles at a time;
+    # the tables are rounded to the activation dtype, as the reference does
+    for h0 in range(0, n, BLOCK_H):
+        heads = h0 + tl.arange(0, BLOCK_H)
+        m = (heads < n)[:, None] & dmask[None, :]
+        ptr = base + heads[:, None] * sh + offs[None, :]
+        r1, r2 = _rotated(ptr, m, c, s, HALF)
+        tl.store(ptr, r1, mask=m)
+        tl.store(ptr + HALF, r2, mask=m)
+
+
+@triton.jit
+def _rotated(ptr, m, c, s, HALF: tl.constexpr):
+    # the two rotated halves of the [BLOCK_H, HALF] tiles at ptr and ptr + HALF, in their dtype
+    x1 = tl.load(ptr, mask=m, other=0.0)
+    dt = x1.dtype
+    x1 = x1.to(tl.float32)
+    x2 = tl.load(ptr + HALF, mask=m, other=0.0).to(tl.float32)
+    cc = c.to(dt).to(tl.float32)[None, :]
+    ss = s.to(dt).to(tl.float32)[None, :]
+    return (x1 * cc - x2 * ss).to(dt), (x2 * cc + x1 * ss).to(dt)
+
+
+@triton.jit
 def _rope_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, T, n_q, n_k,
                  stride_qb, stride_qt, stride_qh, stride_kb, stride_kt, stride_kh,
                  HALF: tl.constexpr, BLOCK: tl.constexpr, BLOCK_H: tl.constexpr):
@@ -35,27 +60,10 @@ def _rope_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, pos_ptr, T, n_q, n_k,
     dmask = offs < HALF
     c = tl.load(cos_ptr + pos * 2 * HALF + offs, mask=dmask, other=0.0)
     s = tl.load(sin_ptr + pos * 2 * HALF + offs, mask=dmask, other=0.0)
-    for which in tl.static_range(2):
-        if which == 0:
-            base = q_ptr + b * stride_qb + t * stride_qt
-            n, sh = n_q, stride_qh
-        else:
-            base = k_ptr + b * stride_kb + t * stride_kt
-            n, sh = n_k, stride_kh
-        for h0 in range(0, n, BLOCK_H):
-            heads = h0 + tl.arange(0, BLOCK_H)
-            m = (heads < n)[:, None] & dmask[None, :]
-            ptr = base + heads[:, None] * sh + offs[None, :]
-            x1 = tl.load(ptr, mask=m, other=0.0)
-            dt = x1.dtype
-            x1 = x1.to(tl.float32)
-            x2 = tl.load(ptr + HALF, mask=m, other=0.0).to(tl.float32)
-            # the tables are rounded to the activation dtype, as the reference does
-            cc = c.to(dt).to(tl.float32)[None, :]
-            ss = s.to(dt).to(tl.float32)[None, :]
-            tl.store(ptr, (x1 * cc - x2 * ss).to(dt), mask=m)
-            tl.store(ptr + HALF, (x2 * cc + x1 * ss).to(dt), mask=m)
-
+    _rotate_heads(q_ptr + b * stride_qb + t * stride_qt, n_q, stride_qh, c, s, offs, dmask, HALF,
+                  BLOCK_H)
+    _rotate_heads(k_ptr + b * stride_kb + t * stride_kt, n_k, stride_kh, c, s, offs, dmask, HALF,
+                  BLOCK_H)
 
 def rope_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
           input_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,33 +125,14 @@ def _rope_kv_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, pos_ptr, kc_ptr, vc_p
     dmask = offs < HALF
     c = tl.load(cos_ptr + pos * 2 * HALF + offs, mask=dmask, other=0.0)
     s = tl.load(sin_ptr + pos * 2 * HALF + offs, mask=dmask, other=0.0)
-    qbase = q_ptr + b * s_qb + t * s_qt
-    for h0 in range(0, n_q, BLOCK_H):
-        heads = h0 + tl.arange(0, BLOCK_H)
-        m = (heads < n_q)[:, None] & dmask[None, :]
-        ptr = qbase + heads[:, None] * s_qh + offs[None, :]
-        x1 = tl.load(ptr, mask=m, other=0.0)
-        dt = x1.dtype
-        x1 = x1.to(tl.float32)
-        x2 = tl.load(ptr + HALF, mask=m, other=0.0).to(tl.float32)
-        cc = c.to(dt).to(tl.float32)[None, :]
-        ss = s.to(dt).to(tl.float32)[None, :]
-        tl.store(ptr, (x1 * cc - x2 * ss).to(dt), mask=m)
-        tl.store(ptr + HALF, (x2 * cc + x1 * ss).to(dt), mask=m)
+    _rotate_heads(q_ptr + b * s_qb + t * s_qt, n_q, s_qh, c, s, offs, dmask, HALF, BLOCK_H)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
     heads = tl.arange(0, BLOCK_HK)
     hmask = heads < n_k
     m = hmask[:, None] & dmask[None, :]
     kp = k_ptr + b * s_kb + t * s_kt + heads[:, None] * s_kh + offs[None, :]
-    k1 = tl.load(kp, mask=m, other=0.0)
-    dt = k1.dtype
-    k1 = k1.to(tl.float32)
-    k2 = tl.load(kp + HALF, mask=m, other=0.0).to(tl.float32)
-    cc = c.to(dt).to(tl.float32)[None, :]
-    ss = s.to(dt).to(tl.float32)[None, :]
-    r1 = (k1 * cc - k2 * ss).to(dt)
-    r2 = (k2 * cc + k1 * ss).to(dt)
+    r1, r2 = _rotated(kp, m, c, s, HALF)
     if K_INPLACE or QUANT != 0:
         tl.store(kp, r1, mask=m)
         tl.store(kp + HALF, r2, mask=m)
