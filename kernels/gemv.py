@@ -30,12 +30,16 @@ its own kernel), whichever measured faster on the first call (see ``choose``).
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 
 import torch
 import triton
 import triton.language as tl
+
+from .rmsnorm import rmsnorm
+from .swiglu import swiglu
 
 PROLOGUES = ("none", "norm", "swiglu")
 MAX_M = 16
@@ -204,12 +208,20 @@ def _interpreted(t: torch.Tensor) -> bool:
 
 def pdl_supported(device: torch.device) -> bool:
     """Programmatic dependent launch: a CUDA device of compute capability >= 9 (Hopper), a Triton
-    that exposes it, and not switched off by ``DESIGNZOO_PDL=0``."""
-    if device.type != "cuda" or os.environ.get("DESIGNZOO_PDL", "1") == "0":
+    that exposes it, and not switched off by ``DESIGNZOO_PDL=0`` (read on the first query of a
+    device: the answer is kept for the process, off the decode step's host path)."""
+    if device.type != "cuda":
+        return False
+    return _pdl_cuda(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _pdl_cuda(index: int) -> bool:
+    if os.environ.get("DESIGNZOO_PDL", "1") == "0":
         return False
     if not hasattr(tl.extra, "cuda") or not hasattr(tl.extra.cuda, "gdc_wait"):
         return False
-    return torch.cuda.get_device_capability(device)[0] >= 9
+    return torch.cuda.get_device_capability(index)[0] >= 9
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
@@ -337,6 +349,20 @@ def choices() -> dict[str, str]:
     return {f"M={k[0]} N={k[1]} K={k[2]} {k[3]} {k[4]}": v for k, v in sorted(_CHOICE.items())}
 
 
+def cublas_linear(x, weight, bias=None, prologue="none", norm_weight=None, eps=1e-5,
+                  residual=None):
+    """What ``gemv`` computes, on cuBLAS: the prologue as its own Triton kernel
+    (``kernels.rmsnorm`` / ``kernels.swiglu``), then ``F.linear``. Returns what ``gemv`` does."""
+    if prologue == "swiglu":
+        return torch.nn.functional.linear(swiglu(x), weight, bias)
+    if prologue == "norm":
+        out = rmsnorm(x, norm_weight, eps, residual=residual)
+        a, h = out if residual is not None else (out, None)
+        y = torch.nn.functional.linear(a, weight, bias)
+        return (y, h) if h is not None else y
+    return torch.nn.functional.linear(x, weight, bias)
+
+
 def linear(x: torch.Tensor, layer: torch.nn.Linear, prologue: str = "none",
            norm: torch.nn.Module | None = None, residual: torch.Tensor | None = None):
     """A decode linear layer with its prologue, on the faster of this kernel and cuBLAS.
@@ -350,9 +376,6 @@ def linear(x: torch.Tensor, layer: torch.nn.Linear, prologue: str = "none",
     (the residual stream either way). On cuBLAS the prologue runs as its own Triton kernel
     (``kernels.rmsnorm`` / ``kernels.swiglu``) first.
     """
-    from kernels.rmsnorm import rmsnorm
-    from kernels.swiglu import swiglu
-
     w, b = layer.weight, layer.bias
     nw, eps = (norm.weight, norm.eps) if norm is not None else (None, 1e-5)
 
@@ -360,14 +383,7 @@ def linear(x: torch.Tensor, layer: torch.nn.Linear, prologue: str = "none",
         return gemv(x, w, b, prologue, nw, eps, residual)
 
     def cublas():
-        if prologue == "swiglu":
-            return torch.nn.functional.linear(swiglu(x), w, b)
-        if prologue == "norm":
-            out = rmsnorm(x, nw, eps, residual=residual)
-            a, h = out if residual is not None else (out, None)
-            y = torch.nn.functional.linear(a, w, b)
-            return (y, h) if h is not None else y
-        return torch.nn.functional.linear(x, w, b)
+        return cublas_linear(x, w, b, prologue, nw, eps, residual)
 
     if prologue == "norm" and residual is None:
         return _dispatch(x, w, b, prologue, fused, cublas), x

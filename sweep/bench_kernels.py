@@ -23,11 +23,9 @@ def _free():
 
 def gemv_rows(copy_bw: float) -> list[dict]:
     """Each decode linear layer of the 1B and 8B shapes at M = 1 and 8, on ``kernels.gemv`` (with
-    its fused prologue) and on cuBLAS (prologue as its own kernel): time (CUDA-event median of 20)
-    and the fraction of the copy roofline for the weight bytes; ``choice`` is the faster one."""
+    its fused prologue) and on cuBLAS (``kernels.gemv.cublas_linear``): time per call in a CUDA
+    graph of 20 calls (``kernels.gemv._time_ms``, median of 5 replays) and the fraction of the copy roofline for the weight bytes; ``choice`` is the faster one."""
     from kernels import gemv as gv
-    from kernels.rmsnorm import rmsnorm
-    from kernels.swiglu import swiglu
 
     rows = []
     for model in ("llama3_2_1b", "llama3_1_8b"):
@@ -46,9 +44,7 @@ def gemv_rows(copy_bw: float) -> list[dict]:
                     return gv.gemv(x, w, None, pro, nw, 1e-5, r if pro == "norm" else None)
 
                 def cub():
-                    a = x if pro == "none" else (swiglu(x) if pro == "swiglu" else
-                                                 rmsnorm(x, nw, 1e-5, residual=r)[0])
-                    return torch.nn.functional.linear(a, w)
+                    return gv.cublas_linear(x, w, None, pro, nw, 1e-5, r if pro == "norm" else None)
 
                 t_tr, t_cb = gv._time_ms(tri), gv._time_ms(cub)
                 nbytes = w.numel() * 2
