@@ -24,7 +24,8 @@ def _free():
 def gemv_rows(copy_bw: float) -> list[dict]:
     """Each decode linear layer of the 1B and 8B shapes at M = 1 and 8, on ``kernels.gemv`` (with
     its fused prologue) and on cuBLAS (``kernels.gemv.cublas_linear``): time per call in a CUDA
-    graph of 20 calls (``kernels.gemv._time_ms``, median of 5 replays) and the fraction of the copy roofline for the weight bytes; ``choice`` is the faster one."""
+    graph of 20 calls (``kernels.gemv._time_ms``, median of 5 replays) and the fraction of the
+    copy roofline for the weight bytes; ``choice`` is the faster one."""
     from kernels import gemv as gv
 
     rows = []
