@@ -2,7 +2,9 @@
 module, the transfer to another device, and the predicted columns on every results row."""
 
 import math
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sweep.analysis import calibrate as cal
@@ -14,6 +16,7 @@ from tests.helpers import run_tiny
 from zoo import ModelConfig
 
 TINY = ModelConfig.from_name("tiny")
+REF = Path(__file__).resolve().parent.parent / "results/reference"
 WL = {"batch": 2, "prompt_len": 64, "new_tokens": 16}
 
 
@@ -127,6 +130,47 @@ def test_decode_attention_priced_by_kv_bytes_and_scores(calibration):
     c.notes = []
     c.decode_attn(dict(k.shape, G=64), k.bytes)
     assert any("outside the calibrated" in n and "group 64" in n for n in c.notes)
+
+
+def test_decode_attention_price_is_monotone_in_group_and_continuous_in_length(calibration):
+    """The residual correction may not reorder designs (a larger GQA group at the same cache
+    never cheaper) nor jump where the nearest calibrated shape changes (a longer context never
+    much cheaper: the old nearest-shape correction stepped by the ratios' spread there)."""
+    c = perf.Calibrated(calibration[1], calibration[0])
+    k = next(k for k in perf.kernel_list(TINY, 2, 1, 65, "torch") if k.kind == "decode_attn")
+    by_group = [c.decode_attn(dict(k.shape, G=g), k.bytes)[0] for g in range(1, 33)]
+    assert all(b >= a for a, b in zip(by_group, by_group[1:])), by_group
+    per_pos = k.bytes / k.shape["S"]
+    by_len = [c.decode_attn(dict(k.shape, S=s), per_pos * s)[0] for s in range(16, 1024, 4)]
+    steps = [b / a - 1 for a, b in zip(by_len, by_len[1:])]
+    assert min(steps) > -0.01, min(steps)  # at most 1% cheaper per 4 more positions
+    # at a calibrated shape the corrected fit is its measurement, and the price no lower
+    cal = calibration[1]
+    for _, row in cal[cal.kind == "decode_attn"].iterrows():
+        shape = {"impl": row.impl, "kv_dtype": row.kv_dtype,
+                 **{d: int(row[d]) for d in ("B", "Hkv", "G", "S", "D")}}
+        t, _ = c.decode_attn(shape, row.bytes)
+        fit = c._attn_fit((row.impl, row.kv_dtype))
+        own, _ = c._attn_points(fit, shape, row.bytes, np.array([shape["G"]]))
+        assert own[0] == pytest.approx(row.time_s, rel=1e-9) and t >= row.time_s * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("impl,kv", [("torch", "bf16"), ("triton", "bf16"), ("triton", "int8"),
+                                     ("triton", "fp8_e4m3")])
+def test_decode_attention_price_on_the_h100_calibration_has_no_steps(impl, kv):
+    """On the committed H100 calibration (v7): context 256 .. 16k at batch 8, 8 KV heads, group
+    4, head_dim 128 never gets cheaper by more than 0.5% per 64 positions (the nearest-shape
+    correction dropped 2.2% in one step there), and groups 1 .. 32 never get cheaper."""
+    from sweep.analysis import calibrate as cal
+
+    meta, table = cal.load("", where=REF / "calibration_h100.json")
+    c = perf.Calibrated(table, meta)
+    per_pos = 2 * 8 * 8 * 128 * (2 if kv == "bf16" else 1)
+    sh = dict(impl=impl, kv_dtype=kv, B=8, Hkv=8, G=4, S=512, D=128)
+    ts = [c.decode_attn(dict(sh, S=s), per_pos * s)[0] for s in range(256, 16384, 64)]
+    assert min(b / a - 1 for a, b in zip(ts, ts[1:])) > -0.005
+    gs = [c.decode_attn(dict(sh, G=g), per_pos * 512)[0] for g in range(1, 33)]
+    assert all(b >= a for a, b in zip(gs, gs[1:]))
 
 
 def test_compile_mode_decode_is_not_guessed(calibration):

@@ -3,7 +3,7 @@
 ``Calibrated`` turns one kernel of ``sweep.analysis.predict.kernel_list`` (its ``kind`` and
 ``shape``) into seconds: GEMMs interpolated in log M between the calibrated M of the same
 ``(N, K)`` (or scaled from the nearest calibrated ``(N, K)`` by its achieved FLOP/s); decode
-attention from a fit on KV bytes and scores corrected by the nearest calibrated shape; the
+attention from a fit on KV bytes and scores corrected by the calibrated shapes near it; the
 elementwise kernels interpolated by bytes in log-log; prefill attention from the achieved FLOP/s
 at the nearest sequence length and head_dim; launch costs as measured. A term outside the
 calibrated range goes to ``notes``. A transfer to another device (``predict.transfer``) scales the
@@ -17,6 +17,11 @@ import math
 import numpy as np
 
 from zoo.config import DTYPE_BYTES
+
+# added to the Shepard weights' sum of the decode-attention correction (``_attn_point``): small
+# beside the weight of a calibrated shape 2x away (1 / log(2)^2 = 2.08), so between calibrated
+# shapes the correction is theirs, and where the last weight fades it fades to no correction
+SHEPARD_FLOOR = 0.1
 
 
 def _interp_log(x: float, xs: np.ndarray, ys: np.ndarray) -> tuple[float, bool]:
@@ -126,12 +131,31 @@ class Calibrated:
         return fixed + (t - fixed) * self.scale["memory"], f"{name} interpolated by bytes"
 
     def decode_attn(self, s: dict, nbytes: float) -> tuple[float, str]:
-        """One decode-attention call: ``fixed + a * KV bytes + b * scores`` (``scores = B * H *
-        S``, the query-key products the torch path keeps in fp32), least squares with relative
-        weights over the calibrated shapes of this implementation and KV dtype (a negative
-        coefficient is dropped and the fit redone). Outside the calibrated KV bytes or GQA group
-        sizes the row's notes say so. A transfer scales the bytes and scores terms."""
+        """One decode-attention call (s): ``fixed + a * KV bytes + b * scores`` (``scores = B *
+        H * S``, the query-key products the torch path keeps in fp32), least squares with
+        relative weights over the calibrated shapes of this implementation and KV dtype (a
+        negative coefficient is dropped and the fit redone), times a residual correction: the
+        measured / fitted ratios of the calibrated shapes near ``s`` (``_attn_points``). The price
+        never falls as the GQA group grows at the same KV bytes (more scores, same cache): it is
+        the largest over groups ``1 .. G``. Outside the calibrated KV bytes or groups the notes
+        say so. A transfer scales the bytes and scores terms."""
         key = (s["impl"], s["kv_dtype"])
+        fit = self._attn_fit(key)
+        lo, hi, g_lo, g_hi = fit[3:7]
+        if not lo <= nbytes <= hi or not g_lo <= s["G"] <= g_hi:
+            self._note(f"decode_attn {'/'.join(key)} at {nbytes:.3g} KV bytes, group {s['G']}: "
+                       f"outside the calibrated [{lo:.3g}, {hi:.3g}] bytes, groups "
+                       f"[{g_lo}, {g_hi}] (linear fit extended)")
+        t, corrected = self._attn_points(fit, s, nbytes, np.arange(1, int(s["G"]) + 1))
+        corrected, t = bool(corrected[t.argmax()]), float(t.max())
+        basis = f"decode_attn {'/'.join(key)} fit on KV bytes and scores"
+        if corrected:
+            basis += ", corrected by the calibrated shapes within 4x"
+        return t, basis
+
+    def _attn_fit(self, key: tuple) -> tuple:
+        """The decode-attention fit of ``(impl, kv_dtype)``: ``(fixed s, s/byte, s/score, min
+        bytes, max bytes, min group, max group, log shapes, measured / fitted ratios)``."""
         if key not in self._fits:
             sel = self.t[(self.t.kind == "decode_attn") & (self.t.impl == key[0])
                          & (self.t.kv_dtype == key[1])]
@@ -155,19 +179,28 @@ class Calibrated:
             shapes = np.log(sel[["B", "Hkv", "G", "S", "D"]].to_numpy(float))
             self._fits[key] = (fixed, full[1], full[2], sel.bytes.min(), sel.bytes.max(),
                                int(sel.G.min()), int(sel.G.max()), shapes, ratio)
-        fixed, a, b, lo, hi, g_lo, g_hi, shapes, ratio = self._fits[key]
-        if not lo <= nbytes <= hi or not g_lo <= s["G"] <= g_hi:
-            self._note(f"decode_attn {'/'.join(key)} at {nbytes:.3g} KV bytes, group {s['G']}: "
-                       f"outside the calibrated [{lo:.3g}, {hi:.3g}] bytes, groups "
-                       f"[{g_lo}, {g_hi}] (linear fit extended)")
-        var = a * nbytes + b * s["B"] * s["Hkv"] * s["G"] * s["S"]
-        t = fixed + var * self.scale["memory"]
-        far = np.abs(shapes - np.log([s["B"], s["Hkv"], s["G"], s["S"], s["D"]])).max(1)
-        basis = f"decode_attn {'/'.join(key)} fit on KV bytes and scores"
-        if far.min() <= math.log(2):  # a calibrated shape within 2x in every dim: its residual
-            t *= float(ratio[far.argmin()])
-            basis += ", corrected by the nearest calibrated shape"
-        return t, basis
+        return self._fits[key]
+
+    def _attn_points(self, fit: tuple, s: dict, nbytes: float, groups: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """The fit at shape ``s`` with each GQA group of ``groups`` times its residual
+        correction: ``(seconds, corrected)``, one per group. The correction is a Shepard
+        (inverse squared distance) mean of the log ratios of the calibrated shapes within 4x in
+        every dimension (``d``: the largest log distance), their weights fading linearly from
+        ``d = log 2`` to none at ``d = log 4``: the measurement itself at a calibrated shape,
+        continuous between them, and no correction far from all (``SHEPARD_FLOOR``)."""
+        fixed, a, b, _, _, _, _, shapes, ratio = fit
+        g = groups.astype(float)
+        t = fixed + (a * nbytes + b * s["B"] * s["Hkv"] * g * s["S"]) * self.scale["memory"]
+        q = np.log(np.stack([np.full_like(g, s[k]) if k != "G" else g
+                             for k in ("B", "Hkv", "G", "S", "D")], 1))  # [groups, 5]
+        far = np.abs(shapes[None] - q[:, None]).max(2)  # [groups, calibrated]
+        at = far < 1e-9
+        w = np.clip((math.log(4) - far) / math.log(2), 0.0, 1.0) / np.maximum(far, 1e-9) ** 2
+        w = np.where(at.any(1, keepdims=True), at.astype(float), w)  # a calibrated shape: its own
+        floor = np.where(at.any(1), 0.0, SHEPARD_FLOOR)
+        corr = np.exp((w @ np.log(ratio)) / (w.sum(1) + floor))
+        return t * corr, w.any(1)
 
     def prefill_attn(self, s: dict, flops: float) -> tuple[float, str]:
         """Causal prefill attention of ``flops`` (counted as the calibration counts them, ``2 * H

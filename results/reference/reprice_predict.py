@@ -1,0 +1,88 @@
+"""Re-price the rows of the H100 performance-model record (``predict_h100/rows_{b1,b8}.csv``)
+with this checkout's performance model and the committed H100 calibration (v7), offline, no GPU.
+
+Each row's design is rebuilt from its study (the shipped experiment of that name) and its design
+label; its workload is the record's (b1: ``workload=default workload.new_tokens=64``, b8:
+``workload=long_context``). Prints the signed error of each prediction against the row's
+measurement and the error summaries; ``--out F.json`` writes them. Run it in two checkouts to see
+what a change to the model does to the record's rows.
+
+Usage: ``TRITON_INTERPRET=1 python results/reference/reprice_predict.py [--out F.json]``
+(``TRITON_INTERPRET`` lets the CPU build the Triton designs' plans; nothing is launched).
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from sweep.analysis import calibrate as cal  # noqa: E402
+from sweep.analysis.hardware import load_spec  # noqa: E402
+from sweep.analysis.predict import row_predictions  # noqa: E402
+from sweep.analysis.pricing import Calibrated  # noqa: E402
+from sweep.config import register  # noqa: E402
+from sweep.plan import plan_from_config  # noqa: E402
+
+REF = ROOT / "results/reference"
+WORKLOADS = {"b1": ["workload=default", "workload.new_tokens=64"], "b8": ["workload=long_context"]}
+
+
+def plan(exp: str, w: str):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose(config_name="config", overrides=[f"+experiment={exp}", *WORKLOADS[w],
+                                                       "quiet=true", "cpu.enabled=false"])
+    return plan_from_config(cfg)
+
+
+def design(p, label: str):
+    """The design of a row's label (``n_kv_heads=2``, ``heads=hd64``, ``kernels=torch, mode=eager``)."""
+    over = {}
+    for part in label.split(", "):
+        k, v = part.split("=")
+        choices = p.space.get(k, {}).get("choices")
+        if isinstance(choices, dict):
+            over.update(choices[v])
+        elif k != "mode":
+            over[k] = int(v) if v.isdigit() else v
+    return p.base.replace(**over)
+
+
+def main() -> None:
+    register()
+    meta, table = cal.load("", where=REF / "calibration_h100.json")
+    c, spec, plans, out = Calibrated(table, meta), load_spec("h100_sxm"), {}, {"rows": []}
+    for w in WORKLOADS:
+        for _, r in pd.read_csv(REF / f"predict_h100/rows_{w}.csv").iterrows():
+            exp = r.study.rsplit("-", 1)[0]
+            p = plans.setdefault((exp, w), plan(exp, w))
+            pr = row_predictions(design(p, r.design), dict(p.workload), spec, c, r["mode"],
+                                 meta["ceilings"])
+            out["rows"].append({
+                "set": w, "study": r.study, "design": r.design, "kernels": r.kernels,
+                "decode_tpot_ms": r.decode_tpot_ms, "ttft_ms": r.ttft_ms,
+                "decode_pred_ms": pr["decode_pred_ms_calibrated"],
+                "prefill_pred_ms": pr["prefill_pred_ms_calibrated"]})
+    d = pd.DataFrame(out["rows"])
+    d["decode_err_pct"] = 100 * (d.decode_pred_ms - d.decode_tpot_ms) / d.decode_tpot_ms
+    d["prefill_err_pct"] = 100 * (d.prefill_pred_ms - d.ttft_ms) / d.ttft_ms
+    out["rows"] = d.to_dict("records")
+    out["summary"] = {}
+    for name, sel in (("all", d), ("kernels=torch", d[d.kernels == "torch"])):
+        for st in ("decode", "prefill"):
+            e = sel[f"{st}_err_pct"].abs().dropna()
+            out["summary"][f"{name} {st}"] = {"median_abs_pct": e.median(),
+                                              "p90_abs_pct": e.quantile(0.9), "n": len(e)}
+    print(d.round(3).to_string())
+    print(json.dumps(out["summary"], indent=1))
+    if "--out" in sys.argv:
+        Path(sys.argv[sys.argv.index("--out") + 1]).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
