@@ -24,22 +24,19 @@ program's start instead let chains of small kernels sit resident on the SMs and 
 slower.) It needs compute capability >= 9 and a Triton with ``launch_pdl``.
 
 Minimum DRAM traffic per call: ``N * K * bytes(W)`` (plus ``M * (K + N)`` activations). The
-launcher ``linear`` picks, per shape and prologue, this kernel or cuBLAS (after the prologue as
-its own kernel), whichever measured faster on the first call (see ``choose``).
+decode step calls it through ``kernels.decode_linear.linear``, which picks, per shape and
+prologue, this kernel or cuBLAS (after the prologue as its own kernel), whichever measured
+faster on the first call.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import statistics
 
 import torch
 import triton
 import triton.language as tl
-
-from .rmsnorm import rmsnorm
-from .swiglu import swiglu
 
 PROLOGUES = ("none", "norm", "swiglu")
 MAX_M = 16
@@ -50,14 +47,16 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
                  M, N, K, eps, s_xm, s_rm, s_hm, s_wn, s_ym,
                  PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 SPLIT_K: tl.constexpr, PDL: tl.constexpr, F32: tl.constexpr,
-                 IEEE: tl.constexpr):
+                 SPLIT_K: tl.constexpr, PREFETCH_X: tl.constexpr, PDL: tl.constexpr,
+                 F32: tl.constexpr, IEEE: tl.constexpr):
     # PROLOGUE: 0 none, 1 (residual add +) RMSNorm, 2 SwiGLU of a stacked [M, 2K] input.
     # The tile is computed transposed, acc [BLOCK_N, BLOCK_M] = W_tile @ x^T ("swap AB": the
     # weight rows fill the tensor core's M dimension, the few activation rows its N).
     # One row (BLOCK_M 1) prefetches the next weight tile by hand (the compiler pipelines only
     # tl.dot's operands), and the first before waiting on the previous kernel: weights do not
-    # depend on it, so under PDL they stream while it finishes.
+    # depend on it, so under PDL they stream while it finishes. With PREFETCH_X it prefetches
+    # the next activation tiles too (x; residual and norm weight, or gate and up): without, each
+    # K step waits for their L2 round trip before its products.
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
@@ -71,42 +70,49 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
     k_start = pid_k * k_len
     k_end = tl.minimum(k_start + k_len, K)
     w_rows = w_ptr + offs_n[:, None] * s_wn
+    first = (tl.zeros([BLOCK_M], tl.int32) + pid_n) == 0  # column 0 writes h
     if BLOCK_M == 1:
         offs_k = k_start + tl.arange(0, BLOCK_K)
         w_next = tl.load(w_rows + offs_k[None, :], mask=nmask[:, None] & (offs_k < k_end)[None, :],
                          other=0.0)
     if PDL:  # now wait for the previous kernel's writes (our activations)
         tl.extra.cuda.gdc_wait()
+    if PREFETCH_X:
+        p0_next, p1_next, nw_next = _act_load(x_ptr, r_ptr, nw_ptr, offs_m, k_start
+                                              + tl.arange(0, BLOCK_K), mmask, k_end, K, s_xm,
+                                              s_rm, PROLOGUE, HAS_RES)
     for k0 in range(k_start, k_end, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        kmask = offs_k < K
-        xmask = mmask[:, None] & kmask[None, :]
-        xp = x_ptr + offs_m[:, None] * s_xm + offs_k[None, :]
-        if PROLOGUE == 2:
-            g = tl.load(xp, mask=xmask, other=0.0).to(tl.float32)
-            u = tl.load(xp + K, mask=xmask, other=0.0).to(tl.float32)
-            a = ((g * tl.sigmoid(g)).to(dt).to(tl.float32) * u).to(dt)
+        if PREFETCH_X:
+            p0, p1, nw = p0_next, p1_next, nw_next
+            p0_next, p1_next, nw_next = _act_load(x_ptr, r_ptr, nw_ptr, offs_m, offs_k + BLOCK_K,
+                                                  mmask, k_end, K, s_xm, s_rm, PROLOGUE, HAS_RES)
         else:
-            a = tl.load(xp, mask=xmask, other=0.0)
-            if PROLOGUE == 1:
-                if HAS_RES:
-                    r = tl.load(r_ptr + offs_m[:, None] * s_rm + offs_k[None, :], mask=xmask,
-                                other=0.0)
-                    a = (a.to(tl.float32) + r.to(tl.float32)).to(dt)
-                    first = (tl.zeros([BLOCK_M], tl.int32) + pid_n) == 0  # column 0 writes h
-                    tl.store(h_ptr + offs_m[:, None] * s_hm + offs_k[None, :], a,
-                             mask=xmask & first[:, None])
-                hf = a.to(tl.float32)
-                ss += tl.sum(hf * hf, axis=1)
-                nw = tl.load(nw_ptr + offs_k, mask=kmask, other=0.0).to(tl.float32)
-                a = (hf * nw[None, :]).to(dt)
+            p0, p1, nw = _act_load(x_ptr, r_ptr, nw_ptr, offs_m, offs_k, mmask, k_end, K, s_xm,
+                                   s_rm, PROLOGUE, HAS_RES)
+        xmask = mmask[:, None] & (offs_k < K)[None, :]
+        if PROLOGUE == 2:
+            g = p0.to(tl.float32)
+            a = ((g * tl.sigmoid(g)).to(dt).to(tl.float32) * p1.to(tl.float32)).to(dt)
+        elif PROLOGUE == 1:
+            a = p0
+            if HAS_RES:
+                a = (a.to(tl.float32) + p1.to(tl.float32)).to(dt)
+                tl.store(h_ptr + offs_m[:, None] * s_hm + offs_k[None, :], a,
+                         mask=xmask & first[:, None])
+            hf = a.to(tl.float32)
+            ss += tl.sum(hf * hf, axis=1)
+            a = (hf * nw.to(tl.float32)[None, :]).to(dt)
+        else:
+            a = p0
         if BLOCK_M == 1:
             w = w_next
             nk = offs_k + BLOCK_K
             w_next = tl.load(w_rows + nk[None, :], mask=nmask[:, None] & (nk < k_end)[None, :],
                              other=0.0)
         else:
-            w = tl.load(w_rows + offs_k[None, :], mask=nmask[:, None] & kmask[None, :], other=0.0)
+            w = tl.load(w_rows + offs_k[None, :], mask=nmask[:, None] & (offs_k < K)[None, :],
+                        other=0.0)
         if BLOCK_M == 1:
             acc += tl.sum(w.to(tl.float32) * a.to(tl.float32), axis=1)[:, None]
         elif F32:  # the interpreter computes bf16 on raw bits: float32 math there
@@ -141,6 +147,26 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
 
 
 @triton.jit
+def _act_load(x_ptr, r_ptr, nw_ptr, offs_m, offs_k, mmask, k_end, K, s_xm, s_rm,
+              PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr):
+    """The activation tiles at ``offs_k`` (masked at ``k_end``), raw: ``(x, residual, norm
+    weight)`` for the norm prologue, ``(gate, up, -)`` for SwiGLU, ``(x, -, -)`` without; an
+    unused slot holds a tile already loaded (no load)."""
+    xmask = mmask[:, None] & (offs_k < k_end)[None, :]
+    xp = x_ptr + offs_m[:, None] * s_xm + offs_k[None, :]
+    p0 = tl.load(xp, mask=xmask, other=0.0)
+    p1 = p0
+    nw = offs_k
+    if PROLOGUE == 2:
+        p1 = tl.load(xp + K, mask=xmask, other=0.0)
+    if PROLOGUE == 1:
+        if HAS_RES:
+            p1 = tl.load(r_ptr + offs_m[:, None] * s_rm + offs_k[None, :], mask=xmask, other=0.0)
+        nw = tl.load(nw_ptr + offs_k, mask=offs_k < k_end, other=0.0)
+    return p0, p1, nw
+
+
+@triton.jit
 def _epilogue(acc, ss, b_ptr, y_ptr, offs_m, offs_n, omask, nmask, s_ym, K, eps, dt,
               PROLOGUE: tl.constexpr, HAS_BIAS: tl.constexpr):
     if PROLOGUE == 1:
@@ -160,16 +186,20 @@ _M1 = [(bn, bk, sk, w, st) for bn, bk, w, st in ((4, 1024, 4, 2), (8, 512, 4, 3)
 _DOT = [(bn, bk, sk, w, st) for bn, bk, w, st in ((64, 128, 4, 4), (64, 256, 4, 3), (32, 128, 4, 4),
                                                   (16, 256, 4, 3), (128, 64, 4, 4))
         for sk in (1, 4, 8)]
-_CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk}, num_warps=w, num_stages=st)
-            for bn, bk, sk, w, st in dict.fromkeys(_M1 + _DOT)]
-_FIXED = {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 1, "num_warps": 4, "num_stages": 3}
+_CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk, "PREFETCH_X": px},
+                          num_warps=w, num_stages=st)
+            for bn, bk, sk, w, st in dict.fromkeys(_M1 + _DOT)
+            for px in ((0, 1) if (bn, bk, sk, w, st) in _M1 else (0,))]
+_FIXED = {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 1, "PREFETCH_X": 0, "num_warps": 4,
+          "num_stages": 3}
 
 
 def _prune(configs, nargs, **kw):
     one = kw.get("BLOCK_M", nargs.get("BLOCK_M")) == 1
     keep = set(_M1 if one else _DOT)
     return [c for c in configs if (c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.kwargs["SPLIT_K"],
-                                   c.num_warps, c.num_stages) in keep]
+                                   c.num_warps, c.num_stages) in keep
+            and (one or not c.kwargs["PREFETCH_X"])]
 
 
 def graph_bench(fn, quantiles=None, rep: int = 10):
@@ -237,8 +267,9 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
         prologue: ``none``, ``norm`` (RMSNorm with ``norm_weight [K]`` and ``eps``, after adding
             ``residual`` if given) or ``swiglu``.
         pdl: launch with programmatic dependent launch (default: ``pdl_supported``).
-        config: a fixed tile config (``BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages``)
-            instead of the tuned one (tests).
+        config: a fixed tile config (``BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages``,
+            optionally ``PREFETCH_X``: the next activation tiles loaded a step ahead, one row
+            only) instead of the tuned one (tests).
 
     Returns:
         ``y [..., N]``; with ``prologue='norm'`` and a residual, ``(y, h)`` where ``h = x +
@@ -277,7 +308,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
                 IEEE=weight.dtype == torch.float32)
     launch = {"launch_pdl": True} if pdl else {}
     if config or interp or os.environ.get("DESIGNZOO_AUTOTUNE", "1") == "0":
-        cfg = config or _FIXED
+        cfg = {"PREFETCH_X": 0, **(config or _FIXED)}
         grid = (triton.cdiv(N, cfg["BLOCK_N"]), cfg["SPLIT_K"])
         _gemv_kernel[grid](*args, **meta, **cfg, **launch)
     else:
@@ -298,102 +329,3 @@ def reference(x, weight, bias=None, prologue="none", norm_weight=None, eps=1e-5,
         x = norm_weight * (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
     y = torch.nn.functional.linear(x, weight, bias)
     return (y, h) if h is not None else y
-
-
-# ---- per-shape choice against cuBLAS -------------------------------------------------------------
-
-_CHOICE: dict[tuple, str] = {}
-
-
-def _time_ms(fn, reps: int = 20) -> float:
-    """Milliseconds per call of ``fn`` replayed in a CUDA graph of ``reps`` calls (median of 5
-    replays, after 3 eager warm-ups on a side stream), as the decode step's graph runs it."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
-    g.replay()
-    times = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / reps)
-    del g
-    return statistics.median(times)
-
-
-def choose(key: tuple, triton_fn, cublas_fn) -> str:
-    """``'triton'`` or ``'cublas'`` for a shape key, timed once in a CUDA graph (``_time_ms``) on
-    the first call outside a capture and remembered for the process. During a capture (or off
-    the GPU) an unknown key takes ``'triton'``."""
-    if key in _CHOICE:
-        return _CHOICE[key]
-    if not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
-        return "triton"
-    t_tr, t_cb = _time_ms(triton_fn), _time_ms(cublas_fn)
-    _CHOICE[key] = "triton" if t_tr <= t_cb else "cublas"
-    return _CHOICE[key]
-
-
-def choices() -> dict[str, str]:
-    """The per-shape choices made so far: ``"M=1 N=4096 K=14336 swiglu" -> "triton"``."""
-    return {f"M={k[0]} N={k[1]} K={k[2]} {k[3]} {k[4]}": v for k, v in sorted(_CHOICE.items())}
-
-
-def cublas_linear(x, weight, bias=None, prologue="none", norm_weight=None, eps=1e-5,
-                  residual=None):
-    """What ``gemv`` computes, on cuBLAS: the prologue as its own Triton kernel
-    (``kernels.rmsnorm`` / ``kernels.swiglu``), then ``F.linear``. Returns what ``gemv`` does."""
-    if prologue == "swiglu":
-        return torch.nn.functional.linear(swiglu(x), weight, bias)
-    if prologue == "norm":
-        out = rmsnorm(x, norm_weight, eps, residual=residual)
-        a, h = out if residual is not None else (out, None)
-        y = torch.nn.functional.linear(a, weight, bias)
-        return (y, h) if h is not None else y
-    return torch.nn.functional.linear(x, weight, bias)
-
-
-def linear(x: torch.Tensor, layer: torch.nn.Linear, prologue: str = "none",
-           norm: torch.nn.Module | None = None, residual: torch.Tensor | None = None):
-    """A decode linear layer with its prologue, on the faster of this kernel and cuBLAS.
-
-    The two round the norm at different points (see the module doc): outputs agree to the
-    activation dtype's rounding, not bit for bit, and which one runs is recorded by ``choices``.
-
-    ``layer`` is the ``nn.Linear`` (weight ``[N, K]``); ``norm`` the RMSNorm module whose
-    ``weight``/``eps`` the ``norm`` prologue uses. Returns what ``gemv`` returns, except that the
-    ``norm`` prologue always returns ``(y, h)``: ``h = x + residual``, or ``x`` without a residual
-    (the residual stream either way). On cuBLAS the prologue runs as its own Triton kernel
-    (``kernels.rmsnorm`` / ``kernels.swiglu``) first.
-    """
-    w, b = layer.weight, layer.bias
-    nw, eps = (norm.weight, norm.eps) if norm is not None else (None, 1e-5)
-
-    def fused():
-        return gemv(x, w, b, prologue, nw, eps, residual)
-
-    def cublas():
-        return cublas_linear(x, w, b, prologue, nw, eps, residual)
-
-    if prologue == "norm" and residual is None:
-        return _dispatch(x, w, b, prologue, fused, cublas), x
-    return _dispatch(x, w, b, prologue + ("+res" if residual is not None else ""), fused, cublas)
-
-
-def _dispatch(x, w, b, what: str, fused, cublas):
-    if _interpreted(x):
-        return fused()
-    M = x.numel() // x.shape[-1]
-    key = (M, w.shape[0], w.shape[1], what + ("+bias" if b is not None else ""),
-           str(w.dtype).removeprefix("torch."), str(x.device))
-    return fused() if choose(key, fused, cublas) == "triton" else cublas()

@@ -7,6 +7,8 @@ Called by ``sweep.bench`` (``--group gemv | kernels | nvtx``); rows go into its 
 from __future__ import annotations
 
 import gc
+import itertools
+import math
 import time
 
 import torch
@@ -23,11 +25,15 @@ def _free():
 
 def gemv_rows(copy_bw: float) -> list[dict]:
     """Each decode linear layer of the 1B and 8B shapes at M = 1 and 8, on ``kernels.gemv`` (with
-    its fused prologue) and on cuBLAS (``kernels.gemv.cublas_linear``): time per call in a CUDA
-    graph of 20 calls (``kernels.gemv._time_ms``, median of 5 replays) and the fraction of the
-    copy roofline for the weight bytes; ``choice`` is the faster one."""
+    its fused prologue) and on cuBLAS (``kernels.decode_linear.cublas_linear``): time per call in
+    a CUDA graph of 20 calls (``kernels.decode_linear._time_ms``, median of 5 replays) cycling
+    over copies of the weight that together exceed 2.5x the L2 (each call reads its weight from
+    DRAM, as in the decode step), and the fraction of the copy roofline for the weight bytes;
+    ``choice`` is the faster one, ``triton_config`` the tile the autotuner kept."""
+    from kernels import decode_linear as dl
     from kernels import gemv as gv
 
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
     for model in ("llama3_2_1b", "llama3_1_8b"):
         c = ModelConfig.from_name(model)
@@ -36,24 +42,31 @@ def gemv_rows(copy_bw: float) -> list[dict]:
                   ("w13", 2 * f, d, "norm"), ("w2", d, f, "swiglu"), ("lm_head", c.vocab_size, d, "norm")]
         for m in (1, 8):
             for name, n, k, pro in layers:
-                w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k**-0.5
+                nbytes = n * k * 2
+                ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k**-0.5
+                      for _ in range(min(20, max(1, math.ceil(2.5 * l2 / nbytes))))]
                 x = torch.randn(m, 2 * k if pro == "swiglu" else k, device="cuda", dtype=torch.bfloat16)
                 r = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
                 nw = torch.ones(k, device="cuda", dtype=torch.bfloat16)
+                nxt = itertools.cycle(ws)
 
                 def tri():
-                    return gv.gemv(x, w, None, pro, nw, 1e-5, r if pro == "norm" else None)
+                    return gv.gemv(x, next(nxt), None, pro, nw, 1e-5, r if pro == "norm" else None)
 
                 def cub():
-                    return gv.cublas_linear(x, w, None, pro, nw, 1e-5, r if pro == "norm" else None)
+                    return dl.cublas_linear(x, next(nxt), None, pro, nw, 1e-5,
+                                            r if pro == "norm" else None)
 
-                t_tr, t_cb = gv._time_ms(tri), gv._time_ms(cub)
-                nbytes = w.numel() * 2
+                t_tr = dl._time_ms(tri)
+                cfg = getattr(gv._tuned, "best_config", None)
+                t_cb = dl._time_ms(cub)
                 rows.append({"model": model, "layer": name, "M": m, "N": n, "K": k, "prologue": pro,
-                             "weight_bytes": nbytes, "triton_ms": t_tr, "cublas_ms": t_cb,
+                             "weight_bytes": nbytes, "weight_copies": len(ws),
+                             "triton_ms": t_tr, "cublas_ms": t_cb,
                              "triton_frac_roofline": nbytes / (t_tr / 1e3) / copy_bw,
                              "cublas_frac_roofline": nbytes / (t_cb / 1e3) / copy_bw,
-                             "choice": "triton" if t_tr <= t_cb else "cublas"})
+                             "choice": "triton" if t_tr <= t_cb else "cublas",
+                             "triton_config": str(cfg) if cfg is not None else ""})
     _free()
     return rows
 

@@ -57,6 +57,30 @@ def _inject(fault: str | None, where: str) -> None:
         launch_broken("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def decode_linear_path(model, batch: int, mode: str) -> str:
+    """How the measured decode step ran its linear layers: per layer the Triton GEMV (``triton``,
+    ``kernels.gemv``) or ``cublas``, as ``kernels.decode_linear`` chose by timing both, or the
+    path taken instead and why (``Transformer.skinny_ok``)."""
+    from kernels.gemv import MAX_M
+
+    cfg = model.cfg
+    if cfg.kernels != "triton":
+        return f"torch GEMMs (kernels={cfg.kernels})"
+    if mode == "compile":
+        return "torch.compile (Inductor's kernels; the GEMV path is not traced)"
+    if batch > MAX_M:
+        return f"cuBLAS GEMMs (batch {batch} > {MAX_M}, the most rows of the GEMV path)"
+    if cfg.norm != "rmsnorm":
+        return f"cuBLAS GEMMs (norm={cfg.norm}; the GEMV prologue is RMSNorm)"
+    from kernels.decode_linear import chosen
+
+    attn, ffn = model.layers[0].attention, model.layers[0].feed_forward
+    layers = {"qkv": attn.wqkv, "out_proj": attn.wo, "w13": ffn.w13, "w2": ffn.w2,
+              "lm_head": model.output}
+    return ", ".join(f"{name} {chosen(batch, *lin.weight.shape) or 'triton (not timed)'}"
+                     for name, lin in layers.items())
+
+
 def measure(spec: dict) -> dict:
     """Build the design in ``spec`` and time prefill and decode. Returns the ``measured`` dict.
 
@@ -64,9 +88,10 @@ def measure(spec: dict) -> dict:
     token), ``ttft_ms_min``/``_p90``; ``decode_tpot_ms`` (median over repeats of the mean time per
     decode step), ``decode_tpot_ms_min``/``_p90``, ``decode_step_ms_median`` (median single step);
     ``prefill_tok_s``, ``decode_tok_s``; ``peak_mem_bytes``, ``weights_alloc_bytes``,
-    ``kv_cache_alloc_bytes``; ``build_s``. With ``profile.nvml``: ``{prefill,decode}_energy_j``,
-    ``_avg_power_w``, ``_j_per_token`` over the timed repeats (``sweep.measure.nvml``), and the
-    sampled time series in ``<trial_dir>/nvml.csv``. On a GPU: the allocator's figures
+    ``kv_cache_alloc_bytes``; ``build_s``; ``decode_linear`` (``decode_linear_path``). With
+    ``profile.nvml``: ``{prefill,decode}_energy_j``, ``_avg_power_w``, ``_j_per_token`` over the
+    timed repeats (``sweep.measure.nvml``), and the sampled time series in
+    ``<trial_dir>/nvml.csv``. On a GPU: the allocator's figures
     (``torch_prof.allocator_stats``), and with ``options.memory_snapshot`` the allocator history
     in ``<trial_dir>/memory_snapshot.pickle``.
 
@@ -174,7 +199,7 @@ def measure(spec: dict) -> dict:
         "repeats": wl["repeats"], "decode_steps": steps, "prefill_mode": gen.prefill_mode,
         "weights_alloc_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
         "kv_cache_alloc_bytes": gen.model.cache.nbytes(),
-        "build_s": build_s,
+        "build_s": build_s, "decode_linear": decode_linear_path(model, B, gen.mode),
     }
     if sampler is not None:
         out.update(sampler.summary({"prefill": B * T * wl["repeats"],

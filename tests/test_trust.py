@@ -202,6 +202,32 @@ def test_every_row_carries_its_spread_and_noise_flag(tmp_path):
     _, _, df = run_tiny(tmp_path, "study.n_trials=1")
     row = df.iloc[0]
     for col in ("ttft_ms_min", "ttft_ms_p90", "decode_tpot_ms_min", "decode_tpot_ms_p90",
-                "noisy", "remeasured"):
+                "noisy", "remeasured", "decode_linear"):
         assert col in df.columns
     assert row.decode_tpot_ms_min <= row.decode_tpot_ms <= row.decode_tpot_ms_p90
+    assert row.decode_linear == "torch GEMMs (kernels=torch)"  # the CPU's path
+
+
+def test_decode_linear_path_names_each_layer_or_why_not(monkeypatch):
+    """The row's ``decode_linear``: per layer what ``kernels.decode_linear`` chose (cuBLAS or the
+    Triton GEMV), or the path taken instead and why."""
+    from kernels import decode_linear
+    from sweep.trial import decode_linear_path
+    from zoo import ModelConfig, Transformer
+
+    cfg = ModelConfig.from_name("tiny").replace(kernels="triton")
+    model = Transformer(cfg)
+    d, q, kv, f = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim
+    monkeypatch.setattr(decode_linear, "_CHOICE", {
+        (2, q + 2 * kv, d, "norm+res", "bfloat16", "cuda:0"): "triton",
+        (2, d, q, "none", "bfloat16", "cuda:0"): "cublas",
+        (2, 2 * f, d, "norm+res", "bfloat16", "cuda:0"): "triton"})
+    got = decode_linear_path(model, 2, "cudagraph")
+    assert got == ("qkv triton, out_proj cublas, w13 triton, w2 triton (not timed), "
+                   "lm_head triton (not timed)")
+    assert decode_linear_path(model, 32, "cudagraph").startswith("cuBLAS GEMMs (batch 32 > 16")
+    assert decode_linear_path(model, 2, "compile").startswith("torch.compile")
+    ln = Transformer(cfg.replace(norm="layernorm"))
+    assert "norm=layernorm" in decode_linear_path(ln, 2, "cudagraph")
+    assert decode_linear_path(Transformer(cfg.replace(kernels="torch")), 2, "eager") == (
+        "torch GEMMs (kernels=torch)")

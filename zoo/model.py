@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels import gemv
+from kernels import decode_linear, gemv
 from kernels.decode_attention import decode_attention
 from kernels.rmsnorm import rmsnorm as rmsnorm_kernel
 from kernels.rope import apply_rope, rope_, rope_kv_write_
@@ -230,23 +230,24 @@ class Block(nn.Module):
         qkv GEMV with the attention norm and the residual add in its prologue; RoPE with the K/V
         cache write; decode attention (splits merged in-kernel); out_proj GEMV; w13 GEMV with the
         FFN norm and residual add in its prologue; w2 GEMV with SwiGLU in its prologue. Each GEMV
-        runs ``kernels.gemv`` or cuBLAS, whichever measured faster for its shape. Returns
+        runs ``kernels.gemv`` or cuBLAS, whichever measured faster for its shape
+        (``kernels.decode_linear``). Returns
         ``(ffn_out, h)`` like ``forward`` on the fused path. x, residual: ``[B, 1, d_model]``.
         """
         attn, ffn = self.attention, self.feed_forward
         with annotate("attn"):
             with annotate("qkv"):
-                qkv, h = gemv.linear(x, attn.wqkv, "norm", self.attention_norm, residual)
+                qkv, h = decode_linear.linear(x, attn.wqkv, "norm", self.attention_norm, residual)
             y = attn.attend(qkv, rope, input_pos)
             with annotate("out_proj"):
-                o = gemv.linear(y, attn.wo)
+                o = decode_linear.linear(y, attn.wo)
         with annotate("ffn"):
             with annotate("w13"):
-                g, h = gemv.linear(o, ffn.w13, "norm", self.ffn_norm, h)
+                g, h = decode_linear.linear(o, ffn.w13, "norm", self.ffn_norm, h)
             with annotate("w2"):
                 if ffn.cfg.ffn_type == "swiglu":
-                    return gemv.linear(g, ffn.w2, "swiglu"), h
-                return gemv.linear(F.gelu(g), ffn.w2), h
+                    return decode_linear.linear(g, ffn.w2, "swiglu"), h
+                return decode_linear.linear(F.gelu(g), ffn.w2), h
 
 
 class Transformer(nn.Module):
@@ -381,7 +382,8 @@ class Transformer(nn.Module):
                 with annotate(f"layer{i}"):
                     x, residual = layer.skinny(x, rope, input_pos, residual)
             with annotate("lm_head"):
-                return gemv.linear(x[:, -1:], self.output, "norm", self.norm, residual[:, -1:])[0]
+                return decode_linear.linear(x[:, -1:], self.output, "norm", self.norm,
+                                            residual[:, -1:])[0]
         for i, layer in enumerate(self.layers):
             with annotate(f"layer{i}"):
                 if layer.fused_norm:

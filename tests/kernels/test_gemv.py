@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from kernels import decode_attention as da
-from kernels import gemv, kv_quant, rope
+from kernels import decode_linear, gemv, kv_quant, rope
 from tests.kernels.conftest import DEVICE, DTYPES, INTERPRETED, TOL, close, exact
 
 # odd widths on purpose: N and K not multiples of the tile, K below one tile, a GQA-like N
@@ -87,6 +87,36 @@ def test_gemv_split_k(M, prologue):
     assert not ws.any() and not ss.any() and not cnt.any()
 
 
+@pytest.mark.parametrize("M", [1, 3])
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("prologue", ["none", "norm", "swiglu"])
+def test_gemv_prefetched_activations(M, split_k, prologue):
+    """PREFETCH_X (the next activation tiles loaded a step ahead: x, the residual and the norm
+    weight, or gate and up) gives what the unprefetched kernel gives, bit for bit, over K tiles
+    that end mid-tile and split-K ranges; the residual stream h too."""
+    N, K, dtype = 40, 330, torch.float32
+    g = torch.Generator(DEVICE).manual_seed(M * 7 + split_k)
+    w = _w(N, K, dtype, g)
+    x = torch.randn(M, 2 * K if prologue == "swiglu" else K, device=DEVICE, generator=g)
+    r = torch.randn(M, K, device=DEVICE, generator=g) if prologue == "norm" else None
+    nw = torch.rand(K, device=DEVICE, generator=g) + 0.5
+    out = {}
+    for px in (0, 1):
+        cfg = {"BLOCK_N": 8, "BLOCK_K": 64, "SPLIT_K": split_k, "PREFETCH_X": px, "num_warps": 4,
+               "num_stages": 2}
+        out[px] = gemv.gemv(x, w, None, prologue, nw, 1e-5, r, config=cfg)
+    want = gemv.reference(x, w, None, prologue, nw, 1e-5, r)
+    if prologue == "norm":
+        exact(out[1][1], out[0][1])
+        close_gemm(out[1][1], want[1], dtype)
+        out, want = {k: v[0] for k, v in out.items()}, want[0]
+    if split_k == 1:
+        exact(out[1], out[0])
+    else:  # the column's partial sums arrive in either order: float32 rounding apart
+        close_gemm(out[1], out[0], dtype)
+    close_gemm(out[1], want, dtype)
+
+
 def test_gemv_refuses_bad_input():
     w = torch.zeros(8, 32, device=DEVICE)
     with pytest.raises(ValueError, match="at most 16 rows"):
@@ -106,7 +136,7 @@ def test_linear_matches_nn_linear_with_norm():
     with torch.no_grad():
         norm.weight.normal_(generator=g)
     x, r = torch.randn(2, 1, 96, device=DEVICE), torch.randn(2, 1, 96, device=DEVICE)
-    y, h = gemv.linear(x, lin, "norm", norm, r)
+    y, h = decode_linear.linear(x, lin, "norm", norm, r)
     close(h, x + r, torch.float32)
     close(y, lin(norm(x + r)), torch.float32)
 

@@ -1,0 +1,120 @@
+"""The decode step's linear layer: the Triton GEMV (``kernels.gemv``) or cuBLAS, per shape.
+
+``linear`` runs a layer with its prologue (RMSNorm + residual add, or SwiGLU) for ``M <= 16``
+rows on whichever of the two measured faster for that shape the first time it was met outside a
+CUDA-graph capture (``choose``: both timed inside a CUDA graph, as the decode step replays them;
+launched from Python a microsecond kernel times the host). ``cublas_linear`` is the cuBLAS side:
+the prologue as its own Triton kernel, then ``F.linear``. ``choices`` lists what was chosen, for
+the results row.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from .gemv import _interpreted, gemv
+from .rmsnorm import rmsnorm
+from .swiglu import swiglu
+
+_CHOICE: dict[tuple, str] = {}
+
+
+def _time_ms(fn, reps: int = 20) -> float:
+    """Milliseconds per call of ``fn`` replayed in a CUDA graph of ``reps`` calls (median of 5
+    replays, after 3 eager warm-ups on a side stream), as the decode step's graph runs it."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(reps):
+            fn()
+    g.replay()
+    times = []
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / reps)
+    del g
+    return statistics.median(times)
+
+
+def choose(key: tuple, triton_fn, cublas_fn) -> str:
+    """``'triton'`` or ``'cublas'`` for a shape key, timed once in a CUDA graph (``_time_ms``) on
+    the first call outside a capture and remembered for the process. During a capture (or off
+    the GPU) an unknown key takes ``'triton'``."""
+    if key in _CHOICE:
+        return _CHOICE[key]
+    if not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
+        return "triton"
+    t_tr, t_cb = _time_ms(triton_fn), _time_ms(cublas_fn)
+    _CHOICE[key] = "triton" if t_tr <= t_cb else "cublas"
+    return _CHOICE[key]
+
+
+def choices() -> dict[str, str]:
+    """The per-shape choices made so far: ``"M=1 N=4096 K=14336 swiglu" -> "triton"``."""
+    return {f"M={k[0]} N={k[1]} K={k[2]} {k[3]} {k[4]}": v for k, v in sorted(_CHOICE.items())}
+
+
+def chosen(M: int, N: int, K: int) -> str | None:
+    """What ``choose`` picked for ``M`` rows of an ``[N, K]`` weight (any prologue), or None."""
+    return next((v for k, v in _CHOICE.items() if k[:3] == (M, N, K)), None)
+
+
+def cublas_linear(x, weight, bias=None, prologue="none", norm_weight=None, eps=1e-5,
+                  residual=None):
+    """What ``gemv`` computes, on cuBLAS: the prologue as its own Triton kernel
+    (``kernels.rmsnorm`` / ``kernels.swiglu``), then ``F.linear``. Returns what ``gemv`` does."""
+    if prologue == "swiglu":
+        return torch.nn.functional.linear(swiglu(x), weight, bias)
+    if prologue == "norm":
+        out = rmsnorm(x, norm_weight, eps, residual=residual)
+        a, h = out if residual is not None else (out, None)
+        y = torch.nn.functional.linear(a, weight, bias)
+        return (y, h) if h is not None else y
+    return torch.nn.functional.linear(x, weight, bias)
+
+
+def linear(x: torch.Tensor, layer: torch.nn.Linear, prologue: str = "none",
+           norm: torch.nn.Module | None = None, residual: torch.Tensor | None = None):
+    """A decode linear layer with its prologue, on the faster of ``kernels.gemv`` and cuBLAS.
+
+    The two round the norm at different points (see the module doc): outputs agree to the
+    activation dtype's rounding, not bit for bit, and which one runs is recorded by ``choices``.
+
+    ``layer`` is the ``nn.Linear`` (weight ``[N, K]``); ``norm`` the RMSNorm module whose
+    ``weight``/``eps`` the ``norm`` prologue uses. Returns what ``gemv`` returns, except that the
+    ``norm`` prologue always returns ``(y, h)``: ``h = x + residual``, or ``x`` without a residual
+    (the residual stream either way). On cuBLAS the prologue runs as its own Triton kernel
+    (``kernels.rmsnorm`` / ``kernels.swiglu``) first.
+    """
+    w, b = layer.weight, layer.bias
+    nw, eps = (norm.weight, norm.eps) if norm is not None else (None, 1e-5)
+
+    def fused():
+        return gemv(x, w, b, prologue, nw, eps, residual)
+
+    def cublas():
+        return cublas_linear(x, w, b, prologue, nw, eps, residual)
+
+    if prologue == "norm" and residual is None:
+        return _dispatch(x, w, b, prologue, fused, cublas), x
+    return _dispatch(x, w, b, prologue + ("+res" if residual is not None else ""), fused, cublas)
+
+
+def _dispatch(x, w, b, what: str, fused, cublas):
+    if _interpreted(x):
+        return fused()
+    M = x.numel() // x.shape[-1]
+    key = (M, w.shape[0], w.shape[1], what + ("+bias" if b is not None else ""),
+           str(w.dtype).removeprefix("torch."), str(x.device))
+    return fused() if choose(key, fused, cublas) == "triton" else cublas()
