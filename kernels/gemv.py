@@ -195,11 +195,13 @@ _FIXED = {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 1, "PREFETCH_X": 0, "num_war
 
 
 def _prune(configs, nargs, **kw):
+    # DESIGNZOO_GEMV_PREFETCH=0 leaves PREFETCH_X out (the before/after of that lever)
     one = kw.get("BLOCK_M", nargs.get("BLOCK_M")) == 1
     keep = set(_M1 if one else _DOT)
+    px = one and os.environ.get("DESIGNZOO_GEMV_PREFETCH", "1") != "0"
     return [c for c in configs if (c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.kwargs["SPLIT_K"],
                                    c.num_warps, c.num_stages) in keep
-            and (one or not c.kwargs["PREFETCH_X"])]
+            and (px or not c.kwargs["PREFETCH_X"])]
 
 
 def graph_bench(fn, quantiles=None, rep: int = 10):

@@ -117,6 +117,18 @@ def test_gemv_prefetched_activations(M, split_k, prologue):
     close_gemm(out[1], want, dtype)
 
 
+def test_autotune_space_prefetches_one_row_only(monkeypatch):
+    """PREFETCH_X is tuned for one row (beside every unprefetched tile) and never for the dot
+    path; ``DESIGNZOO_GEMV_PREFETCH=0`` leaves it out (the lever's before/after)."""
+    one = gemv._prune(gemv._CONFIGS, {"BLOCK_M": 1})
+    dot = gemv._prune(gemv._CONFIGS, {"BLOCK_M": 16})
+    assert sum(c.kwargs["PREFETCH_X"] for c in one) == len(one) // 2 == len(gemv._M1)
+    assert not any(c.kwargs["PREFETCH_X"] for c in dot) and len(dot) == len(gemv._DOT)
+    monkeypatch.setenv("DESIGNZOO_GEMV_PREFETCH", "0")
+    off = gemv._prune(gemv._CONFIGS, {"BLOCK_M": 1})
+    assert len(off) == len(gemv._M1) and not any(c.kwargs["PREFETCH_X"] for c in off)
+
+
 def test_gemv_refuses_bad_input():
     w = torch.zeros(8, 32, device=DEVICE)
     with pytest.raises(ValueError, match="at most 16 rows"):
