@@ -1,6 +1,6 @@
 """The torch path's GQA decode attention: one query token per sequence, K/V read once per group.
 
-Used by ``zoo.model.Attention`` (``kernels=torch``) and by the calibration's micro-benchmark of it.
+Used by ``zoo.attention.Attention`` (``kernels=torch``) and by the calibration's micro-benchmark of it.
 """
 
 from __future__ import annotations

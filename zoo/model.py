@@ -21,14 +21,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernels import decode_linear, gemv
-from kernels.decode_attention import decode_attention
 from kernels.rmsnorm import rmsnorm as rmsnorm_kernel
-from kernels.rope import apply_rope, rope_, rope_kv_write_
 from kernels.swiglu import swiglu
 
+from .attention import Attention
 from .cache import TORCH_DTYPES, KVCache
 from .config import ModelConfig
-from .gqa import grouped_decode_attention
 from .nvtx import annotate
 from .rope import rope_cache, rope_frequencies  # noqa: F401 - the model's RoPE tables
 
@@ -59,105 +57,6 @@ def make_norm(cfg: ModelConfig) -> nn.Module:
     if cfg.norm == "rmsnorm":
         return RMSNorm(cfg.d_model, cfg.norm_eps)
     return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
-
-
-class Attention(nn.Module):
-    """Causal self-attention with grouped-query heads and a static KV cache.
-
-    x: ``[B, T, d_model]`` -> ``[B, T, d_model]``. Query heads ``n_heads``, KV heads ``n_kv_heads``;
-    each KV head serves ``n_heads / n_kv_heads`` query heads (GQA, arXiv:2305.13245).
-    """
-
-    def __init__(self, cfg: ModelConfig, layer: int):
-        super().__init__()
-        self.cfg, self.layer = cfg, layer
-        self.wqkv = nn.Linear(cfg.d_model, cfg.q_dim + 2 * cfg.kv_dim, bias=cfg.qkv_bias)
-        self.wo = nn.Linear(cfg.q_dim, cfg.d_model, bias=False)
-        self.cache: KVCache | None = None
-        self.pdl = False  # programmatic dependent launch of the decode kernels (setup_cache)
-
-    def forward(self, x, rope, input_pos, kv_len, mask):
-        cfg = self.cfg
-        B, T, _ = x.shape
-        with annotate("qkv"):
-            q, k, v = self.wqkv(x).split([cfg.q_dim, cfg.kv_dim, cfg.kv_dim], dim=-1)
-        q = q.view(B, T, cfg.n_heads, cfg.head_dim)
-        k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim)
-        v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)
-        if cfg.kernels == "triton":
-            y = self._triton(q, k, v, rope, input_pos, kv_len, mask)
-            with annotate("out_proj"):
-                return self.wo(y)
-        with annotate("rope"):
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        with annotate("kv_write"):
-            kc, vc = self.cache.update(self.layer, input_pos, k, v)
-        with annotate("attention"):
-            if kv_len is not None:
-                kc, vc = kc[:, :, :kv_len], vc[:, :, :kv_len]
-            if mask is not None and T == 1:
-                y = grouped_decode_attention(q, kc, vc, mask)
-            else:
-                y = F.scaled_dot_product_attention(q, kc, vc, attn_mask=mask,
-                                                   is_causal=mask is None and T > 1,
-                                                   enable_gqa=cfg.n_kv_heads != cfg.n_heads)
-        with annotate("out_proj"):
-            return self.wo(y.transpose(1, 2).reshape(B, T, cfg.q_dim))
-
-    def attend(self, qkv, rope, input_pos):
-        """Decode attention from the fused qkv output ``[B, 1, q_dim + 2 kv_dim]``: RoPE with the
-        K/V cache write (one kernel), then the split-K decode kernel. Returns ``[B, 1, q_dim]``."""
-        cfg = self.cfg
-        B, T, _ = qkv.shape
-        q, k, v = qkv.split([cfg.q_dim, cfg.kv_dim, cfg.kv_dim], dim=-1)
-        q = q.view(B, T, cfg.n_heads, cfg.head_dim)
-        k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim)
-        v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)
-        return self._triton(q, k, v, rope, input_pos, 1, None)
-
-    def _pdl(self) -> bool:
-        return self.pdl and not torch.compiler.is_compiling()
-
-    def _rope_write(self, q, k, v, rope, input_pos, k_inplace):
-        cache, i = self.cache, self.layer
-        scales = (cache.k_scale[i], cache.v_scale[i]) if cache.quantized else (None, None)
-        rope_kv_write_(q, k, v, *rope, input_pos, cache.k[i], cache.v[i], *scales,
-                       kv_dtype=cache.kv_dtype, k_inplace=k_inplace, pdl=self._pdl())
-        return scales
-
-    def _triton(self, q, k, v, rope, input_pos, kv_len, mask):
-        """Fused path: one kernel rotates q and k and writes k, v into the cache (quantized if so
-        configured); Triton decode attention for one new token, SDPA for a prefill from 0."""
-        cfg, cache, i = self.cfg, self.cache, self.layer
-        B, T = q.shape[:2]
-        if T == 1:
-            with annotate("kv_write"):
-                scales = self._rope_write(q, k, v, rope, input_pos, k_inplace=False)
-            with annotate("attention"):
-                # under torch.compile: no launch attribute, no counters kept across calls
-                compiling = torch.compiler.is_compiling()
-                y = decode_attention(q.transpose(1, 2), cache.k[i], cache.v[i], input_pos,
-                                     *scales, fold_merge=False if compiling else None,
-                                     pdl=self._pdl())
-        elif mask is None and kv_len == T:  # prefill from position 0: attend to the fresh k, v
-            with annotate("kv_write"):
-                self._rope_write(q, k, v, rope, input_pos, k_inplace=True)
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            with annotate("attention"):
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                   enable_gqa=cfg.n_kv_heads != cfg.n_heads)
-        else:  # a chunk after a prefix: read (dequantized) cache, explicit mask
-            with annotate("rope"):
-                rope_(q, k, *rope, input_pos)
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            with annotate("kv_write"):
-                kc, vc = cache.update(i, input_pos, k, v)
-            with annotate("attention"):
-                y = F.scaled_dot_product_attention(q, kc[:, :, :kv_len], vc[:, :, :kv_len],
-                                                   attn_mask=mask,
-                                                   enable_gqa=cfg.n_kv_heads != cfg.n_heads)
-        return y.transpose(1, 2).reshape(B, T, cfg.q_dim)
 
 
 class FeedForward(nn.Module):
