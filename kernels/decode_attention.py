@@ -11,6 +11,12 @@ counter (an acq_rel atomic), and the last one merges the group's splits, so a de
 attention is one launch; the counter is reset by that last program, ready for the next call
 (also inside a CUDA graph replay).
 
+With ``new_kv`` the step's RoPE and cache write are folded in as well: q arrives before RoPE and
+each program rotates its group's rows in registers, and the program whose split holds the new
+position first rotates the token's k, writes k and v into the cache (quantized on the way, the
+numerics of ``kernels.rope.rope_kv_write_``, whose helpers it calls) and then reads it with the
+rest. The model takes this path with ``DESIGNZOO_ROPE_IN_ATTENTION=1`` (off until measured).
+
 The cache may be bf16/fp16, or int8 / fp8 e4m3 with one float32 scale per (sequence, KV head,
 position); quantized tiles are converted in registers (int8 to q's dtype; fp8 to fp16, one
 instruction per pair on Hopper against three to bf16, with q in fp16: measured 1.33x -> 1.53x the
@@ -33,6 +39,7 @@ import triton
 import triton.language as tl
 
 from .gemv import graph_bench
+from .rope import QMAX, _rotated, _store_kv
 
 PV_SCALE = 1024.0  # quantized V: p * v_scale * PV_SCALE in fp16 (|V| up to 8128
 # for int8, 28672 for fp8 stays finite; a term under 6e-5 / PV_SCALE is below fp16's normal range)
@@ -40,12 +47,15 @@ PV_SCALE = 1024.0  # quantized V: p * v_scale * PV_SCALE in fp16 (|V| up to 8128
 
 @triton.jit
 def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, cnt_ptr, out_ptr,
-                  s_qb, s_qh, s_kb, s_kh, s_ks, s_vb, s_vh, s_vs, s_sb, s_sh,
+                  kn_ptr, vn_ptr, cos_ptr, sin_ptr,
+                  s_qb, s_qh, s_kb, s_kh, s_ks, s_vb, s_vh, s_vs, s_sb, s_sh, s_nb, s_nh,
                   sm_scale, split_len, n_splits, n_heads, n_kv_heads,
                   G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr,
                   BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, QUANT: tl.constexpr,
                   F32: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
-                  PDL: tl.constexpr, PV_SCALE: tl.constexpr, OPS16: tl.constexpr):
+                  PDL: tl.constexpr, PV_SCALE: tl.constexpr, OPS16: tl.constexpr,
+                  ROPE: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
+                  QMAX_: tl.constexpr):
     if PDL:  # see kernels.gemv: wait first, let the next kernel launch after the main loop
         tl.extra.cuda.gdc_wait()
     b = tl.program_id(0).to(tl.int64)
@@ -59,8 +69,17 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, 
     gmask = offs_g < G
     dmask = offs_d < D
     heads = hkv * G + offs_g
-    q = tl.load(q_ptr + b * s_qb + heads[:, None] * s_qh + offs_d[None, :],
-                mask=gmask[:, None] & dmask[None, :], other=0.0)
+    qm = gmask[:, None] & dmask[None, :]
+    q = tl.load(q_ptr + b * s_qb + heads[:, None] * s_qh + offs_d[None, :], mask=qm, other=0.0)
+    if ROPE:  # q rotated here; the new token's k and v go into the cache first
+        q = _rope_q(q, q_ptr + b * s_qb + heads[:, None] * s_qh, qm, cos_ptr, sin_ptr, kv_len - 1,
+                    offs_d, dmask, HALF)
+        if (kv_len - 1 >= start) & (kv_len - 1 < start + split_len):  # this split holds it
+            _write_new_kv(kn_ptr + b * s_nb + hkv * s_nh, vn_ptr + b * s_nb + hkv * s_nh,
+                          cos_ptr, sin_ptr, kv_len - 1, k_ptr + b * s_kb + hkv * s_kh,
+                          v_ptr + b * s_vb + hkv * s_vh, s_ks, ks_ptr + b * s_sb + hkv * s_sh,
+                          vs_ptr + b * s_sb + hkv * s_sh, QUANT, QMAX_, HALF, BLOCK_HALF)
+        tl.debug_barrier()  # the cache writes before any thread's loads of the position
     if F32:  # the interpreter computes bf16 on raw bits: float32 math there
         q = q.to(tl.float32)
     elif OPS16:  # fp8 converts to fp16 in one instruction (to bf16 in three): the dots run in
@@ -127,6 +146,54 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, 
                 tl.store(out_ptr + bh * D + offs_d, res.to(out_ptr.dtype.element_ty), mask=dmask)
 
 
+@triton.jit
+def _rope_q(q, q_rows, qm, cos_ptr, sin_ptr, pos, offs_d, dmask, HALF: tl.constexpr):
+    # q [BLOCK_G, BLOCK_D] rotated at pos as kernels.rope._rotated rotates it: the tables rounded
+    # to q's dtype, float32 products, one rounding back (the partner half read again from q_rows)
+    dt = q.dtype
+    lo = offs_d < HALF
+    part = tl.where(lo, offs_d + HALF, offs_d - HALF)
+    half = tl.where(lo, offs_d, offs_d - HALF)
+    c = tl.load(cos_ptr + pos.to(tl.int64) * 2 * HALF + half, mask=dmask, other=0.0)
+    s = tl.load(sin_ptr + pos.to(tl.int64) * 2 * HALF + half, mask=dmask, other=0.0)
+    c = c.to(dt).to(tl.float32)[None, :]
+    s = s.to(dt).to(tl.float32)[None, :]
+    qp = tl.load(q_rows + part[None, :], mask=qm, other=0.0).to(tl.float32)
+    qf = q.to(tl.float32)
+    return tl.where(lo[None, :], qf * c - qp * s, qf * c + qp * s).to(dt)
+
+
+@triton.jit
+def _write_new_kv(kn, vn, cos_ptr, sin_ptr, pos, k_head, v_head, s_ks, ks_head, vs_head,
+                  QUANT: tl.constexpr, QMAX_: tl.constexpr, HALF: tl.constexpr,
+                  BLOCK_HALF: tl.constexpr):
+    # the new token's k (rotated) and v of one KV head into the cache at pos, quantized on the
+    # way: kernels.rope's _rope_kv_kernel for one head (its helpers, its numerics)
+    offs = tl.arange(0, BLOCK_HALF)
+    dmask = offs < HALF
+    m = dmask[None, :]
+    one = tl.full([1], 1, tl.int1)
+    p64 = pos.to(tl.int64)
+    c = tl.load(cos_ptr + p64 * 2 * HALF + offs, mask=dmask, other=0.0)
+    s = tl.load(sin_ptr + p64 * 2 * HALF + offs, mask=dmask, other=0.0)
+    kp = kn + offs[None, :]
+    r1, r2 = _rotated(kp, m, c, s, HALF)
+    if QUANT != 0:  # quantize the k as stored (see _rope_kv_kernel)
+        tl.store(kp, r1, mask=m)
+        tl.store(kp + HALF, r2, mask=m)
+        tl.debug_barrier()
+        r1 = tl.load(kp, mask=m, other=0.0)
+        r2 = tl.load(kp + HALF, mask=m, other=0.0)
+    zero = tl.zeros([1], tl.int64)
+    _store_kv(r1.to(tl.float32), r2.to(tl.float32), k_head + p64 * s_ks + offs[None, :],
+              ks_head + p64 + zero, m, one, QUANT, QMAX_, HALF)
+    vp = vn + offs[None, :]
+    v1 = tl.load(vp, mask=m, other=0.0).to(tl.float32)
+    v2 = tl.load(vp + HALF, mask=m, other=0.0).to(tl.float32)
+    _store_kv(v1, v2, v_head + p64 * s_ks + offs[None, :], vs_head + p64 + zero, m, one, QUANT,
+              QMAX_, HALF)
+
+
 # On the GPU, tile length, warps and pipeline depth are tuned once per shape class (Triton's
 # autotuner, timing each config on the real inputs); the interpreter runs one fixed config.
 # DESIGNZOO_AUTOTUNE=0 runs the fixed config everywhere (the GPU tests use it to bound compile time).
@@ -136,7 +203,7 @@ _CONFIGS = [triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=st)
 _CONFIGS_Q = _CONFIGS + [triton.Config({"BLOCK_N": 256}, num_warps=w, num_stages=st)
                          for w, st in ((4, 2), (8, 2), (8, 3))]
 _FIXED = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
-_KEY = ["D", "G", "QUANT", "split_len", "MERGE", "n_splits"]
+_KEY = ["D", "G", "QUANT", "split_len", "MERGE", "n_splits", "ROPE"]
 # timed inside a CUDA graph (kernels.gemv.graph_bench): a short decode kernel launched from Python
 # measures the host
 _split_tuned = triton.autotune(_CONFIGS, key=_KEY, do_bench=graph_bench)(_split_kernel)
@@ -202,19 +269,26 @@ def plan_splits(batch: int, n_kv_heads: int, capacity: int, block_n: int, n_sm: 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                      pos: torch.Tensor, k_scale: torch.Tensor | None = None,
                      v_scale: torch.Tensor | None = None, sm_scale: float | None = None,
-                     fold_merge: bool | None = None, pdl: bool = False) -> torch.Tensor:
+                     fold_merge: bool | None = None, pdl: bool = False,
+                     new_kv: tuple | None = None) -> torch.Tensor:
     """Attention of one new token per sequence over cache positions ``[0, pos + 1)``.
 
     Args:
         q: ``[B, H, D]`` (or ``[B, H, 1, D]``), last dim contiguous.
-        k_cache, v_cache: ``[B, Hkv, S, D]`` (last dim contiguous); bf16/fp16, or int8 /
-            float8_e4m3fn with ``k_scale``/``v_scale`` ``[B, Hkv, S]`` float32.
+        k_cache, v_cache: ``[B, Hkv, S, D]`` (last dim contiguous, same strides); bf16/fp16, or
+            int8 / float8_e4m3fn with ``k_scale``/``v_scale`` ``[B, Hkv, S]`` float32.
         pos: int64 device tensor whose first element is the new token's position (the token's
-            K/V must already be in the cache).
+            K/V must already be in the cache, unless ``new_kv`` brings them).
         sm_scale: softmax scale, default ``D ** -0.5``.
         fold_merge: merge the splits in the last program of each group (one launch); default on
             the GPU, off in the interpreter (it runs programs one by one: the same result).
         pdl: launch with programmatic dependent launch (Hopper; see ``kernels.gemv``).
+        new_kv: ``(k, v, cos, sin)``: the new token's k and v ``[B, Hkv, D]`` before RoPE (views
+            of the qkv GEMM output are fine), and the RoPE tables ``[max_seq_len, D]`` float32.
+            Then q is taken before RoPE too and rotated in registers, and the program whose split
+            holds ``pos`` writes the rotated k and the v into the cache (quantized on the way)
+            before reading it: ``kernels.rope.rope_kv_write_`` folded in, one launch fewer.
+            The qkv buffer's k is overwritten by the rotated k for a quantized cache.
 
     Returns:
         ``[B, H, D]`` (``[B, H, 1, D]`` if q was 4-D) in q's dtype.
@@ -238,17 +312,23 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     pdl = pdl and not interp
     out = torch.empty(B, H, D, device=q.device, dtype=q.dtype)
     cnt = _counters(q.device, B * Hkv) if merge else lse
-    args = (q, k_cache, v_cache, ks, vs, pos, o_part, lse, cnt, out,
+    kn, vn, cos, sin = new_kv if new_kv is not None else (q, q, lse, lse)
+    if new_kv is not None:
+        assert kn.stride() == vn.stride() and kn.stride(-1) == 1 and cos.is_contiguous()
+        assert k_cache.stride() == v_cache.stride()
+    args = (q, k_cache, v_cache, ks, vs, pos, o_part, lse, cnt, out, kn, vn, cos, sin,
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
             ks.stride(0) if quant else 0, ks.stride(1) if quant else 0,
-            sm_scale or D**-0.5, split_len, n_splits, H, Hkv)
+            kn.stride(0), kn.stride(-2), sm_scale or D**-0.5, split_len, n_splits, H, Hkv)
     BLOCK_S = max(2, triton.next_power_of_2(n_splits))
     fp8 = quant and k_cache.dtype != torch.int8
     meta = dict(G=G, BLOCK_G=max(16, triton.next_power_of_2(G)), D=D, BLOCK_D=BLOCK_D,
                 QUANT=(2 if fp8 else 1) if quant else 0, MERGE=merge,
                 OPS16=fp8 and q.dtype in (torch.bfloat16, torch.float16) and not interp,
-                BLOCK_S=BLOCK_S, PDL=pdl, PV_SCALE=PV_SCALE,
+                BLOCK_S=BLOCK_S, PDL=pdl, PV_SCALE=PV_SCALE, ROPE=new_kv is not None,
+                HALF=D // 2, BLOCK_HALF=triton.next_power_of_2(max(D // 2, 1)),
+                QMAX_=QMAX["fp8_e4m3" if fp8 else "int8"] if quant else 1.0,
                 **({"launch_pdl": True} if pdl else {}))
     grid = (B, Hkv, n_splits)
     if interp:

@@ -134,16 +134,22 @@ def test_decode_attention_priced_by_kv_bytes_and_scores(calibration):
 
 def test_decode_attention_price_is_monotone_in_group_and_continuous_in_length(calibration):
     """The residual correction may not reorder designs (a larger GQA group at the same cache
-    never cheaper) nor jump where the nearest calibrated shape changes (a longer context never
-    much cheaper: the old nearest-shape correction stepped by the ratios' spread there)."""
+    never cheaper: structural, so on the live calibration) nor jump where the nearest calibrated
+    shape changes (a longer context never much cheaper: the old nearest-shape correction stepped
+    by the ratios' spread there; checked on the committed CPU calibration of ``predict_cpu``,
+    since a live one's ratios carry this machine's noise)."""
+    from sweep.analysis import calibrate as cal
+
     c = perf.Calibrated(calibration[1], calibration[0])
     k = next(k for k in perf.kernel_list(TINY, 2, 1, 65, "torch") if k.kind == "decode_attn")
     by_group = [c.decode_attn(dict(k.shape, G=g), k.bytes)[0] for g in range(1, 33)]
     assert all(b >= a for a, b in zip(by_group, by_group[1:])), by_group
+    meta, table = cal.load("", where=REF / "predict_cpu/calibration_cpu.json")
+    fixed = perf.Calibrated(table, meta)
     per_pos = k.bytes / k.shape["S"]
-    by_len = [c.decode_attn(dict(k.shape, S=s), per_pos * s)[0] for s in range(16, 1024, 4)]
+    by_len = [fixed.decode_attn(dict(k.shape, S=s), per_pos * s)[0] for s in range(16, 1024, 4)]
     steps = [b / a - 1 for a, b in zip(by_len, by_len[1:])]
-    assert min(steps) > -0.01, min(steps)  # at most 1% cheaper per 4 more positions
+    assert min(steps) > -0.002, min(steps)  # at most 0.2% cheaper per 4 more positions
     # at a calibrated shape the corrected fit is its measurement, and the price no lower
     cal = calibration[1]
     for _, row in cal[cal.kind == "decode_attn"].iterrows():

@@ -32,6 +32,7 @@ class Attention(nn.Module):
         self.wo = nn.Linear(cfg.q_dim, cfg.d_model, bias=False)
         self.cache: KVCache | None = None
         self.pdl = False  # programmatic dependent launch of the decode kernels (setup_cache)
+        self.fold_rope = False  # decode: RoPE and the cache write inside attention (setup_cache)
 
     def forward(self, x, rope, input_pos, kv_len, mask):
         cfg = self.cfg
@@ -88,7 +89,12 @@ class Attention(nn.Module):
         configured); Triton decode attention for one new token, SDPA for a prefill from 0."""
         cfg, cache, i = self.cfg, self.cache, self.layer
         B, T = q.shape[:2]
-        if T == 1:
+        if T == 1 and self.fold_rope and not torch.compiler.is_compiling():
+            scales = (cache.k_scale[i], cache.v_scale[i]) if cache.quantized else (None, None)
+            with annotate("attention"):  # RoPE and the cache write in the same launch
+                y = decode_attention(q[:, 0], cache.k[i], cache.v[i], input_pos, *scales,
+                                     pdl=self._pdl(), new_kv=(k[:, 0], v[:, 0], *rope))[:, :, None]
+        elif T == 1:
             with annotate("kv_write"):
                 scales = self._rope_write(q, k, v, rope, input_pos, k_inplace=False)
             with annotate("attention"):

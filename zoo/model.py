@@ -15,6 +15,7 @@ CUDA graph.
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -231,8 +232,10 @@ class Transformer(nn.Module):
         self.register_buffer("rope_sin", sin, persistent=False)
         self.register_buffer("positions", torch.arange(max_seq_len, device=dev), persistent=False)
         pdl = gemv.pdl_supported(dev) and self.cfg.kernels == "triton"
+        # RoPE and the cache write folded into the decode attention launch: off until measured
+        fold = os.environ.get("DESIGNZOO_ROPE_IN_ATTENTION", "0") == "1"
         for layer in self.layers:
-            layer.attention.pdl = pdl
+            layer.attention.pdl, layer.attention.fold_rope = pdl, fold
         return self.cache
 
     def skinny_ok(self, tokens: torch.Tensor) -> bool:

@@ -220,3 +220,53 @@ def test_decode_attention_merge_in_kernel(kv_dtype):
         one = da.decode_attention(q, k, v, pos, *scales, fold_merge=True)
         close(one, two, torch.bfloat16)
     assert not da._counters(torch.device(DEVICE), B * Hkv)[:B * Hkv].any()
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "int8", "fp8_e4m3"])
+@pytest.mark.parametrize("B,H,Hkv,D,S,p", [(2, 8, 2, 64, 700, 650), (1, 20, 4, 80, 300, 129),
+                                           (3, 4, 1, 128, 64, 0)])
+def test_decode_attention_with_rope_and_kv_write_folded(kv_dtype, B, H, Hkv, D, S, p):
+    """``new_kv``: RoPE of q in registers and the new k, v written into the cache by the split
+    that holds the position, in the attention launch. The cache (and its scales) bit for bit what
+    ``rope_kv_write_`` writes, the output what the two launches give; positions in a middle
+    split, the last tile of a split and position 0; odd head_dim and group."""
+    from zoo import ModelConfig
+    from zoo.cache import TORCH_DTYPES
+    from zoo.model import rope_cache
+
+    if INTERPRETED and kv_dtype == "fp8_e4m3":
+        pytest.skip("the Triton interpreter's fp8 conversion does not round like the GPU (see "
+                    "test_attention.py); the fused fp8 write is checked on the GPU")
+    dtype = torch.bfloat16
+    cos, sin = rope_cache(ModelConfig.from_name("tiny", head_dim=D), S, DEVICE)
+    g = torch.Generator(DEVICE).manual_seed(D + p)
+    quant = kv_dtype != "bf16"
+    kc = torch.randn(B, Hkv, S, D, device=DEVICE, dtype=dtype, generator=g)
+    vc = torch.randn(B, Hkv, S, D, device=DEVICE, dtype=dtype, generator=g)
+    ks = vs = None
+    if quant:
+        (kc, ks), (vc, vs) = kv_quant.reference(kc, kv_dtype), kv_quant.reference(vc, kv_dtype)
+    qkv = torch.randn(B, 1, (H + 2 * Hkv) * D, device=DEVICE, dtype=dtype, generator=g)
+    pos = torch.tensor([p], device=DEVICE)
+    out, caches = {}, {}
+    for fold in (False, True):
+        buf = qkv.clone()
+        q, k, v = buf.split([H * D, Hkv * D, Hkv * D], dim=-1)
+        q, k, v = q.view(B, 1, H, D), k.view(B, 1, Hkv, D), v.view(B, 1, Hkv, D)
+        c = [kc.clone(), vc.clone()] + ([ks.clone(), vs.clone()] if quant else [None, None])
+        if fold:
+            y = da.decode_attention(q[:, 0], c[0], c[1], pos, c[2], c[3],
+                                    new_kv=(k[:, 0], v[:, 0], cos, sin))
+        else:
+            rope.rope_kv_write_(q, k, v, cos, sin, pos, c[0], c[1], c[2], c[3],
+                                kv_dtype=kv_dtype if quant else None)
+            y = da.decode_attention(q[:, 0], c[0], c[1], pos, c[2], c[3])
+        out[fold], caches[fold] = y, c
+    for a, b in zip(caches[True], caches[False]):
+        if a is not None:
+            exact(a, b)
+    assert caches[True][0].dtype == TORCH_DTYPES[kv_dtype]
+    if INTERPRETED:  # the same numbers in the same order
+        exact(out[True], out[False])
+    else:  # the GPU may contract q's rotation into other FMAs: q within an ulp
+        close(out[True], out[False], dtype)

@@ -47,6 +47,26 @@ def test_quantized_kv_cache_logits_stay_close(kv_dtype):
     assert 0 < rel < (0.02 if kv_dtype == "int8" else 0.06), rel
 
 
+@pytest.mark.parametrize("kv_dtype", [None, "int8"])
+def test_rope_folded_into_attention_matches_the_two_launches(monkeypatch, kv_dtype):
+    """``DESIGNZOO_ROPE_IN_ATTENTION=1``: the decode step's RoPE and cache write inside the
+    attention launch give the logits of the separate RoPE + cache-write kernel (bit for bit in
+    the interpreter, which runs both in the same order)."""
+    dtype = "bf16" if DEVICE == "cuda" else "fp32"
+    cfg = ModelConfig.from_name("tiny", dtype=dtype, kv_dtype=kv_dtype or dtype, kernels="triton",
+                                n_kv_heads=2)
+    prompt = torch.randint(0, cfg.vocab_size, (2, 13), device=DEVICE,
+                           generator=torch.Generator(DEVICE).manual_seed(0))
+    monkeypatch.setenv("DESIGNZOO_ROPE_IN_ATTENTION", "0")
+    two = _logits(cfg, prompt, 6)
+    monkeypatch.setenv("DESIGNZOO_ROPE_IN_ATTENTION", "1")
+    one = _logits(cfg, prompt, 6)
+    if DEVICE == "cpu":
+        torch.testing.assert_close(one, two, rtol=0, atol=0)
+    else:
+        torch.testing.assert_close(one, two, rtol=3e-2, atol=3e-2)
+
+
 @pytest.mark.gpu
 def test_triton_cudagraph_single_graph_matches_eager():
     cfg = ModelConfig.from_name("tiny", dtype="bf16", kv_dtype="bf16", kernels="triton",
