@@ -294,3 +294,16 @@ def test_a_large_prefill_is_priced_eager():
     assert perf.graphed("cudagraph", 8, MAX // 8) and not perf.graphed("cudagraph", 8, MAX // 8 + 1)
     assert not perf.graphed("compile", 1, 512) and not perf.graphed("eager", 1, 1)
     assert not perf.graphed("compile", 1, 1, prefill=True)  # a one-token prompt's prefill
+
+
+def test_kernel_list_follows_the_rope_fold(monkeypatch):
+    """With RoPE and the cache write folded into decode attention the decode step has one kernel
+    per layer fewer; the prefill keeps its RoPE + cache-write kernel."""
+    def ops(new, ctx):
+        return [k.op for k in perf.kernel_list(TINY, 1, new, ctx, "triton")]
+
+    monkeypatch.setenv("DESIGNZOO_ROPE_IN_ATTENTION", "0")
+    assert "rope" in ops(1, 65) and "rope" in ops(64, 64)
+    monkeypatch.setenv("DESIGNZOO_ROPE_IN_ATTENTION", "1")
+    assert "rope" not in ops(1, 65) and "rope" in ops(64, 64)
+    assert "decode_attention" in ops(1, 65)
