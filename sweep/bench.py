@@ -34,6 +34,7 @@ import argparse
 import datetime as dt
 import gc
 import json
+import os
 import statistics
 import sys
 import time
@@ -52,6 +53,10 @@ from .measure.timing import Timer
 from .trial import measure
 
 SHAPES = {"small": "llama3_2_1b", "large": "llama3_1_8b"}
+# the decode path's switches, recorded in each zoo case when set (their before/after:
+# ``results/reference/run_bench.sh OUT levers``)
+LEVERS = ("DESIGNZOO_PDL", "DESIGNZOO_GEMV_PREFETCH", "DESIGNZOO_ROPE_IN_ATTENTION",
+          "DESIGNZOO_AUTOTUNE")
 
 
 def _free():
@@ -73,7 +78,8 @@ def zoo_case(model: str, batch: int, prompt: int, new: int, mode: str, kernels: 
             "tpot_ms_min": m["decode_tpot_ms_min"], "tpot_ms_p90": m["decode_tpot_ms_p90"],
             "ttft_ms": m["ttft_ms"], "decode_min_bytes": dec.min_bytes,
             "mbu_vs_measured": dec.min_bytes / (m["decode_tpot_ms"] / 1e3) / copy_bw,
-            "peak_mem_bytes": m["peak_mem_bytes"]}
+            "peak_mem_bytes": m["peak_mem_bytes"], "decode_linear": m.get("decode_linear", ""),
+            "levers": {k: os.environ[k] for k in LEVERS if k in os.environ}}
 
 
 def peer_case(model: str, batch: int, prompt: int, new: int, repeats: int) -> dict:

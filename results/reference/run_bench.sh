@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Reference run for the kernels issue: GPU kernel tests, then `python -m sweep.bench` groups
 # (appending to one JSON record). Usage: bash results/reference/run_bench.sh OUT.json GROUP...
+# GROUP `levers`: the decode levers' before/after, each its own record OUT.json.<lever>.json, the
+# zoo's path only at batch 1 (small: Llama-3.2-1B, large: Llama-3.1-8B): PREFETCH_X in the GEMV's
+# autotune space (DESIGNZOO_GEMV_PREFETCH) x RoPE and cache write folded into decode attention
+# (DESIGNZOO_ROPE_IN_ATTENTION).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 out=$1; shift
@@ -8,6 +12,17 @@ out=$1; shift
 for g in "$@"; do
   if [ "$g" = tests ]; then
     python3 -m pytest -q tests/kernels tests/test_gpu.py 2>&1 | tail -25
+  elif [ "$g" = levers ]; then
+    for size in small large; do
+      for px in 0 1; do
+        for fold in 0 1; do
+          DESIGNZOO_GEMV_PREFETCH=$px DESIGNZOO_ROPE_IN_ATTENTION=$fold python3 -m sweep.bench \
+            --out "$out.$size.prefetch$px.fold$fold.json" --group $size --batches 1 \
+            --variants cudagraph-triton --command "DESIGNZOO_GEMV_PREFETCH=$px \
+DESIGNZOO_ROPE_IN_ATTENTION=$fold bash results/reference/run_bench.sh $out levers"
+        done
+      done
+    done
   else
     python3 -m sweep.bench --out "$out" --group "$g" \
       --command "bash results/reference/run_bench.sh $out $*"
