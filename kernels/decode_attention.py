@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import graph_bench
+from .graph_timing import graph_bench
 from .rope import QMAX, _rotated, _store_kv
 
 PV_SCALE = 1024.0  # quantized V: p * v_scale * PV_SCALE in fp16 (|V| up to 8128
@@ -204,7 +204,7 @@ _CONFIGS_Q = _CONFIGS + [triton.Config({"BLOCK_N": 256}, num_warps=w, num_stages
                          for w, st in ((4, 2), (8, 2), (8, 3))]
 _FIXED = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
 _KEY = ["D", "G", "QUANT", "split_len", "MERGE", "n_splits", "ROPE"]
-# timed inside a CUDA graph (kernels.gemv.graph_bench): a short decode kernel launched from Python
+# timed inside a CUDA graph (kernels.graph_timing.graph_bench): a short decode kernel launched from Python
 # measures the host
 _split_tuned = triton.autotune(_CONFIGS, key=_KEY, do_bench=graph_bench)(_split_kernel)
 _split_tuned_q = triton.autotune(_CONFIGS_Q, key=_KEY, do_bench=graph_bench)(_split_kernel)

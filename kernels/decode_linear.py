@@ -10,52 +10,25 @@ the results row.
 
 from __future__ import annotations
 
-import statistics
-
 import torch
 
 from .gemv import _interpreted, gemv
+from .graph_timing import time_ms
 from .rmsnorm import rmsnorm
 from .swiglu import swiglu
 
 _CHOICE: dict[tuple, str] = {}
 
 
-def _time_ms(fn, reps: int = 20) -> float:
-    """Milliseconds per call of ``fn`` replayed in a CUDA graph of ``reps`` calls (median of 5
-    replays, after 3 eager warm-ups on a side stream), as the decode step's graph runs it."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
-    g.replay()
-    times = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / reps)
-    del g
-    return statistics.median(times)
-
-
 def choose(key: tuple, triton_fn, cublas_fn) -> str:
-    """``'triton'`` or ``'cublas'`` for a shape key, timed once in a CUDA graph (``_time_ms``) on
-    the first call outside a capture and remembered for the process. During a capture (or off
-    the GPU) an unknown key takes ``'triton'``."""
+    """``'triton'`` or ``'cublas'`` for a shape key, timed once in a CUDA graph
+    (``kernels.graph_timing.time_ms``) on the first call outside a capture and remembered for the
+    process. During a capture (or off the GPU) an unknown key takes ``'triton'``."""
     if key in _CHOICE:
         return _CHOICE[key]
     if not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
         return "triton"
-    t_tr, t_cb = _time_ms(triton_fn), _time_ms(cublas_fn)
+    t_tr, t_cb = time_ms(triton_fn), time_ms(cublas_fn)
     _CHOICE[key] = "triton" if t_tr <= t_cb else "cublas"
     return _CHOICE[key]
 

@@ -38,6 +38,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .graph_timing import graph_bench
+
 PROLOGUES = ("none", "norm", "swiglu")
 MAX_M = 16
 
@@ -202,16 +204,6 @@ def _prune(configs, nargs, **kw):
     return [c for c in configs if (c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.kwargs["SPLIT_K"],
                                    c.num_warps, c.num_stages) in keep
             and (px or not c.kwargs["PREFETCH_X"])]
-
-
-def graph_bench(fn, quantiles=None, rep: int = 10):
-    """Time ``fn`` as it runs in the decode step, inside a CUDA graph (Triton's
-    ``do_bench_cudagraph``; launched from Python, a microsecond kernel measures the host instead).
-    Milliseconds per call; a list for ``quantiles`` (the autotuner's interface). The device is
-    synchronized first: the benchmark runs on a stream of its own, which must not overlap work
-    still queued on the caller's (a workspace being zeroed, a kernel using it)."""
-    torch.cuda.synchronize()
-    return triton.testing.do_bench_cudagraph(fn, rep=rep, quantiles=quantiles)
 
 
 _tuned = triton.autotune(_CONFIGS, key=["BLOCK_M", "N", "K", "PROLOGUE", "HAS_RES"],

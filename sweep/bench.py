@@ -56,7 +56,7 @@ SHAPES = {"small": "llama3_2_1b", "large": "llama3_1_8b"}
 # the decode path's switches, recorded in each zoo case when set (their before/after:
 # ``results/reference/run_bench.sh OUT levers``)
 LEVERS = ("DESIGNZOO_PDL", "DESIGNZOO_GEMV_PREFETCH", "DESIGNZOO_ROPE_IN_ATTENTION",
-          "DESIGNZOO_AUTOTUNE")
+          "DESIGNZOO_COLD_TUNE", "DESIGNZOO_AUTOTUNE")
 
 
 def _free():
@@ -167,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                     choices=["all", "small", "large", "kv", "kv_error", "kernels", "nvtx", "prefill",
                              "gemv"])
     ap.add_argument("--batches", default="1,8", help="batches of the small/large groups")
+    ap.add_argument("--no-peer", action="store_true",
+                    help="small/large without transformers' generate (a lever's before/after)")
     ap.add_argument("--variants", default="",
                     help="comma-separated mode-kernels of the small/large groups to run (e.g. "
                          "cudagraph-triton,cudagraph-torch,compile-torch); default all")
@@ -215,9 +217,10 @@ def main(argv: list[str] | None = None) -> int:
                 base = {"model": model, "batch": batch, "prompt_len": 512, "new_tokens": 128,
                         "context_len": 640}
                 peer = {}
-                add(dict(base, case=f"{model}-b{batch}-peer", mode="eager", kernels="hf",
-                         kv_dtype="bf16", impl="transformers"),
-                    lambda b=batch: (peer.update(peer_case(model, b, 512, 128, 3)) or peer))
+                if not a.no_peer:
+                    add(dict(base, case=f"{model}-b{batch}-peer", mode="eager", kernels="hf",
+                             kv_dtype="bf16", impl="transformers"),
+                        lambda b=batch: (peer.update(peer_case(model, b, 512, 128, 3)) or peer))
                 variants = [("eager", "torch"), ("cudagraph", "torch"), ("cudagraph", "triton"),
                             ("eager", "triton")] + ([("compile", "torch")] if batch == 1 else [])
                 if a.variants:

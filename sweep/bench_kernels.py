@@ -26,12 +26,13 @@ def _free():
 def gemv_rows(copy_bw: float) -> list[dict]:
     """Each decode linear layer of the 1B and 8B shapes at M = 1 and 8, on ``kernels.gemv`` (with
     its fused prologue) and on cuBLAS (``kernels.decode_linear.cublas_linear``): time per call in
-    a CUDA graph of 20 calls (``kernels.decode_linear._time_ms``, median of 5 replays) cycling
+    a CUDA graph of 20 calls (``kernels.graph_timing.time_ms``, median of 5 replays) cycling
     over copies of the weight that together exceed 2.5x the L2 (each call reads its weight from
     DRAM, as in the decode step), and the fraction of the copy roofline for the weight bytes;
     ``choice`` is the faster one, ``triton_config`` the tile the autotuner kept."""
     from kernels import decode_linear as dl
     from kernels import gemv as gv
+    from kernels.graph_timing import time_ms
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = []
@@ -57,9 +58,9 @@ def gemv_rows(copy_bw: float) -> list[dict]:
                     return dl.cublas_linear(x, next(nxt), None, pro, nw, 1e-5,
                                             r if pro == "norm" else None)
 
-                t_tr = dl._time_ms(tri)
+                t_tr = time_ms(tri, cold=False)  # cold already: the copies
                 cfg = getattr(gv._tuned, "best_config", None)
-                t_cb = dl._time_ms(cub)
+                t_cb = time_ms(cub, cold=False)
                 rows.append({"model": model, "layer": name, "M": m, "N": n, "K": k, "prologue": pro,
                              "weight_bytes": nbytes, "weight_copies": len(ws),
                              "triton_ms": t_tr, "cublas_ms": t_cb,

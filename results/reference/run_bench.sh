@@ -4,7 +4,7 @@
 # GROUP `levers`: the decode levers' before/after, each its own record OUT.json.<lever>.json, the
 # zoo's path only at batch 1 (small: Llama-3.2-1B, large: Llama-3.1-8B): PREFETCH_X in the GEMV's
 # autotune space (DESIGNZOO_GEMV_PREFETCH) x RoPE and cache write folded into decode attention
-# (DESIGNZOO_ROPE_IN_ATTENTION).
+# (DESIGNZOO_ROPE_IN_ATTENTION), then both with the autotuners timing cold (DESIGNZOO_COLD_TUNE).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 out=$1; shift
@@ -14,13 +14,12 @@ for g in "$@"; do
     python3 -m pytest -q tests/kernels tests/test_gpu.py 2>&1 | tail -25
   elif [ "$g" = levers ]; then
     for size in small large; do
-      for px in 0 1; do
-        for fold in 0 1; do
-          DESIGNZOO_GEMV_PREFETCH=$px DESIGNZOO_ROPE_IN_ATTENTION=$fold python3 -m sweep.bench \
-            --out "$out.$size.prefetch$px.fold$fold.json" --group $size --batches 1 \
-            --variants cudagraph-triton --command "DESIGNZOO_GEMV_PREFETCH=$px \
-DESIGNZOO_ROPE_IN_ATTENTION=$fold bash results/reference/run_bench.sh $out levers"
-        done
+      for lv in "0 0 0" "1 0 0" "0 1 0" "1 1 0" "1 1 1"; do
+        read -r px fold cold <<< "$lv"
+        DESIGNZOO_GEMV_PREFETCH=$px DESIGNZOO_ROPE_IN_ATTENTION=$fold DESIGNZOO_COLD_TUNE=$cold \
+          python3 -m sweep.bench --out "$out.$size.prefetch$px.fold$fold.cold$cold.json" \
+          --group $size --batches 1 --variants cudagraph-triton --no-peer --command "DESIGNZOO_GEMV_PREFETCH=$px \
+DESIGNZOO_ROPE_IN_ATTENTION=$fold DESIGNZOO_COLD_TUNE=$cold bash results/reference/run_bench.sh $out levers"
       done
     done
   else

@@ -270,3 +270,24 @@ def test_decode_attention_with_rope_and_kv_write_folded(kv_dtype, B, H, Hkv, D, 
         exact(out[True], out[False])
     else:  # the GPU may contract q's rotation into other FMAs: q within an ulp
         close(out[True], out[False], dtype)
+
+
+@pytest.mark.gpu
+def test_cold_timing_reads_the_weight_from_dram(monkeypatch):
+    """``kernels.graph_timing``: an 8 MB weight fits the L2; replayed back to back it is read
+    from there, timed cold (after a read of 2.5x the L2, subtracted) from DRAM: slower. The
+    autotuners' ``graph_bench`` times cold under ``DESIGNZOO_COLD_TUNE=1``."""
+    from kernels import graph_timing
+
+    w = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(1, 1024, device="cuda", dtype=torch.bfloat16)
+
+    def fn():
+        return gemv.gemv(x, w, config=gemv._FIXED)
+
+    hot = graph_timing.time_ms(fn, cold=False)
+    cold = graph_timing.time_ms(fn, cold=True)
+    assert 0 < hot < cold, (hot, cold)
+    monkeypatch.setenv("DESIGNZOO_COLD_TUNE", "1")
+    t = graph_timing.graph_bench(fn, quantiles=[0.5, 0.2, 0.8])
+    assert len(t) == 3 and t[0] > hot
