@@ -47,7 +47,7 @@ PV_SCALE = 1024.0  # quantized V: p * v_scale * PV_SCALE in fp16 (|V| up to 8128
 
 @triton.jit
 def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, cnt_ptr, out_ptr,
-                  kn_ptr, vn_ptr, cos_ptr, sin_ptr,
+                  kn_ptr, vn_ptr, cos_ptr, sin_ptr, kr_ptr,
                   s_qb, s_qh, s_kb, s_kh, s_ks, s_vb, s_vh, s_vs, s_sb, s_sh, s_nb, s_nh,
                   sm_scale, split_len, n_splits, n_heads, n_kv_heads,
                   G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr,
@@ -76,6 +76,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, 
                     offs_d, dmask, HALF)
         if (kv_len - 1 >= start) & (kv_len - 1 < start + split_len):  # this split holds it
             _write_new_kv(kn_ptr + b * s_nb + hkv * s_nh, vn_ptr + b * s_nb + hkv * s_nh,
+                          kr_ptr + (b * n_kv_heads + hkv) * 2 * HALF,
                           cos_ptr, sin_ptr, kv_len - 1, k_ptr + b * s_kb + hkv * s_kh,
                           v_ptr + b * s_vb + hkv * s_vh, s_ks, ks_ptr + b * s_sb + hkv * s_sh,
                           vs_ptr + b * s_sb + hkv * s_sh, QUANT, QMAX_, HALF, BLOCK_HALF)
@@ -164,11 +165,13 @@ def _rope_q(q, q_rows, qm, cos_ptr, sin_ptr, pos, offs_d, dmask, HALF: tl.conste
 
 
 @triton.jit
-def _write_new_kv(kn, vn, cos_ptr, sin_ptr, pos, k_head, v_head, s_ks, ks_head, vs_head,
+def _write_new_kv(kn, vn, kr, cos_ptr, sin_ptr, pos, k_head, v_head, s_ks, ks_head, vs_head,
                   QUANT: tl.constexpr, QMAX_: tl.constexpr, HALF: tl.constexpr,
                   BLOCK_HALF: tl.constexpr):
     # the new token's k (rotated) and v of one KV head into the cache at pos, quantized on the
-    # way: kernels.rope's _rope_kv_kernel for one head (its helpers, its numerics)
+    # way: kernels.rope's _rope_kv_kernel for one head (its helpers, its numerics). A quantized
+    # cache quantizes the rotated k as stored in the activation dtype: through the scratch row kr
+    # (the inputs are left as they were: the autotuner runs the kernel again on them)
     offs = tl.arange(0, BLOCK_HALF)
     dmask = offs < HALF
     m = dmask[None, :]
@@ -179,11 +182,12 @@ def _write_new_kv(kn, vn, cos_ptr, sin_ptr, pos, k_head, v_head, s_ks, ks_head, 
     kp = kn + offs[None, :]
     r1, r2 = _rotated(kp, m, c, s, HALF)
     if QUANT != 0:  # quantize the k as stored (see _rope_kv_kernel)
-        tl.store(kp, r1, mask=m)
-        tl.store(kp + HALF, r2, mask=m)
+        krp = kr + offs[None, :]
+        tl.store(krp, r1, mask=m)
+        tl.store(krp + HALF, r2, mask=m)
         tl.debug_barrier()
-        r1 = tl.load(kp, mask=m, other=0.0)
-        r2 = tl.load(kp + HALF, mask=m, other=0.0)
+        r1 = tl.load(krp, mask=m, other=0.0)
+        r2 = tl.load(krp + HALF, mask=m, other=0.0)
     zero = tl.zeros([1], tl.int64)
     _store_kv(r1.to(tl.float32), r2.to(tl.float32), k_head + p64 * s_ks + offs[None, :],
               ks_head + p64 + zero, m, one, QUANT, QMAX_, HALF)
@@ -288,10 +292,14 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             Then q is taken before RoPE too and rotated in registers, and the program whose split
             holds ``pos`` writes the rotated k and the v into the cache (quantized on the way)
             before reading it: ``kernels.rope.rope_kv_write_`` folded in, one launch fewer.
-            The qkv buffer's k is overwritten by the rotated k for a quantized cache.
+            The inputs are not modified (running it twice writes the same cache).
 
     Returns:
         ``[B, H, D]`` (``[B, H, 1, D]`` if q was 4-D) in q's dtype.
+
+    Raises:
+        ValueError: ``new_kv`` of another shape than ``[B, Hkv, D]`` or tables not float32
+            ``[max_seq_len, D]``.
     """
     squeeze = q.dim() == 4
     if squeeze:
@@ -313,14 +321,22 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     out = torch.empty(B, H, D, device=q.device, dtype=q.dtype)
     cnt = _counters(q.device, B * Hkv) if merge else lse
     kn, vn, cos, sin = new_kv if new_kv is not None else (q, q, lse, lse)
+    kr = lse
     if new_kv is not None:
-        assert kn.stride() == vn.stride() and kn.stride(-1) == 1 and cos.is_contiguous()
-        assert k_cache.stride() == v_cache.stride()
-    args = (q, k_cache, v_cache, ks, vs, pos, o_part, lse, cnt, out, kn, vn, cos, sin,
+        if kn.shape != (B, Hkv, D) or vn.shape != (B, Hkv, D):
+            raise ValueError(f"new_kv's k and v must be [B, Hkv, D] = {[B, Hkv, D]}, got "
+                             f"{list(kn.shape)} and {list(vn.shape)}")
+        if cos.dtype != torch.float32 or sin.dtype != torch.float32 or cos.shape[-1] != D:
+            raise ValueError("new_kv's RoPE tables must be float32 [max_seq_len, head_dim]")
+        assert kn.stride() == vn.stride() and kn.stride(-1) == 1
+        assert cos.is_contiguous() and sin.is_contiguous() and k_cache.stride() == v_cache.stride()
+        if quant:  # the rotated k in the activation dtype, before it is quantized
+            kr = torch.empty(B * Hkv * D, device=q.device, dtype=kn.dtype)
+    args = (q, k_cache, v_cache, ks, vs, pos, o_part, lse, cnt, out, kn, vn, cos, sin, kr,
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
             ks.stride(0) if quant else 0, ks.stride(1) if quant else 0,
-            kn.stride(0), kn.stride(-2), sm_scale or D**-0.5, split_len, n_splits, H, Hkv)
+            kn.stride(0), kn.stride(1), sm_scale or D**-0.5, split_len, n_splits, H, Hkv)
     BLOCK_S = max(2, triton.next_power_of_2(n_splits))
     fp8 = quant and k_cache.dtype != torch.int8
     meta = dict(G=G, BLOCK_G=max(16, triton.next_power_of_2(G)), D=D, BLOCK_D=BLOCK_D,

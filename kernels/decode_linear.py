@@ -38,9 +38,14 @@ def choices() -> dict[str, str]:
     return {f"M={k[0]} N={k[1]} K={k[2]} {k[3]} {k[4]}": v for k, v in sorted(_CHOICE.items())}
 
 
-def chosen(M: int, N: int, K: int) -> str | None:
-    """What ``choose`` picked for ``M`` rows of an ``[N, K]`` weight (any prologue), or None."""
-    return next((v for k, v in _CHOICE.items() if k[:3] == (M, N, K)), None)
+def chosen(M: int, weight: torch.Tensor, prologue: str) -> str | None:
+    """What ``choose`` picked for ``M`` rows of ``weight`` (``[N, K]``, its dtype and device)
+    with ``prologue`` (``none``, ``norm`` with or without the residual add, ``swiglu``), or
+    None."""
+    N, K = weight.shape
+    dt, dev = str(weight.dtype).removeprefix("torch."), str(weight.device)
+    return next((v for k, v in _CHOICE.items() if k[:3] == (M, N, K) and k[4:] == (dt, dev)
+                 and k[3].split("+")[0] == prologue), None)
 
 
 def cublas_linear(x, weight, bias=None, prologue="none", norm_weight=None, eps=1e-5,
@@ -61,7 +66,7 @@ def linear(x: torch.Tensor, layer: torch.nn.Linear, prologue: str = "none",
            norm: torch.nn.Module | None = None, residual: torch.Tensor | None = None):
     """A decode linear layer with its prologue, on the faster of ``kernels.gemv`` and cuBLAS.
 
-    The two round the norm at different points (see the module doc): outputs agree to the
+    The two round the norm at different points (see ``kernels.gemv``'s module doc): outputs agree to the
     activation dtype's rounding, not bit for bit, and which one runs is recorded by ``choices``.
 
     ``layer`` is the ``nn.Linear`` (weight ``[N, K]``); ``norm`` the RMSNorm module whose

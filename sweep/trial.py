@@ -75,10 +75,11 @@ def decode_linear_path(model, batch: int, mode: str) -> str:
     from kernels.decode_linear import chosen
 
     attn, ffn = model.layers[0].attention, model.layers[0].feed_forward
-    layers = {"qkv": attn.wqkv, "out_proj": attn.wo, "w13": ffn.w13, "w2": ffn.w2,
-              "lm_head": model.output}
-    return ", ".join(f"{name} {chosen(batch, *lin.weight.shape) or 'triton (not timed)'}"
-                     for name, lin in layers.items())
+    layers = {"qkv": (attn.wqkv, "norm"), "out_proj": (attn.wo, "none"), "w13": (ffn.w13, "norm"),
+              "w2": (ffn.w2, "swiglu" if cfg.ffn_type == "swiglu" else "none"),
+              "lm_head": (model.output, "norm")}
+    return ", ".join(f"{name} {chosen(batch, lin.weight, pro) or 'triton (not timed)'}"
+                     for name, (lin, pro) in layers.items())
 
 
 def measure(spec: dict) -> dict:

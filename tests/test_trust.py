@@ -218,10 +218,13 @@ def test_decode_linear_path_names_each_layer_or_why_not(monkeypatch):
     cfg = ModelConfig.from_name("tiny").replace(kernels="triton")
     model = Transformer(cfg)
     d, q, kv, f = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim
+    dt = str(model.layers[0].attention.wqkv.weight.dtype).removeprefix("torch.")
     monkeypatch.setattr(decode_linear, "_CHOICE", {
-        (2, q + 2 * kv, d, "norm+res", "bfloat16", "cuda:0"): "triton",
-        (2, d, q, "none", "bfloat16", "cuda:0"): "cublas",
-        (2, 2 * f, d, "norm+res", "bfloat16", "cuda:0"): "triton"})
+        (2, q + 2 * kv, d, "norm+res", dt, "cpu"): "triton",
+        (2, d, q, "none", dt, "cpu"): "cublas",
+        (2, d, q, "swiglu", dt, "cpu"): "triton",  # another prologue: not out_proj's
+        (2, d, f, "swiglu", "float16", "cpu"): "cublas",  # another dtype: not w2's
+        (2, 2 * f, d, "norm+res+bias", dt, "cpu"): "triton"})
     got = decode_linear_path(model, 2, "cudagraph")
     assert got == ("qkv triton, out_proj cublas, w13 triton, w2 triton (not timed), "
                    "lm_head triton (not timed)")

@@ -65,7 +65,9 @@ class Attention(nn.Module):
 
     def attend(self, qkv, rope, input_pos):
         """Decode attention from the fused qkv output ``[B, 1, q_dim + 2 kv_dim]``: RoPE with the
-        K/V cache write (one kernel), then the split-K decode kernel. Returns ``[B, 1, q_dim]``."""
+        K/V cache write (one kernel), then the split-K decode kernel; or, with ``fold_rope``
+        (``DESIGNZOO_ROPE_IN_ATTENTION=1``), both in the decode kernel's launch. Returns
+        ``[B, 1, q_dim]``."""
         cfg = self.cfg
         B, T, _ = qkv.shape
         q, k, v = qkv.split([cfg.q_dim, cfg.kv_dim, cfg.kv_dim], dim=-1)
@@ -86,7 +88,8 @@ class Attention(nn.Module):
 
     def _triton(self, q, k, v, rope, input_pos, kv_len, mask):
         """Fused path: one kernel rotates q and k and writes k, v into the cache (quantized if so
-        configured); Triton decode attention for one new token, SDPA for a prefill from 0."""
+        configured); Triton decode attention for one new token (with ``fold_rope`` the rotation
+        and the write happen in its launch), SDPA for a prefill from 0."""
         cfg, cache, i = self.cfg, self.cache, self.layer
         B, T = q.shape[:2]
         if T == 1 and self.fold_rope and not torch.compiler.is_compiling():

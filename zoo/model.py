@@ -125,10 +125,12 @@ class Block(nn.Module):
             return h + self.feed_forward(f)
 
     def skinny(self, x, rope, input_pos, residual=None):
-        """The decode step's block (Triton, ``B * T <= 16`` rows, RMSNorm): six launches.
+        """The decode step's block (Triton, ``B * T <= 16`` rows, RMSNorm): six launches (five with
+        ``DESIGNZOO_ROPE_IN_ATTENTION=1``).
 
         qkv GEMV with the attention norm and the residual add in its prologue; RoPE with the K/V
-        cache write; decode attention (splits merged in-kernel); out_proj GEMV; w13 GEMV with the
+        cache write (or inside attention); decode attention (splits merged in-kernel); out_proj
+        GEMV; w13 GEMV with the
         FFN norm and residual add in its prologue; w2 GEMV with SwiGLU in its prologue. Each GEMV
         runs ``kernels.gemv`` or cuBLAS, whichever measured faster for its shape
         (``kernels.decode_linear``). Returns

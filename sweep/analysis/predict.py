@@ -42,7 +42,7 @@ from .pricing import Calibrated
 MODULES = ("qkv", "attention", "out_proj", "ffn", "lm_head", "norms_elementwise",
            "launch_overhead")
 # kernels each op launches (ATen ops of the torch path, one fused kernel of the Triton path);
-# counted from zoo/model.py, for the launch cost
+# counted from zoo/model.py and zoo/attention.py, for the launch cost
 TORCH_KERNELS = {"rmsnorm": 7, "rope": 14, "kv_write": 2, "residual": 1, "swiglu": 2,
                  "decode_attn": 7, "prefill_attn": 1, "gemm": 1, "embedding": 1}
 # Triton: RoPE and the K/V cache write are one kernel (``rope_kv_write_``), decode attention merges

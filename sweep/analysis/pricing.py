@@ -187,7 +187,8 @@ class Calibrated:
         correction: ``(seconds, corrected)``, one per group. The correction is a Shepard
         (inverse squared distance) mean of the log ratios of the calibrated shapes within 4x in
         every dimension (``d``: the largest log distance), their weights fading linearly from
-        ``d = log 2`` to none at ``d = log 4``: the measurement itself at a calibrated shape,
+        ``d = log 2`` to none at ``d = log 4``: the measurement itself at a calibrated shape (the
+        price there, the largest over groups ``1 .. G``, is that or more),
         continuous between them, and no correction far from all (``SHEPARD_FLOOR``)."""
         fixed, a, b, _, _, _, _, shapes, ratio = fit
         g = groups.astype(float)

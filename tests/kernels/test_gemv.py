@@ -270,6 +270,21 @@ def test_decode_attention_with_rope_and_kv_write_folded(kv_dtype, B, H, Hkv, D, 
         exact(out[True], out[False])
     else:  # the GPU may contract q's rotation into other FMAs: q within an ulp
         close(out[True], out[False], dtype)
+    # the inputs are left as they were: run again on the same tensors (as the autotuner does),
+    # the same cache and output
+    q, k, v = qkv.split([H * D, Hkv * D, Hkv * D], dim=-1)
+    q, k, v = q.view(B, 1, H, D), k.view(B, 1, Hkv, D), v.view(B, 1, Hkv, D)
+    before = qkv.clone()
+    c = caches[True]
+    again = da.decode_attention(q[:, 0], c[0], c[1], pos, c[2], c[3],
+                                new_kv=(k[:, 0], v[:, 0], cos, sin))
+    exact(qkv, before)
+    exact(again, out[True])
+    for a, b in zip(c, caches[False]):
+        if a is not None:
+            exact(a, b)
+    with pytest.raises(ValueError, match=r"must be \[B, Hkv, D\]"):
+        da.decode_attention(q[:, 0], c[0], c[1], pos, c[2], c[3], new_kv=(k, v, cos, sin))
 
 
 @pytest.mark.gpu
