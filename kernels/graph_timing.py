@@ -12,9 +12,10 @@ choice tuned that way is tuned for the wrong memory. Cold timing reads a buffer 
 before each call (a read: no dirty lines left to write back during the timed kernel) and
 subtracts a graph of the reads alone, timed the same way. The read takes ~40 us (125 MB at
 ~3 TB/s) against a decode kernel's few, so the difference carries the reads' spread: medians of
-5 replays of 20 rounds each (an estimate of a few percent of a 5 us kernel, not yet measured).
-The buffer stays allocated for the process and so counts in a cold-tuned run's
-``peak_mem_bytes``.
+5 replays of 20 rounds each (an estimate of a few percent of a 5 us kernel). Measured on the
+H100 (`results/reference/bench_h100_v3_dev/`): no gain at batch 1 (Llama-3.2-1B 883.1 -> 883.5
+tok/s, Llama-3.1-8B 180.9 -> 180.8, within the spread), so it stays off. The buffer stays
+allocated for the process and so counts in a cold-tuned run's ``peak_mem_bytes``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ _FLUSH: dict = {}
 
 
 def cold_default() -> bool:
-    """Whether the autotuners time cold (``DESIGNZOO_COLD_TUNE=1``; off until measured)."""
+    """Whether the autotuners time cold (``DESIGNZOO_COLD_TUNE=1``; off by default:
+    measured no faster on the H100, see the module's text)."""
     return os.environ.get("DESIGNZOO_COLD_TUNE", "0") == "1"
 
 

@@ -15,13 +15,12 @@ CUDA graph.
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels import decode_linear, gemv
+from kernels import decode_attention, decode_linear, gemv
 from kernels.rmsnorm import rmsnorm as rmsnorm_kernel
 from kernels.swiglu import swiglu
 
@@ -125,16 +124,15 @@ class Block(nn.Module):
             return h + self.feed_forward(f)
 
     def skinny(self, x, rope, input_pos, residual=None):
-        """The decode step's block (Triton, ``B * T <= 16`` rows, RMSNorm): six launches (five with
-        ``DESIGNZOO_ROPE_IN_ATTENTION=1``).
+        """The decode step's block (Triton, ``B * T <= 16`` rows, RMSNorm): five launches (six with
+        ``DESIGNZOO_ROPE_IN_ATTENTION=0``).
 
-        qkv GEMV with the attention norm and the residual add in its prologue; RoPE with the K/V
-        cache write (or inside attention); decode attention (splits merged in-kernel); out_proj
-        GEMV; w13 GEMV with the
-        FFN norm and residual add in its prologue; w2 GEMV with SwiGLU in its prologue. Each GEMV
-        runs ``kernels.gemv`` or cuBLAS, whichever measured faster for its shape
-        (``kernels.decode_linear``). Returns
-        ``(ffn_out, h)`` like ``forward`` on the fused path. x, residual: ``[B, 1, d_model]``.
+        qkv GEMV with the attention norm and the residual add in its prologue; decode attention
+        (splits merged in-kernel) with RoPE and the K/V cache write in its launch (or one kernel
+        before it); out_proj GEMV; w13 GEMV with the FFN norm and residual add in its prologue;
+        w2 GEMV with SwiGLU in its prologue. Each GEMV runs ``kernels.gemv`` or cuBLAS, whichever
+        measured faster for its shape (``kernels.decode_linear``). Returns ``(ffn_out, h)`` like
+        ``forward`` on the fused path. x, residual: ``[B, 1, d_model]``.
         """
         attn, ffn = self.attention, self.feed_forward
         with annotate("attn"):
@@ -234,8 +232,7 @@ class Transformer(nn.Module):
         self.register_buffer("rope_sin", sin, persistent=False)
         self.register_buffer("positions", torch.arange(max_seq_len, device=dev), persistent=False)
         pdl = gemv.pdl_supported(dev) and self.cfg.kernels == "triton"
-        # RoPE and the cache write folded into the decode attention launch: off until measured
-        fold = os.environ.get("DESIGNZOO_ROPE_IN_ATTENTION", "0") == "1"
+        fold = decode_attention.rope_in_attention()  # RoPE + cache write in the attention launch
         for layer in self.layers:
             layer.attention.pdl, layer.attention.fold_rope = pdl, fold
         return self.cache

@@ -5,6 +5,8 @@
 # zoo's path only at batch 1 (small: Llama-3.2-1B, large: Llama-3.1-8B): PREFETCH_X in the GEMV's
 # autotune space (DESIGNZOO_GEMV_PREFETCH) x RoPE and cache write folded into decode attention
 # (DESIGNZOO_ROPE_IN_ATTENTION), then both with the autotuners timing cold (DESIGNZOO_COLD_TUNE).
+# SIZES (default "small large") and LEVERS (default "000 100 010 110 111", digits prefetch, fold,
+# cold) narrow it.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 out=$1; shift
@@ -13,13 +15,14 @@ for g in "$@"; do
   if [ "$g" = tests ]; then
     python3 -m pytest -q tests/kernels tests/test_gpu.py 2>&1 | tail -25
   elif [ "$g" = levers ]; then
-    for size in small large; do
-      for lv in "0 0 0" "1 0 0" "0 1 0" "1 1 0" "1 1 1"; do
-        read -r px fold cold <<< "$lv"
+    for size in ${SIZES:-small large}; do
+      for lv in ${LEVERS:-000 100 010 110 111}; do
+        px=${lv:0:1} fold=${lv:1:1} cold=${lv:2:1}; t0=$(date +%s)
         DESIGNZOO_GEMV_PREFETCH=$px DESIGNZOO_ROPE_IN_ATTENTION=$fold DESIGNZOO_COLD_TUNE=$cold \
           python3 -m sweep.bench --out "$out.$size.prefetch$px.fold$fold.cold$cold.json" \
           --group $size --batches 1 --variants cudagraph-triton --no-peer --command "DESIGNZOO_GEMV_PREFETCH=$px \
 DESIGNZOO_ROPE_IN_ATTENTION=$fold DESIGNZOO_COLD_TUNE=$cold bash results/reference/run_bench.sh $out levers"
+        echo "levers $size $lv: $(( $(date +%s) - t0 )) s"
       done
     done
   else

@@ -28,9 +28,9 @@ bandwidth, fixed costs unchanged (``transfer``).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 
+from kernels.decode_attention import rope_in_attention
 from kernels.gemv import MAX_M as GEMV_MAX_M
 from zoo import ModelConfig
 from zoo.config import DTYPE_BYTES
@@ -71,8 +71,8 @@ class Kernel:
 def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: str) -> list[Kernel]:
     """The kernels of one forward of ``new`` tokens per sequence over ``context`` positions
     (prefill: ``new == context``; a decode step: ``new == 1``), in the zoo's order (read from
-    the same switches: ``DESIGNZOO_ROPE_IN_ATTENTION=1`` folds a Triton decode step's RoPE and
-    cache write into its attention kernel)."""
+    the same switch as the model: ``kernels.decode_attention.rope_in_attention``, by default,
+    folds a Triton decode step's RoPE and cache write into its attention kernel)."""
     d, F, V, L = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.n_layers
     H, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     wb, kvb = DTYPE_BYTES[cfg.dtype], DTYPE_BYTES[cfg.kv_dtype]
@@ -100,7 +100,7 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     out = [Kernel("norms_elementwise", "elementwise", "embedding", 0, 2 * M * d * wb,
                   {"op": "embedding", "impl": "torch", "bytes": 2 * M * d * wb}, 1, 1),
            elem("rmsnorm", norm_bytes), gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d)]
-    if fused and new == 1 and os.environ.get("DESIGNZOO_ROPE_IN_ATTENTION", "0") == "1":
+    if fused and new == 1 and rope_in_attention():
         pass  # folded into the decode attention launch (zoo.attention; its bytes are a token's)
     elif fused:  # one kernel: RoPE and the cache write (priced on their bytes together)
         out.append(elem("rope", rope_bytes + kv_bytes))
