@@ -49,8 +49,8 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
                  M, N, K, eps, s_xm, s_rm, s_hm, s_wn, s_ym,
                  PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 SPLIT_K: tl.constexpr, PREFETCH_X: tl.constexpr, PDL: tl.constexpr,
-                 F32: tl.constexpr, IEEE: tl.constexpr):
+                 SPLIT_K: tl.constexpr, PREFETCH_X: tl.constexpr, W_AHEAD: tl.constexpr,
+                 PDL: tl.constexpr, F32: tl.constexpr, IEEE: tl.constexpr):
     # PROLOGUE: 0 none, 1 (residual add +) RMSNorm, 2 SwiGLU of a stacked [M, 2K] input.
     # The tile is computed transposed, acc [BLOCK_N, BLOCK_M] = W_tile @ x^T ("swap AB": the
     # weight rows fill the tensor core's M dimension, the few activation rows its N).
@@ -58,7 +58,10 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
     # tl.dot's operands), and the first before waiting on the previous kernel: weights do not
     # depend on it, so under PDL they stream while it finishes. With PREFETCH_X it prefetches
     # the next activation tiles too (x; residual and norm weight, or gate and up): without, each
-    # K step waits for their L2 round trip before its products.
+    # K step waits for their L2 round trip before its products. W_AHEAD does the weights' hand
+    # prefetch (the first tile before the PDL wait) for the dot path too, in place of the
+    # compiler's pipelining of tl.dot's operands: the autotuner keeps whichever is faster.
+    AHEAD: tl.constexpr = BLOCK_M == 1 or W_AHEAD
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
@@ -73,7 +76,7 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
     k_end = tl.minimum(k_start + k_len, K)
     w_rows = w_ptr + offs_n[:, None] * s_wn
     first = (tl.zeros([BLOCK_M], tl.int32) + pid_n) == 0  # column 0 writes h
-    if BLOCK_M == 1:
+    if AHEAD:
         offs_k = k_start + tl.arange(0, BLOCK_K)
         w_next = tl.load(w_rows + offs_k[None, :], mask=nmask[:, None] & (offs_k < k_end)[None, :],
                          other=0.0)
@@ -107,7 +110,7 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
             a = (hf * nw.to(tl.float32)[None, :]).to(dt)
         else:
             a = p0
-        if BLOCK_M == 1:
+        if AHEAD:
             w = w_next
             nk = offs_k + BLOCK_K
             w_next = tl.load(w_rows + nk[None, :], mask=nmask[:, None] & (nk < k_end)[None, :],
@@ -188,22 +191,27 @@ _M1 = [(bn, bk, sk, w, st) for bn, bk, w, st in ((4, 1024, 4, 2), (8, 512, 4, 3)
 _DOT = [(bn, bk, sk, w, st) for bn, bk, w, st in ((64, 128, 4, 4), (64, 256, 4, 3), (32, 128, 4, 4),
                                                   (16, 256, 4, 3), (128, 64, 4, 4))
         for sk in (1, 4, 8)]
-_CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk, "PREFETCH_X": px},
+_CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk, "PREFETCH_X": px,
+                           "W_AHEAD": wa},
                           num_warps=w, num_stages=st)
             for bn, bk, sk, w, st in dict.fromkeys(_M1 + _DOT)
-            for px in ((0, 1) if (bn, bk, sk, w, st) in _M1 else (0,))]
-_FIXED = {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 1, "PREFETCH_X": 0, "num_warps": 4,
-          "num_stages": 3}
+            for px in ((0, 1) if (bn, bk, sk, w, st) in _M1 else (0,))
+            for wa in ((0, 1) if (bn, bk, sk, w, st) in _DOT else (0,))]
+_FIXED = {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 1, "PREFETCH_X": 0, "W_AHEAD": 0,
+          "num_warps": 4, "num_stages": 3}
 
 
 def _prune(configs, nargs, **kw):
-    # DESIGNZOO_GEMV_PREFETCH=0 leaves PREFETCH_X out (the before/after of that lever)
+    # DESIGNZOO_GEMV_PREFETCH=0 leaves PREFETCH_X out, DESIGNZOO_GEMV_W_AHEAD=0 W_AHEAD (the
+    # before/after of those levers)
     one = kw.get("BLOCK_M", nargs.get("BLOCK_M")) == 1
     keep = set(_M1 if one else _DOT)
     px = one and os.environ.get("DESIGNZOO_GEMV_PREFETCH", "1") != "0"
+    wa = not one and os.environ.get("DESIGNZOO_GEMV_W_AHEAD", "1") != "0"
+    # (a tile in both lists carries both switches: each path keeps its own)
     return [c for c in configs if (c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.kwargs["SPLIT_K"],
                                    c.num_warps, c.num_stages) in keep
-            and (px or not c.kwargs["PREFETCH_X"])]
+            and (px or not c.kwargs["PREFETCH_X"]) and (wa or not c.kwargs["W_AHEAD"])]
 
 
 _tuned = triton.autotune(_CONFIGS, key=["BLOCK_M", "N", "K", "PROLOGUE", "HAS_RES"],
@@ -263,7 +271,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
         pdl: launch with programmatic dependent launch (default: ``pdl_supported``).
         config: a fixed tile config (``BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages``,
             optionally ``PREFETCH_X``: the next activation tiles loaded a step ahead, one row
-            only) instead of the tuned one (tests).
+            only; ``W_AHEAD``: the weight tiles loaded a step ahead by hand on the dot path, as
+            one row always does) instead of the tuned one (tests).
 
     Returns:
         ``y [..., N]``; with ``prologue='norm'`` and a residual, ``(y, h)`` where ``h = x +
@@ -302,7 +311,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
                 IEEE=weight.dtype == torch.float32)
     launch = {"launch_pdl": True} if pdl else {}
     if config or interp or os.environ.get("DESIGNZOO_AUTOTUNE", "1") == "0":
-        cfg = {"PREFETCH_X": 0, **(config or _FIXED)}
+        cfg = {"PREFETCH_X": 0, "W_AHEAD": 0, **(config or _FIXED)}
         grid = (triton.cdiv(N, cfg["BLOCK_N"]), cfg["SPLIT_K"])
         _gemv_kernel[grid](*args, **meta, **cfg, **launch)
     else:

@@ -55,7 +55,8 @@ from .trial import measure
 SHAPES = {"small": "llama3_2_1b", "large": "llama3_1_8b"}
 # the decode path's switches, recorded in each zoo case when set (their before/after:
 # ``results/reference/run_bench.sh OUT levers``)
-LEVERS = ("DESIGNZOO_PDL", "DESIGNZOO_GEMV_PREFETCH", "DESIGNZOO_ROPE_IN_ATTENTION",
+LEVERS = ("DESIGNZOO_PDL", "DESIGNZOO_GEMV_PREFETCH", "DESIGNZOO_GEMV_W_AHEAD",
+          "DESIGNZOO_ROPE_IN_ATTENTION",
           "DESIGNZOO_COLD_TUNE", "DESIGNZOO_AUTOTUNE")
 
 

@@ -5,8 +5,9 @@
 # zoo's path only at batch 1 (small: Llama-3.2-1B, large: Llama-3.1-8B): PREFETCH_X in the GEMV's
 # autotune space (DESIGNZOO_GEMV_PREFETCH) x RoPE and cache write folded into decode attention
 # (DESIGNZOO_ROPE_IN_ATTENTION), then both with the autotuners timing cold (DESIGNZOO_COLD_TUNE).
-# SIZES (default "small large") and LEVERS (default "000 100 010 110 111", digits prefetch, fold,
-# cold) narrow it.
+# SIZES (default "small large"), BATCHES (default 1) and LEVERS (default "000 100 010 110 111",
+# digits prefetch, fold, cold and, optional, W_AHEAD: the dot path's weights loaded ahead by hand,
+# default 1) narrow it.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 out=$1; shift
@@ -17,11 +18,12 @@ for g in "$@"; do
   elif [ "$g" = levers ]; then
     for size in ${SIZES:-small large}; do
       for lv in ${LEVERS:-000 100 010 110 111}; do
-        px=${lv:0:1} fold=${lv:1:1} cold=${lv:2:1}; t0=$(date +%s)
-        DESIGNZOO_GEMV_PREFETCH=$px DESIGNZOO_ROPE_IN_ATTENTION=$fold DESIGNZOO_COLD_TUNE=$cold \
-          python3 -m sweep.bench --out "$out.$size.prefetch$px.fold$fold.cold$cold.json" \
-          --group $size --batches 1 --variants cudagraph-triton --no-peer --command "DESIGNZOO_GEMV_PREFETCH=$px \
-DESIGNZOO_ROPE_IN_ATTENTION=$fold DESIGNZOO_COLD_TUNE=$cold bash results/reference/run_bench.sh $out levers"
+        px=${lv:0:1} fold=${lv:1:1} cold=${lv:2:1} wa=${lv:3:1}; wa=${wa:-1}; t0=$(date +%s)
+        sw="DESIGNZOO_GEMV_PREFETCH=$px DESIGNZOO_ROPE_IN_ATTENTION=$fold DESIGNZOO_COLD_TUNE=$cold"
+        sw="$sw DESIGNZOO_GEMV_W_AHEAD=$wa"
+        env $sw python3 -m sweep.bench --out "$out.$size.b${BATCHES:-1}.prefetch$px.fold$fold.cold$cold.ahead$wa.json" \
+          --group $size --batches ${BATCHES:-1} --variants cudagraph-triton --no-peer \
+          --command "$sw SIZES=$size BATCHES=${BATCHES:-1} bash results/reference/run_bench.sh $out levers"
         echo "levers $size $lv: $(( $(date +%s) - t0 )) s"
       done
     done

@@ -117,16 +117,50 @@ def test_gemv_prefetched_activations(M, split_k, prologue):
     close_gemm(out[1], want, dtype)
 
 
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("prologue", ["none", "norm", "swiglu"])
+def test_gemv_weights_ahead_on_the_dot_path(split_k, prologue):
+    """W_AHEAD (the dot path's weight tiles loaded a step ahead by hand, the first before the PDL
+    wait) gives what the compiler-pipelined loads give, bit for bit, with K ending mid-tile and
+    split-K ranges; the residual stream h too."""
+    M, N, K, dtype = 5, 40, 330, torch.float32
+    g = torch.Generator(DEVICE).manual_seed(11 * split_k)
+    w = _w(N, K, dtype, g)
+    x = torch.randn(M, 2 * K if prologue == "swiglu" else K, device=DEVICE, generator=g)
+    r = torch.randn(M, K, device=DEVICE, generator=g) if prologue == "norm" else None
+    nw = torch.rand(K, device=DEVICE, generator=g) + 0.5
+    out = {}
+    for wa in (0, 1):
+        cfg = {"BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": split_k, "W_AHEAD": wa, "num_warps": 4,
+               "num_stages": 2}
+        out[wa] = gemv.gemv(x, w, None, prologue, nw, 1e-5, r, config=cfg)
+    want = gemv.reference(x, w, None, prologue, nw, 1e-5, r)
+    if prologue == "norm":
+        exact(out[1][1], out[0][1])
+        out, want = {k: v[0] for k, v in out.items()}, want[0]
+    if split_k == 1:
+        exact(out[1], out[0])
+    else:  # the column's partial sums arrive in either order: float32 rounding apart
+        close_gemm(out[1], out[0], dtype)
+    close_gemm(out[1], want, dtype)
+
+
 def test_autotune_space_prefetches_one_row_only(monkeypatch):
     """PREFETCH_X is tuned for one row (beside every unprefetched tile) and never for the dot
-    path; ``DESIGNZOO_GEMV_PREFETCH=0`` leaves it out (the lever's before/after)."""
+    path; W_AHEAD for the dot path only; ``DESIGNZOO_GEMV_PREFETCH=0`` and
+    ``DESIGNZOO_GEMV_W_AHEAD=0`` leave them out (the levers' before/after)."""
     one = gemv._prune(gemv._CONFIGS, {"BLOCK_M": 1})
     dot = gemv._prune(gemv._CONFIGS, {"BLOCK_M": 16})
     assert sum(c.kwargs["PREFETCH_X"] for c in one) == len(one) // 2 == len(gemv._M1)
-    assert not any(c.kwargs["PREFETCH_X"] for c in dot) and len(dot) == len(gemv._DOT)
+    assert not any(c.kwargs["PREFETCH_X"] for c in dot) and len(dot) == 2 * len(gemv._DOT)
+    assert sum(c.kwargs["W_AHEAD"] for c in dot) == len(gemv._DOT)
+    assert not any(c.kwargs["W_AHEAD"] for c in one)
     monkeypatch.setenv("DESIGNZOO_GEMV_PREFETCH", "0")
     off = gemv._prune(gemv._CONFIGS, {"BLOCK_M": 1})
     assert len(off) == len(gemv._M1) and not any(c.kwargs["PREFETCH_X"] for c in off)
+    monkeypatch.setenv("DESIGNZOO_GEMV_W_AHEAD", "0")
+    off = gemv._prune(gemv._CONFIGS, {"BLOCK_M": 16})
+    assert len(off) == len(gemv._DOT) and not any(c.kwargs["W_AHEAD"] for c in off)
 
 
 def test_gemv_refuses_bad_input():
