@@ -270,12 +270,18 @@ def test_profiled_rows_compare_module_shares(tmp_path):
     assert "decode_share_reason" in module_check(bad)
 
 
-def test_decode_gemv_path_prices_the_fused_kernels():
+def test_decode_gemv_path_prices_the_fused_kernels(monkeypatch):
     """A Triton decode step of <= 16 sequences runs the norms and SwiGLU in the GEMVs' prologues
-    and RoPE with the cache write in one kernel (``Block.skinny``): no norm or SwiGLU kernel, one
-    RoPE launch per layer, one decode-attention launch; 17 sequences take the norm kernels again."""
+    and RoPE with the cache write inside decode attention (``Block.skinny``, the default): no
+    norm, SwiGLU or RoPE kernel, one decode-attention launch per layer; unfolded
+    (``DESIGNZOO_ROPE_IN_ATTENTION=0``) one RoPE + cache-write launch before it; 17 sequences take
+    the norm kernels again."""
+    monkeypatch.delenv("DESIGNZOO_ROPE_IN_ATTENTION", raising=False)
     ops = [k.op for k in perf.kernel_list(TINY, 16, 1, 65, "triton")]
     assert "rmsnorm" not in ops and "swiglu" not in ops and "kv_write" not in ops
+    ks = perf.kernel_list(TINY, 16, 1, 65, "triton")
+    assert [k.launches for k in ks if k.op in ("rope", "decode_attention")] == [1]
+    monkeypatch.setenv("DESIGNZOO_ROPE_IN_ATTENTION", "0")
     ks = perf.kernel_list(TINY, 16, 1, 65, "triton")
     assert [k.launches for k in ks if k.op in ("rope", "decode_attention")] == [1, 1]
     assert "rmsnorm" in [k.op for k in perf.kernel_list(TINY, 17, 1, 65, "triton")]
