@@ -56,8 +56,7 @@ SHAPES = {"small": "llama3_2_1b", "large": "llama3_1_8b"}
 # the decode path's switches, recorded in each zoo case when set (their before/after:
 # ``results/reference/run_bench.sh OUT levers``)
 LEVERS = ("DESIGNZOO_PDL", "DESIGNZOO_GEMV_PREFETCH", "DESIGNZOO_GEMV_W_AHEAD",
-          "DESIGNZOO_ROPE_IN_ATTENTION",
-          "DESIGNZOO_COLD_TUNE", "DESIGNZOO_AUTOTUNE")
+          "DESIGNZOO_ROPE_IN_ATTENTION", "DESIGNZOO_COLD_TUNE", "DESIGNZOO_AUTOTUNE")
 
 
 def _free():

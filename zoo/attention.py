@@ -79,9 +79,14 @@ class Attention(nn.Module):
     def _pdl(self) -> bool:
         return self.pdl and not torch.compiler.is_compiling()
 
+    def _scales(self):
+        """This layer's K and V scales ``[B, Hkv, S]`` of a quantized cache, else ``(None, None)``."""
+        cache, i = self.cache, self.layer
+        return (cache.k_scale[i], cache.v_scale[i]) if cache.quantized else (None, None)
+
     def _rope_write(self, q, k, v, rope, input_pos, k_inplace):
         cache, i = self.cache, self.layer
-        scales = (cache.k_scale[i], cache.v_scale[i]) if cache.quantized else (None, None)
+        scales = self._scales()
         rope_kv_write_(q, k, v, *rope, input_pos, cache.k[i], cache.v[i], *scales,
                        kv_dtype=cache.kv_dtype, k_inplace=k_inplace, pdl=self._pdl())
         return scales
@@ -93,9 +98,8 @@ class Attention(nn.Module):
         cfg, cache, i = self.cfg, self.cache, self.layer
         B, T = q.shape[:2]
         if T == 1 and self.fold_rope and not torch.compiler.is_compiling():
-            scales = (cache.k_scale[i], cache.v_scale[i]) if cache.quantized else (None, None)
             with annotate("attention"):  # RoPE and the cache write in the same launch
-                y = decode_attention(q[:, 0], cache.k[i], cache.v[i], input_pos, *scales,
+                y = decode_attention(q[:, 0], cache.k[i], cache.v[i], input_pos, *self._scales(),
                                      pdl=self._pdl(), new_kv=(k[:, 0], v[:, 0], *rope))[:, :, None]
         elif T == 1:
             with annotate("kv_write"):

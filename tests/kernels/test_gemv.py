@@ -87,24 +87,22 @@ def test_gemv_split_k(M, prologue):
     assert not ws.any() and not ss.any() and not cnt.any()
 
 
-@pytest.mark.parametrize("M", [1, 3])
-@pytest.mark.parametrize("split_k", [1, 3])
-@pytest.mark.parametrize("prologue", ["none", "norm", "swiglu"])
-def test_gemv_prefetched_activations(M, split_k, prologue):
-    """PREFETCH_X (the next activation tiles loaded a step ahead: x, the residual and the norm
-    weight, or gate and up) gives what the unprefetched kernel gives, bit for bit, over K tiles
-    that end mid-tile and split-K ranges; the residual stream h too."""
+def _switch_is_exact(M, split_k, prologue, seed, switch, block_n):
+    """The kernel with config ``switch`` off and on (a fixed tile of ``block_n`` columns, K 330
+    ending mid-tile, ``split_k`` ranges): the same output bit for bit (within float32 rounding
+    under split-K, whose partial sums arrive in either order), the residual stream h bit for bit,
+    and both against the reference."""
     N, K, dtype = 40, 330, torch.float32
-    g = torch.Generator(DEVICE).manual_seed(M * 7 + split_k)
+    g = torch.Generator(DEVICE).manual_seed(seed)
     w = _w(N, K, dtype, g)
     x = torch.randn(M, 2 * K if prologue == "swiglu" else K, device=DEVICE, generator=g)
     r = torch.randn(M, K, device=DEVICE, generator=g) if prologue == "norm" else None
     nw = torch.rand(K, device=DEVICE, generator=g) + 0.5
     out = {}
-    for px in (0, 1):
-        cfg = {"BLOCK_N": 8, "BLOCK_K": 64, "SPLIT_K": split_k, "PREFETCH_X": px, "num_warps": 4,
+    for on in (0, 1):
+        cfg = {"BLOCK_N": block_n, "BLOCK_K": 64, "SPLIT_K": split_k, switch: on, "num_warps": 4,
                "num_stages": 2}
-        out[px] = gemv.gemv(x, w, None, prologue, nw, 1e-5, r, config=cfg)
+        out[on] = gemv.gemv(x, w, None, prologue, nw, 1e-5, r, config=cfg)
     want = gemv.reference(x, w, None, prologue, nw, 1e-5, r)
     if prologue == "norm":
         exact(out[1][1], out[0][1])
@@ -112,9 +110,19 @@ def test_gemv_prefetched_activations(M, split_k, prologue):
         out, want = {k: v[0] for k, v in out.items()}, want[0]
     if split_k == 1:
         exact(out[1], out[0])
-    else:  # the column's partial sums arrive in either order: float32 rounding apart
+    else:
         close_gemm(out[1], out[0], dtype)
     close_gemm(out[1], want, dtype)
+
+
+@pytest.mark.parametrize("M", [1, 3])
+@pytest.mark.parametrize("split_k", [1, 3])
+@pytest.mark.parametrize("prologue", ["none", "norm", "swiglu"])
+def test_gemv_prefetched_activations(M, split_k, prologue):
+    """PREFETCH_X (the next activation tiles loaded a step ahead: x, the residual and the norm
+    weight, or gate and up) gives what the unprefetched kernel gives, bit for bit, over K tiles
+    that end mid-tile and split-K ranges; the residual stream h too."""
+    _switch_is_exact(M, split_k, prologue, M * 7 + split_k, "PREFETCH_X", 8)
 
 
 @pytest.mark.parametrize("split_k", [1, 3])
@@ -123,26 +131,7 @@ def test_gemv_weights_ahead_on_the_dot_path(split_k, prologue):
     """W_AHEAD (the dot path's weight tiles loaded a step ahead by hand, the first before the PDL
     wait) gives what the compiler-pipelined loads give, bit for bit, with K ending mid-tile and
     split-K ranges; the residual stream h too."""
-    M, N, K, dtype = 5, 40, 330, torch.float32
-    g = torch.Generator(DEVICE).manual_seed(11 * split_k)
-    w = _w(N, K, dtype, g)
-    x = torch.randn(M, 2 * K if prologue == "swiglu" else K, device=DEVICE, generator=g)
-    r = torch.randn(M, K, device=DEVICE, generator=g) if prologue == "norm" else None
-    nw = torch.rand(K, device=DEVICE, generator=g) + 0.5
-    out = {}
-    for wa in (0, 1):
-        cfg = {"BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": split_k, "W_AHEAD": wa, "num_warps": 4,
-               "num_stages": 2}
-        out[wa] = gemv.gemv(x, w, None, prologue, nw, 1e-5, r, config=cfg)
-    want = gemv.reference(x, w, None, prologue, nw, 1e-5, r)
-    if prologue == "norm":
-        exact(out[1][1], out[0][1])
-        out, want = {k: v[0] for k, v in out.items()}, want[0]
-    if split_k == 1:
-        exact(out[1], out[0])
-    else:  # the column's partial sums arrive in either order: float32 rounding apart
-        close_gemm(out[1], out[0], dtype)
-    close_gemm(out[1], want, dtype)
+    _switch_is_exact(5, split_k, prologue, 11 * split_k, "W_AHEAD", 16)
 
 
 def test_autotune_space_prefetches_one_row_only(monkeypatch):
