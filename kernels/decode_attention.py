@@ -15,9 +15,10 @@ With ``new_kv`` the step's RoPE and cache write are folded in as well: q arrives
 each program rotates its group's rows in registers, and the program whose split holds the new
 position first rotates the token's k, writes k and v into the cache (quantized on the way, the
 numerics of ``kernels.rope.rope_kv_write_``, whose helpers it calls) and then reads it with the
-rest. The model takes this path by default (``rope_in_attention``; measured on the H100 at batch 1,
-prompt 512: Llama-3.2-1B 865 -> 883 tok/s, Llama-3.1-8B 179.1 -> 180.9, `bench_h100_v3_dev/`);
-``DESIGNZOO_ROPE_IN_ATTENTION=0`` keeps the separate RoPE + cache-write launch.
+rest. The model takes this path by default (``switches.rope_in_attention``; measured on the H100
+at batch 1, prompt 512: Llama-3.2-1B 865 -> 883 tok/s, Llama-3.1-8B 179.1 -> 180.9,
+`bench_h100_v3_dev/`); ``switches.rope_in_attention=false`` keeps the separate RoPE + cache-write
+launch.
 
 The cache may be bf16/fp16, or int8 / fp8 e4m3 with one float32 scale per (sequence, KV head,
 position); quantized tiles are converted in registers (int8 to q's dtype; fp8 to fp16, one
@@ -40,6 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import switches, tuning
 from .graph_timing import graph_bench
 from .rope import QMAX, _rotated, _store_kv
 
@@ -201,8 +203,10 @@ def _write_new_kv(kn, vn, kr, cos_ptr, sin_ptr, pos, k_head, v_head, s_ks, ks_he
 
 
 # On the GPU, tile length, warps and pipeline depth are tuned once per shape class (Triton's
-# autotuner, timing each config on the real inputs); the interpreter runs one fixed config.
-# DESIGNZOO_AUTOTUNE=0 runs the fixed config everywhere (the GPU tests use it to bound compile time).
+# autotuner, timing each config on the real inputs inside a CUDA graph: a short decode kernel
+# launched from Python measures the host), the choice kept per device (``kernels.tuning``); the
+# interpreter runs one fixed config, and so does ``switches.autotune=False`` everywhere (the GPU
+# tests use it to bound compile time).
 _CONFIGS = [triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=st)
             for bn in (64, 128) for w, st in ((4, 2), (4, 3), (8, 3))]
 # one-byte caches: a 128-position tile is only 8-16 KB; longer tiles keep more bytes in flight
@@ -210,10 +214,18 @@ _CONFIGS_Q = _CONFIGS + [triton.Config({"BLOCK_N": 256}, num_warps=w, num_stages
                          for w, st in ((4, 2), (8, 2), (8, 3))]
 _FIXED = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
 _KEY = ["D", "G", "QUANT", "split_len", "MERGE", "n_splits", "ROPE"]
-# timed inside a CUDA graph (kernels.graph_timing.graph_bench): a short decode kernel launched from Python
-# measures the host
-_split_tuned = triton.autotune(_CONFIGS, key=_KEY, do_bench=graph_bench)(_split_kernel)
-_split_tuned_q = triton.autotune(_CONFIGS_Q, key=_KEY, do_bench=graph_bench)(_split_kernel)
+_ALLOWED: list = []  # a new shape's autotuning bounded to these configs (``tuning.candidates``)
+
+
+def _prune(configs, nargs, **kw):
+    bounded = [c for c in configs if tuning.config_dict(c) in _ALLOWED]
+    return bounded or configs
+
+
+_split_tuned = triton.autotune(_CONFIGS, key=_KEY, do_bench=graph_bench,
+                               prune_configs_by={"early_config_prune": _prune})(_split_kernel)
+_split_tuned_q = triton.autotune(_CONFIGS_Q, key=_KEY, do_bench=graph_bench,
+                                 prune_configs_by={"early_config_prune": _prune})(_split_kernel)
 SPLIT_ALIGN = 128  # split_len is a multiple of every BLOCK_N above (256 for one-byte caches)
 
 
@@ -235,9 +247,8 @@ def _merge_kernel(o_ptr, lse_ptr, out_ptr, n_splits, D: tl.constexpr, BLOCK_D: t
 
 def rope_in_attention() -> bool:
     """Whether the model folds a decode step's RoPE and cache write into this kernel's launch
-    (default; ``DESIGNZOO_ROPE_IN_ATTENTION=0`` switches it off, read at each cache setup and
-    by the predictor's kernel list)."""
-    return os.environ.get("DESIGNZOO_ROPE_IN_ATTENTION", "1") != "0"
+    (``switches.rope_in_attention``, on by default; read at each cache setup)."""
+    return switches.current().rope_in_attention
 
 
 def _interpreted(t: torch.Tensor) -> bool:
@@ -358,11 +369,15 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     grid = (B, Hkv, n_splits)
     if interp:
         _split_kernel[grid](*args, **meta, BLOCK_N=64, F32=True)
-    elif os.environ.get("DESIGNZOO_AUTOTUNE", "1") == "0":
+    elif not switches.current().autotune:
         fixed = _FIXED if BLOCK_D <= 128 else {"BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
         _split_kernel[grid](*args, **meta, **fixed, F32=False)  # head_dim 256 fits in 2 stages
-    else:
-        (_split_tuned_q if quant else _split_tuned)[grid](*args, **meta, F32=False)
+    else:  # tuned once per shape and device (kernels.tuning)
+        variant = (str(q.dtype), str(k_cache.dtype), meta["QUANT"], int(meta["ROPE"]), int(merge),
+                   int(pdl), int(meta["OPS16"]), int(switches.current().cold_tune))
+        tuning.launch("decode_attention", _split_kernel, _split_tuned_q if quant else _split_tuned,
+                      lambda m: grid, args, dict(meta, F32=False), variant,
+                      (D, G, split_len, n_splits), q.device, _ALLOWED)
     if not merge:
         _merge_kernel[(B * H,)](o_part, lse, out, n_splits, D=D, BLOCK_D=BLOCK_D,
                                 BLOCK_S=BLOCK_S, num_warps=4)

@@ -1,9 +1,10 @@
 """The decode step's linear layer: the Triton GEMV (``kernels.gemv``) or cuBLAS, per shape.
 
 ``linear`` runs a layer with its prologue (RMSNorm + residual add, or SwiGLU) for ``M <= 16``
-rows on whichever of the two measured faster for that shape the first time it was met outside a
-CUDA-graph capture (``choose``: both timed inside a CUDA graph, as the decode step replays them;
-launched from Python a microsecond kernel times the host). ``cublas_linear`` is the cuBLAS side:
+rows on whichever of the two measured faster for that shape on this device (``choose``: both
+timed inside a CUDA graph, as the decode step replays them, the first time the shape is met
+outside a capture; launched from Python a microsecond kernel times the host), the choice kept
+per device by ``kernels.tuning``. ``cublas_linear`` is the cuBLAS side:
 the prologue as its own Triton kernel, then ``F.linear``. ``choices`` lists what was chosen, for
 the results row.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from . import switches, tuning
 from .gemv import _interpreted, gemv
 from .graph_timing import time_ms
 from .rmsnorm import rmsnorm
@@ -20,16 +22,25 @@ from .swiglu import swiglu
 _CHOICE: dict[tuple, str] = {}
 
 
-def choose(key: tuple, triton_fn, cublas_fn) -> str:
-    """``'triton'`` or ``'cublas'`` for a shape key, timed once in a CUDA graph
-    (``kernels.graph_timing.time_ms``) on the first call outside a capture and remembered for the
-    process. During a capture (or off the GPU) an unknown key takes ``'triton'``."""
+def choose(key: tuple, triton_fn, cublas_fn, device: torch.device | None = None) -> str:
+    """``'triton'`` or ``'cublas'`` for a shape key: the choice kept for this device
+    (``kernels.tuning``), else timed once in a CUDA graph (``kernels.graph_timing.time_ms``) on
+    the first call outside a capture, then kept. During a capture (or off the GPU) an unknown key
+    takes ``'triton'``."""
     if key in _CHOICE:
         return _CHOICE[key]
-    if not torch.cuda.is_available() or torch.cuda.is_current_stream_capturing():
+    if not torch.cuda.is_available():
+        return "triton"
+    dev = tuning.device_name(device or torch.device("cuda"))
+    full = key + (int(switches.current().cold_tune),)
+    if (kept := tuning.lookup("decode_linear", full, dev)) in ("triton", "cublas"):
+        _CHOICE[key] = kept
+        return kept
+    if torch.cuda.is_current_stream_capturing():
         return "triton"
     t_tr, t_cb = time_ms(triton_fn), time_ms(cublas_fn)
     _CHOICE[key] = "triton" if t_tr <= t_cb else "cublas"
+    tuning.record("decode_linear", full, _CHOICE[key], dev)
     return _CHOICE[key]
 
 
@@ -95,4 +106,4 @@ def _dispatch(x, w, b, what: str, fused, cublas):
     M = x.numel() // x.shape[-1]
     key = (M, w.shape[0], w.shape[1], what + ("+bias" if b is not None else ""),
            str(w.dtype).removeprefix("torch."), str(x.device))
-    return fused() if choose(key, fused, cublas) == "triton" else cublas()
+    return fused() if choose(key, fused, cublas, x.device) == "triton" else cublas()

@@ -38,6 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import switches, tuning
 from .graph_timing import graph_bench
 
 PROLOGUES = ("none", "norm", "swiglu")
@@ -184,9 +185,10 @@ def _epilogue(acc, ss, b_ptr, y_ptr, offs_m, offs_n, omask, nmask, s_ym, K, eps,
 
 
 # Tile width, K step, split of K, warps and pipeline depth, tuned per (M bucket, N, K, prologue)
-# on the GPU by Triton's autotuner inside a CUDA graph; the interpreter and DESIGNZOO_AUTOTUNE=0
-# run _FIXED. One row (BLOCK_M 1) sums on the CUDA cores: narrow tiles, many programs; more rows
-# go through tl.dot, whose weight tile fills the tensor core's 64-row (wgmma) or 16-row dimension.
+# on the GPU by Triton's autotuner inside a CUDA graph, the choice kept per device
+# (``kernels.tuning``); the interpreter and ``switches.autotune=False`` run _FIXED. One row
+# (BLOCK_M 1) sums on the CUDA cores: narrow tiles, many programs; more rows go through tl.dot,
+# whose weight tile fills the tensor core's 64-row (wgmma) or 16-row dimension.
 _M1 = [(bn, bk, sk, w, st) for bn, bk, w, st in ((4, 1024, 4, 2), (8, 512, 4, 3), (8, 1024, 4, 2),
                                                  (16, 256, 4, 3), (16, 512, 4, 2), (32, 256, 4, 3))
        for sk in (1, 4)]
@@ -201,19 +203,24 @@ _CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk, "PREFETC
             for wa in ((0, 1) if (bn, bk, sk, w, st) in _DOT else (0,))]
 _FIXED = {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 1, "PREFETCH_X": 0, "W_AHEAD": 0,
           "num_warps": 4, "num_stages": 3}
+_ALLOWED: list = []  # the configs a new shape's autotuning is bounded to (``tuning.candidates``)
 
 
 def _prune(configs, nargs, **kw):
-    # DESIGNZOO_GEMV_PREFETCH=0 leaves PREFETCH_X out, DESIGNZOO_GEMV_W_AHEAD=0 W_AHEAD (the
-    # before/after of those levers)
+    # switches.gemv_prefetch=False leaves PREFETCH_X out, gemv_w_ahead=False W_AHEAD (the
+    # before/after of those levers); a shape new to this device tries the configs chosen for the
+    # kernel's other shapes only (_ALLOWED), when there are any
+    sw = switches.current()
     one = kw.get("BLOCK_M", nargs.get("BLOCK_M")) == 1
     keep = set(_M1 if one else _DOT)
-    px = one and os.environ.get("DESIGNZOO_GEMV_PREFETCH", "1") != "0"
-    wa = not one and os.environ.get("DESIGNZOO_GEMV_W_AHEAD", "1") != "0"
+    px = one and sw.gemv_prefetch
+    wa = not one and sw.gemv_w_ahead
     # (a tile in both lists carries both switches: each path keeps its own)
-    return [c for c in configs if (c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.kwargs["SPLIT_K"],
-                                   c.num_warps, c.num_stages) in keep
-            and (px or not c.kwargs["PREFETCH_X"]) and (wa or not c.kwargs["W_AHEAD"])]
+    out = [c for c in configs if (c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.kwargs["SPLIT_K"],
+                                  c.num_warps, c.num_stages) in keep
+           and (px or not c.kwargs["PREFETCH_X"]) and (wa or not c.kwargs["W_AHEAD"])]
+    bounded = [c for c in out if tuning.config_dict(c) in _ALLOWED]
+    return bounded or out
 
 
 _tuned = triton.autotune(_CONFIGS, key=["BLOCK_M", "N", "K", "PROLOGUE", "HAS_RES"],
@@ -242,17 +249,15 @@ def _interpreted(t: torch.Tensor) -> bool:
 
 def pdl_supported(device: torch.device) -> bool:
     """Programmatic dependent launch: a CUDA device of compute capability >= 9 (Hopper), a Triton
-    that exposes it, and not switched off by ``DESIGNZOO_PDL=0`` (read on the first query of a
-    device: the answer is kept for the process, off the decode step's host path)."""
-    if device.type != "cuda":
+    that exposes it, and ``switches.pdl`` on (the device's answer is kept for the process, off
+    the decode step's host path)."""
+    if device.type != "cuda" or not switches.current().pdl:
         return False
     return _pdl_cuda(device.index if device.index is not None else torch.cuda.current_device())
 
 
 @functools.cache
 def _pdl_cuda(index: int) -> bool:
-    if os.environ.get("DESIGNZOO_PDL", "1") == "0":
-        return False
     if not hasattr(tl.extra, "cuda") or not hasattr(tl.extra.cuda, "gdc_wait"):
         return False
     return torch.cuda.get_device_capability(index)[0] >= 9
@@ -312,12 +317,19 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
                 BLOCK_M=1 if M == 1 else 16, PDL=pdl, F32=interp,
                 IEEE=weight.dtype == torch.float32)
     launch = {"launch_pdl": True} if pdl else {}
-    if config or interp or os.environ.get("DESIGNZOO_AUTOTUNE", "1") == "0":
+    if config or interp or not switches.current().autotune:
         cfg = {"PREFETCH_X": 0, "W_AHEAD": 0, **(config or _FIXED)}
         grid = (triton.cdiv(N, cfg["BLOCK_N"]), cfg["SPLIT_K"])
         _gemv_kernel[grid](*args, **meta, **cfg, **launch)
-    else:
-        _tuned[lambda m: (triton.cdiv(N, m["BLOCK_N"]), m["SPLIT_K"])](*args, **meta, **launch)
+    else:  # tuned once per shape and device (kernels.tuning); the tile space is every prologue's
+        sw = switches.current()
+        path = (meta["BLOCK_M"], str(weight.dtype).removeprefix("torch."), int(pdl),
+                int(sw.gemv_prefetch), int(sw.gemv_w_ahead), int(sw.cold_tune))
+        tuning.launch("gemv", _gemv_kernel, _tuned,
+                      lambda m: (triton.cdiv(N, m["BLOCK_N"]), m["SPLIT_K"]), args,
+                      dict(meta, **launch), path, (meta["PROLOGUE"], int(has_res),
+                                                   int(bias is not None), N, K),
+                      x.device, _ALLOWED)
     y = y.view(*lead, N)
     return (y, h.view(*lead, K)) if has_res else y
 

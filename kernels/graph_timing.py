@@ -5,7 +5,7 @@ it times as the captured decode step runs it. ``graph_bench`` is the autotuners'
 (``kernels.gemv``, ``kernels.decode_attention``); ``time_ms`` times one call for
 ``kernels.decode_linear.choose`` (Triton GEMV or cuBLAS) and the bench.
 
-Cold (``DESIGNZOO_COLD_TUNE=1``, or ``cold=True``): in the decode step every weight and KV tile
+Cold (``switches.cold_tune``, or ``cold=True``): in the decode step every weight and KV tile
 comes from DRAM (a step reads gigabytes; the 50 MB L2 of an H100 keeps none of it between
 layers), but a kernel replayed back to back on the same small weight finds it in L2, and a tile
 choice tuned that way is tuned for the wrong memory. Cold timing reads a buffer of 2.5x the L2
@@ -20,19 +20,20 @@ allocated for the process and so counts in a cold-tuned run's ``peak_mem_bytes``
 
 from __future__ import annotations
 
-import os
 import statistics
 
 import torch
 import triton
 
+from . import switches
+
 _FLUSH: dict = {}
 
 
 def cold_default() -> bool:
-    """Whether the autotuners time cold (``DESIGNZOO_COLD_TUNE=1``; off by default:
-    measured no faster on the H100, see the module's text)."""
-    return os.environ.get("DESIGNZOO_COLD_TUNE", "0") == "1"
+    """Whether the autotuners time cold (``switches.cold_tune``; off by default: measured no
+    faster on the H100, see the module's text)."""
+    return switches.current().cold_tune
 
 
 def _flush(device: torch.device):

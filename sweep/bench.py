@@ -34,7 +34,6 @@ import argparse
 import datetime as dt
 import gc
 import json
-import os
 import statistics
 import sys
 import time
@@ -43,20 +42,17 @@ from pathlib import Path
 
 import torch
 
+from kernels import switches
 from zoo import Generator, ModelConfig, Transformer, counts
 
-from .analysis.hardware import _copy_rate, _gemm_rate
 from .atomic import write_json
 from .bench_kernels import gemv_rows, kernel_rows, nvtx_overhead
 from .env import detect_device, environment
+from .measure.ceilings import _copy_rate, _gemm_rate
 from .measure.timing import Timer
 from .trial import measure
 
 SHAPES = {"small": "llama3_2_1b", "large": "llama3_1_8b"}
-# the decode path's switches, recorded in each zoo case when set (their before/after:
-# ``results/reference/run_bench.sh OUT levers``)
-LEVERS = ("DESIGNZOO_PDL", "DESIGNZOO_GEMV_PREFETCH", "DESIGNZOO_GEMV_W_AHEAD",
-          "DESIGNZOO_ROPE_IN_ATTENTION", "DESIGNZOO_COLD_TUNE", "DESIGNZOO_AUTOTUNE")
 
 
 def _free():
@@ -69,6 +65,7 @@ def zoo_case(model: str, batch: int, prompt: int, new: int, mode: str, kernels: 
     """Measure one zoo configuration with the same code a sweep trial uses (``sweep.trial``)."""
     cfg = ModelConfig.from_name(model, kernels=kernels, kv_dtype=kv_dtype)
     spec = {"model": cfg.to_dict(), "device": "cuda", "mode": mode, "seed": 0,
+            "switches": switches.current().to_dict(),
             "workload": {"batch": batch, "prompt_len": prompt, "new_tokens": new,
                          "warmup": warmup, "repeats": repeats}}
     m = measure(spec)
@@ -79,7 +76,7 @@ def zoo_case(model: str, batch: int, prompt: int, new: int, mode: str, kernels: 
             "ttft_ms": m["ttft_ms"], "decode_min_bytes": dec.min_bytes,
             "mbu_vs_measured": dec.min_bytes / (m["decode_tpot_ms"] / 1e3) / copy_bw,
             "peak_mem_bytes": m["peak_mem_bytes"], "decode_linear": m.get("decode_linear", ""),
-            "levers": {k: os.environ[k] for k in LEVERS if k in os.environ}}
+            "switches": switches.current().to_dict()}
 
 
 def peer_case(model: str, batch: int, prompt: int, new: int, repeats: int) -> dict:
@@ -172,8 +169,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="",
                     help="comma-separated mode-kernels of the small/large groups to run (e.g. "
                          "cudagraph-triton,cudagraph-torch,compile-torch); default all")
+    ap.add_argument("--switch", action="append", default=[], metavar="NAME=true|false",
+                    help="a kernel switch (kernels.switches; e.g. rope_in_attention=false), "
+                         "recorded in each case; repeat for several")
     ap.add_argument("--command", default=" ".join(["python -m sweep.bench"] + sys.argv[1:]))
     a = ap.parse_args(argv)
+    try:
+        given = {}
+        for item in a.switch:
+            name, _, value = item.partition("=")
+            if value not in ("true", "false"):
+                raise ValueError(f"--switch {item!r}: give NAME=true or NAME=false")
+            given[name] = value == "true"
+        switches.set_current(switches.Switches.from_dict(given))
+    except ValueError as e:
+        ap.error(str(e))
     dev = detect_device("cuda")
     out = Path(a.out)
     rec = json.loads(out.read_text()) if out.exists() else {

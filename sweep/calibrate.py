@@ -1,29 +1,62 @@
-"""``python -m sweep.calibrate [--refresh] [--quick]``: calibrate the performance model on this
-device: micro-benchmarks of the kernels the zoo launches, over the shapes of every shipped model
-and experiment space (``sweep.analysis.calibrate``), cached in
-``results/calibration/<device>.{json,parquet}``. A study runs it on first use per device."""
+"""``python -m sweep.calibrate [--refresh] [--quick] [--ship]``: calibrate the performance model on
+this device over the shipped grid: micro-benchmarks of the kernels the zoo launches for every
+shipped model and experiment (``sweep.analysis.calibrate``), cached in
+``<results_dir>/calibration/<device>.{json,parquet}``. A study calibrates only what it needs on
+first use; this refreshes a whole one. ``--ship`` then copies it, and this device's autotune
+choices (``<results_dir>/tuning``), into the package (``sweep/analysis/calibrations/``,
+``kernels/tuned/``): what a maintainer commits after measuring a GPU."""
+
+from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+from pathlib import Path
 
-from .analysis.calibrate import calibrate, paths
-from .analysis.hardware import measure_ceilings
-from .env import detect_device
-from .space import shipped_designs
+from .env import REPO, detect_device
 
 
 def main(argv: list[str] | None = None) -> int:
+    from kernels import tuning
+
+    from .analysis import calibrate as cal
+    from .analysis.hardware import measure_ceilings
+    from .progress import TaskProgress
+    from .space import shipped_items
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--refresh", action="store_true", help="measure again even if cached")
+    ap.add_argument("--refresh", action="store_true", help="measure everything again")
     ap.add_argument("--quick", action="store_true", help="the reduced grid (the CPU's)")
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    ap.add_argument("--results-dir", default="results", help="where the caches live")
+    ap.add_argument("--timeout", type=float, default=1800.0,
+                    help="s; a measurement cut off keeps the groups it finished (run again)")
+    ap.add_argument("--ship", action="store_true",
+                    help="copy the calibration and the autotune choices into the package")
     a = ap.parse_args(argv)
+    root = Path(a.results_dir)
+    root = root if root.is_absolute() else REPO / root
     dev = detect_device(a.device)
-    designs = shipped_designs(cpu=dev["type"] != "cuda")
-    meta, table = calibrate(dev, designs, refresh=a.refresh, quick=a.quick or None,
-                            ceilings=measure_ceilings(dev))
-    print(f"{meta['device']}: {len(table)} entries ({meta['kinds']}), measured {meta['date']} in "
-          f"{meta['wall_s']} s; {paths(dev['name'])[0]}")
+    with TaskProgress("measuring the device's ceilings") as bar:
+        ceilings = measure_ceilings(dev, cache_dir=root / "ceilings", on_line=bar.on_line)
+    with TaskProgress("calibration") as bar:
+        meta, table = cal.calibrate(dev, shipped_items(cpu=dev["type"] != "cuda"),
+                                    refresh=a.refresh, quick=a.quick or None, ceilings=ceilings,
+                                    cal_dir=root / "calibration", on_line=bar.on_line,
+                                    tuning_dir=root / "tuning", timeout_s=a.timeout)
+    meta_p, tab_p = cal.paths(dev["name"], root / "calibration")
+    print(f"{meta['device']}: {len(table)} entries ({meta['kinds']}), {meta['measured_now']} "
+          f"measured now in {meta.get('wall_s')} s; {meta_p}")
+    if a.ship:
+        cal.SHIPPED_DIR.mkdir(parents=True, exist_ok=True)
+        for p in (meta_p, tab_p):
+            shutil.copy(p, cal.SHIPPED_DIR / p.name)
+        tuned = root / "tuning" / f"{tuning.slug(dev['name'])}.json"
+        if tuned.exists():
+            tuning.SHIPPED_DIR.mkdir(parents=True, exist_ok=True)
+            shutil.copy(tuned, tuning.SHIPPED_DIR / tuned.name)
+        print(f"shipped: {cal.SHIPPED_DIR / meta_p.name}"
+              + (f", {tuning.SHIPPED_DIR / tuned.name}" if tuned.exists() else ""))
     return 0
 
 

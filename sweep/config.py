@@ -1,8 +1,9 @@
 """Structured (typed) Hydra config of the sweep app (optimum-benchmark style).
 
 The groups mirror the code's parts: ``model`` (``zoo.ModelConfig`` fields, checked by
-``ModelConfig.from_dict``/``validate``), ``workload``, ``hardware``, ``profile``, ``experiment`` and
-``study``. The schema is registered in Hydra's ConfigStore as ``sweep_schema`` and named first in
+``ModelConfig.from_dict``/``validate``), ``workload``, ``hardware``, ``profile``, ``experiment``,
+``study`` and ``switches`` (``kernels.switches.Switches``: the kernel switches that change a
+figure). The schema is registered in Hydra's ConfigStore as ``sweep_schema`` and named first in
 ``conf/config.yaml``'s defaults, so an override with a wrong type or an unknown key fails with
 Hydra's error naming it.
 """
@@ -13,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+
+from kernels.switches import Switches
 
 
 @dataclass
@@ -75,10 +78,14 @@ class ExperimentConf:
 
 @dataclass
 class CpuFallbackConf:
-    """Where no GPU is visible, run this small model preset and workload instead (``enabled``)."""
+    """Where no GPU is visible, run this small model preset and workload instead (``enabled``),
+    and price the study's real designs (the configured model, workload and ``space``) on each
+    GPU of ``predict_on`` (hardware specs) from its calibration shipped with the package, beside
+    the tiny measurement (``predicted_<target>.csv``; ``[]`` for none)."""
 
     enabled: bool = True
     model: str = "tiny"
+    predict_on: list[str] = field(default_factory=lambda: ["h100_sxm"])
     workload: WorkloadConf = field(default_factory=lambda: WorkloadConf(
         name="cpu", batch=2, prompt_len=64, new_tokens=16, warmup=1, repeats=3, timeout_s=300))
 
@@ -126,11 +133,15 @@ class SweepConf:
     study: StudyConf = field(default_factory=StudyConf)
     cpu: CpuFallbackConf = field(default_factory=CpuFallbackConf)
     sweep: WorkersConf = field(default_factory=WorkersConf)
+    switches: Switches = field(default_factory=Switches)  # kernel switches (kernels.switches)
     device: str = "auto"
     mode: str = "auto"
     seed: int = 0
     weights: str | None = None
     calibration: str | None = None  # a calibration .json: this device's as is, another transferred
+    # auto: measure the calibration entries a study needs and its cache lacks (or measured under
+    # other kernels); frozen: measure none, flag predictions from stale entries
+    calibration_policy: str = "auto"
     fault: str | None = None
     results_dir: str = "results"
     quiet: bool = False

@@ -57,12 +57,17 @@ class Objective:
     ``optuna.TrialPruned`` (a constraint broken, or a worker's spare trial).
     """
 
-    def __init__(self, plan, ceilings: dict, total: int):
+    def __init__(self, plan, ceilings: dict, total: int, progress=None):
+        from .progress import StudyProgress
+
         self.plan, self.ceilings, self.total = plan, ceilings, total
-        if plan.predict:  # no device here: only a given calibration file (its own device's)
-            self.calibration, self.calibration_reason = given_calibration(plan.calibration)
+        self.progress = progress or StudyProgress(total, quiet=plan.quiet)
+        if plan.predict:  # no device here: the given calibration file, else the target's shipped
+            self.calibration, self.calibration_reason = given_calibration(plan.calibration,
+                                                                          plan.spec)
         else:
-            self.calibration, self.calibration_reason = model_calibration(plan, ceilings)
+            self.calibration, self.calibration_reason = model_calibration(plan, ceilings,
+                                                                          self.progress)
 
     def __call__(self, trial: optuna.Trial):
         try:
@@ -121,23 +126,28 @@ class Objective:
             row["design"] = json.dumps(overrides)
             return self._predicted(trial, cfg, wl, mode, row, label, t0)
         trial.set_user_attr("design", json.dumps(overrides))
+        row.update(plan.switches.columns())
+        self._top_up(cfg, wl, mode)
         trial_dir = plan.results / "trials" / f"{trial.number:04d}"
         spec = {"model": cfg.to_dict(), "workload": wl, "device": plan.device["type"],
                 "mode": mode, "seed": plan.seed, "weights": plan.weights,
                 "fault": _fault_for(plan.fault, trial.number), "profile": plan.profile,
-                "trial_dir": str(trial_dir),
+                "trial_dir": str(trial_dir), "switches": plan.switches.to_dict(),
+                "tuning_dir": str(plan.cache("tuning")),
                 "env": {"DESIGNZOO_NVTX": "1"} if plan.profile.get("nvtx") else {}}
-        res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0))
+        self.progress.start(label)
+        res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0), on_line=self.progress.on_line)
         if res.get("status") == "ok" and derived.noisy_stages(res["measured"]):
             row["remeasured"] = True  # measured once more before it is accepted
-            res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0))
+            res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0),
+                            on_line=self.progress.on_line)
         row.update(res.get("env") or {})
         if res.get("status") != "ok":
             return self._fail(trial, child_failure(res), label, t0, row)
         row.update(res["measured"])
         row.update(derived.derived(cfg, wl, res["measured"], plan.spec, self.ceilings))
         row.update(perf.row_predictions(cfg, wl, plan.spec, self.calibration, mode, self.ceilings,
-                                        res["measured"], self.calibration_reason))
+                                        res["measured"], self.calibration_reason, plan.switches))
         noisy = derived.noisy_stages(res["measured"])
         row.update(noisy=bool(noisy), noisy_stages=",".join(noisy),
                    remeasured=row.get("remeasured", False))
@@ -155,14 +165,42 @@ class Objective:
                 row[f"{st}_j_per_token_reason"] = "not measured: profile without nvml"
         for k, v in row.items():
             trial.set_user_attr(k, _attr(v))
-        if not plan.quiet:
-            flag = (f" NOISY ({row['noisy_stages']}: p90/min > {derived.NOISY_P90_OVER_MIN},"
-                    " measured twice)" if noisy else "")
-            print(f"[{trial.number + 1}/{self.total}] {label}: decode {row['decode_tok_s']:.1f} "
-                  f"tok/s (TPOT {row['decode_tpot_ms']:.2f} ms, MBU "
-                  f"{row['decode_mbu_vs_measured']:.2f} of measured), TTFT {row['ttft_ms']:.1f} ms "
-                  f"({time.time() - t0:.0f} s){flag}", flush=True)
-        return self._values(trial, row, label, t0, "measured")
+        flag = (f" NOISY ({row['noisy_stages']}: p90/min > {derived.NOISY_P90_OVER_MIN},"
+                " measured twice)" if noisy else "")
+        phases = ", ".join(f"{k.removesuffix('_s')} {row[k]:.0f} s" for k in
+                           ("build_s", "compile_s", "measure_s") if k in row)
+        self.progress.line(
+            f"[{trial.number + 1}/{self.total}] {label}: decode {row['decode_tok_s']:.1f} "
+            f"tok/s (TPOT {row['decode_tpot_ms']:.2f} ms, MBU "
+            f"{row['decode_mbu_vs_measured']:.2f} of measured), TTFT {row['ttft_ms']:.1f} ms "
+            f"({time.time() - t0:.0f} s" + (f": {phases}" if phases else "") + f"){flag}")
+        values = self._values(trial, row, label, t0, "measured")
+        self.progress.done(f"{label} {row['decode_tok_s']:.0f} tok/s")
+        return values
+
+    def _top_up(self, cfg, wl, mode) -> None:
+        """Before measuring a design of a large space (its calibration covered a lattice):
+        measure the calibration entries this design needs and the cache lacks, so its
+        prediction rests on its own shapes (``sweep.analysis.calibrate.ensure``; nothing when
+        they are there, or with ``calibration_policy=frozen`` or a given calibration file)."""
+        from .analysis import calibrate as cal
+
+        plan = self.plan
+        if (self.calibration is None or plan.calibration or plan.calibration_policy != "auto"
+                or plan.predict):
+            return
+        item = [(cfg, wl, mode)]
+        if not any(cal.missing(self.calibration.t, cal.needs(item, plan.device["type"])).values()):
+            return
+        try:
+            meta, table = cal.ensure(plan.device, item, plan.switches, self.ceilings,
+                                     cal_dir=plan.cache("calibration"),
+                                     tuning_dir=plan.cache("tuning"), on_line=self.progress.on_line,
+                                     log=self.progress.line)
+            self.calibration = perf.Calibrated(table, meta)
+        except (RuntimeError, OSError) as e:
+            self.progress.line(f"calibration of this design's shapes failed ({e}); its prediction "
+                               "rests on the nearest calibrated shapes")
 
     def _values(self, trial, row, label, t0, verb):
         """The trial's objective values from ``row``; a FAIL naming the objectives that are not
@@ -192,11 +230,13 @@ class Objective:
             row["prediction_reason"] = self.calibration_reason
         # one attribute, not one storage write per column: a predicted trial takes milliseconds
         trial.set_user_attr("row", json.dumps({k: _attr(v) for k, v in row.items()}))
-        if not plan.quiet and (trial.number < 10 or trial.number % 500 == 0):
-            print(f"[{trial.number + 1}/{self.total}] {label}: predicted decode "
-                  f"{row['decode_tok_s']:.1f} tok/s, TTFT {row['ttft_ms']:.1f} ms on "
-                  f"{plan.spec.name} ({row['basis_kind']})", flush=True)
-        return self._values(trial, row, label, t0, "predicted")
+        if trial.number < 10 or trial.number % 500 == 0:
+            self.progress.line(f"[{trial.number + 1}/{self.total}] {label}: predicted decode "
+                               f"{row['decode_tok_s']:.1f} tok/s, TTFT {row['ttft_ms']:.1f} ms on "
+                               f"{plan.spec.name} ({row['basis_kind']})")
+        values = self._values(trial, row, label, t0, "predicted")
+        self.progress.done(f"{row['decode_tok_s']:.0f} tok/s predicted")
+        return values
 
     def _prune(self, trial, reason, label, t0, row):
         self._end(trial, reason, label, t0, row, reason, optuna.TrialPruned)
@@ -213,33 +253,57 @@ class Objective:
             for k, v in row.items():
                 trial.set_user_attr(k, _attr(v))
             trial.set_user_attr("fail_reason", reason)
-        if not self.plan.quiet:
-            print(f"[{trial.number + 1}/{self.total}] {label}: {shown} "
-                  f"({time.time() - t0:.0f} s)", flush=True)
+        if not self.plan.predict or trial.number < 10:
+            self.progress.line(f"[{trial.number + 1}/{self.total}] {label}: {shown} "
+                               f"({time.time() - t0:.0f} s)")
+        self.progress.done(f"{label}: {'pruned' if exc is optuna.TrialPruned else 'FAIL'}")
         raise exc(reason)
 
 
-def given_calibration(path: str | None):
-    """``(Calibrated or None, reason)`` from a calibration file, as it is (a predict-only study
-    measures nothing: ``sweep.analysis.targets`` decides how it applies to the target)."""
+def given_calibration(path: str | None, spec=None):
+    """``(Calibrated or None, reason)`` for a predict-only study: the calibration file given
+    (``calibration=FILE.json``), else the one shipped with the package for the target
+    ``spec``'s GPU (``sweep.analysis.calibrations``), as it is: ``sweep.analysis.targets``
+    decides how it applies to the target. None without either (roofline x stated
+    efficiencies)."""
     from .analysis import calibrate as cal
 
-    if not path:
-        return None, "no calibration given (calibration=FILE.json): roofline x stated efficiencies"
-    have = cal.load("", where=Path(path))
+    if path:
+        have = cal.load("", where=Path(path))
+        if have is None:
+            return None, f"{path}: no calibration (.json + .parquet) there"
+        return perf.Calibrated(have[1], have[0]), ""
+    have = shipped_for(spec) if spec is not None else None
     if have is None:
-        return None, f"{path}: no calibration (.json + .parquet) there"
+        return None, ("no calibration given (calibration=FILE.json) nor shipped for this target: "
+                      "roofline x stated efficiencies")
     return perf.Calibrated(have[1], have[0]), ""
 
 
-def model_calibration(plan, ceilings: dict):
-    """``(Calibrated or None, reason)``: the performance model's calibration for the study's
-    device, measured on first use (``sweep.analysis.calibrate``, over the shipped designs and
-    this study's), or ``plan.calibration`` (a file: as it is when it is this device's, else
-    transferred by the measured ceilings). Never raises: without one, rows carry roofline
-    predictions and the reason."""
+def shipped_for(spec):
+    """``(meta, table)`` of the shipped calibration of the GPU a hardware ``spec`` describes (a
+    shipped calibration whose device name the spec's ``match`` patterns match), or None."""
+    import re
+
     from .analysis import calibrate as cal
-    from .space import shipped_designs, space_designs
+
+    for meta_p in sorted(cal.SHIPPED_DIR.glob("*.json")):
+        meta = json.loads(meta_p.read_text())
+        if any(re.search(p, meta.get("device", "")) for p in spec.match or []):
+            return cal.load("", where=meta_p)
+    return None
+
+
+def model_calibration(plan, ceilings: dict, progress=None):
+    """``(Calibrated or None, reason)``: the performance model's calibration for the study's
+    device covering the study's designs (``sweep.analysis.calibrate.ensure``: the cache, started
+    from the shipped one of this device, with what it lacks measured now; a large space's designs
+    by a bounded lattice, ``sweep.space.study_designs``), or ``plan.calibration`` (a file: as it is
+    when it is this device's, else transferred by the measured ceilings). Never raises: without
+    one, rows carry roofline predictions and the reason."""
+    from .analysis import calibrate as cal
+    from .progress import TaskProgress
+    from .space import study_designs
 
     try:
         if plan.calibration:
@@ -251,9 +315,13 @@ def model_calibration(plan, ceilings: dict):
                 return perf.Calibrated(table, meta), ""
             return perf.transfer(perf.Calibrated(table, meta), meta["ceilings"],
                                  dict(ceilings, device=plan.device["name"]), plan.base.dtype), ""
-        designs = shipped_designs(cpu=plan.device["type"] != "cuda")
-        meta, table = cal.calibrate(plan.device, designs + space_designs(plan.space, plan.base),
-                                    ceilings=ceilings)
+        items = study_designs(plan.space, plan.base, plan.workload, plan.mode)
+        log = (lambda m: None) if plan.quiet else (progress.line if progress else print)
+        with TaskProgress("calibration", quiet=plan.quiet) as bar:
+            meta, table = cal.ensure(plan.device, items, plan.switches, ceilings,
+                                     cal_dir=plan.cache("calibration"),
+                                     tuning_dir=plan.cache("tuning"),
+                                     policy=plan.calibration_policy, on_line=bar.on_line, log=log)
         return perf.Calibrated(table, meta), ""
     except (RuntimeError, OSError, KeyError, ValueError, subprocess.TimeoutExpired) as e:
         return None, f"no calibration: {e}"[:500]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernels.switches import Switches
 from zoo import DesignError, ModelConfig, presets
 
 from .analysis.hardware import HardwareSpec, load_spec
@@ -55,6 +56,17 @@ class Plan:
     identity: dict = field(default_factory=dict)  # what changes the study's figures (``identity``)
     calibration: str | None = None  # another device's calibration to transfer, else this one's
     predict: bool = False  # predict-only: no model built, figures from the performance model
+    switches: Switches = field(default_factory=Switches)  # kernel switches (kernels.switches)
+    calibration_policy: str = "auto"  # sweep.analysis.calibrate.POLICIES
+    results_root: Path = REPO / "results"  # the caches (calibration, ceilings, tuning) live here
+    # on the CPU fallback: the configured (real) base, workload, space, constraints, mode and the
+    # GPU specs to price them on (``sweep.study.shadow_predictions``)
+    shadow: dict | None = None
+
+    def cache(self, name: str) -> Path:
+        """The folder of one of the device caches under ``results_dir``: ``calibration``,
+        ``ceilings`` or ``tuning``."""
+        return self.results_root / name
 
 
 def plan_from_config(cfg) -> Plan:
@@ -76,14 +88,25 @@ def plan_from_config(cfg) -> Plan:
     predict = bool(c["study"].get("predict"))
     if predict:  # nothing runs here: the design is checked as on the target, no CPU fallback
         device = {"type": "predict", "name": "predicted (no device)"}
+    shadow = None
     if device["type"] == "cpu" and c["cpu"]["enabled"]:
         given = {**{f"model.{k}": v for k, v in model_over.items()},
                  **{f"workload.{k}": v for k, v in wl_over.items()}}
+        targets = list(c["cpu"].get("predict_on") or [])
+        hw_name = c["hardware"].get("name", "auto")
+        if hw_name not in ("auto", "cpu") and hw_name not in targets:
+            targets.append(hw_name)
+        shadow = {"base": ModelConfig.from_dict(model).resolved("cuda"), "workload": dict(wl),
+                  "space": space, "constraints": constraints, "targets": targets,
+                  "mode": "cudagraph" if c["mode"] == "auto" else c["mode"]}
         if not c.get("quiet"):
-            print(f"no GPU visible: running the CPU fallback (model={c['cpu']['model']}, "
-                  f"workload={c['cpu']['workload']['name']})"
+            print(f"no GPU visible: measuring the CPU fallback (model={c['cpu']['model']}, "
+                  f"workload={c['cpu']['workload']['name']}) in place of model={model.get('name')}"
+                  f" (workload={wl.get('name')})"
                   + (f" with your overrides {given}" if given else "")
-                  + "; cpu.enabled=false runs the configured model on the CPU", flush=True)
+                  + "; cpu.enabled=false runs the configured model on the CPU"
+                  + (f". The real designs are priced on {', '.join(targets)} (predicted, "
+                     "beside the tiny measurement)" if targets else ""), flush=True)
         try:
             model = ModelConfig.from_name(c["cpu"]["model"], **model_over).validate(device).to_dict()
         except DesignError as e:
@@ -144,8 +167,14 @@ def plan_from_config(cfg) -> Plan:
     # kernels=auto: the fastest correct path where the study runs (a predicted study: its target)
     base = base.resolved("cuda" if device["type"] == "cuda"
                          or (predict and spec.kind == "gpu") else "cpu")
+    switches = Switches.from_dict(c.get("switches"))
+    policy = c.get("calibration_policy", "auto")
+    from .analysis.calibrate import POLICIES
+
+    if policy not in POLICIES:
+        raise ValueError(f"calibration_policy={policy!r} is not one of {', '.join(POLICIES)}")
     ident = identity(base, wl, mode, c.get("weights"), spec, device, prof, c["seed"], space,
-                     constraints, objectives)
+                     constraints, objectives, switches)
     if predict:
         ident["predict"] = True
     if c.get("calibration"):
@@ -181,21 +210,26 @@ def plan_from_config(cfg) -> Plan:
                 fault=c.get("fault"), profile=dict(prof),
                 experiment=exp.get("name", "baseline"), quiet=c.get("quiet", False),
                 constraints=constraints, workers=workers, gpus=gpus, identity=ident,
-                calibration=c.get("calibration"), predict=predict)
+                calibration=c.get("calibration"), predict=predict, switches=switches,
+                calibration_policy=policy, results_root=results_root, shadow=shadow)
 
 
 def identity(base: ModelConfig, wl: dict, mode: str, weights: str | None, spec: HardwareSpec,
              device: dict, profile: dict, seed: int, space: dict, constraints: dict,
-             objectives: list) -> dict:
+             objectives: list, switches: Switches | None = None) -> dict:
     """A study's identity: everything that changes its figures. The base design (kernels and KV
-    format included), the workload, the decode mode, the weights (resolved path), the hardware
-    spec and device, the profile, the seed, and the space, constraints and objectives that decide
-    which designs it holds. Fault injection, ``n_trials`` and the output folder are not part of
-    it. A stored study is resumed only under the same identity (``sweep.storage.open_study``)."""
-    return {"base_model": base.to_dict(), "workload": {k: wl[k] for k in sorted(wl) if k != "name"},
-            "mode": mode, "weights": str(Path(weights).resolve()) if weights else None,
-            "hardware_spec": spec.name, "device": device["name"], "profile": profile,
-            "seed": seed, "space": space, "constraints": constraints, "objectives": objectives}
+    format included), the workload, the decode mode, the kernel switches, the weights (resolved
+    path), the hardware spec and device, the profile, the seed, and the space, constraints and
+    objectives that decide which designs it holds. Fault injection, ``n_trials`` and the output
+    folder are not part of it. A stored study is resumed only under the same identity
+    (``sweep.storage.open_study``)."""
+    ident = {"base_model": base.to_dict(),
+             "workload": {k: wl[k] for k in sorted(wl) if k != "name"},
+             "mode": mode, "weights": str(Path(weights).resolve()) if weights else None,
+             "hardware_spec": spec.name, "device": device["name"], "profile": profile,
+             "seed": seed, "space": space, "constraints": constraints, "objectives": objectives}
+    ident["switches"] = (switches or Switches()).to_dict()
+    return ident
 
 
 def identity_hash(ident: dict) -> str:

@@ -119,48 +119,125 @@ def violations(constraints: dict, analytic: dict) -> list[str]:
 
 
 
-def space_designs(space: dict, base: ModelConfig) -> list[ModelConfig]:
-    """Every design of a discrete space over ``base`` (bundles expanded; workload and mode keys
-    and invalid designs left out); just ``base`` for a continuous space."""
+def _axis(sp: dict, base: ModelConfig) -> list:
+    """The values of one space entry: its choices, the divisors, or a continuous range's low,
+    middle and high (on its step, in log for ``log``)."""
+    if sp.get("divisors_of"):
+        return divisors(getattr(base, sp["divisors_of"]))
+    if "choices" in sp:
+        return list(sp["choices"])
+    lo, hi, step = sp["low"], sp["high"], sp.get("step")
+    if sp.get("log"):
+        mid = math.sqrt(lo * hi)
+    else:
+        mid = (lo + hi) / 2
+    if isinstance(lo, int) and isinstance(hi, int):
+        st = step or 1
+        mid = lo + round((mid - lo) / st) * st
+        return sorted({lo, int(mid), hi})
+    return [lo, mid, hi]
+
+
+def _thin(values: list, k: int) -> list:
+    """``k`` of ``values`` evenly spread, the first and last kept (all of them if fewer)."""
+    if len(values) <= k:
+        return values
+    if k == 1:
+        return [values[len(values) // 2]]
+    return [values[round(i * (len(values) - 1) / (k - 1))] for i in range(k)]
+
+
+def study_designs(space: dict, base: ModelConfig, workload: dict, mode: str,
+                  most: int = 256) -> list[tuple[ModelConfig, dict, str]]:
+    """The designs a study may run, as ``(ModelConfig, workload, mode)``, for its calibration
+    (``sweep.analysis.calibrate.needs``): every point of a space of at most ``most``, else a
+    lattice of at most ``most`` points (each entry's values thinned evenly, ends kept; a
+    continuous range taken at its low, middle and high), never an enumeration of a large space.
+    Bundles are expanded, workload and mode keys applied, invalid designs left out; just the
+    base design for an empty space."""
     from itertools import product
 
     from zoo import DesignError
 
-    grid = grid_of(space, base) if space else {}
-    if not grid:
-        return [base]
+    if not space:
+        return [(base, dict(workload), mode)]
+    axes = {key: _axis(sp, base) for key, sp in space.items()}
+    k = max(len(v) for v in axes.values())
+    while k > 1 and math.prod(min(len(v), k) for v in axes.values()) > most:
+        k -= 1
+    axes = {key: _thin(v, k) for key, v in axes.items()}
     out = []
-    for point in product(*grid.values()):
+    for point in product(*axes.values()):
         over = {}
-        for key, value in zip(grid, point):
+        for key, value in zip(axes, point):
             choices = space[key].get("choices")
             over.update(choices[value] if isinstance(choices, dict) else {key: value})
-        over = {k: v for k, v in over.items() if k not in WORKLOAD_KEYS + RUN_KEYS}
+        wl = dict(workload, **{k: v for k, v in over.items() if k in WORKLOAD_KEYS})
+        m = over.get("mode", mode)
         try:
-            out.append(base.replace(**over).validate())
+            cfg = base.replace(**{k: v for k, v in over.items()
+                                  if k not in WORKLOAD_KEYS + RUN_KEYS}).validate()
         except DesignError:
             continue
+        out.append((cfg, wl, m))
     return out
 
 
-def shipped_designs(cpu: bool = False) -> list[ModelConfig]:
-    """The designs of every shipped model preset and experiment space (``conf/``), what a
-    device's calibration covers: on a GPU the real presets and the experiments' ``space`` over
-    their base model, on the CPU the tiny model and the ``space_cpu`` spaces."""
+def space_designs(space: dict, base: ModelConfig, most: int = 256) -> list[ModelConfig]:
+    """The designs of a space over ``base`` (``study_designs``' lattice beyond ``most``; workload
+    and mode keys and invalid designs left out); just ``base`` for an empty space."""
+    wl = {"batch": 1, "prompt_len": 1, "new_tokens": 1}
+    return list({repr(sorted(c.to_dict().items(), key=str)): c
+                 for c, _, _ in study_designs(space, base, wl, "eager", most)}.values())
+
+
+def shipped_items(cpu: bool = False) -> list[tuple[ModelConfig, dict, str]]:
+    """The designs of every shipped model preset and experiment (``conf/``) at their workloads,
+    what the shipped calibration covers (``python -m sweep.calibrate``): on a GPU the real
+    presets at the default workload and each experiment's ``space`` (``study_designs``' lattice)
+    over its base model and workload, in CUDA-graph mode; on the CPU the tiny model and the
+    ``space_cpu`` spaces at the CPU workload, eagerly."""
     import yaml
 
+    from .config import CpuFallbackConf, WorkloadConf
     from .env import REPO
 
     conf = REPO / "conf"
-    designs = [ModelConfig.from_name("tiny")] if cpu else [
-        ModelConfig.from_name(p.stem) for p in (conf / "model").glob("*.yaml") if p.stem != "tiny"]
+    keys = ("batch", "prompt_len", "new_tokens")
+
+    def workload(name):
+        if cpu:
+            w = CpuFallbackConf().workload
+            return {k: getattr(w, k) for k in keys}
+        d = dict(vars(WorkloadConf()), **yaml.safe_load((conf / "workload" /
+                                                         f"{name}.yaml").read_text()))
+        return {k: d[k] for k in keys}
+
+    mode = "eager" if cpu else "cudagraph"
+    items = [(ModelConfig.from_name("tiny"), workload("default"), mode)] if cpu else [
+        (ModelConfig.from_name(p.stem), workload("default"), mode)
+        for p in sorted((conf / "model").glob("*.yaml")) if p.stem != "tiny"]
     for path in sorted((conf / "experiment").glob("*.yaml")):
         exp = yaml.safe_load(path.read_text())
-        base = "tiny" if cpu else next((list(d.values())[0] for d in exp.get("defaults", [])
-                                        if isinstance(d, dict) and "override /model" in d),
-                                       "llama3_2_1b")
+        over = {list(d)[0].split("/")[-1]: list(d.values())[0]
+                for d in exp.get("defaults", []) if isinstance(d, dict)}
+        base = ModelConfig.from_name("tiny" if cpu else over.get("model", "llama3_2_1b"))
+        model_over = exp.get("model") or {}
+        if model_over and not cpu:
+            base = base.replace(**model_over)
         e = exp.get("experiment", {})
         space = (e.get("space_cpu") if cpu and e.get("space_cpu") is not None
                  else e.get("space", {}))
-        designs += space_designs(space or {}, ModelConfig.from_name(base))
-    return designs
+        if (exp.get("study") or {}).get("sampler") == "random" and not cpu:
+            continue  # predict-only spaces (design_space): measured, a study calibrates its own
+        items += study_designs(space or {}, base, workload(over.get("workload", "default")),
+                               mode, most=64)
+    return items
+
+
+def shipped_designs(cpu: bool = False) -> list[ModelConfig]:
+    """The distinct designs of ``shipped_items``."""
+    out = {}
+    for c, _, _ in shipped_items(cpu):
+        out.setdefault(repr(sorted(c.to_dict().items(), key=str)), c)
+    return list(out.values())

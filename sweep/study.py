@@ -20,11 +20,18 @@ from .analysis.hardware import measure_ceilings
 from .atomic import write_json
 from .env import environment
 from .objective import Objective, model_calibration
+from .progress import StudyProgress, TaskProgress
 from .report import html_report, plots, tables
 from .runs import run_predicted, run_trials
 from .space import study_grid
 from .storage import claim_results, finished, open_study, recover_interrupted
 from .worker import run_workers
+
+
+def _ceilings(plan) -> dict:
+    """The device's measured ceilings (cached under ``results_dir``), with a bar while measured."""
+    with TaskProgress("measuring the device's ceilings", quiet=plan.quiet) as bar:
+        return measure_ceilings(plan.device, cache_dir=plan.cache("ceilings"), on_line=bar.on_line)
 
 
 def run(plan):
@@ -53,16 +60,18 @@ def run(plan):
     if grid:  # designs are queued and taken once (``run_trials``), however many processes run
         plan = replace(plan, queue_only=True)
     if plan.workers > 1:
-        model_calibration(plan, measure_ceilings(plan.device))  # once, before the workers
+        model_calibration(plan, _ceilings(plan))  # once, before the workers
         ceilings = run_workers(plan, target)
-    elif plan.predict:  # no device: the performance model's figures, no ceilings measured
-        ceilings = {}
-        run_predicted(study, Objective(plan, ceilings, target), grid or None, target,
-                      after=lambda: tables.write_table(tables.trials_frame(study), plan.results))
     else:
-        ceilings = measure_ceilings(plan.device)
-        run_trials(study, Objective(plan, ceilings, target), grid or None, target,
-                   after=lambda: tables.write_table(tables.trials_frame(study), plan.results))
+        # no device for a predict-only study: the performance model's figures, no ceilings
+        ceilings = {} if plan.predict else _ceilings(plan)
+        progress = StudyProgress(target, initial=target - todo, quiet=plan.quiet)
+        loop = run_predicted if plan.predict else run_trials
+        try:
+            loop(study, Objective(plan, ceilings, target, progress), grid or None, target,
+                 after=lambda: tables.write_table(tables.trials_frame(study), plan.results))
+        finally:
+            progress.close()
     df = tables.trials_frame(study)
     tables.write_table(df, plan.results)
     write_json(plan.results / "study.json", {
@@ -72,8 +81,48 @@ def run(plan):
         "mode": plan.mode, "workers": plan.workers, "run_wall_s": time.time() - t0,
         "hardware_spec": plan.spec.__dict__, "ceilings": ceilings,
         "env": environment(plan.device)})
+    if plan.shadow:
+        shadow_predictions(plan)
     plots.pareto_plot(df, plan.objectives, plan.directions, plan.results, title=plan.name)
     plots.roofline_plot(df, plan.results, title=plan.name)
     html_report.write_report(plan.results)
     return study, df
+
+
+def shadow_predictions(plan) -> list:
+    """On the CPU fallback: the study's real designs (its configured model, workload and space:
+    ``plan.shadow``) priced on each GPU it names, from the calibration shipped for that GPU
+    (``sweep.objective.shipped_for``; roofline x stated efficiencies without one), written to
+    ``<results>/predicted_<target>.csv``; a short table printed. Returns the files written."""
+    import pandas as pd
+
+    from .analysis.hardware import load_spec
+    from .analysis.predict import Calibrated
+    from .analysis.targets import predict_designs
+    from .atomic import write_atomic
+    from .objective import shipped_for
+    from .report.tables import predicted_summary
+    from .space import study_designs
+
+    sh = plan.shadow
+    items = study_designs(sh["space"], sh["base"], sh["workload"], sh["mode"])
+    out = []
+    for name in sh["targets"]:
+        try:
+            spec = load_spec(name)
+        except KeyError as e:
+            print(f"predicted designs: {e}", flush=True)
+            continue
+        have = shipped_for(spec)
+        cal = Calibrated(have[1], have[0]) if have else None
+        df = pd.DataFrame(predict_designs(items, spec, cal, sh["constraints"]))
+        path = write_atomic(plan.results / f"predicted_{spec.name}.csv",
+                            lambda p, df=df: df.to_csv(p, index=False))
+        out.append(path)
+        if not plan.quiet:
+            print(f"\nthe real designs ({sh['base'].name}, batch {sh['workload']['batch']}, "
+                  f"prompt {sh['workload']['prompt_len']}), PREDICTED on {spec.display or spec.name}"
+                  f" (no GPU here; {path.name}):", flush=True)
+            print(predicted_summary(df, plan.objectives, plan.directions), flush=True)
+    return out
 

@@ -89,7 +89,9 @@ def measure(spec: dict) -> dict:
     token), ``ttft_ms_min``/``_p90``; ``decode_tpot_ms`` (median over repeats of the mean time per
     decode step), ``decode_tpot_ms_min``/``_p90``, ``decode_step_ms_median`` (median single step);
     ``prefill_tok_s``, ``decode_tok_s``; ``peak_mem_bytes``, ``weights_alloc_bytes``,
-    ``kv_cache_alloc_bytes``; ``build_s``; ``decode_linear`` (``decode_linear_path``). With
+    ``kv_cache_alloc_bytes``; ``build_s`` (the model built), ``compile_s`` (the first prefill and
+    decode loop: kernels compiled or tuned, graphs captured), ``measure_s`` (the rest of the
+    warm-up and the timed repeats), in s; ``decode_linear`` (``decode_linear_path``). With
     ``profile.nvml``: ``{prefill,decode}_energy_j``, ``_avg_power_w``, ``_j_per_token`` over the
     timed repeats (``sweep.measure.nvml``), and the sampled time series in
     ``<trial_dir>/nvml.csv``. On a GPU: the allocator's figures
@@ -101,14 +103,19 @@ def measure(spec: dict) -> dict:
     """
     import torch
 
+    from kernels import switches, tuning
     from zoo import Generator, ModelConfig, Transformer
     from zoo.weights import load_hf_weights
 
+    from .measure.child import progress_line
     from .measure.timing import Timer, spread
 
     fault = spec.get("fault")
     _inject(fault, "start")
     device = spec["device"]
+    switches.set_current(switches.Switches.from_dict(spec.get("switches")))
+    if spec.get("tuning_dir"):
+        tuning.configure(spec["tuning_dir"])
     wl = spec["workload"]
     B, T, N = wl["batch"], wl["prompt_len"], wl["new_tokens"]
     cfg = ModelConfig.from_dict(spec["model"])
@@ -118,6 +125,7 @@ def measure(spec: dict) -> dict:
         if options(spec).get("memory_snapshot"):
             # the allocator's history for https://pytorch.org/memory_viz
             torch.cuda.memory._record_memory_history(max_entries=200_000)
+    progress_line("phase", "building the model")
     t0 = time.perf_counter()
     model = Transformer.build(cfg, device, seed=spec.get("seed", 0), init=not spec.get("weights"))
     if spec.get("weights"):
@@ -156,9 +164,17 @@ def measure(spec: dict) -> dict:
 
         sampler = NvmlSampler(interval_s=opts.get("nvml_interval_s", 0.02))
     region = sampler.region if sampler else (lambda name: contextlib.nullcontext())
-    # a graph is captured on its first call: never inside the timed repeats
+    # a graph is captured on its first call: never inside the timed repeats. The first prefill
+    # and decode loop compile the kernels (Triton: from its cache, or tuned once per shape and
+    # device, kernels.tuning) and capture the graphs: compile_s; the timed repeats: measure_s
     warmup = max(wl["warmup"], 1) if gen.mode != "eager" else wl["warmup"]
-    timer.repeat(prefill, warmup, 0)
+    t_compile = time.perf_counter()
+    progress_line("phase", "compiling kernels, capturing graphs (prefill)")
+    timer.repeat(prefill, min(warmup, 1), 0)
+    compile_s = time.perf_counter() - t_compile
+    progress_line("phase", "measuring prefill")
+    t_measure = time.perf_counter()
+    timer.repeat(prefill, max(warmup - 1, 0), 0)
     with region("prefill"):
         ttft = timer.repeat(prefill, 0, wl["repeats"])
     first = state["tok"]
@@ -177,7 +193,15 @@ def measure(spec: dict) -> dict:
         gen.pos, state["tok"] = T, first
         return timer.steps([step] * steps)
 
-    for _ in range(warmup):
+    measure_s = time.perf_counter() - t_measure
+    progress_line("phase", "compiling kernels, capturing graphs (decode)")
+    t_compile = time.perf_counter()
+    if warmup:
+        decode_loop()
+    compile_s += time.perf_counter() - t_compile
+    progress_line("phase", "measuring decode")
+    t_measure = time.perf_counter()
+    for _ in range(warmup - 1):
         decode_loop()
     with region("decode"):
         for _ in range(wl["repeats"]):
@@ -186,6 +210,8 @@ def measure(spec: dict) -> dict:
             per_step.extend(ts)
     if not torch.isfinite(state["logits"]).all():
         raise NaNLogits("decode produced non-finite logits")
+    measure_s += time.perf_counter() - t_measure
+    tuning.save()  # the shapes tuned here are never tuned again on this device
 
     s_ttft, s_tpot, s_step = spread(ttft), spread(per_repeat), spread(per_step)
     out = {
@@ -200,7 +226,8 @@ def measure(spec: dict) -> dict:
         "repeats": wl["repeats"], "decode_steps": steps, "prefill_mode": gen.prefill_mode,
         "weights_alloc_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
         "kv_cache_alloc_bytes": gen.model.cache.nbytes(),
-        "build_s": build_s, "decode_linear": decode_linear_path(model, B, gen.mode),
+        "build_s": build_s, "compile_s": compile_s, "measure_s": measure_s,
+        "decode_linear": decode_linear_path(model, B, gen.mode),
     }
     if sampler is not None:
         out.update(sampler.summary({"prefill": B * T * wl["repeats"],

@@ -38,7 +38,8 @@ def run_workers(plan, target: int) -> dict:
     queued once and taken by one worker; otherwise workers stop once finished plus running
     trials reach ``target``. Worker logs: ``<results>/worker<i>.log``, echoed here as they grow.
     Returns the ceilings of the device (measured once, shared through the cache)."""
-    ceilings = measure_ceilings(plan.device)  # once, before the workers read the cache
+    # once, before the workers read the cache
+    ceilings = measure_ceilings(plan.device, cache_dir=plan.cache("ceilings"))
     pkl = write_atomic(plan.results / "worker_plan.pkl", lambda p: p.write_bytes(pickle.dumps(plan)))
     procs, logs = [], []
     for i in range(plan.workers):
@@ -84,7 +85,8 @@ def work(plan, target: int) -> int:
     worker ran."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = open_study(plan)
-    objective = Objective(plan, measure_ceilings(plan.device), target)
+    objective = Objective(plan, measure_ceilings(plan.device, cache_dir=plan.cache("ceilings")),
+                          target)
     return run_trials(study, objective, grid_of(plan.space, plan.base) if plan.queue_only else None,
                       target)
 

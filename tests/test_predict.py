@@ -270,21 +270,22 @@ def test_profiled_rows_compare_module_shares(tmp_path):
     assert "decode_share_reason" in module_check(bad)
 
 
-def test_decode_gemv_path_prices_the_fused_kernels(monkeypatch):
+def test_decode_gemv_path_prices_the_fused_kernels():
     """A Triton decode step of <= 16 sequences runs the norms and SwiGLU in the GEMVs' prologues
     and RoPE with the cache write inside decode attention (``Block.skinny``, the default): no
-    norm, SwiGLU or RoPE kernel, one decode-attention launch per layer; unfolded
-    (``DESIGNZOO_ROPE_IN_ATTENTION=0``) one RoPE + cache-write launch before it; 17 sequences take
-    the norm kernels again."""
-    monkeypatch.delenv("DESIGNZOO_ROPE_IN_ATTENTION", raising=False)
+    norm, SwiGLU or RoPE kernel, one decode-attention launch per layer, its linear layers priced
+    as decode GEMVs with their prologues; unfolded (``switches.rope_in_attention=false``) one
+    RoPE + cache-write launch before it; 17 sequences take the norm kernels and GEMMs again."""
     ops = [k.op for k in perf.kernel_list(TINY, 16, 1, 65, "triton")]
     assert "rmsnorm" not in ops and "swiglu" not in ops and "kv_write" not in ops
     ks = perf.kernel_list(TINY, 16, 1, 65, "triton")
     assert [k.launches for k in ks if k.op in ("rope", "decode_attention")] == [1]
-    monkeypatch.setenv("DESIGNZOO_ROPE_IN_ATTENTION", "0")
-    ks = perf.kernel_list(TINY, 16, 1, 65, "triton")
+    assert {k.shape["prologue"] for k in ks if k.kind == "gemv"} == {"norm+res", "none", "swiglu"}
+    assert not [k for k in ks if k.kind == "gemm"]
+    ks = perf.kernel_list(TINY, 16, 1, 65, "triton", fold=False)
     assert [k.launches for k in ks if k.op in ("rope", "decode_attention")] == [1, 1]
-    assert "rmsnorm" in [k.op for k in perf.kernel_list(TINY, 17, 1, 65, "triton")]
+    ks17 = perf.kernel_list(TINY, 17, 1, 65, "triton")
+    assert "rmsnorm" in [k.op for k in ks17] and not [k for k in ks17 if k.kind == "gemv"]
     gelu = TINY.replace(ffn_type="gelu")  # its activation still runs as a kernel of its own
     assert "swiglu" in [k.op for k in perf.kernel_list(gelu, 16, 1, 65, "triton")]
     torch_ops = [k.op for k in perf.kernel_list(TINY, 2, 1, 65, "torch")]
@@ -302,14 +303,12 @@ def test_a_large_prefill_is_priced_eager():
     assert not perf.graphed("compile", 1, 1, prefill=True)  # a one-token prompt's prefill
 
 
-def test_kernel_list_follows_the_rope_fold(monkeypatch):
+def test_kernel_list_follows_the_rope_fold():
     """With RoPE and the cache write folded into decode attention the decode step has one kernel
     per layer fewer; the prefill keeps its RoPE + cache-write kernel."""
-    def ops(new, ctx):
-        return [k.op for k in perf.kernel_list(TINY, 1, new, ctx, "triton")]
+    def ops(new, ctx, fold):
+        return [k.op for k in perf.kernel_list(TINY, 1, new, ctx, "triton", fold)]
 
-    monkeypatch.setenv("DESIGNZOO_ROPE_IN_ATTENTION", "0")
-    assert "rope" in ops(1, 65) and "rope" in ops(64, 64)
-    monkeypatch.setenv("DESIGNZOO_ROPE_IN_ATTENTION", "1")
-    assert "rope" not in ops(1, 65) and "rope" in ops(64, 64)
-    assert "decode_attention" in ops(1, 65)
+    assert "rope" in ops(1, 65, False) and "rope" in ops(64, 64, False)
+    assert "rope" not in ops(1, 65, True) and "rope" in ops(64, 64, True)
+    assert "decode_attention" in ops(1, 65, True)

@@ -66,8 +66,8 @@ class Attention(nn.Module):
     def attend(self, qkv, rope, input_pos):
         """Decode attention from the fused qkv output ``[B, 1, q_dim + 2 kv_dim]``: RoPE with the
         K/V cache write (one kernel), then the split-K decode kernel; or, with ``fold_rope``
-        (the default; ``DESIGNZOO_ROPE_IN_ATTENTION=0`` unfolds), both in the decode kernel's launch. Returns
-        ``[B, 1, q_dim]``."""
+        (the default; ``switches.rope_in_attention=false`` unfolds), both in the decode kernel's
+        launch. Returns ``[B, 1, q_dim]``."""
         cfg = self.cfg
         B, T, _ = qkv.shape
         q, k, v = qkv.split([cfg.q_dim, cfg.kv_dim, cfg.kv_dim], dim=-1)

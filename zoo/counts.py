@@ -146,14 +146,19 @@ def decode_step(cfg: ModelConfig, batch: int, cache_len: int) -> StageCounts:
     return stage(cfg, batch, 1, cache_len + 1)
 
 
-def decode_mean(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int) -> StageCounts:
-    """Mean counts over the ``new_tokens - 1`` decode steps that follow a ``prompt_len`` prefill.
-
-    FLOPs and bytes are linear in the context length, so the mean equals one step at the mean
-    cache length ``prompt_len + (new_tokens - 2) / 2`` (rounded down).
-    """
+def mean_decode_context(prompt_len: int, new_tokens: int) -> int:
+    """Positions attended by the mean decode step of a workload: the ``new_tokens - 1`` steps
+    after a ``prompt_len`` prefill attend ``prompt_len + 1 .. prompt_len + steps`` positions;
+    FLOPs and bytes are linear in that, so the mean step attends ``prompt_len + (steps - 1) // 2
+    + 1`` (rounded down). The one definition: counts, the predictor and the calibration use it."""
     steps = max(new_tokens - 1, 1)
-    return decode_step(cfg, batch, prompt_len + (steps - 1) // 2)
+    return prompt_len + (steps - 1) // 2 + 1
+
+
+def decode_mean(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int) -> StageCounts:
+    """Mean counts over the ``new_tokens - 1`` decode steps that follow a ``prompt_len`` prefill:
+    one step attending ``mean_decode_context`` positions (FLOPs and bytes are linear in it)."""
+    return stage(cfg, batch, 1, mean_decode_context(prompt_len, new_tokens))
 
 
 def kv_bytes_per_token(cfg: ModelConfig) -> int:

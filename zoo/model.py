@@ -125,7 +125,7 @@ class Block(nn.Module):
 
     def skinny(self, x, rope, input_pos, residual=None):
         """The decode step's block (Triton, ``B * T <= 16`` rows, RMSNorm): five launches (six with
-        ``DESIGNZOO_ROPE_IN_ATTENTION=0``).
+        ``switches.rope_in_attention=false``).
 
         qkv GEMV with the attention norm and the residual add in its prologue; decode attention
         (splits merged in-kernel) with RoPE and the K/V cache write in its launch (or one kernel

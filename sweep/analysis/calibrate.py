@@ -1,216 +1,283 @@
-"""Calibration: micro-benchmarks of the kernels the zoo launches, never of whole models.
+"""The performance model's calibration: which kernel micro-benchmarks a study needs, kept per
+device, never of whole models.
 
-``python -m sweep.calibrate [--refresh] [--quick]`` measures, on this device, in a child process:
+A calibration is a table of entries (one row each: ``kind``, its shape columns, ``time_s``,
+``time_s_min``, ``time_s_p90``, ``family``) measured by ``sweep.measure.calibrate``:
 
-- ``gemm``: ``F.linear`` (what ``nn.Linear`` runs) of ``[M, K] x [K, N]`` in the model dtype over
-  ``M`` in powers of two (``M_GRID``, 1 .. 32768 on a GPU) and every ``(N, K)`` the shipped models and
-  experiment spaces use (q/k/v, output, FFN gate+up and down, LM head), plus off-grid dims (odd
-  multiples, non-multiples of 64) so the performance model can interpolate in log space;
-- ``decode_attn``: one new token against a KV cache, torch (``zoo.gqa.grouped_decode_attention``)
-  and Triton (``kernels.decode_attention``; bf16, int8, fp8 caches on a GPU), over batch, KV
-  heads, group size, context and head_dim;
-- ``prefill_attn``: causal ``scaled_dot_product_attention`` in the model's layouts (torch and
-  Triton paths) over sequence length, head_dim and GQA group;
-- ``elementwise``: RMSNorm (+ residual), RoPE, SwiGLU, the KV write and quantize-on-write, torch
-  and Triton, by bytes moved;
-- ``launch``: the fixed cost per kernel inside a CUDA graph and per op in eager mode.
+- ``gemm``: ``F.linear`` of ``[M, K] x [K, N]`` in the model dtype (weights read cold);
+- ``gemv``: a Triton decode step's linear layer with its prologue (``kernels.decode_linear``:
+  the GEMV or cuBLAS, as the model runs it), ``M <= 16`` rows;
+- ``decode_attn``: one new token against a KV cache, torch and Triton, bf16 / int8 / fp8 caches;
+- ``prefill_attn``: causal SDPA in the model's layouts;
+- ``elementwise`` (by bytes) and ``launch`` (fixed costs): whole groups, the same for every design.
 
-On a GPU the kernels are timed as CUDA-graph replays of back-to-back launches (kernel time plus
-the graph's gap, as a decode step runs them), median of repeats with min and p90 kept; GEMMs and
-decode attention rotate through copies of their weights / KV cache spanning 2.5x the L2 (cold, as
-each layer's are in a model; the elementwise kernels' inputs stay hot, as they come straight from
-the previous kernel); on the CPU eagerly. Results: ``results/calibration/<device>.parquet`` (one
-row per entry: ``kind``, its shape columns, ``time_s``, ``time_s_min``, ``time_s_p90``) and
-``<device>.json`` (device, driver, versions, date, grid, wall time), cached like the ceilings and
-measured on first use. On the CPU a reduced grid over the tiny shapes (``--quick``, what CI runs).
+**What is measured.** A study's calibration covers its own designs (``needs``): the exact GEMM,
+GEMV and attention shapes ``sweep.analysis.predict.kernel_list`` will price for each design and
+workload the study may run (``sweep.space.study_designs``: every design of a small space, a
+bounded lattice of a large or continuous one), plus the groups a fit needs. ``ensure`` measures
+only the entries the device's cache lacks, in one child process, and adds them to the cache
+(``<results_dir>/calibration/<device>.{json,parquet}``): a later study measures only what it
+adds. The first cache of a device we measured starts from the calibration shipped with the
+package (``sweep/analysis/calibrations/``: H100, H200), so a shipped experiment there measures
+nothing. ``python -m sweep.calibrate`` measures the shipped grid (every shipped model and
+experiment, GEMMs over ``M_GRID``) to refresh one.
+
+**What it rests on.** Every row belongs to a ``family`` (``gemm``, ``gemv``, ``decode_attn/
+triton``, ...) whose ``fingerprint`` is recorded in the meta: the code of the kernels and zoo
+modules its time depends on (comments and docstrings left out), the switches that change what
+they launch or how they are tuned (``kernels.switches``), the device, driver, torch and Triton.
+When a family's fingerprint no longer matches, its rows are stale: ``ensure`` measures them again
+(``policy='auto'``), or with ``policy='frozen'`` measures nothing and says ``stale`` in the meta,
+which every prediction from it carries (``prediction_stale``). A changed kernel is never priced by
+its old time unknowingly.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import math
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from kernels.tuning import fingerprint
+
 from ..atomic import write_atomic, write_json
-from ..env import REPO, environment, slug
-from . import microbench as mb
-from .microbench import cold_copies, entry, timer
+from ..env import REPO, environment, slug, versions
+from .needs import KEYS, MOST, attn_grid, grid_needs, merge, missing, needs  # noqa: F401
 
 CAL_DIR = REPO / "results" / "calibration"
-VERSION = 7  # of the grid and the table's columns: a cache of another version is measured again
-# M of the GEMMs on a GPU: every power of two up to 64 (decode batches), then every other one up
-# to 32768 (prefill tokens); the predictor interpolates in log M between them
-M_GRID = [1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096, 16384, 32768]
-OFF_GRID = [(1000, 1000), (1536, 2880), (2112, 1344), (5000, 3000), (4160, 4160)]  # not x64
+SHIPPED_DIR = Path(__file__).resolve().parent / "calibrations"
+VERSION = 8  # of the table's columns and families: a cache of another version is measured again
+POLICIES = ("auto", "frozen")
+
+_KERNELS = REPO / "kernels"
+_ZOO = REPO / "zoo"
 
 
-def gemm_shapes(designs) -> list[tuple[int, int]]:
-    """Every ``(N, K)`` of the GEMMs the zoo launches for ``designs`` (ModelConfigs): fused
-    q/k/v, output, FFN gate+up, FFN down, LM head; sorted, without repeats."""
-    out = set()
-    for c in designs:
-        n_in = 2 if c.ffn_type == "swiglu" else 1
-        out |= {(c.q_dim + 2 * c.kv_dim, c.d_model), (c.d_model, c.q_dim),
-                (n_in * c.ffn_dim, c.d_model), (c.d_model, c.ffn_dim), (c.vocab_size, c.d_model)}
-    return sorted(out)
+def family(kind: str, impl=None) -> str:
+    """The fingerprint family of an entry: ``decode_attn`` and ``elementwise`` by implementation
+    (``decode_attn/triton``), the others by kind."""
+    if kind in ("decode_attn", "elementwise") and isinstance(impl, str):
+        return f"{kind}/{impl}"
+    return kind
 
 
-def run(designs, device: str, quick: bool = False, log=print) -> list[dict]:
-    """Measure every calibration entry for ``designs`` on ``device`` (``cuda`` or ``cpu``);
-    returns the rows. ``quick`` is the reduced grid (the CPU's, and CI's)."""
-    import torch
+def fingerprints(device: dict, switches) -> dict:
+    """The current fingerprint of every family on ``device`` under ``switches`` (a
+    ``kernels.switches.Switches``): what its entries' times depend on (see the module's text)."""
+    v = versions()
+    base = (device.get("name"), device.get("driver"), v["torch"], v.get("cuda"))
+    tri = v.get("triton")
+    sw = switches.to_dict()
+    tune = (sw["autotune"], sw["cold_tune"])
 
-    cuda = device == "cuda"
-    dtype = "bf16" if cuda else "fp32"
-    tdt = torch.bfloat16 if cuda else torch.float32
-    tm = timer(cuda, 7 if cuda else 5)
-    rows = []
-    g = torch.Generator(device=device).manual_seed(0)
+    def k(*names):
+        return tuple(str(_KERNELS / f"{n}.py") for n in names)
 
-    def rnd(*shape, dt=tdt):
-        return torch.randn(*shape, device=device, dtype=dt, generator=g)
-
-    t0 = time.time()
-    # Order matters on a GPU: small kernels first, before any compute-bound benchmark idles the
-    # GPU between its repeats (duty cycle) and its clocks drop
-    rows += mb.launch(device, tm)  # first: the host costs before the heap has grown
-    rows += mb.elementwise(device, tm, rnd, quick)
-    rows += mb.decode_attention(device, tm, rnd, quick, dtype)
-    log(f"calibrate: launch, elementwise, decode attention ({time.time() - t0:.0f} s)")
-    # GEMMs: every (N, K) of the designs and some off the 64-grid, M in powers of two; the
-    # memory-bound M (< 1024) of every shape, then the compute-bound ones
-    shapes = gemm_shapes(designs) + ([] if quick else OFF_GRID)
-    m_max = 32768 if cuda else 512
-    m_grid = M_GRID if cuda else [2**e for e in range(int(math.log2(m_max)) + 1)]
-    rows += gemms(shapes, m_grid, cuda, tm, rnd, dtype)
-    log(f"calibrate: {len(shapes)} GEMM shapes ({time.time() - t0:.0f} s)")
-    rows += mb.prefill_attention(device, tm, rnd, quick)
-    log(f"calibrate: prefill attention ({time.time() - t0:.0f} s)")
-    rows += mb.graph_gap(device)  # last: it runs torch.profiler
-    return rows
-
-
-def gemms(shapes, m_grid, cuda: bool, tm, rnd, dtype: str) -> list[dict]:
-    """``gemm`` entries: ``F.linear`` of ``[M, K] x [K, N]`` for every ``(N, K)`` in ``shapes`` and
-    ``M`` in ``m_grid`` (inputs bounded in size), weights rotated cold; the memory-bound M (< 1024)
-    of every shape first, then the compute-bound ones at a duty cycle (``microbench.timer``)."""
-    import torch.nn.functional as F
-
-    rows = []
-    for big in (False, True):
-        for N, K in shapes:
-            ms = [M for M in m_grid if (M >= 1024) == big
-                  and M * max(N, K) * 2 <= (2**31 if cuda else 2**26)]  # bounded input size
-            if not ms:
-                continue
-            # weights read from DRAM on every call, as each layer's are in a model
-            ws = [rnd(N, K) for _ in range(cold_copies(N * K * (2 if cuda else 4), cuda))]
-            for M in ms:
-                x = rnd(M, K)
-                sp = tm([lambda x=x, w=w: F.linear(x, w) for w in ws],
-                        n=2 if M * N * K > 2**36 else 8, duty=big)
-                rows.append(entry("gemm", sp, M=M, N=N, K=K, dtype=dtype,
-                                  flops=2.0 * M * N * K))
-            del ws
-    return rows
+    every_kernel = k("decode_attention", "gemv", "decode_linear", "graph_timing", "rmsnorm",
+                     "rope", "swiglu", "kv_quant")
+    zoo = tuple(str(_ZOO / f"{n}.py") for n in ("model", "attention", "generate", "cache", "gqa"))
+    return {
+        "gemm": fingerprint(*base),
+        "prefill_attn": fingerprint(*base),
+        "decode_attn/torch": fingerprint(*base, modules=(str(_ZOO / "gqa.py"),)),
+        "decode_attn/triton": fingerprint(*base, tri, *tune, sw["pdl"],
+                                          modules=k("decode_attention", "rope",
+                                                    "graph_timing")),
+        "gemv": fingerprint(*base, tri, *tune, sw["gemv_prefetch"], sw["gemv_w_ahead"], sw["pdl"],
+                            modules=k("gemv", "decode_linear", "graph_timing", "rmsnorm",
+                                      "swiglu")),
+        "elementwise/torch": fingerprint(*base, modules=k("rmsnorm", "rope", "swiglu",
+                                                          "kv_quant")),
+        "elementwise/triton": fingerprint(*base, tri, modules=k("rmsnorm", "rope", "swiglu",
+                                                                "kv_quant")),
+        "launch": fingerprint(*base, tri, json.dumps(sw, sort_keys=True),
+                              modules=every_kernel + zoo),
+    }
 
 
-def bench_gemms(shapes, m_values, device: str) -> list[dict]:
-    """``gemm`` entries for ``shapes`` at exactly ``m_values``, measured now in this process as
-    ``run`` measures them (the advisor's shapes missing from a calibration)."""
-    import torch
-
-    cuda = device == "cuda"
-    dtype, tdt = ("bf16", torch.bfloat16) if cuda else ("fp32", torch.float32)
-    g = torch.Generator(device=device).manual_seed(0)
-
-    def rnd(*shape):
-        return torch.randn(*shape, device=device, dtype=tdt, generator=g)
-
-    return gemms(shapes, sorted(set(m_values)), cuda, timer(cuda, 7 if cuda else 5), rnd, dtype)
+def _spec(device_type: str, quick: bool, switches, want: dict, base: list, grid: list,
+          tuning_dir) -> dict:
+    """The measuring child's spec (``sweep.measure.calibrate``)."""
+    da = [dict(zip(KEYS["decode_attn"] + ("cap",), k)) for k in want.get("decode_attn", [])]
+    da += grid
+    return {"device": device_type, "quick": quick, "switches": switches.to_dict(),
+            "tuning_dir": str(tuning_dir) if tuning_dir else None, "base": base,
+            "gemm": [list(k[:3]) for k in want.get("gemm", [])],
+            "gemv": [list(k[:4]) for k in want.get("gemv", [])],
+            "decode_attn": da,
+            "prefill_attn": [dict(zip(KEYS["prefill_attn"], k)) for k in want.get("prefill_attn",
+                                                                                   [])]}
 
 
 # ---- the cache ---------------------------------------------------------------------------
 
-def paths(device_name: str) -> tuple[Path, Path]:
-    """``(<device>.json, <device>.parquet)`` in ``results/calibration``."""
-    base = CAL_DIR / slug(device_name)
+def paths(device_name: str, cal_dir: Path | None = None) -> tuple[Path, Path]:
+    """``(<device>.json, <device>.parquet)`` in ``cal_dir`` (default ``results/calibration``)."""
+    base = (cal_dir or CAL_DIR) / slug(device_name)
     return base.with_suffix(".json"), base.with_suffix(".parquet")
 
 
-def load(device_name: str, where: Path | None = None):
+def shipped(device_name: str):
+    """``(meta, table)`` of the calibration shipped with the package for ``device_name`` (of this
+    ``VERSION``, with its fingerprints), or None."""
+    have = load(device_name, where=paths(device_name, SHIPPED_DIR)[0])
+    if have is None or have[0].get("version") != VERSION or not have[0].get("fingerprints") \
+            or "family" not in have[1]:
+        return None
+    return have
+
+
+def load(device_name: str, where: Path | None = None, cal_dir: Path | None = None):
     """``(meta, table)`` of a cached calibration of ``device_name`` (or of the files at
     ``where``, a ``.json`` path), or None."""
     import pandas as pd
 
-    meta_p, tab_p = (where, where.with_suffix(".parquet")) if where else paths(device_name)
+    meta_p, tab_p = (Path(where), Path(where).with_suffix(".parquet")) if where else \
+        paths(device_name, cal_dir)
     if not meta_p.exists() or not tab_p.exists():
         return None
     return json.loads(meta_p.read_text()), pd.read_parquet(tab_p)
 
 
-def calibrate(device: dict, designs, refresh: bool = False, quick: bool | None = None,
-              ceilings: dict | None = None, timeout_s: float = 900):
-    """The device's calibration: cached in ``results/calibration/<device>.{json,parquet}``, else
-    measured in a child process (``python -m sweep.analysis.calibrate --child``) over the GEMM
-    shapes of ``designs``; ``ceilings`` (the device's measured ones) are kept in the meta, for a
-    transfer to another device (``predict.transfer``). Returns ``(meta, table)``.
+def stale_families(meta: dict, current: dict) -> list[str]:
+    """The families whose recorded fingerprint differs from ``current`` (``fingerprints``); every
+    family of a calibration without fingerprints (measured before they were kept)."""
+    have = meta.get("fingerprints") or {}
+    return sorted(f for f in current if f in have and have[f] != current[f]) if have else \
+        sorted(current)
+
+
+def ensure(device: dict, items, switches, ceilings: dict | None = None,
+           cal_dir: Path | None = None, tuning_dir: Path | None = None, policy: str = "auto",
+           quick: bool | None = None, full: bool = False, timeout_s: float = 900.0,
+           on_line=None, log=print, from_shipped: bool = True):
+    """The device's calibration covering ``items`` (``(ModelConfig, workload, mode)``): the
+    cache, started from the shipped calibration of this device if there is one, with the
+    entries it lacks measured now in a child and added (stale families measured again), unless
+    ``policy='frozen'``. ``full``: also the shipped grid (``python -m sweep.calibrate``);
+    ``from_shipped=False`` ignores the shipped calibration (a refresh measures everything).
+
+    Returns:
+        ``(meta, table)``; ``meta["stale"]`` lists the families measured under other
+        fingerprints (``policy='frozen'``), ``meta["measured_now"]`` what this call measured.
 
     Raises:
-        RuntimeError: the measurement failed (the child's error tail in the message).
+        ValueError: an unknown ``policy``. RuntimeError: the measurement failed (the child's
+            error tail in the message).
     """
-    if not refresh and (have := load(device["name"])) is not None and \
-            have[0].get("version") == VERSION:
-        return have
-    quick = device["type"] != "cuda" if quick is None else quick
-    CAL_DIR.mkdir(parents=True, exist_ok=True)
-    spec = CAL_DIR / f".{slug(device['name'])}.designs.json"
-    write_json(spec, {"designs": [c.to_dict() for c in designs], "quick": quick,
-                      "device": device["type"]})
-    meta_p, tab_p = paths(device["name"])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO),
-                                                                    os.environ.get("PYTHONPATH")])))
-    t0 = time.time()
-    r = subprocess.run([sys.executable, "-m", "sweep.analysis.calibrate", "--child", str(spec),
-                        str(tab_p)], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=timeout_s)
-    if r.returncode != 0 or not tab_p.exists():
-        raise RuntimeError(f"calibration failed: {(r.stderr or r.stdout).strip()[-800:]}")
     import pandas as pd
 
-    table = pd.read_parquet(tab_p)
-    meta = {"device": device["name"], "driver": device.get("driver"), **environment(device),
+    if policy not in POLICIES:
+        raise ValueError(f"calibration_policy={policy!r} is not one of {', '.join(POLICIES)}")
+    quick = device["type"] != "cuda" if quick is None else quick
+    meta_p, tab_p = paths(device["name"], cal_dir)
+    have = load(device["name"], cal_dir=cal_dir)
+    if have is None or have[0].get("version") != VERSION:
+        have = shipped(device["name"]) if from_shipped else None
+        if have is not None:
+            log(f"calibration: starting from the one shipped for {device['name']} "
+                f"({have[0].get('date')})")
+    meta, table = have if have is not None else ({}, None)
+    current = fingerprints(device, switches)
+    stale = stale_families(meta, current) if table is not None else []
+    if table is not None and "family" not in table:
+        table = None  # an old table: no family per row
+    if stale and policy == "auto":
+        log(f"calibration: {', '.join(stale)} measured under other kernels or versions: measured "
+            "again")
+        table = table[~table.family.isin(stale)] if table is not None else None
+        stale = []
+    want = needs(items, device["type"])
+    if full:
+        want = merge(want, grid_needs(items, device["type"]))
+    todo = missing(table, want)
+    base = [g for g, fams in (("launch", ["launch"]),
+                              ("elementwise", ["elementwise/torch", "elementwise/triton"]))
+            if table is None or not table.family.isin(fams).any()]
+    grid = attn_grid(table, todo, device["type"], quick, full)
+    n_todo = sum(map(len, todo.values())) + len(grid) + len(base)
+    if policy == "frozen" or n_todo == 0:
+        if table is None:
+            raise RuntimeError(f"no calibration of {device['name']} and calibration_policy="
+                               "frozen: nothing to price with")
+        return dict(meta, stale=stale, measured_now=0), table
+    from ..measure import calibrate as run_cal
+
+    (cal_dir or CAL_DIR).mkdir(parents=True, exist_ok=True)
+    spec = _spec(device["type"], quick, switches, todo, base, grid, tuning_dir)
+    log(f"calibration: measuring {n_todo} entries on {device['name']} "
+        f"({', '.join(f'{k} {len(v)}' for k, v in todo.items() if v)}"
+        + (f", groups {', '.join(base)}" if base else "") + ")")
+    t0 = time.time()
+    out = tab_p.with_name(f".{tab_p.stem}.new.parquet")
+    part = out.with_name(out.name + ".partial")
+    failed = None
+    try:
+        rc, tail = run_cal.run(spec, out, timeout_s, on_line)
+        if rc != 0 or not out.exists():
+            failed = f"calibration failed: {tail}"
+    except run_cal.ChildTimeout as e:
+        failed = f"calibration {e}"
+    if failed:  # keep the groups it finished: a later run measures only the rest
+        if part.exists():
+            new = pd.read_parquet(part)
+            part.unlink(missing_ok=True)
+            if len(new):
+                _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings,
+                      time.time() - t0)
+        raise RuntimeError(failed)
+    new = pd.read_parquet(out)
+    out.unlink(missing_ok=True)
+    meta, table = _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings,
+                        time.time() - t0)
+    return dict(meta, stale=[], measured_now=len(new)), table
+
+
+def _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings, wall):
+    """Add ``new`` rows to ``table`` and write the cache (table and meta); returns both."""
+    import pandas as pd
+
+    if len(new):
+        new["family"] = [family(k, i) for k, i in zip(new.kind, new.get("impl", [None] *
+                                                                        len(new)))]
+    table = new if table is None else pd.concat([table, new], ignore_index=True)
+    wall = round(wall, 1)
+    meta = {**{k: v for k, v in meta.items() if k not in ("stale", "measured_now")},
+            "device": device["name"], "driver": device.get("driver"), **environment(device),
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "quick": quick,
-            "version": VERSION,
-            "entries": len(table), "wall_s": round(time.time() - t0, 1),
-            "kinds": table.kind.value_counts().to_dict(), "log": r.stdout[-2000:],
-            "ceilings": {k: v for k, v in (ceilings or {}).items()
-                         if k in ("copy_bytes_s", "gemm_flops_bf16", "gemm_flops_fp16",
-                                  "gemm_flops_fp32")}}
+            "version": VERSION, "entries": len(table),
+            "kinds": table.kind.value_counts().to_dict(), "fingerprints": current,
+            "history": (meta.get("history") or [])[-20:] + [
+                {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                 "entries": len(new), "wall_s": wall}],
+            "wall_s": wall}
+    cl = {k: v for k, v in (ceilings or {}).items()
+          if k in ("copy_bytes_s", "gemm_flops_bf16", "gemm_flops_fp16", "gemm_flops_fp32")}
+    if cl:
+        meta["ceilings"] = cl
+    write_atomic(tab_p, lambda p: table.to_parquet(p, index=False))
     write_json(meta_p, meta)
     return meta, table
 
 
-def _child(spec_path: str, out_path: str) -> int:
-    import pandas as pd
+def calibrate(device: dict, designs, refresh: bool = False, quick: bool | None = None,
+              ceilings: dict | None = None, cal_dir: Path | None = None, switches=None,
+              workload: dict | None = None, timeout_s: float = 1800.0, on_line=None, log=print,
+              tuning_dir: Path | None = None):
+    """The shipped grid's calibration of ``device`` over ``designs`` (ModelConfigs, at
+    ``workload``, default batch 1 / 512 + 128 tokens; or ``(ModelConfig, workload, mode)``
+    items, ``sweep.space.shipped_items``): ``ensure`` with ``full``; ``refresh`` measures
+    everything again (the cache's table is set aside first). Returns ``(meta, table)``."""
+    from kernels.switches import Switches
 
-    from zoo import ModelConfig
-
-    spec = json.loads(Path(spec_path).read_text())
-    designs = [ModelConfig.from_dict(d) for d in spec["designs"]]
-    rows = run(designs, spec["device"], spec["quick"], log=lambda m: print(m, flush=True))
-    write_atomic(Path(out_path), lambda p: pd.DataFrame(rows).to_parquet(p, index=False))
-    return 0
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--child":
-        sys.exit(_child(sys.argv[2], sys.argv[3]))
-    print("usage: python -m sweep.calibrate [--refresh] [--quick] (this module's --child is "
-          "internal)", file=sys.stderr)
-    sys.exit(2)
+    switches = switches or Switches()
+    meta_p, tab_p = paths(device["name"], cal_dir)
+    if refresh:
+        for p in (meta_p, tab_p):
+            p.unlink(missing_ok=True)
+    wl = workload or {"batch": 1, "prompt_len": 512, "new_tokens": 128}
+    mode = "cudagraph" if device["type"] == "cuda" else "eager"
+    items = [c if isinstance(c, tuple) else (c, wl, mode) for c in designs]
+    return ensure(device, items, switches, ceilings, cal_dir, tuning_dir, quick=quick, full=True,
+                  timeout_s=timeout_s, on_line=on_line, log=log, from_shipped=not refresh)

@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import statistics
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from ..env import REPO, environment, slug
+from ..atomic import write_json
+from ..env import REPO, slug
 
 HW_DIR = REPO / "conf" / "hardware"
 CEILINGS_DIR = REPO / "results" / "ceilings"
@@ -100,93 +98,46 @@ def load_spec(name: str, device_name: str | None = None) -> HardwareSpec:
     return HardwareSpec(**yaml.safe_load(path.read_text()))
 
 
-# ---- measured ceilings (run in a child process) ---------------------------------------------
+# ---- measured ceilings (taken in a child process by ``sweep.measure.ceilings``) -------------
 
-def _measure(device: str) -> dict:
-
-    from ..measure.timing import Timer
-
-    timer = Timer(device)
-    out: dict = {"method": {}}
-    if device == "cuda":
-        n_copy, gemm = 1 << 30, {"bf16": 8192, "fp16": 8192, "fp32": 8192}
-    else:
-        n_copy, gemm = 1 << 26, {"fp32": 1024}
-    out.update(_copy_rate(timer, n_copy, device))
-    out["method"]["copy"] = f"dst.copy_(src) of {n_copy} bytes; read + write counted; median of 30"
-    for dt, n in gemm.items():
-        out.update(_gemm_rate(timer, n, dt, device))
-        out["method"][f"gemm_{dt}"] = f"{n}x{n}x{n} matmul of random data; median of repeats"
-    return out
-
-
-def _copy_rate(timer, n_bytes: int, device: str) -> dict:
-    import torch
-
-    src = torch.randn(n_bytes // 4, device=device)  # float32 elements: n_bytes bytes
-    dst = torch.empty_like(src)
-    ts = timer.repeat(lambda: dst.copy_(src), warmup=5, repeats=30)
-    return {"copy_bytes_s": 2 * n_bytes / statistics.median(ts),
-            "copy_bytes_s_spread": [2 * n_bytes / max(ts), 2 * n_bytes / min(ts)]}
-
-
-def _gemm_rate(timer, n: int, dt: str, device: str) -> dict:
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dt]
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    ts = timer.repeat(lambda: a @ b, warmup=3, repeats=10 if device == "cuda" else 5)
-    return {f"gemm_flops_{dt}": 2 * n**3 / statistics.median(ts),
-            f"gemm_flops_{dt}_spread": [2 * n**3 / max(ts), 2 * n**3 / min(ts)]}
-
-
-def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300) -> dict:
+def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300,
+                     cache_dir: Path | None = None, on_line=None) -> dict:
     """Measured copy bandwidth (bytes/s) and GEMM rates (FLOP/s per dtype) of ``device``, cached.
 
-    Runs ``python -m sweep.analysis.hardware --measure`` in a child process the first time for a device
-    (no CUDA context in the caller) and caches the JSON in ``results/ceilings/<device>.json``.
+    Measured the first time for a device in a child process (``sweep.measure.ceilings``: no CUDA
+    context in the caller) and cached as ``<cache_dir>/<device>.json`` (default
+    ``results/ceilings``).
 
     Returns:
         ``{"copy_bytes_s", "gemm_flops_<dtype>", ..., "env": {...}}``; ``{"error": reason}`` if the
         measurement failed, so figures against it become NaN with that reason.
     """
-    path = CEILINGS_DIR / f"{slug(device['name'])}.json"
+    from ..measure import ceilings
+
+    cache_dir = cache_dir or CEILINGS_DIR
+    path = cache_dir / f"{slug(device['name'])}.json"
     if path.exists() and not refresh:
         return json.loads(path.read_text())
-    CEILINGS_DIR.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    cmd = [sys.executable, "-m", "sweep.analysis.hardware", "--measure", str(tmp), "--device",
-           device["type"]]
+    cache_dir.mkdir(parents=True, exist_ok=True)
     try:
-        r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout_s,
-                           env=dict(os.environ, PYTHONPATH=os.pathsep.join(
-                               filter(None, [os.environ.get("PYTHONPATH"), str(REPO)]))))
-    except subprocess.TimeoutExpired:
-        return {"error": f"ceilings measurement timed out after {timeout_s} s"}
-    if r.returncode != 0 or not tmp.exists():
-        return {"error": f"ceilings measurement failed: {r.stderr.strip()[-500:]}"}
-    os.replace(tmp, path)
-    return json.loads(path.read_text())
+        res = ceilings.run(device["type"], timeout_s, on_line=on_line)
+    except RuntimeError as e:
+        return {"error": str(e)}
+    write_json(path, res)
+    return res
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--measure", help="(child) measure and write JSON here")
-    ap.add_argument("--device", default="auto")
+    ap = argparse.ArgumentParser(description="Print this device's hardware spec and its "
+                                             "measured (or cached) ceilings.")
+    ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     ap.add_argument("--refresh", action="store_true", help="measure again even if cached")
     a = ap.parse_args(argv)
     from ..env import detect_device
 
-    dev = detect_device("cuda" if a.device == "cuda" else a.device)
-    if a.measure:
-        res = _measure(dev["type"])
-        res["env"] = environment(dev)
-        Path(a.measure).write_text(json.dumps(res, indent=2))
-        return 0
+    dev = detect_device(a.device)
     spec = load_spec("auto", dev["name"])
     print(json.dumps({"device": dev["name"], "spec": spec.__dict__,
                       "ceilings": measure_ceilings(dev, refresh=a.refresh)}, indent=2,

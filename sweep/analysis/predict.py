@@ -30,10 +30,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from kernels.decode_attention import rope_in_attention
 from kernels.gemv import MAX_M as GEMV_MAX_M
+from kernels.switches import Switches
 from zoo import ModelConfig
 from zoo.config import DTYPE_BYTES
+from zoo.counts import mean_decode_context
 from zoo.generate import PREFILL_GRAPH_MAX_TOKENS
 
 from .derived import STAGE_TIMES
@@ -68,11 +69,14 @@ class Kernel:
     repeat: int = 1  # identical kernels in the stage (one per layer)
 
 
-def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: str) -> list[Kernel]:
+def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: str,
+                fold: bool = True) -> list[Kernel]:
     """The kernels of one forward of ``new`` tokens per sequence over ``context`` positions
-    (prefill: ``new == context``; a decode step: ``new == 1``), in the zoo's order (read from
-    the same switch as the model: ``kernels.decode_attention.rope_in_attention``, by default,
-    folds a Triton decode step's RoPE and cache write into its attention kernel)."""
+    (prefill: ``new == context``; a decode step: ``new == 1``), in the zoo's order. ``fold``
+    (``switches.rope_in_attention``, as the model reads it) folds a Triton decode step's RoPE and
+    cache write into its attention kernel. A Triton decode step of at most
+    ``kernels.gemv.MAX_M`` sequences runs its linear layers as ``gemv`` kernels (the norm or
+    SwiGLU in their prologue: ``kernels.decode_linear``)."""
     d, F, V, L = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.n_layers
     H, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     wb, kvb = DTYPE_BYTES[cfg.dtype], DTYPE_BYTES[cfg.kv_dtype]
@@ -80,12 +84,15 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     fused = kernels == "triton"
     n = TRITON_KERNELS if fused else TORCH_KERNELS
     impl = "triton" if fused else "torch"
-
-    def gemm(module, op, N, K, m=M, rep=L):
-        return Kernel(module, "gemm", op, 2 * m * N * K, (N * K + m * K + m * N) * wb,
-                      {"M": m, "N": N, "K": K, "dtype": cfg.dtype}, 1, rep)
-
     skinny = fused and new == 1 and batch <= GEMV_MAX_M and cfg.norm == "rmsnorm"
+
+    def gemm(module, op, N, K, m=M, rep=L, prologue="none"):
+        shape = {"M": m, "N": N, "K": K, "dtype": cfg.dtype}
+        if skinny:  # the decode GEMV (or cuBLAS after its prologue), as the model runs it
+            return Kernel(module, "gemv", op, 2 * m * N * K, (N * K + m * K + m * N) * wb,
+                          dict(shape, prologue=prologue), 1, rep)
+        return Kernel(module, "gemm", op, 2 * m * N * K, (N * K + m * K + m * N) * wb,
+                      shape, 1, rep)
 
     def elem(op, nbytes, rep=L, launches=None):
         if skinny and (op == "rmsnorm" or (op == "swiglu" and cfg.ffn_type == "swiglu")):
@@ -99,8 +106,10 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     rope_bytes, kv_bytes = 2 * M * (H + Hkv) * D * wb, 2 * M * Hkv * D * (wb + kvb)
     out = [Kernel("norms_elementwise", "elementwise", "embedding", 0, 2 * M * d * wb,
                   {"op": "embedding", "impl": "torch", "bytes": 2 * M * d * wb}, 1, 1),
-           elem("rmsnorm", norm_bytes), gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d)]
-    if fused and new == 1 and rope_in_attention():
+           elem("rmsnorm", norm_bytes),
+           gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d,
+                prologue="norm+res" + ("+bias" if cfg.qkv_bias else ""))]
+    if fused and new == 1 and fold:
         pass  # folded into the decode attention launch (zoo.attention; its bytes are a token's)
     elif fused:  # one kernel: RoPE and the cache write (priced on their bytes together)
         out.append(elem("rope", rope_bytes + kv_bytes))
@@ -117,13 +126,15 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
                           2 * M * (H + 2 * Hkv) * D * wb,
                           {"B": batch, "H": H, "T": new, "D": D, "G": H // Hkv, "impl": impl},
                           n["prefill_attn"], L))
+    swi = cfg.ffn_type == "swiglu"
     out += [gemm("out_proj", "wo", d, cfg.q_dim), elem("rmsnorm", norm_bytes),
-            gemm("ffn", "w13", (2 if cfg.ffn_type == "swiglu" else 1) * F, d),
-            elem("swiglu", 3 * M * F * wb), gemm("ffn", "w2", d, F)]
+            gemm("ffn", "w13", (2 if swi else 1) * F, d, prologue="norm+res"),
+            elem("swiglu", 3 * M * F * wb), gemm("ffn", "w2", d, F,
+                                                 prologue="swiglu" if swi else "none")]
     if not fused:
         out.append(elem("residual", 2 * 3 * M * d * wb, launches=2))
-    out += [elem("rmsnorm", 2 * batch * d * wb, rep=1), gemm("lm_head", "output", V, d, m=batch,
-                                                               rep=1)]
+    out += [elem("rmsnorm", 2 * batch * d * wb, rep=1),
+            gemm("lm_head", "output", V, d, m=batch, rep=1, prologue="norm+res")]
     return [k for k in out if k is not None]
 
 
@@ -144,9 +155,9 @@ def graphed(mode: str, batch: int, new: int, prefill: bool | None = None) -> boo
     return mode == "cudagraph" and batch * new <= PREFILL_GRAPH_MAX_TOKENS
 
 
-def _stage(cfg, batch, new, context, kernels, mode, cal, peaks) -> dict:
+def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True) -> dict:
     """Predicted times (s) of one stage: per module kind for both kinds, with bases and notes."""
-    ks = kernel_list(cfg, batch, new, context, kernels)
+    ks = kernel_list(cfg, batch, new, context, kernels, fold)
     roof = dict.fromkeys(MODULES, 0.0)
     calib = dict.fromkeys(MODULES, 0.0)
     basis = {}
@@ -196,7 +207,7 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks) -> dict:
 
 def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated | None = None,
             kernels: str | None = None, mode: str = "cudagraph", ceilings: dict | None = None,
-            ) -> dict:
+            switches: Switches | None = None) -> dict:
     """Predicted prefill (TTFT) and mean decode step (TPOT) of a design, per module kind.
 
     Args:
@@ -205,29 +216,31 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
             only); kernels: ``torch`` or ``triton`` (default ``cfg.kernels``); mode: the
             ``zoo.generate`` mode (``cudagraph``: prefill and decode replay graphs; ``compile``:
             the decode step only, its prefill eager; ``eager``); ceilings: measured ceilings
-            (``copy_bytes_s``, ``gemm_flops_<dtype>``) for the roofline, else the datasheet's.
+            (``copy_bytes_s``, ``gemm_flops_<dtype>``) for the roofline, else the datasheet's;
+            switches: the ``kernels.switches`` the design runs under (default: the defaults).
 
     Returns:
         Results-row columns: ``{stage}_pred_ms_roofline``, ``{stage}_pred_ms_calibrated``,
         ``{stage}_pred_ms_{module}`` (calibrated; roofline where uncalibrated),
         ``{stage}_pred_launches``, ``prediction_basis`` and ``prediction_notes`` (terms outside
-        the calibrated range), for ``stage`` in prefill, decode. The decode step is priced at the
-        mean cache length of the workload's decode steps, as ``zoo.counts.decode_mean``.
+        the calibrated range), for ``stage`` in prefill, decode; ``prediction_stale`` where the
+        calibration's entries were measured under other kernels (``sweep.analysis.calibrate``).
+        The decode step is priced at ``zoo.counts.mean_decode_context``.
     """
     kernels = kernels or cfg.kernels
+    fold = (switches or Switches()).rope_in_attention
     B, T, N = workload["batch"], workload["prompt_len"], workload["new_tokens"]
     ceil = ceilings or {}
     pf = ceil.get(f"gemm_flops_{cfg.dtype}") or hardware.peak_flops(cfg.dtype)
     pb = ceil.get("copy_bytes_s") or hardware.peak_bytes_s
-    steps = max(N - 1, 1)
-    ctx = T + (steps - 1) // 2 + 1  # positions attended by the mean decode step
+    ctx = mean_decode_context(T, N)
     if calibration is not None:
         calibration.notes = []
     row = {}
     for stage, (new, context) in (("prefill", (T, T)), ("decode", (1, ctx))):
         # torch.compile's decode runs Inductor's own fused kernels and graphs: not calibrated
         cal = None if stage == "decode" and mode == "compile" else calibration
-        st = _stage(cfg, B, new, context, kernels, mode, cal, (pf, pb))
+        st = _stage(cfg, B, new, context, kernels, mode, cal, (pf, pb), fold)
         row[f"{stage}_pred_ms_roofline"] = 1e3 * st["roofline_total"]
         src = st.get("calibrated", st["roofline"])
         row[f"{stage}_pred_ms_calibrated"] = 1e3 * st["calibrated_total"] if cal else math.nan
@@ -248,6 +261,11 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
         row["prediction_basis"] = (f"calibrated on {m.get('device')} ({m.get('date')})"
                                    + (f", transferred to {hardware.name} by its ceilings"
                                       if m.get("transferred_to") else ""))
+        stale = m.get("stale") or []
+        row["prediction_stale"] = bool(stale)
+        if stale:
+            calibration.notes.insert(0, "stale calibration: " + ", ".join(stale) + " measured "
+                                     "under other kernels or versions (calibration_policy=frozen)")
         row["prediction_notes"] = "; ".join(calibration.notes)
     return row
 
@@ -267,15 +285,17 @@ def transfer(cal: Calibrated, src_ceilings: dict, dst_ceilings: dict, dtype: str
 
 def row_predictions(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated | None,
                     mode: str, ceilings: dict, measured: dict | None = None,
-                    why_uncalibrated: str = "") -> dict:
+                    why_uncalibrated: str = "", switches: Switches | None = None) -> dict:
     """``predict``'s columns for a results row and, with ``measured`` times, the signed errors
     ``{stage}_pred_error_pct`` (calibrated vs measured, %) and ``{stage}_pred_error_pct_roofline``.
     A calibration that cannot price the design leaves the calibrated columns NaN with
     ``prediction_reason``; the trial goes on."""
     try:
-        row = predict(cfg, workload, hardware, calibration, mode=mode, ceilings=ceilings)
+        row = predict(cfg, workload, hardware, calibration, mode=mode, ceilings=ceilings,
+                      switches=switches)
     except KeyError as e:  # an entry the calibration lacks: roofline only, saying why
-        row = predict(cfg, workload, hardware, None, mode=mode, ceilings=ceilings)
+        row = predict(cfg, workload, hardware, None, mode=mode, ceilings=ceilings,
+                      switches=switches)
         why_uncalibrated = f"calibration cannot price this design: {e}"
     if why_uncalibrated:
         row["prediction_reason"] = why_uncalibrated

@@ -71,10 +71,11 @@ class Calibrated:
             basis = f"gemm N={int(nn.N)} K={int(nn.K)} (nearest; scaled by FLOPs)"
             self._note(f"GEMM N={s['N']} K={s['K']} not calibrated: scaled from "
                        f"N={int(nn.N)} K={int(nn.K)}")
-        same = same.sort_values("M")
+        nk = float(same.N.iloc[0] * same.K.iloc[0])
+        same = same.groupby("M", as_index=False).time_s.median()
         t, inside = _interp_log(s["M"], same.M.to_numpy(float), same.time_s.to_numpy(float))
         if "nearest" in basis:  # the same achieved FLOP/s on this GEMM's FLOPs
-            t *= s["N"] * s["K"] / float(same.N.iloc[0] * same.K.iloc[0])
+            t *= s["N"] * s["K"] / nk
         if not inside:
             self._note(f"GEMM M={s['M']} outside the calibrated M range "
                        f"[{int(same.M.min())}, {int(same.M.max())}] for N={s['N']} K={s['K']}")
@@ -85,19 +86,59 @@ class Calibrated:
         fixed = min(self._gemm_fixed(s["dtype"]), t)  # latency a faster memory does not shorten
         return fixed + (t - fixed) * self.scale["memory"], basis
 
+    def gemv(self, s: dict) -> tuple[float, str]:
+        """A decode step's linear layer on the Triton path (``kernels.decode_linear``: the GEMV
+        with its prologue, or cuBLAS after it): the calibrated ``gemv`` entries of the same
+        ``(N, K, prologue)`` interpolated in log M, or scaled by weight bytes from the nearest
+        calibrated ``(N, K)`` of the prologue (noted). A calibration without GEMV entries prices
+        it as the cuBLAS GEMM, noted. Memory-bound: a transfer scales all but the fixed part."""
+        t = self.t
+        g = t[(t.kind == "gemv") & (t.dtype == s["dtype"])] if "prologue" in t else t.iloc[:0]
+        if g.empty:
+            self._note("decode GEMV not calibrated: priced as the cuBLAS GEMM")
+            sec, basis = self.gemm(s)
+            return sec, basis + " (for the decode GEMV)"
+        pro = s.get("prologue", "none")
+        cand = g[g.prologue == pro]
+        if cand.empty:
+            cand = g
+        same = cand[(cand.N == s["N"]) & (cand.K == s["K"])]
+        basis = f"gemv N={s['N']} K={s['K']} {pro}"
+        if same.empty:
+            dist = (np.log(cand.N) - math.log(s["N"])) ** 2 + (np.log(cand.K) -
+                                                              math.log(s["K"])) ** 2
+            nn = cand.loc[dist.idxmin()]
+            same = cand[(cand.N == nn.N) & (cand.K == nn.K)]
+            basis = f"gemv N={int(nn.N)} K={int(nn.K)} {nn.prologue} (nearest; scaled by bytes)"
+            self._note(f"decode GEMV N={s['N']} K={s['K']} {pro} not calibrated: scaled from "
+                       f"N={int(nn.N)} K={int(nn.K)}")
+        same = same.sort_values("M").groupby("M", as_index=False).time_s.median()
+        sec, inside = _interp_log(s["M"], same.M.to_numpy(float), same.time_s.to_numpy(float))
+        if "nearest" in basis:
+            sec *= s["N"] * s["K"] / float(nn.N * nn.K)
+        if not inside:
+            self._note(f"decode GEMV M={s['M']} outside the calibrated M range for "
+                       f"N={s['N']} K={s['K']}")
+        fixed = min(self._fixed("gemv", s["dtype"]), sec)
+        return fixed + (sec - fixed) * self.scale["memory"], basis
+
     def _gemm_fixed(self, dtype: str) -> float:
-        """The fixed part (s) of a memory-bound GEMM: intercept of ``time = fixed + bytes /
-        bandwidth`` fitted (relative weights) over this dtype's calibrated GEMMs with M <= 16."""
-        if ("gemm_fixed", dtype) not in self._fits:
-            g = self.t[(self.t.kind == "gemm") & (self.t.dtype == dtype) & (self.t.M <= 16)]
+        return self._fixed("gemm", dtype)
+
+    def _fixed(self, kind: str, dtype: str) -> float:
+        """The fixed part (s) of a memory-bound GEMM (or decode GEMV): intercept of ``time =
+        fixed + bytes / bandwidth`` fitted (relative weights) over this dtype's calibrated
+        entries of ``kind`` with M <= 16."""
+        if (f"{kind}_fixed", dtype) not in self._fits:
+            g = self.t[(self.t.kind == kind) & (self.t.dtype == dtype) & (self.t.M <= 16)]
             fixed = 0.0
             if len(g) >= 2:
                 wb = DTYPE_BYTES[dtype]
                 x = ((g.N * g.K + g.M * (g.N + g.K)) * wb).to_numpy(float)
                 y = g.time_s.to_numpy(float)
                 _, fixed = np.polyfit(x, y, 1, w=1 / y)
-            self._fits[("gemm_fixed", dtype)] = max(float(fixed), 0.0)
-        return self._fits[("gemm_fixed", dtype)]
+            self._fits[(f"{kind}_fixed", dtype)] = max(float(fixed), 0.0)
+        return self._fits[(f"{kind}_fixed", dtype)]
 
     def _linear(self, kind: str, key: dict) -> tuple[float, float, float, float]:
         """``(fixed s, s/byte, min bytes, max bytes)`` of a least-squares fit of time on bytes."""
@@ -216,14 +257,18 @@ class Calibrated:
         if "G" in p and p.G.notna().all():
             g = min(p.G.unique(), key=lambda v: abs(math.log(v) - math.log(s.get("G", 1))))
             p = p[p.G == g]
-        d = p.sort_values("T")
-        eff = d.flops.to_numpy(float) / d.time_s.to_numpy(float)  # FLOP/s at each T
+        bh = s.get("B", 1) * s.get("H", 0)
+        exact = (p["T"] == s["T"]) & (p["BH"] == bh) if "BH" in p else None
+        if exact is not None and exact.any():  # this very shape, measured
+            p = p[exact]
+        d = p.assign(eff=p.flops / p.time_s).groupby("T", as_index=False).eff.median()
+        eff = d.eff.to_numpy(float)  # FLOP/s at each T (median over head counts)
         e, inside = _interp_log(s["T"], d["T"].to_numpy(float), eff)
         if not inside:
             self._note(f"prefill attention T={s['T']} outside the calibrated "
                        f"[{int(d['T'].min())}, {int(d['T'].max())}]")
-        extra = f" G={int(d.G.iloc[0])}" if "G" in d and d.G.notna().all() else ""
-        return flops / e * self.scale["compute"], f"prefill_attn D={int(d.D.iloc[0])}{extra}"
+        extra = f" G={int(p.G.iloc[0])}" if "G" in p and p.G.notna().all() else ""
+        return flops / e * self.scale["compute"], f"prefill_attn D={int(p.D.iloc[0])}{extra}"
 
     def launch(self, what: str) -> float:
         row = self.t[(self.t.kind == "launch") & (self.t.op == what)]
@@ -236,6 +281,8 @@ class Calibrated:
         from."""
         if k.kind == "gemm":
             return self.gemm(k.shape)
+        if k.kind == "gemv":
+            return self.gemv(k.shape)
         if k.kind == "decode_attn":
             return self.decode_attn(k.shape, k.bytes)
         if k.kind == "prefill_attn":

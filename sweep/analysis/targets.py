@@ -26,7 +26,7 @@ import re
 
 from zoo import ModelConfig, counts
 
-from .predict import Calibrated, kernel_list, predict, transfer
+from .predict import MODULES, Calibrated, kernel_list, predict, transfer
 
 BASES = ("calibrated", "transferred", "roofline")
 
@@ -89,7 +89,8 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
     else:
         row = predict(cfg, workload, spec, None, ceilings=ceil)
         launch = spec.assumptions.get("launch_us", 0.0) * 1e-3  # ms
-        for stage, (new, ctx) in (("prefill", (T, T)), ("decode", (1, T + max(N - 1, 1) // 2))):
+        for stage, (new, ctx) in (("prefill", (T, T)),
+                                  ("decode", (1, counts.mean_decode_context(T, N)))):
             n = sum(k.repeat * k.launches for k in kernel_list(cfg, B, new, ctx, cfg.kernels))
             row[f"{stage}_pred_ms_launch_overhead"] = n * launch
             row[f"{stage}_pred_ms"] = row[f"{stage}_pred_ms_roofline"] + n * launch
@@ -103,9 +104,7 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
     ttft, tpot = row["prefill_pred_ms"], row["decode_pred_ms"]
     s = analytic or counts.summary(cfg, B, T, N)
     need = s["weight_bytes"] + s["kv_cache_bytes"]
-    mods = {m: row.get(f"decode_pred_ms_{m}", 0.0) for m in
-            ("qkv", "attention", "out_proj", "ffn", "lm_head", "norms_elementwise",
-             "launch_overhead")}
+    mods = {m: row.get(f"decode_pred_ms_{m}", 0.0) for m in MODULES}
     dc = counts.decode_mean(cfg, B, T, N)
     t_mem = dc.min_bytes / ceil["copy_bytes_s"] * 1e3
     t_flop = dc.matmul_flops / ceil[f"gemm_flops_{cfg.dtype}"] * 1e3
@@ -152,3 +151,32 @@ def config_of(row) -> ModelConfig:
     d["name"] = str(row.get("model", "design"))
     return ModelConfig.from_dict({k: v for k, v in d.items()
                                   if not (isinstance(v, float) and math.isnan(v))})
+
+
+def predict_designs(items, spec, calibration: Calibrated | None = None,
+                    constraints: dict | None = None) -> list[dict]:
+    """``predict_on`` for each of ``items`` (``(ModelConfig, workload, mode)``), with the design
+    and workload columns, ``predicted=True`` and the constraint bands applied (a design outside
+    one: ``state`` PRUNED and the reason; one the spec cannot price: FAIL and the reason)."""
+    rows = []
+    for cfg, wl, mode in items:
+        B, T, N = wl["batch"], wl["prompt_len"], wl["new_tokens"]
+        analytic = counts.summary(cfg, B, T, N)
+        row = {k: getattr(cfg, k) for k in DESIGN_FIELDS}
+        row.update(model=cfg.name, batch=B, prompt_len=T, new_tokens=N, mode=mode,
+                   predicted=True, **{k: analytic[k] for k in (
+                       "params_non_embedding", "params_total", "kv_bytes_per_token")})
+        broken = []
+        for key, band in (constraints or {}).items():
+            v, lo, hi = analytic[key], band.get("low"), band.get("high")
+            if (lo is not None and v < lo) or (hi is not None and v > hi):
+                broken.append(f"{key} = {v:.4g} outside [{lo}, {hi}]")
+        if broken:
+            rows.append(dict(row, state="PRUNED", fail_reason="pruned: " + "; ".join(broken)))
+            continue
+        try:
+            row.update(predict_on(cfg, wl, spec, calibration, mode, analytic), state="COMPLETE")
+        except (KeyError, ValueError) as e:
+            row.update(state="FAIL", fail_reason=f"cannot predict: {e}")
+        rows.append(row)
+    return rows

@@ -79,40 +79,99 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def run_child(spec: dict, trial_dir: Path, timeout_s: float, wrapper: list[str] | None = None
-              ) -> dict:
+class ChildTimeout(Exception):
+    """A child ran past its time limit and was killed (its process group whole)."""
+
+
+def launch(cmd: list[str], log_path: Path, timeout_s: float, env: dict | None = None,
+           on_line=None) -> int:
+    """Run ``cmd`` as a child of this process: the one way every measuring child starts (trial,
+    profiler runs, ceilings, calibration).
+
+    The child runs from the repository root with ``child_env()`` (plus ``env``), in its own
+    process group (killed whole on timeout, Ctrl-C or SIGTERM), dies with this process
+    (``die_with_parent``; ``watch_parent`` in the child covers a wrapper between us), and its
+    stdout and stderr go to ``log_path`` line by line; ``on_line(line)`` sees each line as it
+    comes (progress markers: ``progress_line``). Returns the exit code.
+
+    Raises:
+        ChildTimeout: past ``timeout_s`` (s); the child is killed first.
+    """
+    import threading
+
+    full = child_env()
+    full.update(env or {})
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=full, start_new_session=True, preexec_fn=die_with_parent,
+                                text=True, bufsize=1)
+
+        def pump():
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                if on_line is not None:
+                    try:
+                        on_line(line.rstrip("\n"))
+                    except Exception:  # noqa: BLE001 - a display must never end a measurement
+                        pass
+
+        reader = threading.Thread(target=pump, name="child-output", daemon=True)
+        reader.start()
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            reader.join(timeout=5)
+            raise ChildTimeout(f"exceeded {timeout_s:.0f} s and was killed") from None
+        except BaseException:  # Ctrl-C, SIGTERM: the child must not outlive us
+            _kill(proc)
+            raise
+        reader.join(timeout=30)
+    return rc
+
+
+def log_tail(log_path: Path, n: int = 600) -> str:
+    """The last ``n`` characters of a child's log (its error, for a failure's reason)."""
+    try:
+        return log_path.read_text()[-n:].strip()
+    except OSError:
+        return ""
+
+
+def progress_line(kind: str, text: str, done: int | None = None, total: int | None = None) -> None:
+    """Print a progress marker for the parent (``@phase TEXT`` or ``@progress DONE/TOTAL TEXT``)
+    on this child's stdout; the parent's display follows it (``sweep.progress``)."""
+    count = f" {done}/{total}" if done is not None and total is not None else ""
+    print(f"@{kind}{count} {text}", flush=True)
+
+
+def run_child(spec: dict, trial_dir: Path, timeout_s: float, wrapper: list[str] | None = None,
+              on_line=None) -> dict:
     """Run ``python -m sweep.trial`` on ``spec`` in a child process (optionally under
     ``wrapper``, e.g. an ``ncu`` argument list) and return its result dict.
 
-    Writes ``spec.json``, ``result.json`` and ``log.txt`` into ``trial_dir``. The child runs in
-    its own process group, killed whole on timeout. Never raises for a child failure: the
-    returned dict has ``status: error``, an ``error_type`` and a reason instead.
+    Writes ``spec.json``, ``result.json`` and ``log.txt`` into ``trial_dir``; ``on_line`` sees the
+    child's output lines (``launch``). Never raises for a child failure: the returned dict has
+    ``status: error``, an ``error_type`` and a reason instead.
     """
     trial_dir.mkdir(parents=True, exist_ok=True)
     spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
     write_json(spec_path, spec)
     result_path.unlink(missing_ok=True)
     cmd = (wrapper or []) + [sys.executable, "-m", "sweep.trial", str(spec_path), str(result_path)]
-    env = child_env()
-    env.update(spec.get("env", {}))
-    with open(trial_dir / "log.txt", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True, preexec_fn=die_with_parent)
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill(proc)
-            return {"status": "error", "error_type": "timeout",
-                    "error": f"trial exceeded {timeout_s:.0f} s and was killed"}
-        except BaseException:  # Ctrl-C, SIGTERM: the child must not outlive the trial
-            _kill(proc)
-            raise
+    try:
+        rc = launch(cmd, trial_dir / "log.txt", timeout_s, spec.get("env", {}), on_line)
+    except ChildTimeout:
+        return {"status": "error", "error_type": "timeout",
+                "error": f"trial exceeded {timeout_s:.0f} s and was killed"}
     if result_path.exists():
         res = json.loads(result_path.read_text())
         if res.get("status") == "ok" and rc != 0 and not wrapper:
             res = {"status": "error", "error_type": "exit", "error": f"child exited with {rc}"}
         return res
-    tail = (trial_dir / "log.txt").read_text()[-600:].strip()
+    tail = log_tail(trial_dir / "log.txt")
     if rc < 0:
         why = f"child killed by signal {signal.Signals(-rc).name}"
     else:

@@ -109,3 +109,30 @@ def design_label(row) -> str:
     if not ps and isinstance(row.get("design"), str) and row.get("design"):
         return row["design"]
     return ", ".join(f"{c[6:]}={row[c]}" for c in ps) or f"trial {row.get('number')}"
+
+
+PREDICTED_COLUMNS = ["n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers", "ffn_dim",
+                     "kv_dtype", "kernels", "ttft_ms", "decode_tpot_ms", "decode_tok_s",
+                     "kv_bytes_per_token", "params_non_embedding", "basis_kind", "state"]
+
+
+def predicted_summary(df: pd.DataFrame, objectives: list[str] | None = None,
+                      directions: list[str] | None = None, most: int = 12) -> str:
+    """A short text table of predicted designs (``sweep.analysis.targets.predict_designs``): the
+    design columns that vary, the predicted figures, the basis, each front design marked ``*``
+    when ``objectives`` and their ``directions`` are given; at most ``most`` rows, the fastest
+    decode first."""
+    if df.empty:
+        return "(no designs)"
+    done = df[df.get("state", "COMPLETE") == "COMPLETE"] if "state" in df else df
+    cols = [c for c in PREDICTED_COLUMNS if c in df.columns
+            and (c not in PREDICTED_COLUMNS[:8] or df[c].nunique() > 1)]
+    out = done.sort_values("decode_tok_s", ascending=False)[cols].copy() if len(done) else done
+    pairs = [(o, d) for o, d in zip(objectives or [], directions or []) if o in done.columns]
+    if pairs and len(done):
+        front = front_rows(done.assign(state="COMPLETE"), [o for o, _ in pairs],
+                           [d for _, d in pairs]).index
+        out.insert(0, "front", ["*" if i in front else "" for i in out.index])
+    text = out.head(most).to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    more = len(df) - min(most, len(out))
+    return text + (f"\n({more} more in the file)" if more > 0 else "")

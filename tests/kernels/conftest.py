@@ -1,11 +1,12 @@
-import os
 
 import pytest
 import torch
 
-# one fixed decode-attention config in tests (autotuning every shape would compile for minutes);
+from kernels import switches
+
+# one fixed config per kernel in tests (autotuning every shape would compile for minutes);
 # test_decode_attention_autotuned covers the tuned path
-os.environ.setdefault("DESIGNZOO_AUTOTUNE", "0")
+switches.set_current(switches.Switches(autotune=False))
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # Tolerances per dtype (rtol, atol): float32 arithmetic vs float32 reference; bf16/fp16 outputs

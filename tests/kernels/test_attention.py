@@ -87,8 +87,14 @@ def test_decode_attention_quantized_cache(kv_dtype, B, H, Hkv, D, S, kv_len, dev
 
 
 @pytest.mark.gpu
-def test_decode_attention_autotuned(monkeypatch, device):
-    monkeypatch.setenv("DESIGNZOO_AUTOTUNE", "1")
+def test_decode_attention_autotuned(device):
+    from kernels import switches
+
+    with switches.use(autotune=True):
+        _autotuned(device)
+
+
+def _autotuned(device):
     for kvd in (None, "int8"):
         q, k, v = _inputs(4, 32, 8, 128, 1000, torch.bfloat16, device, seed=5)
         pos = torch.tensor([900], device=device)

@@ -134,21 +134,23 @@ def test_gemv_weights_ahead_on_the_dot_path(split_k, prologue):
     _switch_is_exact(5, split_k, prologue, 11 * split_k, "W_AHEAD", 16)
 
 
-def test_autotune_space_prefetches_one_row_only(monkeypatch):
+def test_autotune_space_prefetches_one_row_only():
     """PREFETCH_X is tuned for one row (beside every unprefetched tile) and never for the dot
-    path; W_AHEAD for the dot path only; ``DESIGNZOO_GEMV_PREFETCH=0`` and
-    ``DESIGNZOO_GEMV_W_AHEAD=0`` leave them out (the levers' before/after)."""
+    path; W_AHEAD for the dot path only; ``switches.gemv_prefetch=False`` and
+    ``switches.gemv_w_ahead=False`` leave them out (the levers' before/after)."""
+    from kernels import switches
+
     one = gemv._prune(gemv._CONFIGS, {"BLOCK_M": 1})
     dot = gemv._prune(gemv._CONFIGS, {"BLOCK_M": 16})
     assert sum(c.kwargs["PREFETCH_X"] for c in one) == len(one) // 2 == len(gemv._M1)
     assert not any(c.kwargs["PREFETCH_X"] for c in dot) and len(dot) == 2 * len(gemv._DOT)
     assert sum(c.kwargs["W_AHEAD"] for c in dot) == len(gemv._DOT)
     assert not any(c.kwargs["W_AHEAD"] for c in one)
-    monkeypatch.setenv("DESIGNZOO_GEMV_PREFETCH", "0")
-    off = gemv._prune(gemv._CONFIGS, {"BLOCK_M": 1})
+    with switches.use(gemv_prefetch=False):
+        off = gemv._prune(gemv._CONFIGS, {"BLOCK_M": 1})
     assert len(off) == len(gemv._M1) and not any(c.kwargs["PREFETCH_X"] for c in off)
-    monkeypatch.setenv("DESIGNZOO_GEMV_W_AHEAD", "0")
-    off = gemv._prune(gemv._CONFIGS, {"BLOCK_M": 16})
+    with switches.use(gemv_w_ahead=False):
+        off = gemv._prune(gemv._CONFIGS, {"BLOCK_M": 16})
     assert len(off) == len(gemv._DOT) and not any(c.kwargs["W_AHEAD"] for c in off)
 
 
@@ -311,11 +313,11 @@ def test_decode_attention_with_rope_and_kv_write_folded(kv_dtype, B, H, Hkv, D, 
 
 
 @pytest.mark.gpu
-def test_cold_timing_reads_the_weight_from_dram(monkeypatch):
+def test_cold_timing_reads_the_weight_from_dram():
     """``kernels.graph_timing``: an 8 MB weight fits the L2; replayed back to back it is read
     from there, timed cold (after a read of 2.5x the L2, subtracted) from DRAM: slower. The
-    autotuners' ``graph_bench`` times cold under ``DESIGNZOO_COLD_TUNE=1``."""
-    from kernels import graph_timing
+    autotuners' ``graph_bench`` times cold under ``switches.cold_tune``."""
+    from kernels import graph_timing, switches
 
     w = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16)
     x = torch.randn(1, 1024, device="cuda", dtype=torch.bfloat16)
@@ -326,6 +328,6 @@ def test_cold_timing_reads_the_weight_from_dram(monkeypatch):
     hot = graph_timing.time_ms(fn, cold=False)
     cold = graph_timing.time_ms(fn, cold=True)
     assert 0 < hot < cold, (hot, cold)
-    monkeypatch.setenv("DESIGNZOO_COLD_TUNE", "1")
-    t = graph_timing.graph_bench(fn, quantiles=[0.5, 0.2, 0.8])
+    with switches.use(cold_tune=True):
+        t = graph_timing.graph_bench(fn, quantiles=[0.5, 0.2, 0.8])
     assert len(t) == 3 and t[0] > hot

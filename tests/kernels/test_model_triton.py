@@ -48,8 +48,8 @@ def test_quantized_kv_cache_logits_stay_close(kv_dtype):
 
 
 @pytest.mark.parametrize("kv_dtype", [None, "int8"])
-def test_rope_folded_into_attention_matches_the_two_launches(monkeypatch, kv_dtype):
-    """``DESIGNZOO_ROPE_IN_ATTENTION=1``: the decode step's RoPE and cache write inside the
+def test_rope_folded_into_attention_matches_the_two_launches(kv_dtype):
+    """``switches.rope_in_attention``: the decode step's RoPE and cache write inside the
     attention launch give the logits of the separate RoPE + cache-write kernel (bit for bit in
     the interpreter, which runs both in the same order)."""
     dtype = "bf16" if DEVICE == "cuda" else "fp32"
@@ -57,10 +57,12 @@ def test_rope_folded_into_attention_matches_the_two_launches(monkeypatch, kv_dty
                                 n_kv_heads=2)
     prompt = torch.randint(0, cfg.vocab_size, (2, 13), device=DEVICE,
                            generator=torch.Generator(DEVICE).manual_seed(0))
-    monkeypatch.setenv("DESIGNZOO_ROPE_IN_ATTENTION", "0")
-    two = _logits(cfg, prompt, 3)
-    monkeypatch.setenv("DESIGNZOO_ROPE_IN_ATTENTION", "1")
-    one = _logits(cfg, prompt, 3)
+    from kernels import switches
+
+    with switches.use(rope_in_attention=False):
+        two = _logits(cfg, prompt, 3)
+    with switches.use(rope_in_attention=True):
+        one = _logits(cfg, prompt, 3)
     if DEVICE == "cpu":
         torch.testing.assert_close(one, two, rtol=0, atol=0)
     else:

@@ -1,0 +1,141 @@
+"""The calibration's measuring child: ``python -m sweep.measure.calibrate SPEC.json OUT.parquet``.
+
+Measures exactly the entries a spec asks for (``sweep.analysis.calibrate`` decides which: the
+ones a study's designs need and its cache lacks) with the micro-benchmarks of
+``sweep.measure.microbench``, and writes them as one table. Spec (JSON)::
+
+    {"device": "cuda"|"cpu", "quick": bool, "switches": {...}, "tuning_dir": path|null,
+     "base": ["launch", "elementwise"],          # whole groups (fixed costs, by-bytes kernels)
+     "gemm": [[M, N, K], ...], "gemv": [[M, N, K, prologue], ...],
+     "decode_attn": [{impl, kv_dtype, B, Hkv, G, S, D}, ...],
+     "prefill_attn": [{impl, T, D, G, BH}, ...]}
+
+On a GPU the order matters: small kernels first, before any compute-bound benchmark idles the GPU
+between its repeats (duty cycle) and its clocks drop; the launch costs first of all (the host's
+costs before the heap has grown), the graph gap last (it runs torch.profiler, after which small
+kernels time slower). Progress markers (``@progress``) on stdout for the parent's display.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from ..atomic import write_atomic
+from . import fixed_costs
+from . import microbench as mb
+from .child import ChildTimeout, launch, log_tail, progress_line
+
+
+def measure(spec: dict, log=print, partial=None) -> list[dict]:
+    """The rows of every entry ``spec`` asks for (see the module's text), measured now in this
+    process; ``partial(rows)`` is called after each group with the rows so far (a killed run
+    keeps them)."""
+    import torch
+
+    from kernels import switches
+
+    device = spec["device"]
+    cuda = device == "cuda"
+    dtype = "bf16" if cuda else "fp32"
+    tdt = torch.bfloat16 if cuda else torch.float32
+    tm = mb.timer(cuda, 7 if cuda else 5)
+    g = torch.Generator(device=device).manual_seed(0)
+    switches.set_current(switches.Switches.from_dict(spec.get("switches")))
+
+    def rnd(*shape, dt=tdt):
+        return torch.randn(*shape, device=device, dtype=dt, generator=g)
+
+    def bar(what):
+        return lambda done, total: progress_line("progress", what, done, total)
+
+    t0 = time.time()
+    rows = []
+    base = set(spec.get("base", []))
+    steps = [("launch costs", lambda: fixed_costs.launch(device, tm) if "launch" in base else []),
+             ("elementwise kernels", lambda: mb.elementwise(device, tm, rnd, spec.get("quick"))
+              if "elementwise" in base else []),
+             ("decode attention", lambda: mb.decode_attention(device, tm, rnd,
+                                                              spec.get("decode_attn", []),
+                                                              bar("decode attention"))),
+             ("decode GEMV", lambda: mb.gemvs([tuple(x) for x in spec.get("gemv", [])], cuda, tm,
+                                              rnd, dtype, bar("decode GEMV"))),
+             ("GEMMs", lambda: mb.gemms([tuple(x) for x in spec.get("gemm", [])], cuda, tm, rnd,
+                                        dtype, bar("GEMMs"))),
+             ("prefill attention", lambda: mb.prefill_attention(device, tm, rnd,
+                                                                spec.get("prefill_attn", []),
+                                                                bar("prefill attention"))),
+             ("graph gap", lambda: fixed_costs.graph_gap(device) if "launch" in base else [])]
+    for name, fn in steps:
+        progress_line("phase", f"calibrating: {name}")
+        got = fn()
+        rows += got
+        if got:
+            log(f"calibrate: {name}: {len(got)} entries ({time.time() - t0:.0f} s)")
+            if partial:
+                partial(rows)
+    if cuda and spec.get("tuning_dir"):
+        from kernels import tuning
+
+        tuning.save()
+    return rows
+
+
+def run(spec: dict, out_path: Path, timeout_s: float = 900.0, on_line=None) -> tuple[int, str]:
+    """Measure ``spec`` in a child process (``sweep.measure.child.launch``) into ``out_path``
+    (parquet; a child that ends early leaves the groups it finished in ``<out_path>.partial``).
+    Returns ``(exit code, the child's log tail)``.
+
+    Raises:
+        ChildTimeout: the child ran past ``timeout_s`` (s) and was killed.
+    """
+    from ..atomic import write_json
+
+    spec_path = out_path.with_name(out_path.name + ".spec.json")
+    log_path = out_path.with_name(out_path.name + ".log")
+    write_json(spec_path, spec)
+    out_path.unlink(missing_ok=True)
+    out_path.with_name(out_path.name + ".partial").unlink(missing_ok=True)
+    rc = launch([sys.executable, "-m", "sweep.measure.calibrate", str(spec_path), str(out_path)],
+                log_path, timeout_s, on_line=on_line)
+    return rc, log_tail(log_path, 800)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pandas as pd
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m sweep.measure.calibrate SPEC.json OUT.parquet (internal: "
+              "python -m sweep.calibrate measures a calibration)", file=sys.stderr)
+        return 2
+    from .child import watch_parent
+
+    watch_parent()
+    spec = json.loads(Path(argv[0]).read_text())
+    if spec.get("tuning_dir"):
+        from kernels import tuning
+
+        tuning.configure(spec["tuning_dir"])
+    out = Path(argv[1])
+    partial = out.with_name(out.name + ".partial")
+
+    def keep(rows):  # what is measured so far, and the tile choices, for a run cut off
+        write_atomic(partial, lambda p: pd.DataFrame(rows).to_parquet(p, index=False))
+        if spec.get("tuning_dir"):
+            from kernels import tuning
+
+            tuning.save()
+
+    rows = measure(spec, log=lambda m: print(m, flush=True), partial=keep)
+    write_atomic(out, lambda p: pd.DataFrame(rows).to_parquet(p, index=False))
+    partial.unlink(missing_ok=True)
+    return 0
+
+
+__all__ = ["ChildTimeout", "measure", "run"]
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""The fixed costs of the performance model (``sweep.measure.calibrate``'s ``launch`` group):
+one tiny kernel inside a CUDA graph, one tiny op issued eagerly, one graph launch, the host's
+cost to issue a layer of the zoo's model eagerly, and the idle gap between two kernels replayed
+in a graph. Times in s."""
+
+from __future__ import annotations
+
+import gc
+import time
+
+from .microbench import entry
+
+
+def launch(device, tm) -> list[dict]:
+    """Fixed costs: one tiny kernel in a CUDA graph, one tiny op issued eagerly by the host,
+    one graph launch (s each)."""
+    import torch
+
+    from .timing import spread
+
+    x = torch.zeros(16, device=device)
+    rows = []
+    n = 200
+
+    def eager():
+        for _ in range(n):
+            x.add_(1)
+
+    eager()  # the first ops load the kernels
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        eager()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    host = (time.perf_counter() - t0) / 5 / n
+    rows.append(entry("launch", spread([host]), op="eager_op"))
+    if device == "cuda":
+        rows.append(entry("launch", tm(lambda: x.add_(1), n=n), op="graph_kernel"))
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            x.add_(1)
+        ts = []
+        for _ in range(50):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            g.replay()
+            ts.append(time.perf_counter() - t0)
+        rows.append(entry("launch", spread(ts), op="graph"))
+    else:
+        rows.append(entry("launch", spread([0.0]), op="graph"))
+    from kernels import switches
+
+    for impl in ("torch", "triton") if device == "cuda" else ("torch",):
+        for stage, suffix in (("decode", ""), ("prefill", "_prefill")):
+            with switches.use(autotune=False):  # the host's cost, not the tiles: no tuning here
+                per_layer, fixed = _eager_host(device, impl, stage)
+            rows.append(entry("launch", spread([per_layer]), op=f"eager_layer_{impl}{suffix}"))
+            rows.append(entry("launch", spread([fixed]), op=f"eager_fixed_{impl}{suffix}"))
+    return rows
+
+
+def graph_gap(device) -> list[dict]:
+    """The ``graph_gap`` launch entry (``_graph_gap``), empty on the CPU. Measure it last: once
+    torch.profiler (CUPTI) has run in a process, its small kernels time 1.2-2.7x slower (H100)."""
+    import torch
+
+    if device != "cuda":
+        return []
+    gap = _graph_gap(torch.zeros(16, device=device))
+    return [] if gap is None else [entry("launch", {"median": gap, "min": gap, "p90": gap},
+                                         op="graph_gap")]
+
+
+def _graph_gap(x, n: int = 200) -> float | None:
+    """Idle time (s) between two dependent kernels replayed in a CUDA graph: a graph of ``n`` tiny
+    kernels under torch.profiler, ``(span - sum of kernel durations) / (n - 1)``; None where the
+    profiler records no kernels. Every calibrated time includes one such gap per kernel; the
+    predictor books them as launch overhead."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(n):
+            x.add_(1)
+    g.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        g.replay()
+        torch.cuda.synchronize()
+    ks = sorted((e.time_range.start, e.time_range.end) for e in p.events()
+                if e.device_type.name == "CUDA")
+    if len(ks) < n // 2:
+        return None
+    busy = sum(e - s for s, e in ks)
+    return max(ks[-1][1] - ks[0][0] - busy, 0.0) / (len(ks) - 1) / 1e6
+
+
+def _eager_host(device: str, impl: str, stage: str = "decode") -> tuple[float, float]:
+    """Host time (s) to issue one layer, and the rest of a forward (embedding, final norm, LM
+    head), of the zoo's model run eagerly: forwards of a one-token decode step (``stage``
+    ``decode``) or a 16-token prefill from position 0 (``prefill``: its own ops, SDPA and the
+    cache write) on a model of tiny dimensions (the GPU's work is negligible, so the wall time is
+    the host's), with 2 and 10 layers; per layer = the difference / 8 (fastest of 7 runs of 20
+    forwards each)."""
+    import torch
+
+    from zoo import ModelConfig, Transformer
+
+    def host(n_layers):
+        cfg = ModelConfig.from_name("tiny", n_layers=n_layers, kernels=impl,
+                                    **({"dtype": "bf16", "kv_dtype": "bf16"}
+                                       if device == "cuda" else {}))
+        m = Transformer.build(cfg, device)
+        m.setup_cache(1, 64)
+        T = 16 if stage == "prefill" else 1
+        tok = torch.zeros(1, T, dtype=torch.long, device=device)
+        pos, kv = (m.positions[:T], T) if T > 1 else (m.positions[10:11], 11)
+        gc.collect()  # the calibration's own heap must not time its collections in here
+        gc.disable()
+        with torch.no_grad():
+            for _ in range(10):
+                m(tok, pos, kv_len=kv, last_only=T > 1)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            ts = []
+            for _ in range(7):
+                t0 = time.perf_counter()
+                for _ in range(20):
+                    m(tok, pos, kv_len=kv, last_only=T > 1)
+                ts.append((time.perf_counter() - t0) / 20)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+        gc.enable()
+        return min(ts)  # the host's own cost; slower repeats are other work on the machine
+
+    a, b = host(2), host(10)
+    per_layer = max((b - a) / 8, 0.0)
+    return per_layer, max(a - 2 * per_layer, 0.0)
+
+

@@ -1,0 +1,342 @@
+"""The performance model's micro-benchmarks (run by ``sweep.measure.calibrate``): GEMMs, the
+decode GEMV, decode and prefill attention, the elementwise kernels, the launch costs, and the
+timer they share. Each takes the shapes to measure and returns calibration rows (``entry``).
+Times in s."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+COLD_L2_MULTIPLE = 2.5  # inputs rotated until they span this many L2 caches
+# With ``duty`` (compute-bound GEMMs and prefill attention), a replay longer than this is followed
+# by as long idle: big GEMMs back to back for tens of ms hold the GPU at its power limit and clock
+# it down, which a model's GEMMs, between memory-bound kernels, do not see (H100: in-model FFN
+# GEMMs ran ~10% faster than back to back). Never for small kernels: after idle gaps they ran
+# 1.2-2.7x slower than in a model (the clocks drop while idle).
+DUTY_AFTER_S = 5e-4
+SPIN_UP_S = 0.01  # each benchmark's graph replayed this long before it is timed
+
+
+def cold_copies(nbytes: float, cuda: bool, cap: int = 64) -> int:
+    """How many copies of ``nbytes`` of input a benchmark rotates through so that each call reads
+    its weights (or KV cache) from DRAM, as every layer of a model does: enough to span
+    ``COLD_L2_MULTIPLE`` times the GPU's L2 (``L2_cache_size``), at most ``cap``; 1 on the CPU."""
+    if not cuda:
+        return 1
+    import torch
+
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20)
+    return int(min(cap, max(1, math.ceil(COLD_L2_MULTIPLE * l2 / max(nbytes, 1.0)))))
+
+
+def timer(cuda: bool, reps: int):
+    """``time(fn, n) -> spread (s)`` of one call: on a GPU a CUDA graph of ``n`` back-to-back
+    calls replayed ``reps`` times (kernel time plus the graph's gap), on the CPU plain repeats.
+    ``fn`` may be a list of calls on different copies of the inputs (``cold_copies``): the graph
+    cycles through them, so no call finds its inputs in L2 left there by the previous one."""
+    import torch
+
+    from .timing import spread
+
+    def cpu(fn, n=1, duty=False):
+        fn = fn[0] if isinstance(fn, list) else fn
+        fn()
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        return spread(ts)
+
+    def gpu(fn, n=8, duty=False):
+        fns = fn if isinstance(fn, list) else [fn]
+        n = max(n, len(fns))
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for f in fns:
+                f()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i in range(n):
+                fns[i % len(fns)]()
+        t_end = time.perf_counter() + SPIN_UP_S  # clocks up before timing
+        while time.perf_counter() < t_end:
+            g.replay()
+            torch.cuda.synchronize()
+        ts = []
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            el = a.elapsed_time(b) / 1e3
+            ts.append(el / n)
+            if duty and el > DUTY_AFTER_S:  # idle as long as it worked: no power-limit clocks
+                time.sleep(el)
+        del g
+        return spread(ts)
+
+    return gpu if cuda else cpu
+
+
+def entry(kind, sp, **shape) -> dict:
+    """One calibration row: ``kind``, its shape columns, and the time spread (s)."""
+    return {"kind": kind, **shape, "time_s": sp["median"], "time_s_min": sp["min"],
+            "time_s_p90": sp["p90"]}
+
+
+KV_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "int8": 1, "fp8_e4m3": 1}
+
+
+def decode_attention_grid(cuda: bool, quick: bool, kv_dtypes=None, full: bool = False
+                          ) -> list[dict]:
+    """Decode-attention shapes for the fit of each ``(impl, kv_dtype)`` (``kv_dtypes``: those
+    wanted, default every one the device runs): ``full`` is the shipped calibration's grid (GQA
+    groups 1 .. 32, batch 1 .. 64, context 512 and 4096, head_dim 64 and 128), else a reduced
+    one (8 shapes: what a fit needs for a study's own shapes to correct)."""
+    if quick:
+        grid = [(1, 2, 4, 64, 16), (2, 2, 4, 128, 16), (2, 4, 2, 256, 32), (1, 1, 8, 128, 16)]
+    elif full:
+        grid = [(b, hkv, gq, s, d) for b in (1, 8, 64) for hkv, gq in ((1, 32), (2, 16), (8, 4),
+                                                                       (8, 1), (32, 1))
+                for s in (512, 4096) for d in (64, 128) if b * hkv * s <= 64 * 8 * 4096]
+    else:
+        grid = [(b, hkv, gq, s, 128) for b in (1, 8) for hkv, gq in ((8, 4), (2, 16))
+                for s in (512, 4096)]
+    out = []
+    for impl in ["torch"] + (["triton"] if cuda else []):
+        for kvd in (["bf16", "int8", "fp8_e4m3"] if cuda else ["fp32"]):
+            if (impl == "torch" and kvd in ("int8", "fp8_e4m3")) or (
+                    kv_dtypes is not None and (impl, kvd) not in kv_dtypes):
+                continue
+            out += [dict(impl=impl, kv_dtype=kvd, B=B, Hkv=Hkv, G=G, S=S, D=D)
+                    for B, Hkv, G, S, D in grid]
+    return out
+
+
+def decode_attention(device, tm, rnd, shapes, progress=None) -> list[dict]:
+    """One new token against a KV cache, for each of ``shapes`` (``impl`` torch or triton,
+    ``kv_dtype``, ``B``, ``Hkv``, ``G``, ``S`` (positions attended), ``D``, optionally ``cap``:
+    the cache's capacity, default ``S + 64``): the caches rotated through copies so each call
+    reads from DRAM. The Triton kernel is launched as the model's decode step launches it
+    (``zoo.attention``): with RoPE and the cache write folded in under
+    ``switches.rope_in_attention``, and programmatic dependent launch where supported, so its
+    autotuned choice is the one the model then finds (``kernels.tuning``)."""
+    import torch
+
+    from kernels import switches
+    from kernels.gemv import pdl_supported
+    from zoo.gqa import grouped_decode_attention
+
+    cuda = device == "cuda"
+    fold = switches.current().rope_in_attention
+    pdl = pdl_supported(torch.device(device))
+    rows = []
+    for i, sh in enumerate(shapes):
+        impl, kvd = sh["impl"], sh["kv_dtype"]
+        B, Hkv, G, S, D = (int(sh[k]) for k in ("B", "Hkv", "G", "S", "D"))
+        H = Hkv * G
+        q = rnd(B, H, 1, D)
+        cap = sh.get("cap")
+        cache = int(cap) if cap is not None and cap == cap and int(cap) >= S else S + 64
+        pos = torch.tensor([S - 1], device=device)
+        new_kv = None
+        if impl == "triton" and fold:  # the new token's k, v (before RoPE) and the tables
+            kn, vn = rnd(B, Hkv, D), rnd(B, Hkv, D)
+            cos = torch.rand(cache, D, device=device)
+            new_kv = (kn, vn, cos, torch.rand(cache, D, device=device))
+        scale_b = 4 if kvd in ("int8", "fp8_e4m3") else 0
+        nbytes = 2.0 * B * Hkv * S * (D * KV_BYTES[kvd] + scale_b)
+        fns = []
+        for _ in range(cold_copies(nbytes, cuda, cap=32)):
+            if impl == "torch":
+                k, v = rnd(B, Hkv, S, D), rnd(B, Hkv, S, D)
+                mask = torch.ones(1, S, dtype=torch.bool, device=device)
+                fns.append(lambda q=q, k=k, v=v, mask=mask: grouped_decode_attention(q, k, v, mask))
+                continue
+            from kernels.decode_attention import decode_attention
+
+            if kvd in ("bf16", "fp16", "fp32"):
+                k, v, ks, vs = rnd(B, Hkv, cache, D), rnd(B, Hkv, cache, D), None, None
+            else:
+                t = torch.int8 if kvd == "int8" else torch.float8_e4m3fn
+                k = rnd(B, Hkv, cache, D, dt=torch.float32).clamp(-100, 100).to(t)
+                v = rnd(B, Hkv, cache, D, dt=torch.float32).clamp(-100, 100).to(t)
+                ks = torch.rand(B, Hkv, cache, device=device) / 100
+                vs = torch.rand(B, Hkv, cache, device=device) / 100
+            fns.append(lambda q=q, k=k, v=v, ks=ks, vs=vs, pos=pos:
+                       decode_attention(q, k, v, pos, ks, vs, pdl=pdl, new_kv=new_kv))
+        sp = tm(fns)
+        rows.append(entry("decode_attn", sp, impl=impl, kv_dtype=kvd, B=B, Hkv=Hkv, G=G, S=S, D=D,
+                          bytes=nbytes, scores=float(B * H * S)))
+        del fns
+        if progress:
+            progress(i + 1, len(shapes))
+    return rows
+
+
+def prefill_attention_grid(cuda: bool, quick: bool) -> list[dict]:
+    """The shipped calibration's prefill-attention shapes: sequence length x head_dim x GQA
+    group, ``BH = 2^21 / T`` heads (2^14 on the CPU), torch and Triton layouts on a GPU."""
+    out = []
+    for impl in ("torch", "triton") if cuda else ("torch",):
+        for T in ((16, 64, 256) if quick else (128, 512, 1024, 2048, 4096, 8192)):
+            for D in ((16,) if quick else (64, 128)):
+                for G in ((1, 4) if quick else (1, 4, 32)):
+                    out.append(dict(impl=impl, T=T, D=D, G=G,
+                                    BH=max(G, (2**21 if cuda else 2**14) // T)))
+    return out
+
+
+def prefill_attention(device, tm, rnd, shapes, progress=None) -> list[dict]:
+    """Causal SDPA as the model's prefill calls it, for each of ``shapes`` (``impl``, ``T``,
+    ``D``, ``G``, ``BH`` query heads over the batch): torch path q a transposed view and k/v
+    slices of the cache; Triton path all three views of the fused qkv output. Compute-bound:
+    timed at a duty cycle."""
+    import torch.nn.functional as F
+
+    rows = []
+    for i, sh in enumerate(shapes):
+        impl = sh["impl"]
+        T, D, G = int(sh["T"]), int(sh["D"]), int(sh["G"])
+        H = max(G, int(sh["BH"]) // G * G)
+        Hkv = H // G
+        if impl == "torch":
+            q = rnd(1, T, H, D).transpose(1, 2)
+            k = rnd(1, Hkv, T + 64, D)[:, :, :T]
+            v = rnd(1, Hkv, T + 64, D)[:, :, :T]
+        else:
+            qkv = rnd(1, T, (H + 2 * Hkv) * D)
+            q, k, v = qkv.split([H * D, Hkv * D, Hkv * D], dim=-1)
+            q = q.view(1, T, H, D).transpose(1, 2)
+            k = k.view(1, T, Hkv, D).transpose(1, 2)
+            v = v.view(1, T, Hkv, D).transpose(1, 2)
+        sp = tm(lambda q=q, k=k, v=v, g=G > 1: F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=g), n=2 if T >= 4096 else 8, duty=True)
+        rows.append(entry("prefill_attn", sp, impl=impl, T=T, D=D, G=G, BH=H,
+                          flops=2.0 * H * D * T * T))
+        del q, k, v
+        if progress:
+            progress(i + 1, len(shapes))
+    return rows
+
+
+def gemms(shapes, cuda: bool, tm, rnd, dtype: str, progress=None) -> list[dict]:
+    """``gemm`` entries: ``F.linear`` of ``[M, K] x [K, N]`` for every ``(M, N, K)`` of
+    ``shapes`` (inputs bounded in size), weights rotated cold; the memory-bound M (< 1024) first,
+    then the compute-bound ones at a duty cycle (``timer``)."""
+    import torch.nn.functional as F
+
+    rows = []
+    by_nk: dict = {}
+    for M, N, K in shapes:
+        if M * max(N, K) * 2 <= (2**31 if cuda else 2**26):  # bounded input size
+            by_nk.setdefault((N, K), set()).add(M)
+    total, done = sum(map(len, by_nk.values())), 0
+    for big in (False, True):
+        for (N, K), all_m in sorted(by_nk.items()):
+            ms = sorted(M for M in all_m if (M >= 1024) == big)
+            if not ms:
+                continue
+            # weights read from DRAM on every call, as each layer's are in a model
+            ws = [rnd(N, K) for _ in range(cold_copies(N * K * (2 if cuda else 4), cuda))]
+            for M in ms:
+                x = rnd(M, K)
+                sp = tm([lambda x=x, w=w: F.linear(x, w) for w in ws],
+                        n=2 if M * N * K > 2**36 else 8, duty=big)
+                rows.append(entry("gemm", sp, M=M, N=N, K=K, dtype=dtype, flops=2.0 * M * N * K))
+                done += 1
+                if progress:
+                    progress(done, total)
+            del ws
+    return rows
+
+
+def gemvs(shapes, cuda: bool, tm, rnd, dtype: str, progress=None) -> list[dict]:
+    """``gemv`` entries: a decode step's linear layer as the model runs it with Triton kernels
+    (``kernels.decode_linear.linear``: the Triton GEMV with its prologue, or cuBLAS after the
+    prologue's own kernel, whichever this device chose), for each ``(M, N, K, prologue)``
+    (``none``, ``norm``, ``norm+res``, ``swiglu``, each maybe ``+bias``); weights rotated cold."""
+    import types
+
+    import torch
+
+    from kernels import decode_linear
+
+    rows = []
+    for i, (M, N, K, pro) in enumerate(shapes):
+        base, res, bias = pro.split("+")[0], "+res" in pro, "+bias" in pro
+        x = rnd(M, 2 * K if base == "swiglu" else K)
+        r = rnd(M, K) if res else None
+        norm = types.SimpleNamespace(weight=rnd(K), eps=1e-5) if base == "norm" else None
+        layers = [types.SimpleNamespace(weight=rnd(N, K), bias=rnd(N) if bias else None)
+                  for _ in range(cold_copies(N * K * (2 if cuda else 4), cuda))]
+        fns = [lambda lay=lay: decode_linear.linear(x, lay, base, norm, r) for lay in layers]
+        with torch.no_grad():
+            fns[0]()  # chooses the GEMV or cuBLAS for this shape (outside any capture)
+            if base == "norm" and res:  # the first layer's qkv runs it without a residual
+                decode_linear.linear(x, layers[0], base, norm, None)
+            sp = tm(fns)
+        wb = 2 if cuda else 4
+        rows.append(entry("gemv", sp, M=M, N=N, K=K, prologue=pro, dtype=dtype,
+                          bytes=float((N * K + M * (N + K)) * wb), flops=2.0 * M * N * K))
+        del layers, fns
+        if progress:
+            progress(i + 1, len(shapes))
+    return rows
+
+
+def elementwise(device, tm, rnd, quick) -> list[dict]:
+    """The norms, RoPE, SwiGLU, KV write and quantize kernels (torch and Triton) by bytes."""
+    import torch
+
+    from kernels import kv_quant, rmsnorm, rope, swiglu
+
+    cuda = device == "cuda"
+    wb = 2 if cuda else 4
+    rows = []
+    Ms = (1, 16, 256) if quick else (1, 8, 64, 512, 4096, 32768)
+    d, H, Hkv, D, F_ = (128, 8, 2, 16, 352) if quick else (4096, 32, 8, 128, 14336)
+    for M in Ms:
+        x, r, wt = rnd(M, d), rnd(M, d), rnd(d)
+        ops = {("rmsnorm", "torch"): (lambda: rmsnorm.reference(x, wt, 1e-5), 2 * M * d * wb),
+               ("residual", "torch"): (lambda: x + r, 3 * M * d * wb),
+               ("swiglu", "torch"): (None, 3 * M * F_ * wb),
+               ("embedding", "torch"): (None, 2 * M * d * wb)}
+        h = rnd(M, 2 * F_)
+        ops[("swiglu", "torch")] = (lambda: swiglu.reference(h), 3 * M * F_ * wb)
+        table = rnd(4096 if not quick else 512, d)
+        ids = torch.randint(0, table.shape[0], (M,), device=device)
+        ops[("embedding", "torch")] = (lambda: torch.nn.functional.embedding(ids, table),
+                                       2 * M * d * wb)
+        q, k = rnd(1, M, H, D), rnd(1, M, Hkv, D)
+        cos, sin = rnd(M + 8, D, dt=torch.float32), rnd(M + 8, D, dt=torch.float32)
+        pos = torch.arange(M, device=device)
+        ops[("rope", "torch")] = (lambda: rope.reference(q, k, cos, sin, pos),
+                                  2 * M * (H + Hkv) * D * wb)
+        kc = torch.zeros(1, Hkv, M + 8, D, device=device, dtype=x.dtype)
+        kn = rnd(1, Hkv, M, D)
+        ops[("kv_write", "torch")] = (lambda: (kc.index_copy_(2, pos, kn), kc.index_copy_(2, pos, kn)),
+                                      2 * M * Hkv * D * 2 * wb)
+        if cuda or os.environ.get("TRITON_INTERPRET") == "1" and not quick:
+            ops[("rmsnorm", "triton")] = (lambda: rmsnorm.rmsnorm(x, wt, 1e-5, residual=r),
+                                          4 * M * d * wb)
+            ops[("swiglu", "triton")] = (lambda: swiglu.swiglu(h), 3 * M * F_ * wb)
+            ops[("rope", "triton")] = (lambda: rope.rope_(q, k, cos, sin, pos),
+                                       2 * M * (H + Hkv) * D * wb)
+            ops[("kv_write", "triton")] = ops[("kv_write", "torch")]
+            if cuda:
+                out = torch.zeros(1, Hkv, M + 8, D, device=device, dtype=torch.int8)
+                sc = torch.ones(1, Hkv, M + 8, device=device)
+                ops[("kv_quant", "triton")] = (
+                    lambda: (kv_quant.quantize_kv(kn, out, sc, pos, "int8"),
+                             kv_quant.quantize_kv(kn, out, sc, pos, "int8")),
+                    2 * M * Hkv * (D * (wb + 1) + 4))
+        for (op, impl), (fn, nbytes) in ops.items():
+            rows.append(entry("elementwise", tm(fn), op=op, impl=impl, bytes=float(nbytes), M=M))
+    return rows

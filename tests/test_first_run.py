@@ -1,0 +1,242 @@
+"""A new user's first run: the calibration a study plans is bounded and incremental, a stale one is
+measured again (or flagged), autotune choices are kept per device, progress shows on a terminal
+only, and without a GPU the study's real designs are priced on the H100 beside the tiny
+measurement."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kernels import switches, tuning
+from sweep.analysis import calibrate as cal
+from sweep.analysis import predict as perf
+from sweep.env import REPO, detect_device
+from sweep.space import study_designs
+from tests.helpers import run_tiny
+from zoo import ModelConfig
+
+TINY = ModelConfig.from_name("tiny")
+WL = {"batch": 2, "prompt_len": 16, "new_tokens": 4}
+
+
+def test_a_study_plans_its_calibration_in_bounded_time():
+    """``design_space`` spans 8.5 million grid points: planning its calibration on a CUDA device
+    (the designs, the entries they need, what an empty cache lacks) never enumerates them."""
+    exp = yaml.safe_load((REPO / "conf/experiment/design_space.yaml").read_text())["experiment"]
+    t0 = time.perf_counter()
+    items = study_designs(exp["space"], ModelConfig.from_name("llama3_2_1b"),
+                          {"batch": 1, "prompt_len": 512, "new_tokens": 128}, "cudagraph")
+    want = cal.needs(items, "cuda")
+    todo = cal.missing(None, want)
+    grid = cal.attn_grid(None, todo, "cuda", False, False)
+    took = time.perf_counter() - t0
+    assert took < 5, took
+    assert 8 <= len(items) <= 256
+    for kind, most in cal.MOST.items():
+        assert 0 < len(want[kind]) <= most, kind
+    assert todo == want and grid  # nothing cached: all of it, and a fit's grid
+
+
+@pytest.fixture(scope="module")
+def cpu_cal(tmp_path_factory):
+    """A quick CPU calibration of two tiny designs, in a folder of its own."""
+    d = tmp_path_factory.mktemp("cal")
+    items = [(TINY, WL, "eager")]
+    meta, table = cal.ensure(detect_device("cpu"), items, switches.Switches(), cal_dir=d,
+                             quick=True, log=lambda m: None)
+    return d, items, meta, table
+
+
+def test_a_second_study_measures_only_what_it_adds(cpu_cal):
+    d, items, meta, table = cpu_cal
+    assert meta["measured_now"] == len(table) > 0 and set(meta["fingerprints"]) >= {
+        "gemm", "launch", "decode_attn/torch"}
+    dev = detect_device("cpu")
+    again = cal.ensure(dev, items, switches.Switches(), cal_dir=d, quick=True, log=lambda m: None)
+    assert again[0]["measured_now"] == 0 and len(again[1]) == len(table)
+    wider = TINY.replace(d_model=192, n_heads=6, n_kv_heads=2, ffn_dim=384)
+    meta2, table2 = cal.ensure(dev, items + [(wider, WL, "eager")], switches.Switches(),
+                               cal_dir=d, quick=True, log=lambda m: None)
+    new = table2.iloc[len(table):]
+    assert 0 < meta2["measured_now"] == len(new) < len(table)  # its own shapes, no groups again
+    assert set(new.kind) <= {"gemm", "decode_attn", "prefill_attn"}
+    assert ((new.kind == "gemm") & (new.K == 192)).any()
+
+
+def test_a_changed_kernel_is_measured_again_or_flagged(cpu_cal, monkeypatch, tmp_path):
+    """A family whose fingerprint changed (its kernel's code, a switch, a version) is measured
+    again; with ``calibration_policy=frozen`` nothing is measured and every prediction from it
+    says ``stale calibration``."""
+    import shutil
+
+    d, items, _, _ = cpu_cal
+    for p in d.iterdir():
+        shutil.copy(p, tmp_path / p.name)
+    table = cal.load("cpu", cal_dir=tmp_path)[1]
+    real = cal.fingerprints
+
+    def changed(device, sw):
+        fp = real(device, sw)
+        return dict(fp, **{"decode_attn/torch": "0" * 12})  # zoo/gqa.py "edited"
+
+    monkeypatch.setattr(cal, "fingerprints", changed)
+    dev = detect_device("cpu")
+    frozen, ftab = cal.ensure(dev, items, switches.Switches(), cal_dir=tmp_path, quick=True,
+                              policy="frozen", log=lambda m: None)
+    assert frozen["stale"] == ["decode_attn/torch"] and frozen["measured_now"] == 0
+    row = perf.predict(TINY, WL, _cpu_spec(), perf.Calibrated(ftab, frozen), mode="eager")
+    assert row["prediction_stale"] is True
+    assert row["prediction_notes"].startswith("stale calibration: decode_attn/torch")
+    fresh, tab = cal.ensure(dev, items, switches.Switches(), cal_dir=tmp_path, quick=True,
+                            log=lambda m: None)
+    n_attn = int((table.family == "decode_attn/torch").sum())
+    n_new = int((tab.family == "decode_attn/torch").sum())  # those these designs need, again
+    assert 0 < n_new <= n_attn and fresh["measured_now"] == n_new and fresh["stale"] == []
+    assert len(tab) - n_new == len(table) - n_attn  # every other family kept as it was
+    assert json.loads((tmp_path / "cpu.json").read_text())["fingerprints"][
+        "decode_attn/torch"] == "0" * 12
+    row = perf.predict(TINY, WL, _cpu_spec(), perf.Calibrated(tab, fresh), mode="eager")
+    assert row["prediction_stale"] is False
+
+
+def test_the_fingerprint_follows_code_switches_and_versions(monkeypatch):
+    dev = {"name": "NVIDIA H100 80GB HBM3", "driver": "580", "type": "cuda"}
+    a = cal.fingerprints(dev, switches.Switches())
+    b = cal.fingerprints(dev, switches.Switches(gemv_prefetch=False))
+    assert a["gemv"] != b["gemv"] and a["gemm"] == b["gemm"]
+    assert a["decode_attn/triton"] == b["decode_attn/triton"]
+    c = cal.fingerprints(dict(dev, driver="581"), switches.Switches())
+    assert all(a[f] != c[f] for f in a)
+    # a comment or docstring is not the code; a statement is
+    src = (REPO / "kernels/swiglu.py").read_text()
+    assert tuning.module_code(str(REPO / "kernels/swiglu.py")) == tuning.module_code("swiglu")
+    edited = src.replace('"""', '"""Edited. ', 1) + "\n# a comment\n"
+    tree_a, tree_b = _code(src), _code(edited)
+    assert tree_a == tree_b and _code(src + "\nX = 1\n") != tree_a
+
+
+def _code(src: str) -> str:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(src)
+    try:
+        return tuning.module_code.__wrapped__(f.name)
+    finally:
+        os.unlink(f.name)
+
+
+def _cpu_spec():
+    from sweep.analysis.hardware import load_spec
+
+    return load_spec("cpu")
+
+
+def test_autotune_choices_are_kept_per_device(tmp_path, monkeypatch):
+    """A choice recorded in one process is found by the next (``<results>/tuning``), never under
+    another kernel fingerprint; a new shape's tuning is bounded to the fastest of the others."""
+    monkeypatch.setattr(tuning, "kernel_fingerprint", lambda k: "fp1")
+    monkeypatch.setattr(tuning, "_new", {})
+    tuning.configure(tmp_path)
+    dev = "NVIDIA H100 80GB HBM3"
+    a, b, c = ({"BLOCK_N": n, "num_warps": 4, "num_stages": 3} for n in (32, 64, 128))
+    tuning.record("decode_attention", ("x", 1, 64, 4), a, dev, [b, c])
+    tuning.record("decode_attention", ("x", 1, 128, 4), b, dev, [a])
+    tuning.record("decode_attention", ("x", 1, 128, 8), a, dev, [])
+    tuning.record("decode_linear", (1, 8, 8, "none"), "cublas", dev)
+    [path] = tuning.save()
+    assert path.name == "nvidia_h100_80gb_hbm3.json"
+    monkeypatch.setattr(tuning, "_new", {})
+    tuning.configure(tmp_path)  # a new process
+    assert tuning.lookup("decode_attention", ("x", 1, 64, 4), dev) == a
+    assert tuning.lookup("decode_linear", (1, 8, 8, "none"), dev) == "cublas"
+    assert tuning.lookup("decode_attention", ("x", 1, 64, 8), dev) is None
+    assert tuning.lookup("decode_attention", ("x", 1, 64, 4), "NVIDIA H200") is None
+    assert tuning.candidates("decode_attention", "x|", dev) == [a, b, c]
+    assert tuning.candidates("decode_attention", "y|", dev) == []
+    monkeypatch.setattr(tuning, "kernel_fingerprint", lambda k: "fp2")  # the kernel changed
+    tuning.configure(tmp_path)
+    assert tuning.lookup("decode_attention", ("x", 1, 64, 4), dev) is None
+    tuning.configure(None)
+
+
+def test_switches_refuse_bad_values():
+    with pytest.raises(ValueError, match="unknown switch"):
+        switches.Switches.from_dict({"rope_in_atention": False})
+    with pytest.raises(ValueError, match="switches.pdl=1 must be true or false"):
+        switches.Switches.from_dict({"pdl": 1})
+    assert switches.Switches.from_dict({"pdl": False}).pdl is False
+    with switches.use(rope_in_attention=False):
+        assert switches.current().rope_in_attention is False
+    assert switches.current().rope_in_attention is True
+
+
+_BAR_SCRIPT = """
+import sys
+from sweep.progress import StudyProgress, TaskProgress
+p = StudyProgress(3)
+p.start("n_kv_heads=1")
+p.on_line("@phase measuring decode")
+p.line("[1/3] n_kv_heads=1: decode 10 tok/s")
+p.done("n_kv_heads=1 10 tok/s")
+p.close()
+with TaskProgress("calibration") as t:
+    t.on_line("@progress 3/9 GEMMs")
+"""
+
+
+def test_progress_shows_on_a_terminal_and_not_in_a_pipe():
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    env = dict(os.environ, PYTHONPATH=str(REPO), TERM="xterm")
+    piped = subprocess.run([sys.executable, "-c", _BAR_SCRIPT], env=env, capture_output=True,
+                           text=True, timeout=120, cwd=REPO)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout == "[1/3] n_kv_heads=1: decode 10 tok/s\n" and "designs" not in \
+        piped.stderr
+    master, slave = pty.openpty()  # a terminal of 100 x 30
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-c", _BAR_SCRIPT], env=env, stdout=subprocess.PIPE,
+                            stderr=slave, cwd=REPO)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    proc.wait(timeout=120)
+    text = out.decode(errors="replace")
+    assert "designs: 1/3" in text and "measuring decode" in text, text
+    assert "[1/3] n_kv_heads=1" in text  # a design's line goes above the bar
+
+
+def test_without_a_gpu_the_real_designs_are_priced_on_the_h100(tmp_path):
+    """The CPU main job measures the tiny model and prices the experiment's real designs
+    (Llama-3.2-1B shape, MQA .. MHA, batch 8, prompt 4096) on the H100, labelled predicted."""
+    import pandas as pd
+
+    plan, _, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha")
+    assert (df.state == "COMPLETE").all() and df.model.eq("tiny").all()
+    pred = pd.read_csv(plan.results / "predicted_h100_sxm.csv")
+    assert len(pred) == 6 and pred.predicted.all() and pred.model.eq("llama3_2_1b").all()
+    assert sorted(pred.n_kv_heads) == [1, 2, 4, 8, 16, 32]
+    assert (pred.batch == 8).all() and (pred.prompt_len == 4096).all()
+    assert pred.target.eq("h100_sxm").all() and pred.prediction_basis.str.len().gt(0).all()
+    done = pred[pred.state == "COMPLETE"].sort_values("n_kv_heads")
+    assert len(done) == 6 and (done.decode_tok_s > 0).all()
+    assert done.decode_tok_s.iloc[0] > done.decode_tok_s.iloc[-1]  # GQA: fewer KV bytes, faster
+    shipped = list(cal.SHIPPED_DIR.glob("nvidia_h100*.json"))
+    assert done.basis_kind.eq("calibrated" if shipped else "roofline").all()
