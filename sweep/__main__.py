@@ -51,8 +51,11 @@ def main(cfg: DictConfig) -> None:
     print(summary_table(df))
     files = sorted(p.name for p in plan.results.iterdir() if p.is_file()
                    and not p.name.startswith(".") and p.suffix != ".pkl")
+    caches = [n for n in ("calibration", "ceilings", "tuning") if plan.cache(n).exists()]
     print(f"\nresults: {plan.results}/ ({', '.join(files)}; trials/ holds each trial's logs)"
-          f"\nstudy:   {plan.name} in {plan.storage} (optuna-dashboard {plan.storage})")
+          f"\nstudy:   {plan.name} in {plan.storage} (optuna-dashboard {plan.storage})"
+          + (f"\ncaches:  {plan.results_root}/{{{','.join(caches)}}}/ (this device's "
+             "calibration, ceilings, tile choices)" if caches else ""))
 
 
 if __name__ == "__main__":
