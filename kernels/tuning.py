@@ -38,7 +38,7 @@ _new: dict[str, dict] = {}  # device -> {kernel: {key: value}} chosen in this pr
 
 
 def slug(text: str) -> str:
-    """A file-name-safe lower-case form of a device name (as ``sweep.env.slug``)."""
+    """A file-name-safe lower-case form of a device name (as ``sweep.common.env.slug``)."""
     return re.sub(r"[^a-z0-9.-]+", "_", text.lower()).strip("_")
 
 

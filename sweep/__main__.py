@@ -13,7 +13,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from .config import register
+from .schema import register
 
 register()
 

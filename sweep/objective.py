@@ -23,9 +23,10 @@ from optuna.trial import TrialState
 from zoo import DesignError, ModelConfig
 
 from . import measure
-from .analysis import derived, diagnosis, modules
+from .analysis import derived, diagnosis
+from .analysis import module_shares as modules
 from .analysis import predict as perf
-from .env import REPO
+from .common.env import REPO
 from .measure.child import child_failure, run_child
 from .space import WORKLOAD_KEYS, suggest, violations
 from .storage import duplicate_of, requeue
@@ -58,7 +59,7 @@ class Objective:
     """
 
     def __init__(self, plan, ceilings: dict, total: int, progress=None):
-        from .progress import StudyProgress
+        from .report.progress import StudyProgress
 
         self.plan, self.ceilings, self.total = plan, ceilings, total
         self.progress = progress or StudyProgress(total, quiet=plan.quiet)
@@ -181,9 +182,9 @@ class Objective:
     def _top_up(self, cfg, wl, mode) -> None:
         """Before measuring a design of a large space (its calibration covered a lattice):
         measure the calibration entries this design needs and the cache lacks, so its
-        prediction rests on its own shapes (``sweep.analysis.calibrate.ensure``; nothing when
+        prediction rests on its own shapes (``sweep.analysis.calibration.ensure``; nothing when
         they are there, or with ``calibration_policy=frozen`` or a given calibration file)."""
-        from .analysis import calibrate as cal
+        from .analysis import calibration as cal
 
         plan = self.plan
         if (self.calibration is None or plan.calibration or plan.calibration_policy != "auto"
@@ -266,7 +267,7 @@ def given_calibration(path: str | None, spec=None):
     ``spec``'s GPU (``sweep.analysis.calibrations``), as it is: ``sweep.analysis.targets``
     decides how it applies to the target. None without either (roofline x stated
     efficiencies)."""
-    from .analysis import calibrate as cal
+    from .analysis import calibration as cal
 
     if path:
         have = cal.load("", where=Path(path))
@@ -285,7 +286,7 @@ def shipped_for(spec):
     shipped calibration whose device name the spec's ``match`` patterns match), or None."""
     import re
 
-    from .analysis import calibrate as cal
+    from .analysis import calibration as cal
 
     for meta_p in sorted(cal.SHIPPED_DIR.glob("*.json")):
         meta = json.loads(meta_p.read_text())
@@ -296,13 +297,13 @@ def shipped_for(spec):
 
 def model_calibration(plan, ceilings: dict, progress=None):
     """``(Calibrated or None, reason)``: the performance model's calibration for the study's
-    device covering the study's designs (``sweep.analysis.calibrate.ensure``: the cache, started
+    device covering the study's designs (``sweep.analysis.calibration.ensure``: the cache, started
     from the shipped one of this device, with what it lacks measured now; a large space's designs
     by a bounded lattice, ``sweep.space.study_designs``), or ``plan.calibration`` (a file: as it is
     when it is this device's, else transferred by the measured ceilings). Never raises: without
     one, rows carry roofline predictions and the reason."""
-    from .analysis import calibrate as cal
-    from .progress import TaskProgress
+    from .analysis import calibration as cal
+    from .report.progress import TaskProgress
     from .space import study_designs
 
     try:

@@ -13,8 +13,8 @@ from kernels.switches import Switches
 from zoo import DesignError, ModelConfig, presets
 
 from .analysis.hardware import HardwareSpec, load_spec
-from .config import WorkloadConf
-from .env import REPO, detect_device, slug
+from .common.env import REPO, detect_device, slug
+from .schema import WorkloadConf
 from .space import SAMPLERS
 
 ROW_OBJECTIVES = {
@@ -57,7 +57,7 @@ class Plan:
     calibration: str | None = None  # another device's calibration to transfer, else this one's
     predict: bool = False  # predict-only: no model built, figures from the performance model
     switches: Switches = field(default_factory=Switches)  # kernel switches (kernels.switches)
-    calibration_policy: str = "auto"  # sweep.analysis.calibrate.POLICIES
+    calibration_policy: str = "auto"  # sweep.analysis.calibration.POLICIES
     results_root: Path = REPO / "results"  # the caches (calibration, ceilings, tuning) live here
     # on the CPU fallback: the configured (real) base, workload, space, constraints, mode and the
     # GPU specs to price them on (``sweep.study.shadow_predictions``)
@@ -169,7 +169,7 @@ def plan_from_config(cfg) -> Plan:
                          or (predict and spec.kind == "gpu") else "cpu")
     switches = Switches.from_dict(c.get("switches"))
     policy = c.get("calibration_policy", "auto")
-    from .analysis.calibrate import POLICIES
+    from .analysis.calibration import POLICIES
 
     if policy not in POLICIES:
         raise ValueError(f"calibration_policy={policy!r} is not one of {', '.join(POLICIES)}")

@@ -150,7 +150,7 @@ def _thin(values: list, k: int) -> list:
 def study_designs(space: dict, base: ModelConfig, workload: dict, mode: str,
                   most: int = 256) -> list[tuple[ModelConfig, dict, str]]:
     """The designs a study may run, as ``(ModelConfig, workload, mode)``, for its calibration
-    (``sweep.analysis.calibrate.needs``): every point of a space of at most ``most``, else a
+    (``sweep.analysis.calibration.needs``): every point of a space of at most ``most``, else a
     lattice of at most ``most`` points (each entry's values thinned evenly, ends kept; a
     continuous range taken at its low, middle and high), never an enumeration of a large space.
     Bundles are expanded, workload and mode keys applied, invalid designs left out; just the
@@ -193,14 +193,14 @@ def space_designs(space: dict, base: ModelConfig, most: int = 256) -> list[Model
 
 def shipped_items(cpu: bool = False) -> list[tuple[ModelConfig, dict, str]]:
     """The designs of every shipped model preset and experiment (``conf/``) at their workloads,
-    what the shipped calibration covers (``python -m sweep.calibrate``): on a GPU the real
+    what the shipped calibration covers (``python -m sweep.cli.calibrate``): on a GPU the real
     presets at the default workload and each experiment's ``space`` (``study_designs``' lattice)
     over its base model and workload, in CUDA-graph mode; on the CPU the tiny model and the
     ``space_cpu`` spaces at the CPU workload, eagerly."""
     import yaml
 
-    from .config import CpuFallbackConf, WorkloadConf
-    from .env import REPO
+    from .common.env import REPO
+    from .schema import CpuFallbackConf, WorkloadConf
 
     conf = REPO / "conf"
     keys = ("batch", "prompt_len", "new_tokens")

@@ -17,7 +17,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from .atomic import write_json
+from .common.atomic import write_json
 from .report.labels import metric_name
 from .space import make_sampler
 

@@ -17,11 +17,11 @@ from dataclasses import replace
 import optuna
 
 from .analysis.hardware import measure_ceilings
-from .atomic import write_json
-from .env import environment
+from .common.atomic import write_json
+from .common.env import environment
 from .objective import Objective, model_calibration
-from .progress import StudyProgress, TaskProgress
 from .report import html_report, plots, tables
+from .report.progress import StudyProgress, TaskProgress
 from .runs import run_predicted, run_trials
 from .space import study_grid
 from .storage import claim_results, finished, open_study, recover_interrupted
@@ -99,7 +99,7 @@ def shadow_predictions(plan) -> list:
     from .analysis.hardware import load_spec
     from .analysis.predict import Calibrated
     from .analysis.targets import predict_designs
-    from .atomic import write_atomic
+    from .common.atomic import write_atomic
     from .objective import shipped_for
     from .report.tables import predicted_summary
     from .space import study_designs

@@ -21,8 +21,8 @@ from pathlib import Path
 import optuna
 
 from .analysis.hardware import measure_ceilings
-from .atomic import write_atomic
-from .env import REPO
+from .common.atomic import write_atomic
+from .common.env import REPO
 from .measure.child import child_env, die_with_parent, watch_parent
 from .objective import Objective
 from .runs import run_trials

@@ -23,7 +23,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def project_processes(under: str) -> list[tuple[int, str]]:
-    """``(pid, cmdline)`` of live ``sweep.trial`` / ``sweep.worker`` processes whose command line
+    """``(pid, cmdline)`` of live ``sweep.measure.trial`` / ``sweep.worker`` processes whose command line
     names a path under ``under`` (a test's folder), zombies excluded."""
     import pathlib
 
@@ -34,14 +34,14 @@ def project_processes(under: str) -> list[tuple[int, str]]:
             state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if state != "Z" and under in cmd and ("sweep.trial" in cmd or "sweep.worker" in cmd):
+        if state != "Z" and under in cmd and ("sweep.measure.trial" in cmd or "sweep.worker" in cmd):
             out.append((int(d.name), cmd.strip()))
     return out
 
 
 @pytest.fixture(autouse=True)
 def no_process_left_behind(request):
-    """Every test: no ``sweep.trial`` or ``sweep.worker`` process started under its folder
+    """Every test: no ``sweep.measure.trial`` or ``sweep.worker`` process started under its folder
     survives it (a trial child dies with its parent). Leftovers are killed, and the test fails."""
     import signal
     import sys

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-from sweep.config import register
+from sweep.schema import register
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
 

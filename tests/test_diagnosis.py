@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from sweep.analysis.diagnosis import classify, diagnose
-from sweep.report.compare import compare
 from sweep.report.plots import roofline_plot
+from sweep.report.regression import compare
 
 
 @pytest.mark.parametrize("mfu,mbu,ratio,want", [

@@ -8,15 +8,14 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
 from kernels import switches, tuning
-from sweep.analysis import calibrate as cal
+from sweep.analysis import calibration as cal
 from sweep.analysis import predict as perf
-from sweep.env import REPO, detect_device
+from sweep.common.env import REPO, detect_device
 from sweep.space import study_designs
 from tests.helpers import run_tiny
 from zoo import ModelConfig
@@ -179,7 +178,7 @@ def test_switches_refuse_bad_values():
 
 _BAR_SCRIPT = """
 import sys
-from sweep.progress import StudyProgress, TaskProgress
+from sweep.report.progress import StudyProgress, TaskProgress
 p = StudyProgress(3)
 p.start("n_kv_heads=1")
 p.on_line("@phase measuring decode")

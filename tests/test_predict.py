@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sweep.analysis import calibrate as cal
+from sweep.analysis import calibration as cal
 from sweep.analysis import predict as perf
 from sweep.analysis.hardware import load_spec
-from sweep.env import detect_device
+from sweep.common.env import detect_device
 from sweep.space import shipped_designs
 from tests.helpers import run_tiny
 from zoo import ModelConfig
@@ -138,7 +138,7 @@ def test_decode_attention_price_is_monotone_in_group_and_continuous_in_length(ca
     shape changes (a longer context never much cheaper: the old nearest-shape correction stepped
     by the ratios' spread there; checked on the committed CPU calibration of ``predict_cpu``,
     since a live one's ratios carry this machine's noise)."""
-    from sweep.analysis import calibrate as cal
+    from sweep.analysis import calibration as cal
 
     c = perf.Calibrated(calibration[1], calibration[0])
     k = next(k for k in perf.kernel_list(TINY, 2, 1, 65, "torch") if k.kind == "decode_attn")
@@ -167,7 +167,7 @@ def test_decode_attention_price_on_the_h100_calibration_has_no_steps(impl, kv):
     """On the committed H100 calibration (v7): context 256 .. 16k at batch 8, 8 KV heads, group
     4, head_dim 128 never gets cheaper by more than 0.5% per 64 positions (the nearest-shape
     correction dropped 2.2% in one step there), and groups 1 .. 32 never get cheaper."""
-    from sweep.analysis import calibrate as cal
+    from sweep.analysis import calibration as cal
 
     meta, table = cal.load("", where=REF / "calibration_h100.json")
     c = perf.Calibrated(table, meta)
@@ -255,7 +255,7 @@ def test_graph_replay_aligned_to_the_eager_run():
 
 @pytest.mark.slow
 def test_profiled_rows_compare_module_shares(tmp_path):
-    from sweep.analysis.modules import module_check
+    from sweep.analysis.module_shares import module_check
 
     _, _, df = run_tiny(tmp_path, "profile=modules", "study.n_trials=1")
     r = df.iloc[0].to_dict()

@@ -12,8 +12,7 @@ import pytest
 from sweep.measure import cublaslt, nsys
 from sweep.measure.torch_prof import category, timeline
 from sweep.plan import plan_from_config
-
-from .helpers import compose_cfg, run_tiny, tiny_overrides
+from tests.helpers import compose_cfg, run_tiny, tiny_overrides
 
 FIX = Path(__file__).parent / "fixtures"
 

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from sweep.plan import plan_from_config
-from sweep.report import compare_fronts
+from sweep.report import fronts as compare_fronts
 from tests.helpers import compose_cfg, run_tiny, tiny_overrides
 
 REPO = Path(__file__).resolve().parent.parent
@@ -90,7 +90,7 @@ def test_compare_fronts_cli(tmp_path):
     _, _, _ = run_tiny(tmp_path, "+experiment=kv_quant", "study.n_trials=3", "model.kernels=torch")
     dirs = sorted(str(p) for p in tmp_path.iterdir() if (p / "study.json").exists())
     out = tmp_path / "fronts"
-    r = subprocess.run([sys.executable, "-m", "sweep.compare_fronts", *dirs, "--objectives",
+    r = subprocess.run([sys.executable, "-m", "sweep.cli.compare_fronts", *dirs, "--objectives",
                         "decode_tok_s:max", "kv_bytes_per_token:min", "--out", str(out)],
                        cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -100,7 +100,7 @@ def test_compare_fronts_cli(tmp_path):
     assert all(s["hypervolume"] > 0 for s in summary["studies"].values())
     assert (out / "fronts.png").stat().st_size > 10_000 and (out / "fronts.html").exists()
     assert len(pd.read_csv(out / "fronts.csv")) >= 2
-    bad = subprocess.run([sys.executable, "-m", "sweep.compare_fronts", *dirs, "--objectives",
+    bad = subprocess.run([sys.executable, "-m", "sweep.cli.compare_fronts", *dirs, "--objectives",
                           "decode_j_per_token:min", "decode_tok_s:max"], cwd=REPO,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "has no column(s) ['decode_j_per_token']" in bad.stderr
@@ -174,7 +174,7 @@ def _study_dir(path, rows, wall):
 
 
 def test_workers_check(tmp_path):
-    from sweep.report.workers_check import check
+    from sweep.report.workers_scaling import check
 
     def row(k, tpot, gpu=None, start=None, end=None, state="COMPLETE"):
         return {"n_kv_heads": k, "state": state, "decode_tpot_ms": tpot,

@@ -212,7 +212,7 @@ def test_decode_linear_path_names_each_layer_or_why_not(monkeypatch):
     """The row's ``decode_linear``: per layer what ``kernels.decode_linear`` chose (cuBLAS or the
     Triton GEMV), or the path taken instead and why."""
     from kernels import decode_linear
-    from sweep.trial import decode_linear_path
+    from sweep.measure.trial import decode_linear_path
     from zoo import ModelConfig, Transformer
 
     cfg = ModelConfig.from_name("tiny").replace(kernels="triton")

@@ -66,7 +66,7 @@ def test_predict_only_study_builds_no_model(tmp_path):
 
 @pytest.mark.slow
 def test_whatif_over_a_measured_study(tmp_path):
-    from sweep.report.whatif import main
+    from sweep.report.other_hardware import main
 
     plan, _, _ = run_tiny(tmp_path, "+experiment=gqa_vs_mha")
     out = tmp_path / "wf"
@@ -84,7 +84,7 @@ def test_whatif_over_a_measured_study(tmp_path):
 
 
 def test_advisor_findings_and_alternatives():
-    from sweep.analysis.advise import AdviseConf, advise, alternatives, findings
+    from sweep.analysis.advice import AdviseConf, advise, alternatives, findings
     from sweep.analysis.hardware import load_spec
     from zoo import counts
 
@@ -115,7 +115,7 @@ def test_advisor_findings_and_alternatives():
 
 
 def test_advise_cli_prices_from_the_h100_calibration(tmp_path):
-    from sweep.advise import main
+    from sweep.cli.advise import main
 
     cal = Path(__file__).resolve().parent.parent / "results/reference/calibration_h100.json"
     assert main(["model=llama3_2_1b", "model.ffn_dim=8100", "hardware=h100_sxm",

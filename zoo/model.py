@@ -28,7 +28,7 @@ from .attention import Attention
 from .cache import TORCH_DTYPES, KVCache
 from .config import ModelConfig
 from .nvtx import annotate
-from .rope import rope_cache, rope_frequencies  # noqa: F401 - the model's RoPE tables
+from .rope_tables import rope_cache, rope_frequencies  # noqa: F401 - the model's RoPE tables
 
 
 class RMSNorm(nn.Module):

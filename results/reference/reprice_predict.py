@@ -22,11 +22,11 @@ sys.path.insert(0, str(ROOT))
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from sweep.analysis import calibrate as cal  # noqa: E402
+from sweep.analysis import calibration as cal  # noqa: E402
 from sweep.analysis.hardware import load_spec  # noqa: E402
 from sweep.analysis.predict import row_predictions  # noqa: E402
 from sweep.analysis.pricing import Calibrated  # noqa: E402
-from sweep.config import register  # noqa: E402
+from sweep.schema import register  # noqa: E402
 from sweep.plan import plan_from_config  # noqa: E402
 
 REF = ROOT / "results/reference"

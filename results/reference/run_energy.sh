@@ -12,6 +12,6 @@ python3 -m pytest -q tests/test_nvml.py tests/test_gpu.py tests/kernels/test_att
   tests/kernels/test_model_triton.py 2>&1 | tail -8
 python3 -m sweep +experiment=gqa_vs_mha profile=nvml results_dir=$R
 python3 -m sweep model=llama3_1_8b model.kernels=triton profile=nvml study.n_trials=1 results_dir=$R
-python3 -m sweep.record "$OUT/energy.json" --command "bash results/reference/run_energy.sh" \
+python3 -m sweep.cli.record "$OUT/energy.json" --command "bash results/reference/run_energy.sh" \
   $R/gqa_vs_mha-* $R/baseline-*
 cp $R/gqa_vs_mha-*/trials/0000/nvml.csv "$OUT/nvml_gqa_trial0.csv"

@@ -12,10 +12,10 @@ start=$(date +%s)
 common="model.kernels=triton workload.repeats=3 workload.warmup=1 results_dir=$R"
 python3 -m sweep +experiment=gqa_vs_mha $common
 python3 -m sweep +experiment=kv_quant $common
-python3 -m sweep.compare_fronts $R/gqa_vs_mha-*/ $R/kv_quant-*/ \
+python3 -m sweep.cli.compare_fronts $R/gqa_vs_mha-*/ $R/kv_quant-*/ \
   --objectives decode_tok_s:max kv_bytes_per_token:min --out $R/fronts
 echo "wall: $(( $(date +%s) - start )) s for both studies and the comparison"
-python3 -m sweep.record "$OUT/fronts_h100.json" --command "bash results/reference/run_fronts.sh" \
+python3 -m sweep.cli.record "$OUT/fronts_h100.json" --command "bash results/reference/run_fronts.sh" \
   --note "wall $(( $(date +%s) - start )) s" $R/gqa_vs_mha-*/ $R/kv_quant-*/
 cp $R/fronts/fronts.png $R/fronts/fronts.html $R/fronts/fronts.csv $R/fronts/fronts.json "$OUT/"
 cp $R/gqa_vs_mha-*/report.html "$OUT/report_gqa_vs_mha.html"

@@ -11,5 +11,5 @@ rm -rf "$R"
 timeout 420 python3 -m sweep model=llama3_2_1b profile=ncu study.n_trials=1 results_dir=$R
 cp $R/baseline-*/trials/0000/ncu_decode/ncu.csv "$OUT/ncu_decode_llama3_2_1b_b1.csv"
 cp $R/baseline-*/trials/0000/ncu_prefill/ncu.csv "$OUT/ncu_prefill_llama3_2_1b_b1.csv"
-python3 -m sweep.record "$OUT/ncu.json" --command "bash results/reference/run_ncu.sh" \
+python3 -m sweep.cli.record "$OUT/ncu.json" --command "bash results/reference/run_ncu.sh" \
   $R/baseline-*

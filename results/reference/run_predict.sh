@@ -18,7 +18,7 @@ common="workload.repeats=10 workload.warmup=3 results_dir=$R"
 exps="gqa_vs_mha head_dim ffn_width depth_vs_width kv_quant fused_kernels"
 case "${1:-}" in
   calibrate)  # (its files then go to results/reference/calibration_h100.*, which b1/b8 use)
-    python3 -m sweep.calibrate --refresh
+    python3 -m sweep.cli.calibrate --refresh
     cp results/calibration/*.json results/calibration/*.parquet "$OUT/" ;;
   b1|b8)  # run_predict.sh b1|b8 [EXPERIMENT ...] (default: all of $exps); gqa_vs_mha and
     # head_dim with profile=modules (each module kind's measured share beside its predicted one)

@@ -21,7 +21,7 @@ if [ "$part" = ncu ]; then
   for f in prefill_memory prefill_detail decode_memory decode_detail; do
     gzip -c $S/trials/$(printf %04d $T)/ncu_$f/ncu.csv > "$OUT/ncu_${f}_llama3_2_1b_b8_p2048.csv.gz"
   done
-  python3 -m sweep.record "$OUT/profiling_ncu_h100.json" \
+  python3 -m sweep.cli.record "$OUT/profiling_ncu_h100.json" \
     --command "bash results/reference/run_profiling.sh ncu" $S
   cp $S/roofline.png "$OUT/profiling_ncu_roofline.png" 2>/dev/null
 elif [ "$part" = torch ]; then
@@ -30,13 +30,13 @@ elif [ "$part" = torch ]; then
     python3 -m sweep model=llama3_2_1b profile=torch mode=$mode study.n_trials=1 \
       study.name=torch-llama3_2_1b-b1-$mode results_dir=$R
   done
-  python3 -m sweep.record "$OUT/profiling_torch_h100.json" \
+  python3 -m sweep.cli.record "$OUT/profiling_torch_h100.json" \
     --command "bash results/reference/run_profiling.sh torch" $R/torch-llama3_2_1b-b1-*
   d=$R/torch-llama3_2_1b-b1-cudagraph/trials/0000/torch
   gzip -c $d/trace_decode.json > "$OUT/trace_decode_llama3_2_1b_b1_cudagraph.json.gz"
   cp $d/torch_ops_decode.csv "$OUT/torch_ops_decode_llama3_2_1b_b1_cudagraph.csv"
   head -c 3000000 $d/cublaslt.log | gzip > "$OUT/cublaslt_llama3_2_1b_b1.log.gz"
-  python3 -m sweep.bench --out "$OUT/nvtx_h100.json" --group nvtx \
+  python3 -m sweep.cli.bench --out "$OUT/nvtx_h100.json" --group nvtx \
     --command "bash results/reference/run_profiling.sh torch"
 fi
 ls -la "$OUT"

@@ -20,6 +20,6 @@ python3 -m sweep model=llama3_1_8b study.n_trials=1 results_dir=$R
 python3 -m sweep model=llama3_1_8b study.n_trials=1 mode=eager results_dir=$R
 python3 -m sweep model=llama3_2_1b study.n_trials=1 results_dir=$R
 python3 -m sweep model=llama3_2_1b study.n_trials=1 mode=eager results_dir=$R
-python3 -m sweep.record "$OUT/spine.json" --command "bash results/reference/run_spine.sh" \
+python3 -m sweep.cli.record "$OUT/spine.json" --command "bash results/reference/run_spine.sh" \
   $R/gqa_vs_mha-* $R/baseline-*
 tar czf "$OUT/results.tar.gz" --exclude="$R/hydra" "$R" results/ceilings

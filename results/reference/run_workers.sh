@@ -20,8 +20,8 @@ case $1 in
   two)
     python3 -m sweep $common study.name=workers2 sweep.workers=2 ;;
   check)
-    python3 -m sweep.workers_check $R/workers1 $R/workers2 --out "$OUT/workers_check.json"
-    python3 -m sweep.record "$OUT/workers_h200x2.json" \
+    python3 -m sweep.cli.workers_check $R/workers1 $R/workers2 --out "$OUT/workers_check.json"
+    python3 -m sweep.cli.record "$OUT/workers_h200x2.json" \
       --command "bash results/reference/run_workers.sh one; ... two; ... check" \
       $R/workers1 $R/workers2
     cp $R/workers2/worker0.log $R/workers2/worker1.log "$OUT/" ;;

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from ..atomic import write_json
-from ..env import REPO, slug
+from ..common.atomic import write_json
+from ..common.env import REPO, slug
 
 HW_DIR = REPO / "conf" / "hardware"
 CEILINGS_DIR = REPO / "results" / "ceilings"
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     ap.add_argument("--refresh", action="store_true", help="measure again even if cached")
     a = ap.parse_args(argv)
-    from ..env import detect_device
+    from ..common.env import detect_device
 
     dev = detect_device(a.device)
     spec = load_spec("auto", dev["name"])

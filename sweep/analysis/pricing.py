@@ -1,4 +1,4 @@
-"""Pricing a kernel from a device's calibration table (``sweep.analysis.calibrate``).
+"""Pricing a kernel from a device's calibration table (``sweep.analysis.calibration``).
 
 ``Calibrated`` turns one kernel of ``sweep.analysis.predict.kernel_list`` (its ``kind`` and
 ``shape``) into seconds: GEMMs interpolated in log M between the calibrated M of the same
@@ -40,7 +40,7 @@ def _interp_log(x: float, xs: np.ndarray, ys: np.ndarray) -> tuple[float, bool]:
 
 
 class Calibrated:
-    """Prices kernels from a calibration table (``sweep.analysis.calibrate``).
+    """Prices kernels from a calibration table (``sweep.analysis.calibration``).
 
     Args:
         table: the calibration rows (pandas DataFrame); meta: its JSON meta (device, date).

@@ -1,6 +1,6 @@
 """Measurement: how a figure is taken on the device.
 
-Holds the timers (``timing``), the measurement child (``child``: ``python -m sweep.trial`` in a
+Holds the timers (``timing``), the measurement child (``child``: ``python -m sweep.measure.trial`` in a
 process of its own) and the profiled window it runs (``window``), and one module per profiler,
 each owning all of its work, the extra child runs included: ``nvml`` (power and energy, sampled
 inside the timed child),
@@ -10,8 +10,8 @@ GEMM log), ``ncu`` (Nsight Compute) and ``nsys`` (Nsight Systems). A profiler th
 (results-row columns, or ``_reason`` columns saying why not); the objective calls those of
 ``PROFILERS`` in a loop, so adding a profiler touches this list and its own file.
 
-May import: ``zoo``, ``kernels``, ``sweep.env``, ``sweep.atomic``. Never the study, the analysis or
-the report.
+May import: ``zoo``, ``kernels``, ``sweep.common``. Never the study, the analysis or the
+report.
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def run(device_type: str, timeout_s: float = 300.0, on_line=None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from ..env import detect_device, environment
+    from ..common.env import detect_device, environment
     from .child import watch_parent
 
     ap = argparse.ArgumentParser(description="(child) measure this device's ceilings into OUT")

@@ -1,4 +1,4 @@
-"""The measurement child: run ``python -m sweep.trial SPEC RESULT`` in a process of its own.
+"""The measurement child: run ``python -m sweep.measure.trial SPEC RESULT`` in a process of its own.
 
 The child process is the unit of isolation (an OOM, a CUDA error, a crash or a profiler wrapper
 touches one trial only). Every profiler that needs another run of the trial (``ncu``, ``nsys``,
@@ -14,15 +14,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..atomic import write_json
-from ..env import REPO
+from ..common.atomic import write_json
+from ..common.env import REPO
 
 PARENT_PID = "DESIGNZOO_PARENT_PID"  # the process a child must not outlive
 
 
 def child_env() -> dict:
     """This process's environment with the repository first on ``PYTHONPATH``, for the
-    ``sweep.trial`` and ``sweep.worker`` children (the project need not be installed), and this
+    ``sweep.measure.trial`` and ``sweep.worker`` children (the project need not be installed), and this
     process's pid in ``DESIGNZOO_PARENT_PID`` (``watch_parent``)."""
     return dict(os.environ, PYTHONPATH=os.pathsep.join(
         filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), **{PARENT_PID: str(os.getpid())})
@@ -42,7 +42,7 @@ def die_with_parent() -> None:
 
 
 def watch_parent(interval_s: float = 0.5) -> None:
-    """In a child (``sweep.trial``, ``sweep.worker``): end this process's group at once when the
+    """In a child (``sweep.measure.trial``, ``sweep.worker``): end this process's group at once when the
     process named by ``DESIGNZOO_PARENT_PID`` is gone, e.g. after a ``kill -9`` of the study.
 
     Covers what ``die_with_parent`` cannot: a child under a profiler wrapper (``ncu``) whose
@@ -142,14 +142,14 @@ def log_tail(log_path: Path, n: int = 600) -> str:
 
 def progress_line(kind: str, text: str, done: int | None = None, total: int | None = None) -> None:
     """Print a progress marker for the parent (``@phase TEXT`` or ``@progress DONE/TOTAL TEXT``)
-    on this child's stdout; the parent's display follows it (``sweep.progress``)."""
+    on this child's stdout; the parent's display follows it (``sweep.report.progress``)."""
     count = f" {done}/{total}" if done is not None and total is not None else ""
     print(f"@{kind}{count} {text}", flush=True)
 
 
 def run_child(spec: dict, trial_dir: Path, timeout_s: float, wrapper: list[str] | None = None,
               on_line=None) -> dict:
-    """Run ``python -m sweep.trial`` on ``spec`` in a child process (optionally under
+    """Run ``python -m sweep.measure.trial`` on ``spec`` in a child process (optionally under
     ``wrapper``, e.g. an ``ncu`` argument list) and return its result dict.
 
     Writes ``spec.json``, ``result.json`` and ``log.txt`` into ``trial_dir``; ``on_line`` sees the
@@ -160,7 +160,7 @@ def run_child(spec: dict, trial_dir: Path, timeout_s: float, wrapper: list[str] 
     spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
     write_json(spec_path, spec)
     result_path.unlink(missing_ok=True)
-    cmd = (wrapper or []) + [sys.executable, "-m", "sweep.trial", str(spec_path), str(result_path)]
+    cmd = (wrapper or []) + [sys.executable, "-m", "sweep.measure.trial", str(spec_path), str(result_path)]
     try:
         rc = launch(cmd, trial_dir / "log.txt", timeout_s, spec.get("env", {}), on_line)
     except ChildTimeout:

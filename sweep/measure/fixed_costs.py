@@ -1,4 +1,4 @@
-"""The fixed costs of the performance model (``sweep.measure.calibrate``'s ``launch`` group):
+"""The fixed costs of the performance model (``sweep.measure.calibration_run``'s ``launch`` group):
 one tiny kernel inside a CUDA graph, one tiny op issued eagerly, one graph launch, the host's
 cost to issue a layer of the zoo's model eagerly, and the idle gap between two kernels replayed
 in a graph. Times in s."""

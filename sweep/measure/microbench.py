@@ -1,4 +1,4 @@
-"""The performance model's micro-benchmarks (run by ``sweep.measure.calibrate``): GEMMs, the
+"""The performance model's micro-benchmarks (run by ``sweep.measure.calibration_run``): GEMMs, the
 decode GEMV, decode and prefill attention, the elementwise kernels, the launch costs, and the
 timer they share. Each takes the shapes to measure and returns calibration rows (``entry``).
 Times in s."""

@@ -201,7 +201,7 @@ def profile_trial(spec: dict, trial_dir: Path, cfg, workload: dict, ceilings: di
     / analytic matmul FLOPs of the same layers and LM head).
 
     Args:
-        spec: the trial's spec (``sweep.trial``); trial_dir: its folder (``ncu_<stage>_<set>/``
+        spec: the trial's spec (``sweep.measure.trial``); trial_dir: its folder (``ncu_<stage>_<set>/``
             subfolders are written); cfg: the ``ModelConfig``; workload: ``batch``,
             ``prompt_len``, ``new_tokens``, ``timeout_s``; ceilings: the measured ceilings.
     """

@@ -1,6 +1,6 @@
 """The profiled window of a trial's child: one stage bracketed by ``cudaProfilerStart/Stop``.
 
-Runs inside ``python -m sweep.trial`` when the spec names a ``profile_window`` (the ``ncu`` and
+Runs inside ``python -m sweep.measure.trial`` when the spec names a ``profile_window`` (the ``ncu`` and
 ``nsys`` profilers start the child with profiling off and capture only this window).
 """
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..atomic import write_text
+from ..common.atomic import write_text
 from .labels import fmt, si
 from .plots import caption
 from .tables import front_rows, load_study
@@ -97,11 +97,11 @@ def peaks_table(spec: dict, ceil: dict) -> str:
 
 
 def advice(meta: dict, front: pd.DataFrame) -> str:
-    """The design advisor's section (``sweep.analysis.advise``) for the front's first design (best
+    """The design advisor's section (``sweep.analysis.advice``) for the front's first design (best
     in the first objective) on the study's hardware spec, priced from the study device's
     calibration where one is cached (else roofline prices, said so)."""
-    from ..analysis import calibrate as cal
-    from ..analysis.advise import AdviseConf, advise
+    from ..analysis import calibration as cal
+    from ..analysis.advice import AdviseConf, advise
     from ..analysis.hardware import HardwareSpec
     from ..analysis.pricing import Calibrated
     from ..analysis.targets import config_of
@@ -130,7 +130,7 @@ def advice(meta: dict, front: pd.DataFrame) -> str:
     return (f"<p class='note'>For {html.escape(label)} (best {html.escape(meta['objectives'][0])} "
             f"on the front) on {html.escape(r['target'])}; prices: {html.escape(r['basis'])}. "
             "Alternatives within +-3% non-embedding parameters and the same KV bytes/token; "
-            "<code>python -m sweep.advise</code> gives more.</p>"
+            "<code>python -m sweep.cli.advise</code> gives more.</p>"
             f"<ul>{items}</ul>"
             + (_frame(alts) if not alts.empty else
                "<p>no alternative predicted faster within the band</p>"))

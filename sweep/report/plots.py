@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..atomic import write_atomic
+from ..common.atomic import write_atomic
 from .labels import label, si, spread
 from .tables import design_label, pareto_mask
 

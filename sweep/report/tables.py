@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..atomic import write_atomic
+from ..common.atomic import write_atomic
 
 SUMMARY_COLUMNS = ["number", "state", "n_kv_heads", "n_heads", "head_dim", "d_model", "n_layers",
                    "ffn_dim", "batch", "prompt_len", "ttft_ms", "decode_tpot_ms", "decode_tok_s",

@@ -21,7 +21,7 @@ probe() {  # name spec metrics limit extra...
   local t0=$(date +%s)
   timeout $lim ncu --clock-control none --profile-from-start off --target-processes all --metrics "$met" \
      --csv --page raw --print-units base "$@" --log-file $P/$name.csv \
-     python3 -m sweep.trial $P/$spec.json $P/$name.result.json > $P/$name.stdout 2>&1 &
+     python3 -m sweep.measure.trial $P/$spec.json $P/$name.result.json > $P/$name.stdout 2>&1 &
   local pid=$!
   while kill -0 $pid 2>/dev/null; do sleep 10; echo "  $name t=$(( $(date +%s)-t0 ))s kernels=$(grep -c '==PROF== Profiling' $P/$name.csv 2>/dev/null)"; done
   wait $pid; echo "$name rc=$? t=$(( $(date +%s)-t0 ))s kernels=$(grep -c '"ID"\|^"[0-9]' $P/$name.csv)"

@@ -1,4 +1,4 @@
-"""``python -m sweep.install``: install designzoo into this Python environment with the right
+"""``python -m sweep.cli.install``: install designzoo into this Python environment with the right
 torch build for the machine, then the project itself (``pip install -e '.[dev]'``).
 
 On a machine with an NVIDIA GPU (``nvidia-smi`` answers, or ``/dev/nvidia0`` exists) torch comes
@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TORCH = "2.13.0"  # the CPU build CI runs on
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
@@ -51,22 +51,22 @@ def nvidia_packages() -> list[str]:
 
 def main() -> int:
     if sys.prefix == sys.base_prefix and not os.environ.get("DESIGNZOO_INSTALL_ANYWHERE"):
-        print("sweep.install: activate a virtual environment first (python3 -m venv .venv && "
+        print("sweep.cli.install: activate a virtual environment first (python3 -m venv .venv && "
               ". .venv/bin/activate), or set DESIGNZOO_INSTALL_ANYWHERE=1", file=sys.stderr)
         return 2
     gpu = has_nvidia_gpu()
-    print(f"sweep.install: {'an NVIDIA GPU' if gpu else 'no GPU'} on this machine", flush=True)
+    print(f"sweep.cli.install: {'an NVIDIA GPU' if gpu else 'no GPU'} on this machine", flush=True)
     pip("--upgrade", "pip")
     if not gpu:
         if pip(f"torch=={TORCH}", "--index-url", CPU_INDEX, "--timeout", "15", "--retries", "0"):
-            print(f"sweep.install: {CPU_INDEX} not reachable; the pinned torch {TORCH} from the "
+            print(f"sweep.cli.install: {CPU_INDEX} not reachable; the pinned torch {TORCH} from the "
                   "configured index", flush=True)
             if pip(f"torch=={TORCH}"):
                 return 1
     if pip("-e", ".[dev]"):
         return 1
     if not gpu and (bad := nvidia_packages()):
-        print(f"sweep.install: CUDA wheels were installed on a machine without a GPU: {bad}",
+        print(f"sweep.cli.install: CUDA wheels were installed on a machine without a GPU: {bad}",
               file=sys.stderr)
         return 1
     return 0

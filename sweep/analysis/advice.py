@@ -23,7 +23,7 @@ time per stage and gain ``1 - t_alt / t_design``; the first suggestion is the on
 predicted gain in any stage (the stage it targets). The prices come from the calibration tables;
 a GEMM shape the calibration lacks is priced from the nearest calibrated shape, which cannot see
 that shape's alignment: ``missing_shapes`` names them, and on the calibration's own device
-``sweep.advise --bench`` measures them first (micro-benchmarks, as the calibration does).
+``sweep.cli.advise --bench`` measures them first (micro-benchmarks, as the calibration does).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Decode-speed benchmark of the zoo against Hugging Face ``transformers``, in one process on one GPU.
 
-``python -m sweep.bench --out results/reference/bench_<device>.json [--group all|small|large|kv|kernels]``
+``python -m sweep.cli.bench --out results/reference/bench_<device>.json [--group all|small|large|kv|kernels]``
 
 Cases (prompt 512, 128 new tokens unless noted):
 - ``small``: Llama-3.2-1B shape, batch 1 and 8; ``large``: Llama-3.1-8B shape, batch 1 and 8. The
@@ -45,11 +45,11 @@ import torch
 from kernels import switches
 from zoo import Generator, ModelConfig, Transformer, counts
 
-from .atomic import write_json
-from .bench_kernels import gemv_rows, kernel_rows, nvtx_overhead
-from .env import detect_device, environment
-from .measure.ceilings import _copy_rate, _gemm_rate
-from .measure.timing import Timer
+from ..common.atomic import write_json
+from ..common.env import detect_device, environment
+from .benchmark_kernels import gemv_rows, kernel_rows, nvtx_overhead
+from .ceilings import _copy_rate, _gemm_rate
+from .timing import Timer
 from .trial import measure
 
 SHAPES = {"small": "llama3_2_1b", "large": "llama3_1_8b"}
@@ -62,7 +62,7 @@ def _free():
 
 def zoo_case(model: str, batch: int, prompt: int, new: int, mode: str, kernels: str,
              kv_dtype: str, copy_bw: float, warmup: int, repeats: int) -> dict:
-    """Measure one zoo configuration with the same code a sweep trial uses (``sweep.trial``)."""
+    """Measure one zoo configuration with the same code a sweep trial uses (``sweep.measure.trial``)."""
     cfg = ModelConfig.from_name(model, kernels=kernels, kv_dtype=kv_dtype)
     spec = {"model": cfg.to_dict(), "device": "cuda", "mode": mode, "seed": 0,
             "switches": switches.current().to_dict(),
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--switch", action="append", default=[], metavar="NAME=true|false",
                     help="a kernel switch (kernels.switches; e.g. rope_in_attention=false), "
                          "recorded in each case; repeat for several")
-    ap.add_argument("--command", default=" ".join(["python -m sweep.bench"] + sys.argv[1:]))
+    ap.add_argument("--command", default=" ".join(["python -m sweep.cli.bench"] + sys.argv[1:]))
     a = ap.parse_args(argv)
     try:
         given = {}

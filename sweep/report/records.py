@@ -1,9 +1,9 @@
 """Bundle finished studies into a committed reference record: ``results/reference/<name>.json``.
 
-``python -m sweep.record --restore RECORD.json OUT_DIR`` writes a record's studies back as study
+``python -m sweep.cli.record --restore RECORD.json OUT_DIR`` writes a record's studies back as study
 folders and draws their plots and reports again (``restore``).
 
-``python -m sweep.record OUT.json --command "..." STUDY_DIR [STUDY_DIR ...]`` writes
+``python -m sweep.cli.record OUT.json --command "..." STUDY_DIR [STUDY_DIR ...]`` writes
 ``{"device", "versions", "command", "date", "ceilings", "studies": [{"study", "experiment",
 "workload", "objectives", "trials": [rows]}]}``: everything needed to re-run and compare.
 """
@@ -17,7 +17,7 @@ import math
 import sys
 from pathlib import Path
 
-from ..atomic import write_json
+from ..common.atomic import write_json
 from .tables import load_study
 
 
@@ -44,7 +44,7 @@ def restore(record: Path, out_dir: Path) -> list[Path]:
     so a committed record's report is regenerated with no GPU. Returns the study folders."""
     import pandas as pd
 
-    from ..atomic import write_json
+    from ..common.atomic import write_json
     from . import html_report, plots
     from .tables import write_table
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--restore"]:
         if len(argv) != 3:
-            print("usage: python -m sweep.record --restore RECORD.json OUT_DIR", file=sys.stderr)
+            print("usage: python -m sweep.cli.record --restore RECORD.json OUT_DIR", file=sys.stderr)
             return 2
         for d in restore(Path(argv[1]), Path(argv[2])):
             print(d)

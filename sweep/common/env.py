@@ -10,7 +10,7 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _nvml_device(index: int = 0) -> dict | None:

@@ -1,6 +1,6 @@
-"""The calibration's measuring child: ``python -m sweep.measure.calibrate SPEC.json OUT.parquet``.
+"""The calibration's measuring child: ``python -m sweep.measure.calibration_run SPEC.json OUT.parquet``.
 
-Measures exactly the entries a spec asks for (``sweep.analysis.calibrate`` decides which: the
+Measures exactly the entries a spec asks for (``sweep.analysis.calibration`` decides which: the
 ones a study's designs need and its cache lacks) with the micro-benchmarks of
 ``sweep.measure.microbench``, and writes them as one table. Spec (JSON)::
 
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..atomic import write_atomic
+from ..common.atomic import write_atomic
 from . import fixed_costs
 from . import microbench as mb
 from .child import ChildTimeout, launch, log_tail, progress_line
@@ -91,14 +91,14 @@ def run(spec: dict, out_path: Path, timeout_s: float = 900.0, on_line=None) -> t
     Raises:
         ChildTimeout: the child ran past ``timeout_s`` (s) and was killed.
     """
-    from ..atomic import write_json
+    from ..common.atomic import write_json
 
     spec_path = out_path.with_name(out_path.name + ".spec.json")
     log_path = out_path.with_name(out_path.name + ".log")
     write_json(spec_path, spec)
     out_path.unlink(missing_ok=True)
     out_path.with_name(out_path.name + ".partial").unlink(missing_ok=True)
-    rc = launch([sys.executable, "-m", "sweep.measure.calibrate", str(spec_path), str(out_path)],
+    rc = launch([sys.executable, "-m", "sweep.measure.calibration_run", str(spec_path), str(out_path)],
                 log_path, timeout_s, on_line=on_line)
     return rc, log_tail(log_path, 800)
 
@@ -108,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
-        print("usage: python -m sweep.measure.calibrate SPEC.json OUT.parquet (internal: "
-              "python -m sweep.calibrate measures a calibration)", file=sys.stderr)
+        print("usage: python -m sweep.measure.calibration_run SPEC.json OUT.parquet (internal: "
+              "python -m sweep.cli.calibrate measures a calibration)", file=sys.stderr)
         return 2
     from .child import watch_parent
 

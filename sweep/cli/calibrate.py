@@ -1,6 +1,6 @@
-"""``python -m sweep.calibrate [--refresh] [--quick] [--ship]``: calibrate the performance model on
+"""``python -m sweep.cli.calibrate [--refresh] [--quick] [--ship]``: calibrate the performance model on
 this device over the shipped grid: micro-benchmarks of the kernels the zoo launches for every
-shipped model and experiment (``sweep.analysis.calibrate``), cached in
+shipped model and experiment (``sweep.analysis.calibration``), cached in
 ``<results_dir>/calibration/<device>.{json,parquet}``. A study calibrates only what it needs on
 first use; this refreshes a whole one. ``--ship`` then copies it, and this device's autotune
 choices (``<results_dir>/tuning``), into the package (``sweep/analysis/calibrations/``,
@@ -13,16 +13,16 @@ import shutil
 import sys
 from pathlib import Path
 
-from .env import REPO, detect_device
+from ..common.env import REPO, detect_device
 
 
 def main(argv: list[str] | None = None) -> int:
     from kernels import tuning
 
-    from .analysis import calibrate as cal
-    from .analysis.hardware import measure_ceilings
-    from .progress import TaskProgress
-    from .space import shipped_items
+    from ..analysis import calibration as cal
+    from ..analysis.hardware import measure_ceilings
+    from ..report.progress import TaskProgress
+    from ..space import shipped_items
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--refresh", action="store_true", help="measure everything again")

@@ -2,7 +2,7 @@
 
 A reader (another worker, a report, a killed run's successor) sees the old file or the new one,
 never half of one. Used by every layer that writes results, so it sits at the bottom with
-``sweep.env`` and imports nothing of the project.
+``sweep.common.env`` and imports nothing of the project.
 """
 
 from __future__ import annotations

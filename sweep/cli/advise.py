@@ -1,5 +1,5 @@
-"""``python -m sweep.advise [model=NAME] [model.FIELD=V ...] [workload=NAME] [hardware=SPEC]
-[--bench] [--measure] [--out DIR]``: the design advisor (``sweep.analysis.advise``).
+"""``python -m sweep.cli.advise [model=NAME] [model.FIELD=V ...] [workload=NAME] [hardware=SPEC]
+[--bench] [--measure] [--out DIR]``: the design advisor (``sweep.analysis.advice``).
 
 The design and workload are composed as ``python -m sweep`` composes them (Hydra overrides); the
 target is ``hardware=`` (default: this machine's device). The calibration is the target's own
@@ -7,10 +7,10 @@ target is ``hardware=`` (default: this machine's device). The calibration is the
 ``--calibration``'s device; with neither, roofline prices (which see no alignment) and it says so.
 
 - ``--bench`` (on the calibration's own GPU): the GEMM shapes of the design and its alternatives
-  that the calibration lacks are micro-benchmarked first (``calibrate.bench_gemms``: the same
-  protocol as the calibration, at the workload's M), then priced.
+  that the calibration lacks are micro-benchmarked first (``sweep.measure.calibration_run``: the
+  calibration's own protocol, at the workload's M), then priced.
 - ``--measure`` (on a GPU): the design and the first suggestion are measured as a study measures
-  a trial (``sweep.trial`` in a child process), and the measured gain in the targeted stage is set
+  a trial (``sweep.measure.trial`` in a child process), and the measured gain in the targeted stage is set
   beside the predicted one.
 
 Writes ``advise.json`` and ``advise.md`` to ``--out`` (default ``results/advise/<design>``).
@@ -23,9 +23,9 @@ import math
 import sys
 from pathlib import Path
 
-from .analysis.advise import AdviseConf, advise
-from .atomic import write_json, write_text
-from .env import REPO, slug
+from ..analysis.advice import AdviseConf, advise
+from ..common.atomic import write_json, write_text
+from ..common.env import REPO, slug
 
 STAGE_COL = {"prefill": "ttft_ms", "decode": "decode_tpot_ms"}
 
@@ -33,8 +33,8 @@ STAGE_COL = {"prefill": "ttft_ms", "decode": "decode_tpot_ms"}
 def _plan(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
-    from .config import register
-    from .plan import plan_from_config
+    from ..plan import plan_from_config
+    from ..schema import register
 
     register()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
@@ -43,27 +43,39 @@ def _plan(overrides: list[str]):
 
 
 def _calibration(plan, path: str | None, device: dict):
-    """The target's ``Calibrated`` (own, else transferred), or None."""
-    from .analysis import calibrate as cal
-    from .analysis.predict import transfer
-    from .analysis.pricing import Calibrated
-    from .analysis.targets import _is_device, target_ceilings
+    """The target's ``Calibrated``, or None: ``--calibration``'s file, else the target's own
+    (this device's cache when the target is this device, else the one shipped for the target's
+    GPU), else this device's transferred to an NVIDIA target when it has the ceilings a transfer
+    needs (a CPU's calibration has no bf16 GEMM ceiling: never transferred to a GPU)."""
+    from ..analysis import calibration as cal
+    from ..analysis.predict import transfer
+    from ..analysis.pricing import Calibrated
+    from ..analysis.targets import _is_device, target_ceilings
+    from ..objective import shipped_for
 
-    have = cal.load("", where=Path(path)) if path else cal.load(device.get("name", ""))
+    if path:
+        have = cal.load("", where=Path(path))
+    elif _is_device(plan.spec, device.get("name")):
+        have = cal.load(device["name"], cal_dir=plan.cache("calibration")) or \
+            cal.shipped(device["name"])
+    else:
+        have = shipped_for(plan.spec) or cal.load(device.get("name", ""),
+                                                  cal_dir=plan.cache("calibration"))
     if have is None:
         return None
     c = Calibrated(have[1], have[0])
     src = have[0] or {}
     if _is_device(plan.spec, src.get("device")):
         return c
-    if plan.spec.vendor == "NVIDIA" and src.get("ceilings"):
+    key = f"gemm_flops_{plan.base.dtype}"
+    if plan.spec.vendor == "NVIDIA" and key in (src.get("ceilings") or {}):
         return transfer(c, src["ceilings"], target_ceilings(plan.spec, plan.base.dtype),
                         plan.base.dtype)
     return None
 
 
 def _measure(plan, cfg, out: Path, tag: str) -> dict:
-    from .measure.child import run_child
+    from ..measure.child import run_child
 
     spec = {"model": cfg.to_dict(), "workload": plan.workload, "device": "cuda",
             "mode": plan.mode, "seed": plan.seed, "weights": None, "profile": {},
@@ -116,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from zoo.config import DesignError
 
-    from .env import detect_device
+    from ..common.env import detect_device
 
     try:
         plan = _plan(list(a.overrides) + ["study.predict=true"]
@@ -136,13 +148,22 @@ def main(argv: list[str] | None = None) -> int:
     conf = AdviseConf(band=a.band, top=a.top, mode=plan.mode)
     r = advise(plan.base, plan.workload, plan.spec, cal, conf)
     if a.bench and cal is not None and r["missing_shapes"]:
+        import tempfile
+
         import pandas as pd
 
-        from .analysis.calibrate import bench_gemms
+        from ..measure import calibration_run
 
         B, T = plan.workload["batch"], plan.workload["prompt_len"]
-        rows = bench_gemms(r["missing_shapes"], [B, B * T], "cuda")
-        cal.t = pd.concat([cal.t, pd.DataFrame(rows)], ignore_index=True)
+        spec = {"device": "cuda", "switches": plan.switches.to_dict(),
+                "gemm": [[M, n, k] for n, k in r["missing_shapes"] for M in sorted({B, B * T})]}
+        with tempfile.TemporaryDirectory() as d:
+            rc, tail = calibration_run.run(spec, Path(d) / "gemms.parquet")
+            if rc != 0:
+                print(f"error: --bench: {tail}", file=sys.stderr)
+                return 1
+            rows = pd.read_parquet(Path(d) / "gemms.parquet")
+        cal.t = pd.concat([cal.t, rows], ignore_index=True)
         cal._fits.clear()
         benched = r["missing_shapes"]
         r = advise(plan.base, plan.workload, plan.spec, cal, conf)

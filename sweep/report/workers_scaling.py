@@ -1,5 +1,5 @@
 """Check a several-worker study against a one-worker study of the same designs:
-``python -m sweep.workers_check ONE_WORKER_STUDY N_WORKER_STUDY [--out check.json]``.
+``python -m sweep.cli.workers_check ONE_WORKER_STUDY N_WORKER_STUDY [--out check.json]``.
 
 Reports and checks (exit 1 if any check fails):
 

@@ -1,4 +1,4 @@
-"""One measured trial, run in its own child process: ``python -m sweep.trial SPEC.json RESULT.json``.
+"""One measured trial, run in its own child process: ``python -m sweep.measure.trial SPEC.json RESULT.json``.
 
 The child builds the design (random weights, or a checkpoint), warms up, times prefill (TTFT) and
 decode (TPOT) and writes one JSON result. An OOM, a CUDA error or a crash touches this process only;
@@ -27,8 +27,8 @@ import time
 import traceback
 from pathlib import Path
 
-from .atomic import write_json
-from .measure.window import options, profiled_window
+from ..common.atomic import write_json
+from .window import options, profiled_window
 
 
 class NaNLogits(RuntimeError):
@@ -107,8 +107,8 @@ def measure(spec: dict) -> dict:
     from zoo import Generator, ModelConfig, Transformer
     from zoo.weights import load_hf_weights
 
-    from .measure.child import progress_line
-    from .measure.timing import Timer, spread
+    from .child import progress_line
+    from .timing import Timer, spread
 
     fault = spec.get("fault")
     _inject(fault, "start")
@@ -140,11 +140,11 @@ def measure(spec: dict) -> dict:
     g = torch.Generator(device=device).manual_seed(spec.get("seed", 0) + 1)
     prompt = torch.randint(0, cfg.vocab_size, (B, T), device=device, generator=g)
     if spec.get("profile_window") == "torch":
-        from .measure.torch_prof import torch_windows
+        from .torch_prof import torch_windows
 
         return torch_windows(gen, prompt, spec)
     if spec.get("profile_window") == "modules":
-        from .measure.modules import module_windows
+        from .modules import module_windows
 
         return module_windows(gen, prompt, spec)
     if spec.get("profile_window"):
@@ -160,7 +160,7 @@ def measure(spec: dict) -> dict:
     trial_dir = Path(spec["trial_dir"]) if spec.get("trial_dir") else None
     sampler = None
     if prof.get("nvml"):
-        from .measure.nvml import NvmlSampler
+        from .nvml import NvmlSampler
 
         sampler = NvmlSampler(interval_s=opts.get("nvml_interval_s", 0.02))
     region = sampler.region if sampler else (lambda name: contextlib.nullcontext())
@@ -235,7 +235,7 @@ def measure(spec: dict) -> dict:
         if trial_dir and sampler.samples:
             sampler.write_csv(trial_dir / "nvml.csv")
     if device == "cuda":
-        from .measure.torch_prof import allocator_stats
+        from .torch_prof import allocator_stats
 
         out["peak_mem_bytes"] = torch.cuda.max_memory_allocated()
         out["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
@@ -277,13 +277,13 @@ def classify(exc: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
-        print("usage: python -m sweep.trial SPEC.json RESULT.json", file=sys.stderr)
+        print("usage: python -m sweep.measure.trial SPEC.json RESULT.json", file=sys.stderr)
         return 2
-    from .measure.child import watch_parent
+    from .child import watch_parent
 
     watch_parent()  # a trial never outlives the study (or worker) that started it
     spec = json.loads(Path(argv[0]).read_text())
-    from .env import detect_device, environment
+    from ..common.env import detect_device, environment
 
     dev = detect_device(spec["device"])
     try:

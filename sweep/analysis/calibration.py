@@ -2,7 +2,7 @@
 device, never of whole models.
 
 A calibration is a table of entries (one row each: ``kind``, its shape columns, ``time_s``,
-``time_s_min``, ``time_s_p90``, ``family``) measured by ``sweep.measure.calibrate``:
+``time_s_min``, ``time_s_p90``, ``family``) measured by ``sweep.measure.calibration_run``:
 
 - ``gemm``: ``F.linear`` of ``[M, K] x [K, N]`` in the model dtype (weights read cold);
 - ``gemv``: a Triton decode step's linear layer with its prologue (``kernels.decode_linear``:
@@ -19,7 +19,7 @@ only the entries the device's cache lacks, in one child process, and adds them t
 (``<results_dir>/calibration/<device>.{json,parquet}``): a later study measures only what it
 adds. The first cache of a device we measured starts from the calibration shipped with the
 package (``sweep/analysis/calibrations/``: H100, H200), so a shipped experiment there measures
-nothing. ``python -m sweep.calibrate`` measures the shipped grid (every shipped model and
+nothing. ``python -m sweep.cli.calibrate`` measures the shipped grid (every shipped model and
 experiment, GEMMs over ``M_GRID``) to refresh one.
 
 **What it rests on.** Every row belongs to a ``family`` (``gemm``, ``gemv``, ``decode_attn/
@@ -41,8 +41,8 @@ from pathlib import Path
 
 from kernels.tuning import fingerprint
 
-from ..atomic import write_atomic, write_json
-from ..env import REPO, environment, slug, versions
+from ..common.atomic import write_atomic, write_json
+from ..common.env import REPO, environment, slug, versions
 from .needs import KEYS, MOST, attn_grid, grid_needs, merge, missing, needs  # noqa: F401
 
 CAL_DIR = REPO / "results" / "calibration"
@@ -98,7 +98,7 @@ def fingerprints(device: dict, switches) -> dict:
 
 def _spec(device_type: str, quick: bool, switches, want: dict, base: list, grid: list,
           tuning_dir) -> dict:
-    """The measuring child's spec (``sweep.measure.calibrate``)."""
+    """The measuring child's spec (``sweep.measure.calibration_run``)."""
     da = [dict(zip(KEYS["decode_attn"] + ("cap",), k)) for k in want.get("decode_attn", [])]
     da += grid
     return {"device": device_type, "quick": quick, "switches": switches.to_dict(),
@@ -155,7 +155,7 @@ def ensure(device: dict, items, switches, ceilings: dict | None = None,
     """The device's calibration covering ``items`` (``(ModelConfig, workload, mode)``): the
     cache, started from the shipped calibration of this device if there is one, with the
     entries it lacks measured now in a child and added (stale families measured again), unless
-    ``policy='frozen'``. ``full``: also the shipped grid (``python -m sweep.calibrate``);
+    ``policy='frozen'``. ``full``: also the shipped grid (``python -m sweep.cli.calibrate``);
     ``from_shipped=False`` ignores the shipped calibration (a refresh measures everything).
 
     Returns:
@@ -202,7 +202,7 @@ def ensure(device: dict, items, switches, ceilings: dict | None = None,
             raise RuntimeError(f"no calibration of {device['name']} and calibration_policy="
                                "frozen: nothing to price with")
         return dict(meta, stale=stale, measured_now=0), table
-    from ..measure import calibrate as run_cal
+    from ..measure import calibration_run as run_cal
 
     (cal_dir or CAL_DIR).mkdir(parents=True, exist_ok=True)
     spec = _spec(device["type"], quick, switches, todo, base, grid, tuning_dir)

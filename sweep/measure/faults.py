@@ -3,7 +3,7 @@
 ``broken`` is a Triton kernel that cannot compile: it names a variable that does not exist. On a
 GPU Triton raises ``triton.compiler.errors.CompilationError`` at the first launch; under
 ``TRITON_INTERPRET=1`` the interpreter raises ``triton.runtime.errors.InterpreterError``. Either
-way the trial's child records ``kernel compile error`` (``sweep.trial.classify``).
+way the trial's child records ``kernel compile error`` (``sweep.measure.trial.classify``).
 """
 
 from __future__ import annotations

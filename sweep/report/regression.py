@@ -1,4 +1,4 @@
-"""Regression check between two result sets of the same designs: ``python -m sweep.compare OLD NEW``.
+"""Regression check between two result sets of the same designs: ``python -m sweep.cli.compare OLD NEW``.
 
 OLD and NEW are study folders (holding ``trials.parquet``) or parquet files. Trials are matched on
 their design and workload fields; for each metric a regression is flagged when NEW is worse than

@@ -1,4 +1,4 @@
-"""Compare the Pareto fronts of several studies: ``python -m sweep.compare_fronts STUDY_DIR...``.
+"""Compare the Pareto fronts of several studies: ``python -m sweep.cli.compare_fronts STUDY_DIR...``.
 
 Each STUDY_DIR is a study folder (``trials.parquet`` + ``study.json``). The fronts are taken over
 common objectives (``--objectives name:max name:min ...``; default: the first study's, which every
@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..atomic import write_text
-from ..env import REPO, slug
+from ..common.atomic import write_text
+from ..common.env import REPO, slug
 from .labels import label as words
 from .plots import write_html
 from .tables import design_label, front_rows, load_study

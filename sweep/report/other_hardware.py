@@ -1,6 +1,6 @@
 """What-if hardware: the designs of measured studies predicted on other chips.
 
-``python -m sweep.whatif results/<study> [...] --hardware h200 mi300x m4_max ...`` predicts every
+``python -m sweep.cli.whatif results/<study> [...] --hardware h200 mi300x m4_max ...`` predicts every
 completed design of each study on each hardware target (``sweep.analysis.targets.predict_on``:
 calibrated where the calibration is the target's own, transferred to another NVIDIA GPU,
 roofline x the spec's stated efficiencies elsewhere; each row says which in
@@ -11,7 +11,7 @@ roofline x the spec's stated efficiencies elsewhere; each row says which in
 - ``ranks.csv``: one row per design, its rank on each target by the study's first objective
   (``-`` where it does not fit), e.g. "1st on h100_sxm, 4th on m4_max, does not fit on the phone";
 - ``fronts.png`` / ``fronts.html`` / ``fronts.json``: each target's predicted Pareto front in the
-  study's objectives, overlaid, with hypervolumes (``sweep.report.compare_fronts``);
+  study's objectives, overlaid, with hypervolumes (``sweep.report.fronts``);
 - the measured rows beside the prediction on the study's own device (``measured_<objective>``).
 
 The calibration is the study's device's if cached (``results/calibration``), else ``--calibration
@@ -31,14 +31,14 @@ import pandas as pd
 from ..analysis.hardware import available, load_spec
 from ..analysis.pricing import Calibrated
 from ..analysis.targets import config_of, predict_on
-from ..atomic import write_atomic, write_text
-from ..env import REPO, slug
-from .compare_fronts import compare, plot
+from ..common.atomic import write_atomic, write_text
+from ..common.env import REPO, slug
+from .fronts import compare, plot
 from .tables import design_label, load_study
 
 
 def _calibration(meta: dict, path: str | None) -> Calibrated | None:
-    from ..analysis import calibrate as cal
+    from ..analysis import calibration as cal
 
     have = cal.load("", where=Path(path)) if path else cal.load(meta.get("device", ""))
     if have is None:

@@ -1,7 +1,7 @@
-"""Kernel-level groups of ``sweep.bench``: the decode GEMV per shape against cuBLAS, each Triton
+"""Kernel-level groups of ``sweep.measure.benchmark``: the decode GEMV per shape against cuBLAS, each Triton
 kernel against its DRAM roofline and the torch op it replaces, and the NVTX ranges' cost.
 
-Called by ``sweep.bench`` (``--group gemv | kernels | nvtx``); rows go into its record.
+Called by ``sweep.measure.benchmark`` (``--group gemv | kernels | nvtx``); rows go into its record.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 
 from zoo import Generator, ModelConfig, Transformer
 
-from .measure.timing import Timer, spread
+from .timing import Timer, spread
 
 
 def _free():

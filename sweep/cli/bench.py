@@ -1,0 +1,9 @@
+"""``python -m sweep.cli.bench``: the zoo's decode path against its peers and each kernel against
+its roofline (``sweep.measure.benchmark``)."""
+
+import sys
+
+from ..measure.benchmark import main
+
+if __name__ == "__main__":
+    sys.exit(main())

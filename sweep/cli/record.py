@@ -1,0 +1,9 @@
+"""``python -m sweep.cli.record``: bundle finished studies into a reference record
+(``sweep.report.records``)."""
+
+import sys
+
+from ..report.records import main
+
+if __name__ == "__main__":
+    sys.exit(main())

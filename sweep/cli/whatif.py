@@ -1,0 +1,9 @@
+"""``python -m sweep.cli.whatif``: a measured study's designs predicted on other hardware
+(``sweep.report.other_hardware``)."""
+
+import sys
+
+from ..report.other_hardware import main
+
+if __name__ == "__main__":
+    sys.exit(main())
