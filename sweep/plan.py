@@ -13,16 +13,12 @@ from kernels.switches import Switches
 from zoo import DesignError, ModelConfig, presets
 
 from .analysis.hardware import HardwareSpec, load_spec
+from .common import row
 from .common.env import REPO, detect_device, slug
 from .schema import WorkloadConf
 from .space import SAMPLERS
 
-ROW_OBJECTIVES = {
-    "decode_tok_s", "prefill_tok_s", "ttft_ms", "decode_tpot_ms", "prefill_mfu_vs_measured",
-    "prefill_mfu_vs_datasheet", "decode_mbu_vs_measured", "decode_mbu_vs_datasheet",
-    "peak_mem_bytes", "kv_bytes_per_token", "params_non_embedding", "params_total",
-    "decode_j_per_token", "prefill_j_per_token",
-}
+ROW_OBJECTIVES = set(row.OBJECTIVES)  # what a study may optimize (sweep.common.row)
 
 
 

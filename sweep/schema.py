@@ -51,7 +51,6 @@ class StudyConf:
     storage: str | None = None
     n_trials: int | None = None
     sampler: str = "auto"
-    seed: int = 0
     predict: bool = False
     objectives: list[str] = field(default_factory=lambda: ["decode_tok_s", "params_non_embedding"])
     directions: list[str] = field(default_factory=lambda: ["maximize", "maximize"])

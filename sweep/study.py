@@ -49,7 +49,8 @@ def run(plan):
     recovered = recover_interrupted(study)
     grid = study_grid(plan)  # queued design by design only when the sampler is the grid
     grid_size = math.prod(map(len, grid.values())) if grid else None
-    target = plan.n_trials or grid_size or 20
+    # a grid: its designs; no space: the one design (repeats only when n_trials asks); else 20
+    target = plan.n_trials or grid_size or (1 if not plan.space else 20)
     todo = max(0, target - finished(study))
     if not plan.quiet:
         print(f"study {plan.name} ({plan.storage}): {finished(study)} designs done, "

@@ -177,3 +177,99 @@ def test_prefill_embedding_bytes_capped_at_the_table():
     table = cfg.vocab_size * cfg.d_model * 4
     assert big - small <= table
     assert big == (counts.params(cfg).non_embedding + counts.params(cfg).lm_head) * 4 + table
+
+
+# ---- config.json files as users edit them: read as transformers 5 reads them, or refused ------
+
+def _tiny_hf(family: str, **edits) -> dict:
+    """A tiny config.json of ``family`` as transformers writes it, then edited (a key set to
+    ``None`` in ``edits`` is removed)."""
+    cfg = ModelConfig.from_name("tiny", family=family, qkv_bias=family == "qwen2",
+                                max_seq_len=64)
+    hf = transformers.AutoConfig.for_model(**cfg.to_hf()).to_dict()
+    for k, v in edits.items():
+        if v is None:
+            hf.pop(k, None)
+        else:
+            hf[k] = v
+    return hf
+
+
+def _matches_transformers(hf_dict: dict, tmp_path, seed: int = 0, **overrides):
+    """The zoo's logits of every prompt position against transformers', same weights, fp32."""
+    from safetensors.torch import save_file
+
+    torch.manual_seed(seed)
+    hf_cfg = transformers.AutoConfig.for_model(**hf_dict)
+    hf = transformers.AutoModelForCausalLM.from_config(hf_cfg).float().eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            if p.ndim == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    cfg = ModelConfig.from_hf(hf_dict, dtype="fp32", kv_dtype="fp32", **overrides)
+    save_file({k: v.contiguous() for k, v in hf.state_dict().items()}, tmp_path / "m.safetensors")
+    zoo = load_hf_weights(Transformer.build(cfg, "cpu", init=False), tmp_path / "m.safetensors")
+    T = 24
+    x = torch.randint(0, cfg.vocab_size, (2, T), generator=torch.Generator().manual_seed(seed))
+    zoo.setup_cache(2, T)
+    with torch.no_grad():
+        torch.testing.assert_close(zoo(x, zoo.positions[:T], kv_len=T), hf(x).logits,
+                                   rtol=1e-4, atol=1e-4)
+    return cfg
+
+
+ROPE3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+
+
+def test_hf_rope_scaling_wins_over_rope_parameters(tmp_path):
+    hf = _tiny_hf("llama", rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                  rope_scaling=dict(ROPE3, original_max_position_embeddings=16,
+                                    rope_theta=50000.0))
+    cfg = _matches_transformers(hf, tmp_path)
+    assert cfg.rope_scaling["rope_type"] == "llama3" and cfg.rope_theta == 50000.0
+
+
+def test_hf_top_level_original_max_position_embeddings_wins(tmp_path):
+    hf = _tiny_hf("llama", rope_parameters=dict(ROPE3, original_max_position_embeddings=32,
+                                                rope_theta=10000.0),
+                  original_max_position_embeddings=8)
+    cfg = _matches_transformers(hf, tmp_path)
+    assert cfg.rope_scaling["original_max_position_embeddings"] == 8
+
+
+def test_hf_llama3_rope_without_original_length_takes_max_position(tmp_path):
+    hf = _tiny_hf("llama", rope_parameters=dict(ROPE3, rope_theta=10000.0))
+    cfg = _matches_transformers(hf, tmp_path)
+    assert cfg.rope_scaling["original_max_position_embeddings"] == hf["max_position_embeddings"]
+
+
+def test_hf_qwen2_keeps_its_qkv_biases_whatever_attention_bias_says(tmp_path):
+    cfg = _matches_transformers(_tiny_hf("qwen2", attention_bias=False), tmp_path)
+    assert cfg.qkv_bias
+
+
+def test_hf_qwen2_sliding_window_past_the_last_layer_is_full_attention(tmp_path):
+    hf = _tiny_hf("qwen2", use_sliding_window=True, sliding_window=8, max_window_layers=2)
+    _matches_transformers(hf, tmp_path)  # tiny has 2 layers: none slides
+    with pytest.raises(Exception, match="use_sliding_window"):
+        ModelConfig.from_hf(dict(hf, max_window_layers=1))  # layer 1 slides over 8 positions
+
+
+@pytest.mark.parametrize("edits,overrides", [
+    ({"sliding_window": 16, "max_position_embeddings": None}, {}),  # transformers: 131072
+    ({"sliding_window": None, "max_position_embeddings": 8192}, {}),  # no key: 4096 assumed
+    ({"sliding_window": 16}, {"max_seq_len": 32}),  # the override past the window
+])
+def test_hf_mistral_sliding_window_refused_by_name(edits, overrides):
+    from zoo import DesignError
+
+    hf = _tiny_hf("mistral", **edits)
+    with pytest.raises(DesignError, match="sliding_window="):
+        ModelConfig.from_hf(hf, **overrides)
+
+
+def test_hf_mistral_window_beyond_the_design_is_full_attention(tmp_path):
+    hf = _tiny_hf("mistral", sliding_window=64)
+    cfg = _matches_transformers(hf, tmp_path)  # max_seq_len 64: every position in the window
+    assert cfg.max_seq_len == 64
+    assert ModelConfig.from_hf(dict(hf, sliding_window=16), max_seq_len=16).max_seq_len == 16

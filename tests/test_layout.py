@@ -153,3 +153,27 @@ if __name__ == "__main__":  # rewrite the README's layout section from the tree
     t = readme.read_text()
     readme.write_text(t[: t.index(BEGIN)] + layout_text() + t[t.index(END) + len(END):])
     print("README layout rewritten")
+
+
+def test_the_row_is_declared_once():
+    """No results-figure name is written as a literal in ``sweep/analysis`` or ``sweep/report``:
+    they take it from ``sweep.common.row`` (zoo.counts' analytic names and the design fields are
+    the model's own)."""
+    from sweep.common import row as R
+
+    names = {c for c, v in R.COLUMNS.items() if v.kind != "analytic"}
+    names |= {R.spread(R.TIME[s], w) for s in R.STAGES for w in R.SPREADS}
+    names |= {R.pred(s, k) for s in R.STAGES for k in (None, *R.PRED_KINDS)}
+    names |= {R.error(s, k) for s in R.STAGES for k in ("calibrated", "roofline")}
+    names |= {R.pred_module(s, m) for s in R.STAGES for m in R.MODULES}
+    found = [f"{p.relative_to(REPO)}:{n.lineno} {n.value}"
+             for pkg in ("sweep/analysis", "sweep/report") for p in sorted((REPO / pkg).glob("*.py"))
+             for n in ast.walk(ast.parse(p.read_text()))
+             if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names]
+    assert not found, found
+    assert R.upgrade({"x": 1}) == {"x": 1}
+    R.RENAMES["old_tpot_ms"] = R.TIME["decode"]  # a record of another day loads under today's
+    try:
+        assert R.upgrade({"old_tpot_ms": 2.0}) == {R.TIME["decode"]: 2.0}
+    finally:
+        del R.RENAMES["old_tpot_ms"]

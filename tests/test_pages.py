@@ -48,6 +48,12 @@ def not_blank(png) -> bool:
 
 
 @pytest.fixture(scope="module")
+def browser():
+    """Chromium, checked before the study: a test that needs it skips at once without it."""
+    return chromium()
+
+
+@pytest.fixture(scope="module")
 def study(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pages")
     plan, study, df = run_tiny(tmp, "+experiment=gqa_vs_mha")
@@ -63,7 +69,7 @@ def test_pages_load_no_external_url(study):
     assert 'src="plotly.min.js"' in (plan.results / "pareto.html").read_text()
 
 
-def test_report_renders_offline_with_its_sections(study, tmp_path):
+def test_report_renders_offline_with_its_sections(browser, study, tmp_path):
     plan, _, _ = study
     dom, shot = render(plan.results / "report.html", tmp_path, "report")
     for heading in ("Hardware and software", "Peaks", "Design space", "Pareto front", "Roofline",
@@ -78,7 +84,7 @@ def test_report_renders_offline_with_its_sections(study, tmp_path):
     assert "no advice:" not in dom and "prices: calibrated: cpu" in dom
 
 
-def test_interactive_front_renders_offline(study, tmp_path):
+def test_interactive_front_renders_offline(browser, study, tmp_path):
     plan, _, _ = study
     dom, shot = render(plan.results / "pareto.html", tmp_path, "pareto")
     assert "main-svg" in dom  # plotly drew the figure without the network
@@ -87,7 +93,7 @@ def test_interactive_front_renders_offline(study, tmp_path):
 
 
 @pytest.mark.parametrize("png", ["pareto.png", "roofline.png"])
-def test_plots_render_and_read_in_words(study, tmp_path, png):
+def test_plots_render_and_read_in_words(browser, study, tmp_path, png):
     plan, _, _ = study
     page = tmp_path / f"{png}.html"
     page.write_text(f"<!doctype html><img src='{(plan.results / png).as_uri()}'>")

@@ -234,3 +234,28 @@ def test_decode_linear_path_names_each_layer_or_why_not(monkeypatch):
     assert "norm=layernorm" in decode_linear_path(ln, 2, "cudagraph")
     assert decode_linear_path(Transformer(cfg.replace(kernels="torch")), 2, "eager") == (
         "torch GEMMs (kernels=torch)")
+
+
+def test_every_kernel_switch_is_config_in_the_row_and_the_identity(tmp_path):
+    """Each switch of ``kernels.switches`` is a typed config field: set on the command line it
+    changes the study's identity (a new default name), lands in every row (``switch_<name>``),
+    and a resume of the study under another value is refused; a bad value is refused by name."""
+    from kernels.switches import Switches, names
+    from sweep.plan import plan_from_config
+
+    base = ("+experiment=gqa_vs_mha", "study.n_trials=1")
+    default = plan_from_config(compose_cfg(tiny_overrides(tmp_path, *base)))
+    assert default.identity["switches"] == Switches().to_dict()
+    seen = {default.name}
+    for n in names():
+        flipped = not getattr(Switches(), n)
+        p = plan_from_config(compose_cfg(tiny_overrides(tmp_path, *base,
+                                                        f"switches.{n}={str(flipped).lower()}")))
+        assert getattr(p.switches, n) is flipped and p.name not in seen, n
+        seen.add(p.name)
+    p1, _, df = run_tiny(tmp_path, *base, "switches.rope_in_attention=false")
+    assert df.switch_rope_in_attention.eq(False).all() and df.switch_pdl.eq(True).all()
+    with pytest.raises(RuntimeError, match="another switches"):
+        run_tiny(tmp_path, *base, f"study.name={p1.name}")  # the defaults: another value
+    with pytest.raises(Exception, match="pdl"):
+        plan_from_config(compose_cfg(tiny_overrides(tmp_path, *base, "switches.pdl=maybe")))

@@ -186,12 +186,14 @@ class ModelConfig:
 
         Both layouts of the RoPE settings are read: the one ``transformers`` >= 5 writes
         (``rope_parameters: {rope_type, rope_theta, factor, ...}``) and the older top-level
-        ``rope_theta`` + ``rope_scaling``.
+        ``rope_theta`` + ``rope_scaling``; where the file is silent or says two things, it is
+        read as transformers 5 reads it (``HF_DEFAULTS``, ``_rope``, ``_sliding_window``).
 
         Raises:
             DesignError: for another ``model_type``, or a config that uses features the zoo does
-                not model (sliding-window attention in use, a rope type other than default and
-                llama3, Llama/Mistral ``attention_bias`` or ``mlp_bias``, non-SiLU activation).
+                not model (sliding-window attention within the design's ``max_seq_len``, checked
+                after the overrides; a rope type other than default and llama3; Llama/Mistral
+                ``attention_bias`` or ``mlp_bias``; non-SiLU activation), naming the key.
         """
         if isinstance(path_or_dict, dict):
             hf = path_or_dict
@@ -209,19 +211,15 @@ class ModelConfig:
                 "mistral and qwen2 families")
         if hf.get("hidden_act", "silu") != "silu":
             raise DesignError(f"hidden_act={hf['hidden_act']!r}: these families use silu (SwiGLU)")
-        if mt == "qwen2" and hf.get("use_sliding_window"):
-            raise DesignError("use_sliding_window=true: sliding-window attention is not modelled")
-        if mt == "mistral" and hf.get("sliding_window") not in (None, 0) and (
-                hf["sliding_window"] < hf.get("max_position_embeddings", 0)):
-            raise DesignError(
-                f"sliding_window={hf['sliding_window']}: sliding-window attention is not modelled")
         if mt in ("llama", "mistral"):
             for key, what in (("attention_bias", "biases on q/k/v/o projections"),
                               ("mlp_bias", "biases on the MLP projections")):
                 if hf.get(key):
                     raise DesignError(f"{key}=true ({what}) is not modelled by the zoo for "
                                       f"model_type={mt}")
-        rope_theta, rs = _rope(hf)
+        defaults = HF_DEFAULTS[mt]  # what transformers assumes for a key the file lacks
+        max_pos = int(hf.get("max_position_embeddings") or defaults["max_position_embeddings"])
+        rope_theta, rs = _rope(hf, max_pos)
         n_heads = hf["num_attention_heads"]
         d_model = hf["hidden_size"]
         dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(
@@ -241,13 +239,21 @@ class ModelConfig:
             norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
             rope_theta=rope_theta,
             rope_scaling=rs,
-            max_seq_len=int(hf.get("max_position_embeddings", 8192)),
+            max_seq_len=max_pos,
             tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-            qkv_bias=bool(hf.get("attention_bias", mt == "qwen2")),
+            # Qwen2's q/k/v always carry biases in transformers (``attention_bias`` unread there)
+            qkv_bias=mt == "qwen2" or bool(hf.get("attention_bias", False)),
             dtype=dtype,
             kv_dtype=dtype,
         )
-        return cfg.replace(**overrides) if overrides else cfg
+        cfg = cfg.replace(**overrides) if overrides else cfg
+        window, key = _sliding_window(hf, mt, cfg.n_layers)
+        if window is not None and cfg.max_seq_len > window:
+            raise DesignError(
+                f"{key}={window}: sliding-window attention is not modelled, and a design of "
+                f"max_seq_len {cfg.max_seq_len} would attend past the window (from_hf(..., "
+                f"max_seq_len={window}) keeps every position within it)")
+        return cfg
 
     def to_hf(self) -> dict[str, Any]:
         """This design as a Hugging Face ``config.json`` dict of its family (llama, mistral, qwen2).
@@ -309,8 +315,36 @@ def presets() -> list[str]:
 ROPE_TYPES = ("default", "llama3")
 
 
-def _rope(hf: dict) -> tuple[float, dict | None]:
-    """``(rope_theta, rope_scaling)`` from an HF config in either layout (see ``from_hf``).
+# transformers' config defaults (5.x) for the keys a config.json may lack
+HF_DEFAULTS = {"llama": {"max_position_embeddings": 2048},
+               "mistral": {"max_position_embeddings": 4096 * 32, "sliding_window": 4096},
+               "qwen2": {"max_position_embeddings": 32768, "sliding_window": 4096,
+                         "max_window_layers": 28}}
+
+
+def _sliding_window(hf: dict, mt: str, n_layers: int) -> tuple[int | None, str]:
+    """``(window, key)`` of the sliding-window attention an HF config sets, as transformers reads
+    it, or ``(None, "")`` where every layer attends fully: Mistral slides every layer
+    (``sliding_window``, 4096 when the key is absent; ``null`` for none); Qwen2 slides the layers
+    from ``max_window_layers`` on when ``use_sliding_window`` (none when that is past the last
+    layer)."""
+    d = HF_DEFAULTS[mt]
+    if mt == "mistral":
+        w = hf["sliding_window"] if "sliding_window" in hf else d["sliding_window"]
+        return (int(w), "sliding_window") if w else (None, "")
+    if mt == "qwen2" and hf.get("use_sliding_window"):
+        first = hf.get("max_window_layers", d["max_window_layers"])
+        w = hf.get("sliding_window", d["sliding_window"])
+        if first < n_layers and w:
+            return int(w), f"use_sliding_window (layers {first}..{n_layers - 1}), sliding_window"
+    return None, ""
+
+
+def _rope(hf: dict, max_pos: int) -> tuple[float, dict | None]:
+    """``(rope_theta, rope_scaling)`` from an HF config in either layout (see ``from_hf``), read
+    as transformers 5 reads it: ``rope_scaling`` over ``rope_parameters`` when a file has both, a
+    top-level ``original_max_position_embeddings`` over the one in the dict, and a llama3 rope
+    without one taking ``max_position_embeddings`` (``max_pos``).
 
     Raises:
         DesignError: a rope type the zoo does not implement, or per-layer-type parameters.
@@ -318,9 +352,11 @@ def _rope(hf: dict) -> tuple[float, dict | None]:
     params = hf.get("rope_parameters")
     if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
         raise DesignError(f"rope_parameters per layer type ({', '.join(params)}) are not modelled")
-    key = "rope_parameters" if isinstance(params, dict) else "rope_scaling"
-    scaling = dict(params) if isinstance(params, dict) else dict(hf.get("rope_scaling") or {})
-    theta = float(scaling.pop("rope_theta", hf.get("rope_theta", 10000.0)))
+    legacy = hf.get("rope_scaling")
+    key = "rope_scaling" if isinstance(legacy, dict) and legacy else "rope_parameters"
+    scaling = dict(legacy) if key == "rope_scaling" else dict(params or {})
+    theta = float(scaling.pop("rope_theta", hf.get("rope_theta", (params or {}).get(
+        "rope_theta", 10000.0))))
     rtype = scaling.get("rope_type", scaling.get("type", "default"))
     if rtype not in ROPE_TYPES:
         raise DesignError(f"{key} type {rtype!r} is not implemented by the zoo (rope types: "
@@ -328,6 +364,9 @@ def _rope(hf: dict) -> tuple[float, dict | None]:
     if rtype == "default":
         return theta, None
     scaling.pop("type", None)
+    if hf.get("original_max_position_embeddings"):
+        scaling["original_max_position_embeddings"] = int(hf["original_max_position_embeddings"])
+    scaling.setdefault("original_max_position_embeddings", max_pos)
     return theta, dict(scaling, rope_type=rtype)
 
 

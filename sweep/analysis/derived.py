@@ -20,6 +20,7 @@ import math
 
 from zoo import ModelConfig, counts
 
+from ..common.row import STAGES, TIME
 from .hardware import HardwareSpec
 
 
@@ -53,7 +54,7 @@ def derived(cfg: ModelConfig, workload: dict, measured: dict, spec: HardwareSpec
     row["peak_flops_datasheet"], row["peak_bytes_s_datasheet"] = peaks["datasheet"]
     row["peak_flops_measured"], row["peak_bytes_s_measured"] = peaks["measured"]
     row["hardware_spec"] = spec.name
-    times = {"prefill": measured["ttft_ms"] / 1e3, "decode": measured["decode_tpot_ms"] / 1e3}
+    times = {st: measured[TIME[st]] / 1e3 for st in STAGES}
     for st, t in times.items():
         row[f"{st}_flop_s"] = row[f"{st}_flops"] / t
         row[f"{st}_bytes_s"] = row[f"{st}_min_bytes"] / t
@@ -78,13 +79,12 @@ def derived(cfg: ModelConfig, workload: dict, measured: dict, spec: HardwareSpec
 # noisy: on an idle GPU the zoo's repeats agree within a few per cent (p90/min <= 1.05 in the H100
 # records); 1.5 is far outside that and inside what a busy host does (0.57..16.4 ms seen on a CPU).
 NOISY_P90_OVER_MIN = 1.5
-STAGE_TIMES = {"prefill": "ttft_ms", "decode": "decode_tpot_ms"}
 
 
 def noisy_stages(measured: dict) -> list[str]:
     """Stages whose ``p90 / min`` of the timed repeats exceeds ``NOISY_P90_OVER_MIN``."""
     out = []
-    for st, col in STAGE_TIMES.items():
+    for st, col in TIME.items():
         lo, hi = measured.get(f"{col}_min", math.nan), measured.get(f"{col}_p90", math.nan)
         if lo and math.isfinite(lo) and math.isfinite(hi) and hi / lo > NOISY_P90_OVER_MIN:
             out.append(st)
@@ -100,7 +100,7 @@ def physical_limit_errors(row: dict) -> list[str]:
     matrix, which a causal kernel halves (``zoo.counts``).
     """
     out = []
-    for st in STAGE_TIMES:
+    for st in STAGES:
         rate = row.get(f"{st}_tok_s", math.nan)
         if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
             out.append(f"{st}_tok_s = {rate} (no time measured)")
@@ -108,6 +108,6 @@ def physical_limit_errors(row: dict) -> list[str]:
         if math.isfinite(mbu) and mbu > 1.05:
             out.append(f"{st} MBU {mbu:.2f} > 1 against the measured copy ceiling")
     if row.get("decode_below_floor"):
-        out.append(f"decode TPOT {row['decode_tpot_ms']:.4g} ms is below its roofline floor "
+        out.append(f"decode TPOT {row[TIME['decode']]:.4g} ms is below its roofline floor "
                    f"{row['decode_roofline_floor_ms']:.4g} ms")
     return out

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from ..common.row import STAGES, TIME, mfu
+
 # Thresholds: a stage that reaches 60% of a measured ceiling is bound by that resource (Nsight
 # Compute's "Speed Of Light" section treats >60% of peak throughput as high utilization); one that
 # reaches neither and takes well over its roofline floor (Williams, Waterman & Patterson 2009,
@@ -73,7 +75,7 @@ def diagnose(row: dict) -> dict:
     else ``{stage}_nsys_gpu_active_pct``). ``{stage}_bound_evidence`` names what decided.
     """
     out, texts = {}, []
-    times = {"prefill": row.get("ttft_ms", math.nan), "decode": row.get("decode_tpot_ms", math.nan)}
+    times = {st: row.get(TIME[st], math.nan) for st in STAGES}
     nan = math.nan
 
     def num(k):
@@ -128,7 +130,7 @@ def diagnose(row: dict) -> dict:
     if p == "compute-bound":
         texts.append("prefill is compute-bound: matmul FLOPs per token set TTFT")
     elif p != "unknown":
-        texts.append(f"prefill is {p} (MFU {row.get('prefill_mfu_vs_measured', math.nan):.2f}): "
+        texts.append(f"prefill is {p} (MFU {row.get(mfu('prefill'), math.nan):.2f}): "
                      "short prompts or a small batch leave the compute units idle")
     out["diagnosis"] = "; ".join(texts)
     return out

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import math
 
-from .derived import STAGE_TIMES
-from .predict import MODULES  # the kernels' modules and launch_overhead
+from ..common.row import MODULES, TIME, meas_module, pred, pred_module
 
 KERNEL_MODULES = tuple(m for m in MODULES if m != "launch_overhead")
 
@@ -22,7 +21,7 @@ def module_check(row: dict) -> dict:
 
     Args:
         row: a results row with ``{stage}_meas_ms_<module>`` (ms), the stage's measured time
-            (``STAGE_TIMES``) and ``{stage}_pred_ms_<module>`` / ``{stage}_pred_ms_calibrated``.
+            (``row.TIME``) and ``{stage}_pred_ms_<module>`` / ``{stage}_pred_ms_calibrated``.
 
     Returns:
         ``{stage}_meas_share_<module>``, ``{stage}_pred_share_<module>`` (0..1, ``launch_overhead``
@@ -32,12 +31,12 @@ def module_check(row: dict) -> dict:
         profiled run may be slower than the timed one).
     """
     out: dict = {}
-    for st, col in STAGE_TIMES.items():
-        meas = {m: row.get(f"{st}_meas_ms_{m}") for m in KERNEL_MODULES}
+    for st, col in TIME.items():
+        meas = {m: row.get(meas_module(st, m)) for m in KERNEL_MODULES}
         if any(v is None for v in meas.values()):
             continue  # not profiled per module
         t = row.get(col, math.nan)
-        pred_total = row.get(f"{st}_pred_ms_calibrated", math.nan)
+        pred_total = row.get(pred(st, "calibrated"), math.nan)
         vals = list(meas.values()) + [t, pred_total]
         if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in vals):
             out[f"{st}_share_reason"] = ("no calibrated prediction or no measured module times"
@@ -50,7 +49,7 @@ def module_check(row: dict) -> dict:
         worst = 0.0
         for m in MODULES:
             ms = meas[m] / denom
-            ps = row.get(f"{st}_pred_ms_{m}", 0.0) / pred_total
+            ps = row.get(pred_module(st, m), 0.0) / pred_total
             out[f"{st}_meas_share_{m}"] = ms
             out[f"{st}_pred_share_{m}"] = ps
             out[f"{st}_share_err_pts_{m}"] = 100 * (ps - ms)

@@ -37,11 +37,9 @@ from zoo.config import DTYPE_BYTES
 from zoo.counts import mean_decode_context
 from zoo.generate import PREFILL_GRAPH_MAX_TOKENS
 
-from .derived import STAGE_TIMES
+from ..common.row import MODULES, TIME, error, pred, pred_module
 from .pricing import Calibrated
 
-MODULES = ("qkv", "attention", "out_proj", "ffn", "lm_head", "norms_elementwise",
-           "launch_overhead")
 # kernels each op launches (ATen ops of the torch path, one fused kernel of the Triton path);
 # counted from zoo/model.py and zoo/attention.py, for the launch cost
 TORCH_KERNELS = {"rmsnorm": 7, "rope": 14, "kv_write": 2, "residual": 1, "swiglu": 2,
@@ -220,7 +218,9 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
             switches: the ``kernels.switches`` the design runs under (default: the defaults).
 
     Returns:
-        Results-row columns: ``{stage}_pred_ms_roofline``, ``{stage}_pred_ms_calibrated``,
+        Results-row columns (``sweep.common.row``): ``{stage}_pred_ms`` (the calibrated one where
+        there is a calibration, else the roofline), ``{stage}_pred_ms_roofline``,
+        ``{stage}_pred_ms_calibrated``,
         ``{stage}_pred_ms_{module}`` (calibrated; roofline where uncalibrated),
         ``{stage}_pred_launches``, ``prediction_basis`` and ``prediction_notes`` (terms outside
         the calibrated range), for ``stage`` in prefill, decode; ``prediction_stale`` where the
@@ -241,16 +241,18 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
         # torch.compile's decode runs Inductor's own fused kernels and graphs: not calibrated
         cal = None if stage == "decode" and mode == "compile" else calibration
         st = _stage(cfg, B, new, context, kernels, mode, cal, (pf, pb), fold)
-        row[f"{stage}_pred_ms_roofline"] = 1e3 * st["roofline_total"]
+        row[pred(stage, "roofline")] = 1e3 * st["roofline_total"]
         src = st.get("calibrated", st["roofline"])
-        row[f"{stage}_pred_ms_calibrated"] = 1e3 * st["calibrated_total"] if cal else math.nan
+        row[pred(stage, "calibrated")] = 1e3 * st["calibrated_total"] if cal else math.nan
+        row[pred(stage)] = (row[pred(stage, "calibrated")] if cal else
+                            row[pred(stage, "roofline")])  # the prediction the row stands on
         if calibration is not None and cal is None:
             row["decode_pred_reason"] = ("mode=compile: torch.compile's Inductor kernels are not "
                                          "modelled (the eager kernels' price would be a guess)")
-            row.update({f"decode_pred_ms_{m}": math.nan for m in MODULES})
+            row.update({pred_module("decode", m): math.nan for m in MODULES})
             continue
         for m in MODULES:
-            row[f"{stage}_pred_ms_{m}"] = 1e3 * src[m]
+            row[pred_module(stage, m)] = 1e3 * src[m]
         if calibration is not None:
             row[f"{stage}_pred_launches"] = st["launches"]
             row[f"{stage}_pred_basis"] = "; ".join(f"{m}: {b}" for m, b in st["basis"].items())
@@ -299,10 +301,9 @@ def row_predictions(cfg: ModelConfig, workload: dict, hardware, calibration: Cal
         why_uncalibrated = f"calibration cannot price this design: {e}"
     if why_uncalibrated:
         row["prediction_reason"] = why_uncalibrated
-    for st, col in STAGE_TIMES.items():
+    for st, col in TIME.items():
         meas = (measured or {}).get(col)
         if meas:
-            row[f"{st}_pred_error_pct"] = 100 * (row[f"{st}_pred_ms_calibrated"] - meas) / meas
-            row[f"{st}_pred_error_pct_roofline"] = (
-                100 * (row[f"{st}_pred_ms_roofline"] - meas) / meas)
+            row[error(st)] = 100 * (row[pred(st, "calibrated")] - meas) / meas
+            row[error(st, "roofline")] = 100 * (row[pred(st, "roofline")] - meas) / meas
     return row

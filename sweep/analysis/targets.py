@@ -26,7 +26,8 @@ import re
 
 from zoo import ModelConfig, counts
 
-from .predict import MODULES, Calibrated, kernel_list, predict, transfer
+from ..common.row import MODULES, RATE, TIME, energy, pred, pred_module
+from .predict import Calibrated, kernel_list, predict, transfer
 
 BASES = ("calibrated", "transferred", "roofline")
 
@@ -92,35 +93,33 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
         for stage, (new, ctx) in (("prefill", (T, T)),
                                   ("decode", (1, counts.mean_decode_context(T, N)))):
             n = sum(k.repeat * k.launches for k in kernel_list(cfg, B, new, ctx, cfg.kernels))
-            row[f"{stage}_pred_ms_launch_overhead"] = n * launch
-            row[f"{stage}_pred_ms"] = row[f"{stage}_pred_ms_roofline"] + n * launch
+            row[pred_module(stage, "launch_overhead")] = n * launch
+            row[pred(stage)] = row[pred(stage, "roofline")] + n * launch
         basis = (f"roofline x stated efficiencies of {spec.name} "
                  f"(compute {spec.assumptions.get('compute_efficiency', 1.0)}, bandwidth "
                  f"{spec.assumptions.get('bandwidth_efficiency', 1.0)}, launch "
                  f"{spec.assumptions.get('launch_us', 0.0)} us)")
     kind = basis.split(" ")[0]
-    for stage in ("prefill", "decode"):
-        row.setdefault(f"{stage}_pred_ms", row[f"{stage}_pred_ms_calibrated"])
-    ttft, tpot = row["prefill_pred_ms"], row["decode_pred_ms"]
+    ttft, tpot = row[pred("prefill")], row[pred("decode")]
     s = analytic or counts.summary(cfg, B, T, N)
     need = s["weight_bytes"] + s["kv_cache_bytes"]
-    mods = {m: row.get(f"decode_pred_ms_{m}", 0.0) for m in MODULES}
+    mods = {m: row.get(pred_module("decode", m), 0.0) for m in MODULES}
     dc = counts.decode_mean(cfg, B, T, N)
     t_mem = dc.min_bytes / ceil["copy_bytes_s"] * 1e3
     t_flop = dc.matmul_flops / ceil[f"gemm_flops_{cfg.dtype}"] * 1e3
     bound = max((("memory", t_mem), ("compute", t_flop),
                  ("overhead", mods["launch_overhead"])), key=lambda x: x[1])[0]
     out = {"target": spec.name, "target_vendor": spec.vendor, "target_kind": spec.kind,
-           "ttft_ms": ttft, "decode_tpot_ms": tpot,
-           "decode_tok_s": B / tpot * 1e3 if tpot and math.isfinite(tpot) else math.nan,
-           "prefill_tok_s": B * T / ttft * 1e3 if ttft else math.nan,
-           "decode_j_per_token": (spec.tdp_w * tpot * 1e-3 / B if math.isfinite(spec.tdp_w)
-                                  else math.nan),
+           TIME["prefill"]: ttft, TIME["decode"]: tpot,  # a predicted row's figures (row.pred)
+           RATE["decode"]: B / tpot * 1e3 if tpot and math.isfinite(tpot) else math.nan,
+           RATE["prefill"]: B * T / ttft * 1e3 if ttft else math.nan,
+           energy("decode"): (spec.tdp_w * tpot * 1e-3 / B if math.isfinite(spec.tdp_w)
+                              else math.nan),
            "memory_needed_bytes": need, "fits_memory": bool(need <= spec.memory_gb * 1e9),
            "decode_bound": bound, "prediction_basis": basis, "basis_kind": kind,
            "prediction_notes": row.get("prediction_notes", "")}
     if not math.isfinite(spec.tdp_w):
-        out["decode_j_per_token_reason"] = f"{spec.name}: no TDP stated"
+        out[energy("decode") + "_reason"] = f"{spec.name}: no TDP stated"
     out.update({k: v for k, v in row.items() if k.startswith(("prefill_pred_", "decode_pred_"))})
     return out
 

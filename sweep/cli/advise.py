@@ -26,8 +26,7 @@ from pathlib import Path
 from ..analysis.advice import AdviseConf, advise
 from ..common.atomic import write_json, write_text
 from ..common.env import REPO, slug
-
-STAGE_COL = {"prefill": "ttft_ms", "decode": "decode_tpot_ms"}
+from ..common.row import TIME, spread_of
 
 
 def _plan(overrides: list[str]):
@@ -83,9 +82,8 @@ def _measure(plan, cfg, out: Path, tag: str) -> dict:
     res = run_child(spec, out / tag, plan.workload.get("timeout_s", 900.0))
     if res.get("status") != "ok":
         return {"error": res.get("reason") or res.get("error_type") or "failed"}
-    return {k: res["measured"].get(k) for k in ("ttft_ms", "decode_tpot_ms", "ttft_ms_min",
-                                                 "ttft_ms_p90", "decode_tpot_ms_min",
-                                                 "decode_tpot_ms_p90")}
+    cols = [c for t in TIME.values() for c in (t, *spread_of(t))]
+    return {k: res["measured"].get(k) for k in cols}
 
 
 def markdown(r: dict) -> str:
@@ -176,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         base_m = _measure(plan, plan.base, out, "design")
         alt_m = _measure(plan, plan.base.replace(**first["overrides"]), out, "suggestion")
         st = first["target_stage"]
-        col = STAGE_COL[st]
+        col = TIME[st]
         m = {"device": device["name"], "design": base_m, "suggestion": alt_m, "stage": st}
         if "error" not in base_m and "error" not in alt_m:
             gain = 100 * (1 - alt_m[col] / base_m[col])

@@ -155,7 +155,9 @@ def plot(studies: list[tuple[str, dict, pd.DataFrame]], table: pd.DataFrame, obj
     import matplotlib.pyplot as plt
 
     x, y = (objectives[1], objectives[0]) if len(objectives) > 1 else (objectives[0],) * 2
-    (xt, xd), (yt, yd) = words(x), words(y)  # axes in words with units, values scaled to them
+    every = pd.concat([df for _, _, df in studies], ignore_index=True)
+    # axes in words with units (chosen from the data's size), values scaled to them
+    (xt, xd), (yt, yd) = (words(c, every[c] if c in every else None) for c in (x, y))
     fig, ax = plt.subplots(figsize=(8, 5.5))
     colors = plt.get_cmap("tab20").colors if len(studies) > 10 else [f"C{k}" for k in range(10)]
     for k, (name, _, df) in enumerate(studies):

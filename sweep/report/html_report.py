@@ -19,23 +19,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..common import row as R
 from ..common.atomic import write_text
 from .labels import fmt, si
 from .plots import caption
 from .tables import front_rows, load_study
 
-TABLE_COLUMNS = ["number", "state", "mode", "n_heads", "n_kv_heads", "head_dim", "d_model",
-                 "n_layers", "ffn_dim", "kv_dtype", "kernels", "params_non_embedding",
-                 "kv_bytes_per_token", "ttft_ms", "decode_tpot_ms", "decode_tpot_ms_min",
-                 "decode_tpot_ms_p90", "decode_tok_s", "prefill_tok_s",
-                 "prefill_mfu_vs_measured", "decode_mbu_vs_measured", "decode_j_per_token",
-                 "decode_dram_bytes_over_min", "peak_mem_bytes", "prefill_bound", "decode_bound",
-                 "noisy", "worker_gpu", "fail_reason"]
-PRED_COLUMNS = ["ttft_ms", "prefill_pred_ms_calibrated", "prefill_pred_error_pct",
-                "prefill_pred_ms_roofline", "decode_tpot_ms", "decode_pred_ms_calibrated",
-                "decode_pred_error_pct", "decode_pred_ms_roofline", "decode_pred_ms_attention",
-                "decode_pred_ms_ffn", "decode_pred_ms_launch_overhead", "prediction_basis",
-                "prediction_notes"]
+TABLE_COLUMNS = list(R.REPORT)
+PRED_COLUMNS = list(R.REPORT_PREDICTED)
 STYLE = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
          "table{border-collapse:collapse;font-size:12px;margin:.5em 0}td,th{border:1px solid #ccc;"
          "padding:2px 6px;text-align:left;vertical-align:top}img{max-width:100%}"
@@ -182,7 +173,7 @@ def write_report(study_dir: str | Path) -> Path:
         "micro-benchmarks, never on these measurements; roofline-only beside it. Errors are "
         "signed, prediction vs measurement.</p>",
         _frame(done[[c for c in ["number"] + params + PRED_COLUMNS if c in done.columns]])
-        if not done.empty and "decode_pred_ms_calibrated" in done else
+        if not done.empty and R.pred("decode", "calibrated") in done else
         "<p>no predictions in this study</p>",
         "<h2>Bottlenecks and diagnosis</h2>",
         _frame(done[[c for c in diag_cols if c in done.columns]]) if not done.empty else "",

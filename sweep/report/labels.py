@@ -12,64 +12,60 @@ import math
 import numpy as np
 import pandas as pd
 
-# column -> (words with unit, divide by)
-LABELS = {
-    "decode_tok_s": ("decode tokens/s", 1),
-    "prefill_tok_s": ("prefill tokens/s", 1),
-    "ttft_ms": ("time to first token, TTFT (ms)", 1),
-    "decode_tpot_ms": ("time per output token, TPOT (ms)", 1),
-    "params_non_embedding": ("non-embedding parameters (billions)", 1e9),
-    "params_total": ("parameters (billions)", 1e9),
-    "kv_bytes_per_token": ("KV-cache bytes per token (KiB)", 1024),
-    "peak_mem_bytes": ("peak GPU memory (GiB)", 2**30),
-    "decode_j_per_token": ("decode energy (J/token)", 1),
-    "prefill_j_per_token": ("prefill energy (J/token)", 1),
-    "prefill_mfu_vs_measured": ("prefill MFU (of the measured GEMM ceiling)", 1),
-    "prefill_mfu_vs_datasheet": ("prefill MFU (of the datasheet peak)", 1),
-    "decode_mbu_vs_measured": ("decode MBU (of the measured copy bandwidth)", 1),
-    "decode_mbu_vs_datasheet": ("decode MBU (of the datasheet bandwidth)", 1),
-}
-# objective -> its unit, for optuna-dashboard's metric names
-UNITS = {"decode_tok_s": "tokens/s", "prefill_tok_s": "tokens/s", "ttft_ms": "ms",
-         "decode_tpot_ms": "ms", "peak_mem_bytes": "bytes", "kv_bytes_per_token": "bytes",
-         "params_non_embedding": "parameters", "params_total": "parameters",
-         "decode_j_per_token": "J/token", "prefill_j_per_token": "J/token"}
+from ..common.row import COLUMNS, PEAK_MEM, SPREADS
+from ..common.row import spread as spread_col
+
+_COUNTS = ((1e9, "billions"), (1e6, "millions"), (1e3, "thousands"), (1, ""))
+_BYTES = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "bytes"))
 
 
-def label(col: str) -> tuple[str, float]:
-    """``(words with unit, divide by)`` for a results column; unknown columns keep their name."""
-    return LABELS.get(col, (col.replace("_", " "), 1))
+def label(col: str, values=None) -> tuple[str, float]:
+    """``(words with unit, divide by)`` for a results column (``sweep.common.row.COLUMNS``);
+    unknown columns keep their name. A count of parameters or of bytes takes its unit from the
+    data's magnitude (``values``: the column's values; the largest finite one decides: billions
+    for a 1B model, thousands for a 0.4M one), without data the size of a real model."""
+    c = COLUMNS.get(col)
+    if c is None:
+        return col.replace("_", " "), 1
+    if c.unit in ("parameters", "bytes"):
+        scales = _COUNTS if c.unit == "parameters" else _BYTES
+        top = _largest(values)
+        if top is None:  # no data: as a real design's
+            top = 1e9 if c.unit == "parameters" else (2**30 if col == PEAK_MEM else 2**14)
+        div, unit = next(((f, u) for f, u in scales if top >= f), scales[-1])
+        return (f"{c.words} ({unit})" if unit else c.words), div
+    return c.words, c.scale
+
+
+def _largest(values) -> float | None:
+    if values is None:
+        return None
+    v = np.asarray(pd.to_numeric(pd.Series(list(values)), errors="coerce"), dtype=float)
+    v = np.abs(v[np.isfinite(v)])
+    return float(v.max()) if v.size and v.max() > 0 else None
 
 
 def metric_name(col: str) -> str:
     """An objective as optuna-dashboard shows it: ``decode_tok_s (tokens/s)``."""
-    unit = UNITS.get(col) or ("fraction of peak" if "_mfu_" in col or "_mbu_" in col else "")
+    unit = COLUMNS[col].unit if col in COLUMNS else ""
     return f"{col} ({unit})" if unit else col
-
-
-# the time behind a rate: rate = batch * tokens / time, so its spread is the time's, inverted
-_SPREAD = {"ttft_ms": ("ttft_ms_min", "ttft_ms_p90", False),
-           "decode_tpot_ms": ("decode_tpot_ms_min", "decode_tpot_ms_p90", False),
-           "prefill_tok_s": ("ttft_ms_min", "ttft_ms_p90", True),
-           "decode_tok_s": ("decode_tpot_ms_min", "decode_tpot_ms_p90", True)}
 
 
 def spread(df: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray] | None:
     """``(below, above)`` error-bar lengths of ``col`` from the measured spread of its repeats
     (min..p90 of the time behind it; a rate's fastest repeat is its highest), or None."""
-    if col not in _SPREAD or not {_SPREAD[col][0], _SPREAD[col][1]} <= set(df.columns):
+    time = COLUMNS[col].time if col in COLUMNS else None
+    lo_c, hi_c = (spread_col(time, w) for w in SPREADS) if time else (None, None)
+    if time is None or not {lo_c, hi_c} <= set(df.columns):
         return None
-    lo_c, hi_c, rate = _SPREAD[col]
+    rate = col != time  # the time behind a rate: rate = batch x tokens / time
     v = df[col].astype(float).to_numpy()
     lo, hi = df[lo_c].astype(float).to_numpy(), df[hi_c].astype(float).to_numpy()
     if rate:  # rate at p90 time .. rate at min time
-        lo, hi = v * df[STAGE_TIME[col]].astype(float).to_numpy() / hi, \
-            v * df[STAGE_TIME[col]].astype(float).to_numpy() / lo
+        lo, hi = v * df[time].astype(float).to_numpy() / hi, \
+            v * df[time].astype(float).to_numpy() / lo
     below, above = np.clip(v - lo, 0, None), np.clip(hi - v, 0, None)
     return np.nan_to_num(below), np.nan_to_num(above)
-
-
-STAGE_TIME = {"prefill_tok_s": "ttft_ms", "decode_tok_s": "decode_tpot_ms"}
 
 
 def fmt(v, digits: int = 4) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..common import row as R
 from ..common.atomic import write_atomic
 from .labels import label, si, spread
 from .tables import design_label, pareto_mask
@@ -70,7 +71,10 @@ def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], 
     y_name = objectives[0]
     dirs = [directions[1] if len(objectives) > 1 else "maximize", directions[0]]
     done = df[df.get("state", pd.Series(dtype=str)) == "COMPLETE"] if not df.empty else df
-    (x_text, x_div), (y_text, y_div) = label(x_name), label(y_name)
+    def _vals(c):
+        return done[c] if c in done else None
+
+    (x_text, x_div), (y_text, y_div) = label(x_name, _vals(x_name)), label(y_name, _vals(y_name))
     paths = []
     fig, ax = plt.subplots(figsize=(10, 5.5))
     ok = not done.empty and {x_name, y_name} <= set(done.columns)
@@ -112,13 +116,20 @@ def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], 
         return paths
     if ok:
         d = done.copy()
-        d["Pareto front"] = pareto_mask(d[[x_name, y_name]].astype(float), dirs)
+        on = pareto_mask(d[[x_name, y_name]].astype(float), dirs)
+        d["point"] = ["on the Pareto front" if f else "dominated" for f in on]
         d["design"] = [design_label(r) for _, r in d.iterrows()]
         d[x_text], d[y_text] = d[x_name].astype(float) / x_div, d[y_name].astype(float) / y_div
-        hover = ["number", "design"] + [c for c in ("decode_tpot_ms", "ttft_ms",
-                                                    "decode_mbu_vs_measured", "noisy") if c in d]
-        ey = spread(d, y_name)
-        figp = px.scatter(d, x=x_text, y=y_text, color="Pareto front", hover_data=hover,
+        hover = ["number", "design"] + [c for c in (R.TIME["decode"], R.TIME["prefill"],
+                                                    R.mbu("decode"), "noisy") if c in d]
+        ex, ey = spread(d, x_name), spread(d, y_name)
+        figp = px.scatter(d, x=x_text, y=y_text, color="point", hover_data=hover,
+                          category_orders={"point": ["on the Pareto front", "dominated"]},
+                          color_discrete_map={"on the Pareto front": "#d62728",
+                                              "dominated": "#7f7f7f"},
+                          labels={"point": ""},
+                          error_x=None if ex is None else ex[1] / x_div,
+                          error_x_minus=None if ex is None else ex[0] / x_div,
                           error_y=None if ey is None else ey[1] / y_div,
                           error_y_minus=None if ey is None else ey[0] / y_div,
                           title=f"{title}<br><sub>{caption(df)}</sub>")
@@ -164,9 +175,9 @@ def roofline_plot(df: pd.DataFrame, out_dir: Path, title: str = "") -> Path | No
         if flag.any():
             ax.scatter(x[flag], y[flag], facecolors="none", edgecolors=c, marker=m, s=70,
                        zorder=3, label=f"{st}, flagged noisy")
-        pred = f"{st}_pred_ms_calibrated"  # the performance model's time, same FLOPs
+        pred = R.pred(st, "calibrated")  # the performance model's time, same FLOPs
         if pred in done and done[pred].notna().any():
-            t_meas = done["ttft_ms" if st == "prefill" else "decode_tpot_ms"].astype(float)
+            t_meas = done[R.TIME[st]].astype(float)
             ax.scatter(x, y * t_meas / done[pred].astype(float), marker="x", c=c, zorder=3,
                        label=f"{st} predicted (calibrated model)")
         meas = f"{st}_arith_intensity_measured"  # ncu's DRAM bytes, where profiled

@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..analysis.derived import STAGE_TIMES
+from ..common.row import TIME, pred
 from .tables import design_label, load_study
 
-STAGES = STAGE_TIMES  # stage -> its measured time column
+STAGES = TIME  # stage -> its measured time column
 
 
 def summary(df: pd.DataFrame) -> dict:
@@ -103,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         Path(a.out).write_text(json.dumps(res, indent=1))
     if a.csv:
         cols = ["study", "design", "batch", "prompt_len", "kernels", "mode", "kv_dtype",
-                *[c for st, m in STAGES.items() for c in (m, f"{st}_pred_ms_calibrated",
-                                                           f"{st}_pred_ms_roofline",
+                *[c for st, m in STAGES.items() for c in (m, pred(st, "calibrated"),
+                                                           pred(st, "roofline"),
                                                            f"{st}_pred_error_pct",
                                                            f"{st}_pred_error_pct_roofline",
                                                            f"{st}_pred_reason")],

@@ -15,17 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..common.row import COLUMNS, REGRESSION, spread_of
+
 KEYS = ["n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers", "ffn_dim", "ffn_type",
         "vocab_size", "dtype", "kv_dtype", "kernels", "mode", "batch", "prompt_len", "new_tokens"]
 # metric -> (higher is better, spread columns (min, p90) of the underlying time or None)
-METRICS = {
-    "decode_tpot_ms": (False, ("decode_tpot_ms_min", "decode_tpot_ms_p90")),
-    "ttft_ms": (False, ("ttft_ms_min", "ttft_ms_p90")),
-    "decode_tok_s": (True, None),
-    "prefill_tok_s": (True, None),
-    "peak_mem_bytes": (False, None),
-    "decode_j_per_token": (False, None),
-}
+METRICS = {c: (COLUMNS[c].direction == "max", spread_of(c)) for c in REGRESSION}
 
 
 def load(path: str | Path) -> pd.DataFrame:

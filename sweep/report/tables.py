@@ -7,12 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..common import row as R
 from ..common.atomic import write_atomic
 
-SUMMARY_COLUMNS = ["number", "state", "n_kv_heads", "n_heads", "head_dim", "d_model", "n_layers",
-                   "ffn_dim", "batch", "prompt_len", "ttft_ms", "decode_tpot_ms", "decode_tok_s",
-                   "prefill_mfu_vs_measured", "decode_mbu_vs_measured", "kv_bytes_per_token",
-                   "peak_mem_bytes", "decode_bound", "fail_reason"]
+SUMMARY_COLUMNS = list(R.SUMMARY)
 _INTERNAL = {"design"}
 
 
@@ -51,7 +49,10 @@ def load_study(study_dir: str | Path) -> tuple[dict, pd.DataFrame]:
     for f in ("study.json", "trials.parquet"):
         if not (d / f).exists():
             raise FileNotFoundError(f"{d}: no {f} (not a study folder written by python -m sweep)")
-    return json.loads((d / "study.json").read_text()), pd.read_parquet(d / "trials.parquet")
+    df = pd.read_parquet(d / "trials.parquet")
+    # a study of an earlier day: its columns under today's names (sweep.common.row.RENAMES)
+    df = df.rename(columns={o: n for o, n in R.RENAMES.items() if o in df and n not in df})
+    return json.loads((d / "study.json").read_text()), df
 
 
 def write_table(df: pd.DataFrame, out_dir: Path) -> None:
@@ -111,9 +112,7 @@ def design_label(row) -> str:
     return ", ".join(f"{c[6:]}={row[c]}" for c in ps) or f"trial {row.get('number')}"
 
 
-PREDICTED_COLUMNS = ["n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers", "ffn_dim",
-                     "kv_dtype", "kernels", "ttft_ms", "decode_tpot_ms", "decode_tok_s",
-                     "kv_bytes_per_token", "params_non_embedding", "basis_kind", "state"]
+PREDICTED_COLUMNS = list(R.PREDICTED_SUMMARY)
 
 
 def predicted_summary(df: pd.DataFrame, objectives: list[str] | None = None,
@@ -127,7 +126,7 @@ def predicted_summary(df: pd.DataFrame, objectives: list[str] | None = None,
     done = df[df.get("state", "COMPLETE") == "COMPLETE"] if "state" in df else df
     cols = [c for c in PREDICTED_COLUMNS if c in df.columns
             and (c not in PREDICTED_COLUMNS[:8] or df[c].nunique() > 1)]
-    out = done.sort_values("decode_tok_s", ascending=False)[cols].copy() if len(done) else done
+    out = done.sort_values(R.RATE["decode"], ascending=False)[cols].copy() if len(done) else done
     pairs = [(o, d) for o, d in zip(objectives or [], directions or []) if o in done.columns]
     if pairs and len(done):
         front = front_rows(done.assign(state="COMPLETE"), [o for o, _ in pairs],

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..common.row import TIME, spread_of
 from .tables import load_study
 
 DESIGN = ["n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers", "ffn_dim", "dtype",
           "kv_dtype", "kernels", "mode", "batch", "prompt_len", "new_tokens"]
-FIGURES = {"decode_tpot_ms": ("decode_tpot_ms_min", "decode_tpot_ms_p90"),
-           "ttft_ms": ("ttft_ms_min", "ttft_ms_p90")}
+FIGURES = {TIME[st]: spread_of(TIME[st]) for st in ("decode", "prefill")}
 
 
 def check(one: Path, many: Path, min_speedup: float = 1.6, tolerance: float = 0.03) -> dict:
