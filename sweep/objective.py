@@ -26,6 +26,7 @@ from . import measure
 from .analysis import derived, diagnosis
 from .analysis import module_shares as modules
 from .analysis import predict as perf
+from .common import row as R
 from .common.env import REPO
 from .measure.child import child_failure, run_child
 from .space import WORKLOAD_KEYS, suggest, violations
@@ -171,12 +172,12 @@ class Objective:
         phases = ", ".join(f"{k.removesuffix('_s')} {row[k]:.0f} s" for k in
                            ("build_s", "compile_s", "measure_s") if k in row)
         self.progress.line(
-            f"[{trial.number + 1}/{self.total}] {label}: decode {row['decode_tok_s']:.1f} "
-            f"tok/s (TPOT {row['decode_tpot_ms']:.2f} ms, MBU "
-            f"{row['decode_mbu_vs_measured']:.2f} of measured), TTFT {row['ttft_ms']:.1f} ms "
+            f"[{trial.number + 1}/{self.total}] {label}: decode {row[R.RATE['decode']]:.1f} "
+            f"tok/s (TPOT {row[R.TIME['decode']]:.2f} ms, MBU "
+            f"{row[R.mbu('decode')]:.2f} of measured), TTFT {row[R.TIME['prefill']]:.1f} ms "
             f"({time.time() - t0:.0f} s" + (f": {phases}" if phases else "") + f"){flag}")
         values = self._values(trial, row, label, t0, "measured")
-        self.progress.done(f"{label} {row['decode_tok_s']:.0f} tok/s")
+        self.progress.done(f"{label} {row[R.RATE['decode']]:.0f} tok/s")
         return values
 
     def _top_up(self, cfg, wl, mode) -> None:
@@ -233,10 +234,10 @@ class Objective:
         trial.set_user_attr("row", json.dumps({k: _attr(v) for k, v in row.items()}))
         if trial.number < 10 or trial.number % 500 == 0:
             self.progress.line(f"[{trial.number + 1}/{self.total}] {label}: predicted decode "
-                               f"{row['decode_tok_s']:.1f} tok/s, TTFT {row['ttft_ms']:.1f} ms on "
+                               f"{row[R.RATE['decode']]:.1f} tok/s, TTFT {row[R.TIME['prefill']]:.1f} ms on "
                                f"{plan.spec.name} ({row['basis_kind']})")
         values = self._values(trial, row, label, t0, "predicted")
-        self.progress.done(f"{row['decode_tok_s']:.0f} tok/s predicted")
+        self.progress.done(f"{row[R.RATE['decode']]:.0f} tok/s predicted")
         return values
 
     def _prune(self, trial, reason, label, t0, row):
@@ -274,25 +275,11 @@ def given_calibration(path: str | None, spec=None):
         if have is None:
             return None, f"{path}: no calibration (.json + .parquet) there"
         return perf.Calibrated(have[1], have[0]), ""
-    have = shipped_for(spec) if spec is not None else None
+    have = cal.shipped_for(spec) if spec is not None else None
     if have is None:
         return None, ("no calibration given (calibration=FILE.json) nor shipped for this target: "
                       "roofline x stated efficiencies")
     return perf.Calibrated(have[1], have[0]), ""
-
-
-def shipped_for(spec):
-    """``(meta, table)`` of the shipped calibration of the GPU a hardware ``spec`` describes (a
-    shipped calibration whose device name the spec's ``match`` patterns match), or None."""
-    import re
-
-    from .analysis import calibration as cal
-
-    for meta_p in sorted(cal.SHIPPED_DIR.glob("*.json")):
-        meta = json.loads(meta_p.read_text())
-        if any(re.search(p, meta.get("device", "")) for p in spec.match or []):
-            return cal.load("", where=meta_p)
-    return None
 
 
 def model_calibration(plan, ceilings: dict, progress=None):

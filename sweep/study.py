@@ -93,15 +93,15 @@ def run(plan):
 def shadow_predictions(plan) -> list:
     """On the CPU fallback: the study's real designs (its configured model, workload and space:
     ``plan.shadow``) priced on each GPU it names, from the calibration shipped for that GPU
-    (``sweep.objective.shipped_for``; roofline x stated efficiencies without one), written to
+    (``sweep.analysis.calibration.shipped_for``; roofline x stated efficiencies without one), written to
     ``<results>/predicted_<target>.csv``; a short table printed. Returns the files written."""
     import pandas as pd
 
+    from .analysis import calibration as cal
     from .analysis.hardware import load_spec
     from .analysis.predict import Calibrated
     from .analysis.targets import predict_designs
     from .common.atomic import write_atomic
-    from .objective import shipped_for
     from .report.tables import predicted_summary
     from .space import study_designs
 
@@ -114,7 +114,7 @@ def shadow_predictions(plan) -> list:
         except KeyError as e:
             print(f"predicted designs: {e}", flush=True)
             continue
-        have = shipped_for(spec)
+        have = cal.shipped_for(spec)
         cal = Calibrated(have[1], have[0]) if have else None
         df = pd.DataFrame(predict_designs(items, spec, cal, sh["constraints"]))
         path = write_atomic(plan.results / f"predicted_{spec.name}.csv",

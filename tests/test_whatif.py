@@ -92,9 +92,9 @@ def test_advisor_findings_and_alternatives():
     cfg = base.replace(ffn_dim=8100)
     wl = {"batch": 4, "prompt_len": 2048, "new_tokens": 16}
     found = findings(cfg, wl, 132)
-    assert [f["field"] for f in found if f["rule"] == "multiple of 64"] == ["ffn_dim"]
+    assert [f["field"] for f in found if f["rule"] == "not a multiple of 64"] == ["ffn_dim"]
     assert "16 bytes" in found[0]["detail"]
-    assert not [f for f in findings(base, wl, 132) if f["rule"] == "multiple of 64"]
+    assert not [f for f in findings(base, wl, 132) if f["rule"] == "not a multiple of 64"]
     # head_dim 96: aligned heads of the same attention widths (so the same KV bytes per token)
     odd = base.replace(head_dim=96, n_heads=20, n_kv_heads=4)
     labels = dict(alternatives(odd, {"head_dim"}))

@@ -74,13 +74,13 @@ def findings(cfg: ModelConfig, workload: dict, sm_count: int) -> list[dict]:
     for field, v in dims:
         if v % ALIGN:
             worst = v % 8 != 0
-            out.append({"field": field, "value": v, "rule": f"multiple of {ALIGN}",
+            out.append({"field": field, "value": v, "rule": f"not a multiple of {ALIGN}",
                         "detail": (f"{v} = {v // ALIGN} x {ALIGN} + {v % ALIGN}: the GEMMs over it "
                                    "leave tensor-core tiles partly empty"
                                    + ("; not even a multiple of 8 elements (16 bytes): no "
                                       "vectorized loads" if worst else ""))})
     if cfg.head_dim % ALIGN:
-        out.append({"field": "head_dim", "value": cfg.head_dim, "rule": "multiple of 64",
+        out.append({"field": "head_dim", "value": cfg.head_dim, "rule": "not a multiple of 64",
                     "detail": "attention kernels are tuned for head_dim 64/128/256; the rest pad "
                               "to the next size"})
     B, T = workload["batch"], workload["prompt_len"]

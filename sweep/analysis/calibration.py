@@ -128,6 +128,18 @@ def shipped(device_name: str):
     return have
 
 
+def shipped_for(spec):
+    """``(meta, table)`` of the shipped calibration of the GPU a hardware ``spec`` describes (one
+    whose device name the spec's ``match`` patterns match), or None."""
+    import re
+
+    for meta_p in sorted(SHIPPED_DIR.glob("*.json")):
+        meta = json.loads(meta_p.read_text())
+        if any(re.search(p, meta.get("device", "")) for p in spec.match or []):
+            return shipped(meta["device"])
+    return None
+
+
 def load(device_name: str, where: Path | None = None, cal_dir: Path | None = None):
     """``(meta, table)`` of a cached calibration of ``device_name`` (or of the files at
     ``where``, a ``.json`` path), or None."""

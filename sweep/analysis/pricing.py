@@ -146,7 +146,7 @@ class Calibrated:
         for k, v in key.items():
             sel = sel[sel[k] == v]
         if len(sel) < 2:
-            raise KeyError(f"no {kind} {key} in the calibration")
+            raise KeyError(f"no {kind} {'/'.join(map(str, key.values()))} in the calibration")
         fk = (kind, tuple(sorted(key.items())))
         if fk not in self._fits:
             x, y = sel.bytes.to_numpy(float), sel.time_s.to_numpy(float)
@@ -161,7 +161,7 @@ class Calibrated:
         fixed, per_byte, lo, hi = self._linear(kind, key)
         name = f"{kind} {'/'.join(str(v) for v in key.values())}"
         if not lo <= nbytes <= hi:
-            self._note(f"{kind} {key} at {nbytes:.3g} bytes outside the calibrated "
+            self._note(f"{name} at {nbytes:.3g} bytes outside the calibrated "
                        f"[{lo:.3g}, {hi:.3g}]")
             return fixed + per_byte * nbytes * self.scale["memory"], f"{name} linear fit"
         sel = self.t[self.t.kind == kind]

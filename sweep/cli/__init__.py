@@ -10,3 +10,15 @@ each a thin entry to the layer that does the work:
 May import: everything below it. ``install`` imports the standard library only (it runs before
 anything is installed).
 """
+
+
+def entry(main) -> int:
+    """Run a command's ``main()``: a missing or wrong input (a path that is not a study folder, a
+    bad value) ends with one ``error:`` line and exit code 2, never a traceback."""
+    import sys
+
+    try:
+        return main()
+    except (FileNotFoundError, NotADirectoryError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

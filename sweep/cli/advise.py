@@ -50,7 +50,6 @@ def _calibration(plan, path: str | None, device: dict):
     from ..analysis.predict import transfer
     from ..analysis.pricing import Calibrated
     from ..analysis.targets import _is_device, target_ceilings
-    from ..objective import shipped_for
 
     if path:
         have = cal.load("", where=Path(path))
@@ -58,7 +57,7 @@ def _calibration(plan, path: str | None, device: dict):
         have = cal.load(device["name"], cal_dir=plan.cache("calibration")) or \
             cal.shipped(device["name"])
     else:
-        have = shipped_for(plan.spec) or cal.load(device.get("name", ""),
+        have = cal.shipped_for(plan.spec) or cal.load(device.get("name", ""),
                                                   cal_dir=plan.cache("calibration"))
     if have is None:
         return None
@@ -193,4 +192,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from . import entry
+
+    sys.exit(entry(main))

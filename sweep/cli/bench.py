@@ -4,6 +4,7 @@ its roofline (``sweep.measure.benchmark``)."""
 import sys
 
 from ..measure.benchmark import main
+from . import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry(main))

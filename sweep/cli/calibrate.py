@@ -61,4 +61,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from . import entry
+
+    sys.exit(entry(main))

@@ -4,6 +4,7 @@
 import sys
 
 from ..report.records import main
+from . import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry(main))

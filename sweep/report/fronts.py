@@ -146,9 +146,10 @@ def compare(studies: list[tuple[str, dict, pd.DataFrame]], objectives: list[str]
 
 
 def plot(studies: list[tuple[str, dict, pd.DataFrame]], table: pd.DataFrame, objectives: list[str],
-         directions: list[str], out: Path) -> list[Path]:
+         directions: list[str], out: Path, title: str | None = None) -> list[Path]:
     """Overlay of every study's designs (small) and front (line) in the plane of the first two
-    objectives: ``fronts.png`` and, with plotly, ``fronts.html``."""
+    objectives: ``fronts.png`` and, with plotly, ``fronts.html``, both titled ``title`` (what is
+    compared, the workload, measured or predicted; default: the studies' names)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -176,8 +177,9 @@ def plot(studies: list[tuple[str, dict, pd.DataFrame]], table: pd.DataFrame, obj
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     names = ", ".join(s[0] for s in studies)
-    ax.set_title("Pareto fronts: " + (names if len(names) <= 100 else
-                                      f"{len(studies)} studies (legend)"), fontsize=9)
+    title = title or "Pareto fronts: " + (names if len(names) <= 100 else
+                                          f"{len(studies)} studies (legend)")
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
     png = out / "fronts.png"
     fig.savefig(png, dpi=120)
@@ -195,7 +197,7 @@ def plot(studies: list[tuple[str, dict, pd.DataFrame]], table: pd.DataFrame, obj
         f = table[table["study"] == name].sort_values(x)
         figp.add_scatter(x=f[x] / xd, y=f[y] / yd, mode="lines+markers", name=f"{name} front",
                          text=f["design"])
-    figp.update_layout(xaxis_title=xt, yaxis_title=yt, title="Pareto fronts")
+    figp.update_layout(xaxis_title=xt, yaxis_title=yt, title=title)
     return paths + [write_html(figp, out / "fronts.html")]
 
 
@@ -225,16 +227,38 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     else:
         objectives, directions = loaded[0][1]["objectives"], loaded[0][1]["directions"]
+        others = {tuple(m["objectives"]) for _, m, _ in loaded[1:]} - {tuple(objectives)}
+        print(f"objectives: the first study's ({', '.join(objectives)})"
+              + (f"; the others optimized {sorted(others)}" if others else "")
+              + "; --objectives NAME:max|min ... chooses others", flush=True)
     try:
         table, summary = compare(studies, objectives, directions)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = Path(a.out) if a.out else REPO / "results" / "fronts" / slug("-vs-".join(labels))
+    import hashlib
+
+    inputs = {"study_dirs": [str(p.resolve()) for p, _, _ in loaded], "objectives": objectives,
+              "directions": directions}
+    key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:8]
+    out = Path(a.out) if a.out else \
+        REPO / "results" / "fronts" / f"{slug('-vs-'.join(labels))[:80]}-{key}"
+    prev = out / "fronts.json"
+    if prev.exists():  # another comparison's outputs are never overwritten
+        old = json.loads(prev.read_text())
+        if {k: old.get(k) for k in inputs} != inputs:
+            print(f"error: {out} holds another comparison's fronts ({old.get('study_dirs')}); "
+                  "--out names another folder", file=sys.stderr)
+            return 2
     out.mkdir(parents=True, exist_ok=True)
-    plot(studies, table, objectives, directions, out)
+    wl = {json.dumps(m.get("workload", {}).get(k)) for _, m, _ in loaded for k in ("batch",)}
+    what = "predicted" if any(bool(df.get("predicted", pd.Series([False])).any())
+                              for _, _, df in loaded) else "measured"
+    plot(studies, table, objectives, directions, out,
+         title=f"Pareto fronts ({what}): {', '.join(labels)[:90]}"
+               + (f"; batch {'/'.join(sorted(wl))}" if wl else ""))
     table.to_csv(out / "fronts.csv", index=False)
-    summary["study_dirs"] = [str(p) for p, _, _ in loaded]
+    summary.update(inputs)
     write_text(out / "fronts.json", json.dumps(summary, indent=1))
     for w in summary["warnings"]:
         print(f"warning: {w}")

@@ -55,9 +55,27 @@ def _kv_table(d: dict) -> str:
     return f"<div class='scroll'><table>{rows}</table></div>"
 
 
-def _frame(df: pd.DataFrame) -> str:
+def _frame(df: pd.DataFrame, most: int = 160) -> str:
+    """A table in a box that scrolls sideways (never cut at the page's edge); a long text cell
+    (notes, reasons) shown to ``most`` characters, the whole of it on hover, so no row grows tall
+    for a column off screen."""
+    df = df.copy()
+    cut: list[str] = []
+
+    def short(v):
+        if isinstance(v, str) and len(v) > most:
+            cut.append(v)
+            return f"@@CUT{len(cut) - 1}@@"
+        return v
+
+    for c in df.columns:
+        if df[c].dtype == object or pd.api.types.is_string_dtype(df[c]):
+            df[c] = df[c].map(short).astype(object)
     body = df.to_html(index=False, na_rep="", border=0, escape=True,
                       formatters={c: fmt for c in df.columns if df[c].dtype.kind in "fi"})
+    for i, v in enumerate(cut):
+        body = body.replace(f"@@CUT{i}@@", f"<span title='{html.escape(v, quote=True)}'>"
+                                          f"{html.escape(v[:most])} ...</span>")
     return f"<div class='scroll'>{body}</div>"
 
 
@@ -87,10 +105,11 @@ def peaks_table(spec: dict, ceil: dict) -> str:
             f"<p class='note'>datasheet source: {src}</p>")
 
 
-def advice(meta: dict, front: pd.DataFrame) -> str:
+def advice(meta: dict, front: pd.DataFrame, cal_dir: Path | None = None) -> str:
     """The design advisor's section (``sweep.analysis.advice``) for the front's first design (best
     in the first objective) on the study's hardware spec, priced from the study device's
-    calibration where one is cached (else roofline prices, said so)."""
+    calibration where one is cached in ``cal_dir`` (else roofline prices, said so). Its rules are
+    the GPU's (tensor cores, tiles, waves): a study on a CPU spec gets none."""
     from ..analysis import calibration as cal
     from ..analysis.advice import AdviseConf, advise
     from ..analysis.hardware import HardwareSpec
@@ -99,9 +118,15 @@ def advice(meta: dict, front: pd.DataFrame) -> str:
 
     if front.empty:
         return "<p>no completed design to advise on</p>"
+    if (meta.get("hardware_spec") or {}).get("kind", "gpu") != "gpu":
+        return ("<p class='note'>The advisor's rules are a GPU's (tensor-core alignment, tile and "
+                "wave quantization): not applied to this run on "
+                f"{html.escape(str(meta['hardware_spec'].get('name')))}. "
+                "<code>python -m sweep.cli.advise ... hardware=h100_sxm</code> applies them to a "
+                "design on a GPU.</p>")
     try:
         row = front.iloc[0]
-        have = cal.load(str(meta.get("env", {}).get("device", "")))
+        have = cal.load(str(meta.get("env", {}).get("device", "")), cal_dir=cal_dir)
         c = Calibrated(have[1], have[0]) if have else None
         wl = {k: int(meta["workload"][k]) for k in ("batch", "prompt_len", "new_tokens")}
         r = advise(config_of(row), wl, HardwareSpec(**meta["hardware_spec"]), c,
@@ -177,7 +202,7 @@ def write_report(study_dir: str | Path) -> Path:
         "<p>no predictions in this study</p>",
         "<h2>Bottlenecks and diagnosis</h2>",
         _frame(done[[c for c in diag_cols if c in done.columns]]) if not done.empty else "",
-        "<h2>Design advice</h2>", advice(meta, front),
+        "<h2>Design advice</h2>", advice(meta, front, Path(study_dir).parent / "calibration"),
         "<h2>Trials</h2>", _frame(df[[c for c in cols if c in df.columns]]),
         '<p>Every column: <a href="trials.csv">trials.csv</a> / trials.parquet.</p>',
     ]
@@ -194,9 +219,20 @@ def write_report(study_dir: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    for s in argv:
-        print(write_report(s))
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="python -m sweep.report.html_report",
+        description="Rewrite report.html of each study folder from its study.json and "
+                    "trials.parquet (written by python -m sweep).")
+    ap.add_argument("studies", nargs="+", metavar="STUDY_DIR", help="results/<study> folders")
+    a = ap.parse_args(argv)
+    for s in a.studies:
+        try:
+            print(write_report(s))
+        except FileNotFoundError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     return 0
 
 

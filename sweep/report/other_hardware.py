@@ -33,18 +33,38 @@ from ..analysis.pricing import Calibrated
 from ..analysis.targets import config_of, predict_on
 from ..common.atomic import write_atomic, write_text
 from ..common.env import REPO, slug
+from ..common.row import COLUMNS
 from .fronts import compare, plot
 from .tables import design_label, load_study
 
 
-def _calibration(meta: dict, path: str | None) -> Calibrated | None:
+def _calibration(meta: dict, path: str | None, study_dir: Path) -> Calibrated | None:
+    """``--calibration``'s file, else the study device's (its cache beside the study, else the
+    one shipped for it), or None."""
     from ..analysis import calibration as cal
 
-    have = cal.load("", where=Path(path)) if path else cal.load(meta.get("device", ""))
+    dev = meta.get("device") or (meta.get("env") or {}).get("device", "")
+    have = cal.load("", where=Path(path)) if path else (
+        cal.load(dev, cal_dir=study_dir.parent / "calibration") or cal.shipped(dev))
     if have is None:
         return None
     m, t = have
     return Calibrated(t, m)
+
+
+def for_target(spec, calibration: Calibrated | None) -> Calibrated | None:
+    """The calibration to price ``spec`` from: the one shipped for that GPU when there is one
+    (its own measurement beats a transfer), else ``calibration`` where ``predict_on`` can use it
+    (its own device, or an NVIDIA GPU's with the ceilings a transfer needs: never a CPU's)."""
+    from ..analysis import calibration as cal
+
+    if spec.kind == "gpu" and (own := cal.shipped_for(spec)) is not None:
+        return Calibrated(own[1], own[0])
+    if calibration is None:
+        return None
+    ceil = calibration.meta.get("ceilings") or {}
+    gpu = any(k in ceil for k in ("gemm_flops_bf16", "gemm_flops_fp16"))
+    return calibration if gpu or spec.kind != "gpu" else None
 
 
 def whatif(meta: dict, df: pd.DataFrame, targets: list[str],
@@ -54,40 +74,51 @@ def whatif(meta: dict, df: pd.DataFrame, targets: list[str],
     done = df[df["state"] == "COMPLETE"] if "state" in df else df
     wl = meta["workload"]
     objective = meta["objectives"][0]
+    specs = {t: load_spec(t) for t in targets}
+    cals = {t: for_target(specs[t], calibration) for t in targets}
     rows = []
     for _, r in done.iterrows():
         cfg = config_of(r)
         for t in targets:
             try:
-                p = predict_on(cfg, wl, load_spec(t), calibration,
-                               mode=meta.get("mode", "cudagraph"))
-            except ValueError as e:  # the spec lacks a figure this design needs: said, not guessed
-                p = {"target": t, "fits_memory": False, "prediction_basis": "not predicted",
-                     "prediction_reason": str(e)}
+                p = predict_on(cfg, wl, specs[t], cals[t], mode=meta.get("mode", "cudagraph"))
+            except (ValueError, KeyError) as e:  # the spec lacks a figure: said, never guessed
+                p = {"target": t, "fits_memory": math.nan, "prediction_basis": "not predicted",
+                     "basis_kind": "not predicted", "prediction_reason": str(e)}
+            # the design's own analytic figures hold on any chip; a measured one never stands in
             p.update(design=design_label(r), study=meta.get("study", ""),
                      **{f"measured_{o}": r.get(o, math.nan) for o in meta["objectives"]},
-                     **{o: r[o] for o in meta["objectives"] if o not in p and o in r})
+                     **{o: r[o] for o in meta["objectives"] if o not in p and o in r
+                        and o in COLUMNS and COLUMNS[o].kind == "analytic"})
             rows.append(p)
     out = pd.DataFrame(rows)
     asc = meta["directions"][0] == "minimize"
-    fit = out[out.fits_memory.astype(bool) & out[objective].notna()]
+    fit = out[(out.fits_memory == True) & out[objective].notna()]  # noqa: E712 - NaN: unknown
     out["rank"] = fit.groupby("target")[objective].rank(ascending=asc, method="min")
     return out
 
 
 def _ordinal(n) -> str:
     if not isinstance(n, (int, float)) or math.isnan(n):
-        return "does not fit"
+        return "-"
     n = int(n)
     return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def rank_table(w: pd.DataFrame, targets: list[str]) -> pd.DataFrame:
-    """One row per design: its rank on each target (ordinal words, ``does not fit``)."""
-    t = w.pivot_table(index="design", columns="target", values="rank", aggfunc="first")
-    t = t.reindex(columns=targets)
-    words = t.apply(lambda col: col.map(_ordinal))
-    return words.reset_index()
+    """One row per design: its rank on each target in ordinal words, or why it has none: ``does
+    not fit`` (its weights and KV cache exceed the target's memory) or ``not predicted: <the
+    reason>`` (the spec lacks a figure the design needs)."""
+    def why(r):
+        if r.get("basis_kind") == "not predicted":
+            return f"not predicted: {r.get('prediction_reason', '')}"
+        if r.get("fits_memory") is False or r.get("fits_memory") == 0:
+            return "does not fit"
+        return _ordinal(r.get("rank"))
+
+    w = w.assign(rank_words=[why(r) for r in w.to_dict(orient="records")])
+    t = w.pivot_table(index="design", columns="target", values="rank_words", aggfunc="first")
+    return t.reindex(columns=targets).reset_index()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         except FileNotFoundError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        cal = _calibration(meta, a.calibration)
+        cal = _calibration(meta, a.calibration, Path(s))
         try:
             w = whatif(meta, df, a.hardware, cal)
         except (KeyError, ValueError) as e:
@@ -125,20 +156,33 @@ def main(argv: list[str] | None = None) -> int:
         per = [(t, {"device": t, "workload": meta["workload"]},
                 w[w.target == t].assign(state="COMPLETE").reset_index(drop=True))
                for t in a.hardware]
-        per = [(t, m, d[d.fits_memory.astype(bool) & d[objectives].notna().all(axis=1)])
+        per = [(t, m, d[(d.fits_memory == True) & d[objectives].notna().all(axis=1)])  # noqa: E712
                for t, m, d in per]
+        left = {}  # targets with no point on the plots, and why
+        for t, _, d in per:
+            if d.empty:
+                wt = w[w.target == t]
+                why = wt.prediction_reason.dropna() if "prediction_reason" in wt else []
+                left[t] = f"not predicted: {why.iloc[0]}" if len(why) else \
+                    "no design fits its memory"
         try:
             table, summary = compare([p for p in per if not p[2].empty], objectives, directions)
-            plot([p for p in per if not p[2].empty], table, objectives, directions, out)
+            wl = meta["workload"]
+            plot([p for p in per if not p[2].empty], table, objectives, directions, out,
+                 title=f"{meta.get('study', s)}: PREDICTED fronts on {', '.join(a.hardware)} "
+                       f"(batch {wl.get('batch')}, prompt {wl.get('prompt_len')})")
             table.to_csv(out / "fronts.csv", index=False)
         except ValueError as e:
             summary = {"error": str(e)}
         summary.update(study=str(s), device=meta.get("device"), targets=a.hardware,
                        calibration=(cal.meta.get("device") if cal else None),
-                       bases=w.groupby("target").prediction_basis.first().to_dict())
+                       bases=w.groupby("target").prediction_basis.first().to_dict(),
+                       left_out=left)
         write_text(out / "fronts.json", json.dumps(summary, indent=1, default=str))
         with pd.option_context("display.width", 200, "display.max_colwidth", 40):
             print(ranks.to_string(index=False))
+        for t, why in left.items():
+            print(f"not on the plots: {t} ({why})")
         print(f"wrote {out}/whatif.csv, ranks.csv, fronts.png, fronts.html, fronts.json")
     return 0
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..common.row import TIME, pred
+from ..common.row import TIME, error, pred
 from .tables import design_label, load_study
 
 STAGES = TIME  # stage -> its measured time column
@@ -91,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         if str(s).endswith(".csv"):  # the COMPLETE rows of an earlier check
             frames.append(pd.read_csv(s).assign(state="COMPLETE"))
             continue
-        meta, df = load_study(s)
+        try:
+            meta, df = load_study(s)
+        except FileNotFoundError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         df = df.assign(study=meta["study"], design=[design_label(r) for _, r in df.iterrows()])
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
@@ -105,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         cols = ["study", "design", "batch", "prompt_len", "kernels", "mode", "kv_dtype",
                 *[c for st, m in STAGES.items() for c in (m, pred(st, "calibrated"),
                                                            pred(st, "roofline"),
-                                                           f"{st}_pred_error_pct",
-                                                           f"{st}_pred_error_pct_roofline",
+                                                           error(st), error(st, "roofline"),
                                                            f"{st}_pred_reason")],
                 *[c for c in df.columns if "_share_" in c or "_meas_ms_" in c
                   or c.endswith("_modules_note") or c in ("prefill_mode", "git_sha")

@@ -24,15 +24,24 @@ METRICS = {c: (COLUMNS[c].direction == "max", spread_of(c)) for c in REGRESSION}
 
 
 def load(path: str | Path) -> pd.DataFrame:
-    """Completed trials of a study folder or parquet file."""
+    """Completed trials of a study folder or parquet file.
+
+    Raises:
+        FileNotFoundError: neither a study folder nor a trials parquet file (named)."""
     p = Path(path)
-    df = pd.read_parquet(p / "trials.parquet" if p.is_dir() else p)
+    f = p / "trials.parquet" if p.is_dir() else p
+    if not f.is_file():
+        raise FileNotFoundError(f"{path}: no study folder (with trials.parquet) or trials parquet "
+                                "file there")
+    df = pd.read_parquet(f)
     return df[df["state"] == "COMPLETE"] if "state" in df else df
 
 
 def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> pd.DataFrame:
-    """One row per (design, metric) present in both: old, new, relative change (positive =
-    better), and ``regression`` (bool) by the rule in the module docstring."""
+    """One row per (design, metric) present in both: old, new, ``better_pct`` (the relative
+    change in the metric's good direction: positive is better, whichever way the number moved),
+    ``change`` in words (``12.3% better``), and ``regression`` (bool) by the rule in the module
+    docstring."""
     keys = [k for k in KEYS if k in old.columns and k in new.columns]
     m = old.merge(new, on=keys, suffixes=("_old", "_new"))
     rows = []
@@ -51,7 +60,10 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> pd
                 if new_min is not None and old_p90 is not None and not pd.isna(new_min):
                     worse = new_min > old_p90
             rows.append({"design": design, "metric": metric, "old": a, "new": b,
-                         "change": change, "regression": bool(worse)})
+                         "better_pct": 100 * change,
+                         "change": f"{abs(100 * change):.1f}% {'better' if change >= 0 else 'worse'}"
+                                   f" ({'higher' if higher else 'lower'} is better)",
+                         "regression": bool(worse)})
     return pd.DataFrame(rows)
 
 
