@@ -30,7 +30,7 @@ from .common import row as R
 from .common.env import REPO
 from .measure.child import child_failure, run_child
 from .space import WORKLOAD_KEYS, suggest, violations
-from .storage import duplicate_of, requeue
+from .storage import duplicate_of, finished, requeue
 
 
 class TrialFailed(Exception):
@@ -100,6 +100,14 @@ class Objective:
         mode = wl_over.pop("mode", plan.mode)
         wl = dict(plan.workload, **wl_over)
         label = ", ".join(f"{k}={v}" for k, v in trial.params.items()) or "base design"
+        self.k = finished(trial.study) + 1  # the design's place in the study, for its line
+        if not plan.queue_only and (other := _finished_twin(trial)) is not None:
+            # a sampler (NSGA-II, TPE) proposing a design already run: nothing is measured again,
+            # the sampler learns its values, and it does not count as a design of the study
+            trial.set_user_attr("duplicate_of", other.number)
+            if other.state == TrialState.COMPLETE:
+                return other.values
+            raise optuna.TrialPruned(f"duplicate of trial {other.number}")
         try:
             cfg = plan.base.replace(**overrides)
             cfg.validate(None if plan.predict else plan.device)
@@ -128,6 +136,8 @@ class Objective:
             row["design"] = json.dumps(overrides)
             return self._predicted(trial, cfg, wl, mode, row, label, t0)
         trial.set_user_attr("design", json.dumps(overrides))
+        for k, v in row.items():  # an interrupted trial's row still says which design it was
+            trial.set_user_attr(k, _attr(v))
         row.update(plan.switches.columns())
         self._top_up(cfg, wl, mode)
         trial_dir = plan.results / "trials" / f"{trial.number:04d}"
@@ -172,7 +182,7 @@ class Objective:
         phases = ", ".join(f"{k.removesuffix('_s')} {row[k]:.0f} s" for k in
                            ("build_s", "compile_s", "measure_s") if k in row)
         self.progress.line(
-            f"[{trial.number + 1}/{self.total}] {label}: decode {row[R.RATE['decode']]:.1f} "
+            f"[{self.k}/{self.total}] {label}: decode {row[R.RATE['decode']]:.1f} "
             f"tok/s (TPOT {row[R.TIME['decode']]:.2f} ms, MBU "
             f"{row[R.mbu('decode')]:.2f} of measured), TTFT {row[R.TIME['prefill']]:.1f} ms "
             f"({time.time() - t0:.0f} s" + (f": {phases}" if phases else "") + f"){flag}")
@@ -233,7 +243,7 @@ class Objective:
         # one attribute, not one storage write per column: a predicted trial takes milliseconds
         trial.set_user_attr("row", json.dumps({k: _attr(v) for k, v in row.items()}))
         if trial.number < 10 or trial.number % 500 == 0:
-            self.progress.line(f"[{trial.number + 1}/{self.total}] {label}: predicted decode "
+            self.progress.line(f"[{self.k}/{self.total}] {label}: predicted decode "
                                f"{row[R.RATE['decode']]:.1f} tok/s, TTFT {row[R.TIME['prefill']]:.1f} ms on "
                                f"{plan.spec.name} ({row['basis_kind']})")
         values = self._values(trial, row, label, t0, "predicted")
@@ -256,7 +266,8 @@ class Objective:
                 trial.set_user_attr(k, _attr(v))
             trial.set_user_attr("fail_reason", reason)
         if not self.plan.predict or trial.number < 10:
-            self.progress.line(f"[{trial.number + 1}/{self.total}] {label}: {shown} "
+            self.progress.line(f"[{getattr(self, 'k', trial.number + 1)}/{self.total}] {label}: "
+                               f"{shown} "
                                f"({time.time() - t0:.0f} s)")
         self.progress.done(f"{label}: {'pruned' if exc is optuna.TrialPruned else 'FAIL'}")
         raise exc(reason)
@@ -313,6 +324,21 @@ def model_calibration(plan, ceilings: dict, progress=None):
         return perf.Calibrated(table, meta), ""
     except (RuntimeError, OSError, KeyError, ValueError, subprocess.TimeoutExpired) as e:
         return None, f"no calibration: {e}"[:500]
+
+
+def _finished_twin(trial: optuna.Trial):
+    """A finished trial (COMPLETE, PRUNED or FAIL, not interrupted, not itself a duplicate) with
+    the same sampled parameters as ``trial``, or None."""
+    mine = trial.params
+    if not mine:
+        return None
+    for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
+                                                            TrialState.PRUNED, TrialState.FAIL)):
+        if (t.number != trial.number and t.params == mine and not t.user_attrs.get("interrupted")
+                and t.user_attrs.get("duplicate_of") is None
+                and not t.user_attrs.get("spare")):
+            return t
+    return None
 
 
 def _from_queue(trial: optuna.Trial) -> bool:

@@ -23,14 +23,17 @@ def run_trials(study: optuna.Study, objective: Objective, grid: dict | None, tar
     """
     n = 0
     restore = _sigterm_interrupts()
+    twins = 0  # proposals in a row of a design already run: an exhausted space ends the loop
     try:
         while True:
             running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
-            if finished(study) + running >= target:
+            if finished(study) + running >= target or twins >= 200:
                 break
             if grid is not None and not queued(study) and not enqueue_next(study, grid):
                 break
+            before = finished(study)
             study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=True)
+            twins = twins + 1 if finished(study) == before else 0
             n += 1
             if after:
                 after()

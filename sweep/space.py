@@ -241,3 +241,14 @@ def shipped_designs(cpu: bool = False) -> list[ModelConfig]:
     for c, _, _ in shipped_items(cpu):
         out.setdefault(repr(sorted(c.to_dict().items(), key=str)), c)
     return list(out.values())
+
+
+def distinct_designs(plan, most: int = 4096) -> int | None:
+    """How many distinct valid designs (with their workload and mode) a discrete space holds,
+    when it has at most ``most`` points; None for a continuous or larger one."""
+    grid = grid_of(plan.space, plan.base)
+    if grid is None or math.prod(map(len, grid.values())) > most:
+        return None
+    items = study_designs(plan.space, plan.base, plan.workload, plan.mode, most=most)
+    return len({repr((sorted(c.to_dict().items(), key=str), sorted(w.items()), m))
+                for c, w, m in items})

@@ -149,10 +149,12 @@ def _alive(pid) -> bool:
 
 
 def finished(study: optuna.Study) -> int:
-    """Designs finished (COMPLETE, FAIL, PRUNED), not counting trials cut off by a killed run
-    nor a worker's spare trial (see ``Objective``)."""
+    """Designs finished (COMPLETE, FAIL, PRUNED), not counting trials cut off by a killed run,
+    a worker's spare trial, nor a sampler's second proposal of a design (``duplicate_of``: see
+    ``Objective``)."""
     return sum(1 for t in study.get_trials(deepcopy=False) if t.state.is_finished()
-               and not t.user_attrs.get("interrupted") and not t.user_attrs.get("spare"))
+               and not t.user_attrs.get("interrupted") and not t.user_attrs.get("spare")
+               and t.user_attrs.get("duplicate_of") is None)
 
 
 

@@ -23,7 +23,7 @@ from .objective import Objective, model_calibration
 from .report import html_report, plots, tables
 from .report.progress import StudyProgress, TaskProgress
 from .runs import run_predicted, run_trials
-from .space import study_grid
+from .space import distinct_designs, study_grid
 from .storage import claim_results, finished, open_study, recover_interrupted
 from .worker import run_workers
 
@@ -49,8 +49,11 @@ def run(plan):
     recovered = recover_interrupted(study)
     grid = study_grid(plan)  # queued design by design only when the sampler is the grid
     grid_size = math.prod(map(len, grid.values())) if grid else None
-    # a grid: its designs; no space: the one design (repeats only when n_trials asks); else 20
+    # a grid: its designs; no space: the one design (repeats only when n_trials asks); else 20,
+    # never more than a small discrete space holds (NSGA-II over 12 designs runs 12)
     target = plan.n_trials or grid_size or (1 if not plan.space else 20)
+    if not grid and plan.space and not plan.predict and (n := distinct_designs(plan)) is not None:
+        target = min(target, n)
     todo = max(0, target - finished(study))
     if not plan.quiet:
         print(f"study {plan.name} ({plan.storage}): {finished(study)} designs done, "

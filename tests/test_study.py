@@ -97,3 +97,21 @@ def test_study_killed_mid_trial_resumes(tmp_path):
     assert df.set_index("number").loc[1, "fail_reason"].startswith("interrupted")
     done = df[df.state == "COMPLETE"]
     assert sorted(done["n_kv_heads"]) == [1, 2, 4, 8]  # trial 1's design was measured again
+
+
+def test_a_sampler_never_measures_a_design_twice(tmp_path, capsys):
+    """NSGA-II over a space of 3 designs, asked for 6: the study holds 3 designs, each measured
+    once; a proposal of a design already run is answered from it (``duplicate_of``), measures
+    nothing and does not count; the lines count designs, not trials."""
+    from tests.helpers import run_tiny
+
+    plan, study, df = run_tiny(tmp_path, "+experiment=attention_shape",
+                               "experiment.space_cpu.n_heads.choices=[8]",
+                               "experiment.space_cpu.head_dim.choices=[16]",
+                               "study.n_trials=6", "quiet=false")
+    done = df[df.state == "COMPLETE"]
+    measured = done[done.get("duplicate_of").isna()] if "duplicate_of" in done else done
+    assert sorted(measured.n_kv_heads) == [1, 2, 4]
+    assert (plan.results / "trials").exists() and len(list((plan.results / "trials").iterdir())) == 3
+    out = capsys.readouterr().out
+    assert "[3/3]" in out and "[4/" not in out

@@ -151,8 +151,11 @@ def test_interrupt_requeues_the_running_design(tmp_path, sig):
     assert trials[1].user_attrs["fail_reason"].startswith("interrupted")
     waiting = [t for t in trials if t.state.name == "WAITING"]
     assert [t.system_attrs["fixed_params"] for t in waiting] == [trials[1].params]
+    assert trials[1].user_attrs["n_kv_heads"] == trials[1].params["n_kv_heads"]  # its design said
     _, study, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha", "study.name=hang")
     assert sorted(df[df.state == "COMPLETE"].n_kv_heads) == [1, 2, 4, 8]  # nothing lost
+    cut = df[df.fail_reason.astype(str).str.startswith("interrupted")]
+    assert len(cut) == 1 and cut.n_kv_heads.notna().all() and cut.d_model.notna().all()
 
 
 def test_kill_9_of_the_study_leaves_no_trial_running(tmp_path):
