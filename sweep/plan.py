@@ -106,9 +106,11 @@ def plan_from_config(cfg) -> Plan:
         try:
             model = ModelConfig.from_name(c["cpu"]["model"], **model_over).validate(device).to_dict()
         except DesignError as e:
+            hint = ("; model.kernels=torch runs the torch kernels on the CPU"
+                    if model_over.get("kernels") == "triton" else "")
             raise DesignError(f"{e} (the CPU fallback applies your model overrides {model_over} "
                               f"to the {c['cpu']['model']!r} model; cpu.enabled=false runs the "
-                              "configured model instead)") from None
+                              f"configured model instead{hint})") from None
         wl = dict(c["cpu"]["workload"], **wl_over)
         if exp.get("space_cpu") is not None:
             space = exp["space_cpu"]
@@ -199,6 +201,11 @@ def plan_from_config(cfg) -> Plan:
     default = (f"sqlite:///{results_root / 'optuna.db'}" if workers == 1
                else str(results_root / "optuna.journal"))
     storage = c["study"]["storage"] or default
+    if storage.startswith("sqlite:///") and not storage.startswith("sqlite:////"):
+        # a relative SQLite file lands among the results, never in the working directory
+        storage = f"sqlite:///{results_root / storage.removeprefix('sqlite:///')}"
+    elif storage.endswith(".journal") and not Path(storage.removeprefix("journal:")).is_absolute():
+        storage = str(results_root / storage.removeprefix("journal:"))
     return Plan(name=name, storage=storage, base=base, workload=wl, space=space,
                 objectives=objectives, directions=directions, sampler=c["study"]["sampler"],
                 n_trials=c["study"]["n_trials"], device=device, mode=mode, spec=spec,

@@ -21,13 +21,16 @@ from .tables import design_label, pareto_mask
 
 def caption(df: pd.DataFrame) -> str:
     """``device; batch B, prompt T, N new tokens; kernels K, mode M, KV dtype`` of a study's rows
-    (each value as the rows hold it; several values joined with ``/``)."""
+    (each value as the rows hold it; several values joined with ``/``); for predicted rows
+    ``PREDICTED on <target>`` in place of the device."""
     def vals(col):
         if col not in df:
-            return "?"
-        return "/".join(str(v) for v in pd.unique(df[col].dropna())) or "?"
+            return "-"
+        return "/".join(str(v) for v in pd.unique(df[col].dropna())) or "-"
 
-    return (f"{vals('device')}; batch {vals('batch')}, prompt {vals('prompt_len')}, "
+    predicted = "predicted" in df and df["predicted"].fillna(False).astype(bool).any()
+    where = f"PREDICTED on {vals('target')}" if predicted else vals("device")
+    return (f"{where}; batch {vals('batch')}, prompt {vals('prompt_len')}, "
             f"{vals('new_tokens')} new tokens; kernels {vals('kernels')}, mode {vals('mode')}, "
             f"KV {vals('kv_dtype')}")
 
@@ -46,10 +49,13 @@ def _num(i, r) -> int:
     return int(n) if pd.notna(n) else int(i)
 
 
+LABELLED_MOST = 24  # beyond this many points, no numbers on them and no key: the HTML names them
+
+
 def _key(ax, done: pd.DataFrame) -> None:
     """The numbered points' designs as a table to the right of the axes."""
     lines = [f"#{_num(i, r)}: {design_label(r)}" for i, r in done.iterrows()]
-    if lines:
+    if lines and len(lines) <= LABELLED_MOST:
         ax.text(1.02, 1.0, "\n".join(lines[:40]) + ("\n..." if len(lines) > 40 else ""),
                 transform=ax.transAxes, va="top", ha="left", fontsize=7, family="monospace")
 
@@ -59,7 +65,10 @@ def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], 
     """Plot the completed trials in the plane of the first two objectives, Pareto front marked.
 
     Writes ``pareto.png`` (matplotlib) and ``pareto.html`` (plotly, with ``plotly.min.js`` beside
-    it). With one objective the second axis is ``params_non_embedding``. Returns the paths.
+    it). With one objective the second axis is ``params_non_embedding``. With three or more the
+    front is the one over all of them (a design on it may look dominated in this plane), its
+    points marked, not joined. Points are numbered with a key only up to ``LABELLED_MOST``;
+    error bars (the spread of repeats) only for measured rows. Returns the paths.
     """
     import matplotlib
 
@@ -80,22 +89,32 @@ def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], 
     ok = not done.empty and {x_name, y_name} <= set(done.columns)
     if ok:
         pts = done[[x_name, y_name]].astype(float)
-        front = pareto_mask(pts, dirs)
+        every = [o for o in objectives if o in done] if len(objectives) > 2 else []
+        front = (pareto_mask(done[every].astype(float), directions[:len(every)])
+                 if len(every) > 2 and done[every].notna().all(axis=None) else
+                 pareto_mask(pts, dirs))
         x, y = pts[x_name] / x_div, pts[y_name] / y_div
         flag = _flagged(done)
         ex, ey = spread(done, x_name), spread(done, y_name)
-        ax.errorbar(x, y, xerr=None if ex is None else [ex[0] / x_div, ex[1] / x_div],
-                    yerr=None if ey is None else [ey[0] / y_div, ey[1] / y_div], fmt="none",
-                    ecolor="0.5", elinewidth=1, capsize=2, label="spread of repeats (min..p90)")
+        if ex is not None or ey is not None:  # measured rows: the spread of their repeats
+            ax.errorbar(x, y, xerr=None if ex is None else [ex[0] / x_div, ex[1] / x_div],
+                        yerr=None if ey is None else [ey[0] / y_div, ey[1] / y_div], fmt="none",
+                        ecolor="0.5", elinewidth=1, capsize=2,
+                        label="spread of repeats (min..p90)")
         ax.scatter(x[~flag], y[~flag], c="0.45", zorder=3, label="designs")
         if flag.any():
             ax.scatter(x[flag], y[flag], facecolors="none", edgecolors="C1", zorder=3, s=60,
                        label="flagged (noisy: p90/min > 1.5)")
         f = pd.DataFrame({"x": x[front], "y": y[front]}).sort_values("x")
-        ax.plot(f["x"], f["y"], "o-", c="C3", zorder=4, label="Pareto front")
-        for i, r in done.iterrows():
-            ax.annotate(f"#{_num(i, r)}", (x[i], y[i]), fontsize=7,
-                        textcoords="offset points", xytext=(5, 4 if _num(i, r) % 2 else -9))
+        if len(every) > 2:
+            ax.scatter(f["x"], f["y"], c="C3", zorder=4, s=18,
+                       label=f"Pareto front over all {len(every)} objectives ({len(f)})")
+        else:
+            ax.plot(f["x"], f["y"], "o-", c="C3", zorder=4, label="Pareto front")
+        if len(done) <= LABELLED_MOST:
+            for i, r in done.iterrows():
+                ax.annotate(f"#{_num(i, r)}", (x[i], y[i]), fontsize=7,
+                            textcoords="offset points", xytext=(5, 4 if _num(i, r) % 2 else -9))
         _key(ax, done)
     else:
         ax.text(0.5, 0.5, "no completed trials", ha="center", transform=ax.transAxes)
@@ -116,7 +135,7 @@ def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], 
         return paths
     if ok:
         d = done.copy()
-        on = pareto_mask(d[[x_name, y_name]].astype(float), dirs)
+        on = front.reindex(d.index).fillna(False).astype(bool)
         d["point"] = ["on the Pareto front" if f else "dominated" for f in on]
         d["design"] = [design_label(r) for _, r in d.iterrows()]
         d[x_text], d[y_text] = d[x_name].astype(float) / x_div, d[y_name].astype(float) / y_div
@@ -184,10 +203,15 @@ def roofline_plot(df: pd.DataFrame, out_dir: Path, title: str = "") -> Path | No
         if meas in done and done[meas].notna().any():
             ax.scatter(done[meas], y, facecolors="none", edgecolors=c, marker="D",
                        zorder=3, label=f"{st} (ncu-measured bytes)")
-        for i, row in done.iterrows():
+        if len(done) > LABELLED_MOST // 2:
+            continue  # too many points to number legibly: the key and labels stay off
+        # a label beside its point, staggered by trial so neighbours do not print over each other
+        for k, (i, row) in enumerate(done.sort_values(R.TIME[st]).iterrows()):
             ax.annotate(f"{st[0]}{_num(i, row)}", (x[i], y[i]), fontsize=6,
-                        textcoords="offset points", xytext=(4, 3 if st == "decode" else -8))
-    _key(ax, done)
+                        textcoords="offset points",
+                        xytext=(4, (3 + 7 * (k % 3)) * (1 if st == "decode" else -1)))
+    if len(done) <= LABELLED_MOST // 2:
+        _key(ax, done)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
