@@ -37,7 +37,7 @@ from zoo.config import DTYPE_BYTES
 from zoo.counts import mean_decode_context
 from zoo.generate import PREFILL_GRAPH_MAX_TOKENS
 
-from ..common.row import MODULES, TIME, error, pred, pred_module
+from ..common.row import MODULES, STAGES, TIME, error, pred, pred_module
 from .pricing import Calibrated
 
 # kernels each op launches (ATen ops of the torch path, one fused kernel of the Triton path);
@@ -50,6 +50,20 @@ TORCH_KERNELS = {"rmsnorm": 7, "rope": 14, "kv_write": 2, "residual": 1, "swiglu
 TRITON_KERNELS = {"rmsnorm": 1, "rope": 1, "kv_write": 0, "swiglu": 1, "decode_attn": 1,
                   "prefill_attn": 1, "gemm": 1, "embedding": 1}
 STEP_EAGER_OPS = 4  # per decode step beside the graph: token copy, position fill, clone, argmax
+# The interval of a prediction (``{stage}_pred_ms_lo`` .. ``_hi``): each kernel's own uncertainty
+# (``pricing.Calibrated.uncertainty``: its micro-benchmark's spread, its distance from the
+# calibrated shapes, a transfer), added in quadrature over kernels (a kernel's layers together),
+# an eager stage's host cost, and a floor for how a whole measurement varies run to run. The
+# widths are tuned on the development set (conf/validation/development.yaml), never on the
+# held-out one.
+EAGER_HOST_UNCERTAINTY = 0.15
+# how far a whole stage's measurement strays from the sum of its kernels, from the development
+# rows: decode within ~2% (results/reference/fresh_h100.md, fresh_h200.md: 12 designs, -4.7 ..
+# +2.4%); a long compute-bound prefill 8-10% slower than its kernels timed apart (the same rows:
+# -8.2 .. -9.6%; the GPU held at its power limit for the whole prefill is the suspect, not yet
+# profiled)
+MEASUREMENT_FLOOR = {"prefill": 0.10, "decode": 0.02}
+CONFIDENCE = ((0.06, "high"), (0.15, "medium"))  # half-width / prediction, else "low"
 
 
 @dataclass
@@ -153,18 +167,22 @@ def graphed(mode: str, batch: int, new: int, prefill: bool | None = None) -> boo
     return mode == "cudagraph" and batch * new <= PREFILL_GRAPH_MAX_TOKENS
 
 
-def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True) -> dict:
+def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
+           stage: str = "decode") -> dict:
     """Predicted times (s) of one stage: per module kind for both kinds, with bases and notes."""
     ks = kernel_list(cfg, batch, new, context, kernels, fold)
     roof = dict.fromkeys(MODULES, 0.0)
     calib = dict.fromkeys(MODULES, 0.0)
     basis = {}
+    spread2 = 0.0  # the stage's uncertainty (s^2): a kernel's terms add up over its layers
     for k in ks:
         roof[k.module] += k.repeat * roofline_time(k, *peaks)
         if cal is not None:
+            seen = len(cal.notes)
             t, b = cal.price(k)
             calib[k.module] += k.repeat * t
             basis.setdefault(k.module, set()).add(b)
+            spread2 += (k.repeat * t * cal.uncertainty(b, noted=len(cal.notes) > seen)) ** 2
     out = {"roofline": roof, "roofline_total": sum(roof.values())}
     if cal is None:
         return out
@@ -198,8 +216,13 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True) -> di
         if host is None:  # an older calibration: per op
             host = launches * cal.launch("eager_op")
         calib["launch_overhead"] = max(host, gpu) - (gpu - gaps)
-    out.update(calibrated=calib, calibrated_total=sum(calib.values()), launches=launches,
-               basis={m: "; ".join(sorted(b)) for m, b in basis.items()})
+        if host > gpu:  # a host-bound stage: the host's time, and how it varies
+            spread2 += (EAGER_HOST_UNCERTAINTY * host) ** 2
+    total = sum(calib.values())
+    half = math.sqrt(spread2 + (MEASUREMENT_FLOOR[stage] * total) ** 2)
+    out.update(calibrated=calib, calibrated_total=total, launches=launches,
+               basis={m: "; ".join(sorted(b)) for m, b in basis.items()},
+               calibrated_lo=max(total - half, 0.0), calibrated_hi=total + half)
     return out
 
 
@@ -240,12 +263,15 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
     for stage, (new, context) in (("prefill", (T, T)), ("decode", (1, ctx))):
         # torch.compile's decode runs Inductor's own fused kernels and graphs: not calibrated
         cal = None if stage == "decode" and mode == "compile" else calibration
-        st = _stage(cfg, B, new, context, kernels, mode, cal, (pf, pb), fold)
+        st = _stage(cfg, B, new, context, kernels, mode, cal, (pf, pb), fold, stage)
         row[pred(stage, "roofline")] = 1e3 * st["roofline_total"]
         src = st.get("calibrated", st["roofline"])
         row[pred(stage, "calibrated")] = 1e3 * st["calibrated_total"] if cal else math.nan
         row[pred(stage)] = (row[pred(stage, "calibrated")] if cal else
                             row[pred(stage, "roofline")])  # the prediction the row stands on
+        if cal is not None:
+            row[pred(stage, "lo")] = 1e3 * st["calibrated_lo"]
+            row[pred(stage, "hi")] = 1e3 * st["calibrated_hi"]
         if calibration is not None and cal is None:
             row["decode_pred_reason"] = ("mode=compile: torch.compile's Inductor kernels are not "
                                          "modelled (the eager kernels' price would be a guess)")
@@ -263,6 +289,10 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
         row["prediction_basis"] = (f"calibrated on {m.get('device')} ({m.get('date')})"
                                    + (f", transferred to {hardware.name} by its ceilings"
                                       if m.get("transferred_to") else ""))
+        widths = [(row[pred(s, "hi")] - row[pred(s, "lo")]) / 2 / row[pred(s, "calibrated")]
+                  for s in STAGES if row.get(pred(s, "hi")) and row.get(pred(s, "calibrated"))]
+        worst = max(widths) if widths else math.inf
+        row["prediction_confidence"] = next((w for lim, w in CONFIDENCE if worst <= lim), "low")
         stale = m.get("stale") or []
         row["prediction_stale"] = bool(stale)
         if stale:

@@ -270,6 +270,30 @@ class Calibrated:
         extra = f" G={int(p.G.iloc[0])}" if "G" in p and p.G.notna().all() else ""
         return flops / e * self.scale["compute"], f"prefill_attn D={int(p.D.iloc[0])}{extra}"
 
+    # a kernel's relative uncertainty by what its price rests on (``uncertainty``); tuned on the
+    # development set (conf/validation/development.yaml)
+    UNCERTAINTY = {"base": 0.03, "nearest": 0.12, "extended": 0.10, "uncorrected_fit": 0.10,
+                   "outside": 0.10, "transferred": 0.05}
+
+    def uncertainty(self, basis: str, noted: bool = False) -> float:
+        """The relative uncertainty of a kernel priced from ``basis`` (``price``'s second
+        value): the micro-benchmarks' own run-to-run spread, more where the entry is another
+        shape's (scaled from the nearest), a fit extended or uncorrected by nearby shapes,
+        outside the calibrated range (``noted``), or transferred from another device."""
+        u = self.UNCERTAINTY
+        x = u["base"]
+        if "nearest" in basis or "as GEMM" in basis or "for the decode GEMV" in basis:
+            x += u["nearest"]
+        if "linear fit" in basis:
+            x += u["extended"]
+        if "fit on KV bytes" in basis and "corrected" not in basis:
+            x += u["uncorrected_fit"]
+        if noted:
+            x += u["outside"]
+        if self.meta.get("transferred_to"):
+            x += u["transferred"]
+        return x
+
     def launch(self, what: str) -> float:
         row = self.t[(self.t.kind == "launch") & (self.t.op == what)]
         if row.empty:
