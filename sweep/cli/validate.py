@@ -1,0 +1,182 @@
+"""``python -m sweep.cli.validate --set heldout [--only NAME ...] [--calibration FILE] [--out DIR]``:
+the performance model judged on a validation set (``conf/validation/<set>.yaml``).
+
+Each pair is measured as a study measures a design (``sweep.measure.trial`` in a child process;
+warm-up, medians over repeats) and priced by the performance model: from this device's
+calibration, its own shapes measured first (``sweep.analysis.calibration.ensure``), or from
+``--calibration FILE`` (another device's: transferred by this device's measured ceilings). The
+error table, the summary per stage and category and the interval's coverage go to
+``<results_dir>/validate/<set>-<device>/`` (``<set>.csv``, ``summary.json``, ``<set>.md``;
+``sweep.report.validation``). Exit code 1 when a target of the summary is missed (``--targets
+NONE`` reports only), 2 on bad input.
+
+The held-out set is for checking only: nothing in the model may be tuned on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from ..common.env import REPO, slug
+from ..common.row import TIME
+
+WARMUP, REPEATS = 2, 5
+
+
+def load_set(name: str) -> dict:
+    """``conf/validation/<name>.yaml`` (or a path).
+
+    Raises:
+        FileNotFoundError: no such set. ValueError: a pair without a name, model or workload.
+    """
+    p = Path(name) if name.endswith(".yaml") else REPO / "conf" / "validation" / f"{name}.yaml"
+    if not p.exists():
+        known = sorted(q.stem for q in (REPO / "conf" / "validation").glob("*.yaml"))
+        raise FileNotFoundError(f"no validation set {name!r}; known: {', '.join(known)}")
+    s = yaml.safe_load(p.read_text())
+    for i, pair in enumerate(s.get("pairs", [])):
+        missing = [k for k in ("name", "model", "batch", "prompt_len", "new_tokens") if k not in pair]
+        if missing:
+            raise ValueError(f"{p.name}: pair {i} lacks {', '.join(missing)}")
+    return s
+
+
+def items(s: dict, device_type: str, only: list[str] | None = None) -> list[tuple]:
+    """``(pair, ModelConfig, workload, mode)`` of each pair (``only``: these names), the design
+    resolved for the device and checked.
+
+    Raises:
+        DesignError: an invalid design (named by its pair).
+    """
+    from zoo import DesignError, ModelConfig
+
+    out = []
+    for p in s["pairs"]:
+        if only and p["name"] not in only:
+            continue
+        try:
+            cfg = ModelConfig.from_name(p["model"], **(p.get("over") or {})).resolved(device_type)
+            cfg.validate()
+        except DesignError as e:
+            raise DesignError(f"pair {p['name']}: {e}") from None
+        wl = {"batch": p["batch"], "prompt_len": p["prompt_len"], "new_tokens": p["new_tokens"],
+              "warmup": p.get("warmup", WARMUP), "repeats": p.get("repeats", REPEATS)}
+        mode = p.get("mode", "cudagraph" if device_type == "cuda" else "eager")
+        out.append((p, cfg, wl, mode))
+    return out
+
+
+def measure(chosen: list[tuple], device: dict, out: Path, switches, tuning_dir: Path) -> list:
+    """Each pair's measured figures (a trial child each), or its failure."""
+    from ..measure.child import child_failure, run_child
+
+    res = []
+    for i, (p, cfg, wl, mode) in enumerate(chosen):
+        spec = {"model": cfg.to_dict(), "workload": wl, "device": device["type"], "mode": mode,
+                "seed": 0, "weights": None, "profile": {}, "trial_dir": str(out / p["name"]),
+                "switches": switches.to_dict(), "tuning_dir": str(tuning_dir), "env": {}}
+        r = run_child(spec, out / "trials" / p["name"], 900.0)
+        ok = r.get("status") == "ok"
+        print(f"[{i + 1}/{len(chosen)}] {p['name']}: "
+              + (f"TPOT {r['measured'][TIME['decode']]:.3f} ms, TTFT "
+                 f"{r['measured'][TIME['prefill']]:.2f} ms" if ok else child_failure(r)), flush=True)
+        res.append(r["measured"] if ok else {"fail_reason": child_failure(r)})
+    return res
+
+
+def price(chosen: list[tuple], measured: list, calibration, spec, ceilings: dict, switches,
+          reason: str = ""):
+    """The table: one row per pair with its design, workload, measured figures and the
+    performance model's columns (``sweep.analysis.predict.row_predictions``)."""
+    import pandas as pd
+
+    from ..analysis.predict import row_predictions
+
+    rows = []
+    for (p, cfg, wl, mode), m in zip(chosen, measured):
+        row = {"name": p["name"], "cat": list(p.get("cat", [])), "model": cfg.name,
+               **{k: getattr(cfg, k) for k in ("n_layers", "d_model", "n_heads", "n_kv_heads",
+                                               "head_dim", "ffn_dim", "kv_dtype", "kernels")},
+               "mode": mode, **{k: wl[k] for k in ("batch", "prompt_len", "new_tokens")}, **m}
+        ok = "fail_reason" not in m
+        row.update(row_predictions(cfg, wl, spec, calibration, mode, ceilings,
+                                   m if ok else None, reason, switches))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from kernels.switches import Switches
+
+    from ..analysis import calibration as cal
+    from ..analysis import predict as perf
+    from ..analysis.hardware import load_spec, measure_ceilings
+    from ..common.atomic import write_atomic, write_json, write_text
+    from ..common.env import detect_device, environment
+    from ..report import validation as V
+
+    ap = argparse.ArgumentParser(prog="python -m sweep.cli.validate",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--set", default="heldout", help="conf/validation/<set>.yaml (or a path)")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="these pairs only")
+    ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    ap.add_argument("--hardware", default="auto", help="the device's spec (conf/hardware)")
+    ap.add_argument("--calibration", help="price from this calibration .json (another device's: "
+                                          "transferred by this device's ceilings)")
+    ap.add_argument("--results-dir", default="results")
+    ap.add_argument("--out", help="output folder (default <results_dir>/validate/<set>-<device>)")
+    ap.add_argument("--targets", default="held-out", choices=["held-out", "none"],
+                    help="exit 1 when the summary misses the held-out issue's targets")
+    a = ap.parse_args(argv)
+    s = load_set(a.set)
+    dev = detect_device(a.device)
+    chosen = items(s, dev["type"], a.only)
+    if not chosen:
+        raise ValueError(f"no pair of {s['name']} is named {a.only}")
+    root = Path(a.results_dir) if Path(a.results_dir).is_absolute() else REPO / a.results_dir
+    out = Path(a.out) if a.out else root / "validate" / f"{s['name']}-{slug(dev['name'])}"
+    out.mkdir(parents=True, exist_ok=True)
+    spec = load_spec(a.hardware, dev["name"]) if a.hardware == "auto" else load_spec(a.hardware)
+    ceilings = measure_ceilings(dev, cache_dir=root / "ceilings")
+    switches = Switches()
+    reason = ""
+    if a.calibration:
+        have = cal.load("", where=Path(a.calibration))
+        if have is None:
+            raise FileNotFoundError(f"{a.calibration}: no calibration (.json + .parquet)")
+        c = perf.Calibrated(have[1], have[0])
+        if have[0].get("device") != dev["name"]:
+            c = perf.transfer(c, have[0]["ceilings"], dict(ceilings, device=dev["name"]),
+                              chosen[0][1].dtype)
+    else:
+        meta, table = cal.ensure(dev, [(c_, w, m) for _, c_, w, m in chosen], switches, ceilings,
+                                 cal_dir=root / "calibration", tuning_dir=root / "tuning")
+        c = perf.Calibrated(table, meta)
+    measured = measure(chosen, dev, out, switches, root / "tuning")
+    df = price(chosen, measured, c, spec, ceilings, switches, reason)
+    summ = V.summary(df)
+    checks = V.passes(summ) if a.targets == "held-out" else {}
+    write_atomic(out / f"{s['name']}.csv", lambda p: df.to_csv(p, index=False))
+    write_json(out / "summary.json", {"set": s["name"], "env": environment(dev),
+                                      "calibration": c.meta.get("device"),
+                                      "transferred": bool(c.meta.get("transferred_to")),
+                                      "summary": summ, "checks": checks})
+    text = V.markdown(df, summ, f"{s['name']} on {dev['name']} (calibration: "
+                                f"{c.meta.get('device')}"
+                                + (", transferred" if c.meta.get("transferred_to") else "") + ")")
+    write_text(out / f"{s['name']}.md", text)
+    print(json.dumps(summ["all"], indent=1))
+    print(json.dumps(checks, indent=1))
+    print(f"wrote {out}/{s['name']}.csv, {s['name']}.md, summary.json")
+    return 0 if all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    from . import entry
+
+    sys.exit(entry(main))

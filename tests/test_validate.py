@@ -1,0 +1,84 @@
+"""The held-out mechanism on the CPU: a validation set measured (trial children), priced by the
+performance model, tabled per stage and category with the interval's coverage; a planted model
+bug shows in it."""
+
+import pytest
+
+from kernels.switches import Switches
+from sweep.analysis import calibration as cal
+from sweep.analysis.hardware import load_spec
+from sweep.analysis.pricing import Calibrated
+from sweep.cli import validate as V
+from sweep.common.env import detect_device
+from sweep.common.row import STAGES, TIME, error, pred
+from sweep.report import validation as report
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("validate")
+    s = V.load_set("heldout_cpu")
+    dev = detect_device("cpu")
+    chosen = V.items(s, "cpu")
+    meta, table = cal.ensure(dev, [(c, w, m) for _, c, w, m in chosen], Switches(),
+                             cal_dir=tmp / "calibration", quick=True, log=lambda m: None)
+    return (chosen, V.measure(chosen, dev, tmp, Switches(), tmp / "tuning"),
+            Calibrated(table, meta), tmp)
+
+
+def test_the_frozen_sets_load_and_hold_what_they_promise():
+    s = V.load_set("heldout")
+    cats = {c for p in s["pairs"] for c in p["cat"]}
+    assert len(s["pairs"]) >= 40 and {"depth", "head_dim", "kv_int8", "kv_fp8", "torch", "eager",
+                                      "context", "qwen", "mistral", "odd_heads", "ffn"} <= cats
+    assert "for checking only" in (V.REPO / "conf/validation/heldout.yaml").read_text().lower()
+    chosen = V.items(s, "cuda")
+    assert {c.head_dim for _, c, _, _ in chosen} >= {64, 80, 96, 128, 256}
+    assert min(c.n_layers for _, c, _, _ in chosen) <= 2 and max(
+        c.n_layers for _, c, _, _ in chosen) >= 64
+    assert {w["batch"] for _, _, w, _ in chosen} >= {1, 64}
+    with pytest.raises(FileNotFoundError, match="known: development"):
+        V.load_set("nope")
+
+
+def test_validation_table_on_the_cpu_and_a_planted_bug(measured, monkeypatch):
+    chosen, m, c, _ = measured
+    df = V.price(chosen, m, c, load_spec("cpu"), {}, Switches())
+    assert len(df) == 4 and df[TIME["decode"]].gt(0).all()
+    for st in STAGES:
+        assert df[pred(st, "lo")].le(df[pred(st, "calibrated")]).all()
+        assert df[pred(st, "hi")].ge(df[pred(st, "calibrated")]).all()
+        assert df[error(st)].notna().all()
+    good = report.summary(df)
+    assert set(good["categories"]) == {"real", "depth", "head_dim", "ffn"}
+    assert good["all"]["decode"]["calibrated"]["n"] == 4
+    assert "in_interval" in good["all"]["decode"]
+    text = report.markdown(df, good, "heldout_cpu")
+    assert "| decode | calibrated |" in text and "tiny_ffn" in text
+    # a planted bug: every GEMM priced three times its calibrated time
+    real = Calibrated.gemm
+    monkeypatch.setattr(Calibrated, "gemm", lambda self, s: (3 * real(self, s)[0],
+                                                             real(self, s)[1]))
+    bad = report.summary(V.price(chosen, m, c, load_spec("cpu"), {}, Switches()))
+    g, b = good["all"]["prefill"]["calibrated"], bad["all"]["prefill"]["calibrated"]
+    assert b["median"] > g["median"] + 30, (g, b)
+    lenient = {"prefill": (g["median"] + 15, g["p90"] + 25)}
+    assert all(report.passes(good, lenient).values())
+    assert not all(report.passes(bad, lenient).values())
+
+
+def test_validate_command_end_to_end(measured):
+    """``python -m sweep.cli.validate`` on one pair writes its table, summary and Markdown (the
+    calibration the fixture made: its entries are there, none measured again)."""
+    import json
+
+    root = measured[3]
+    rc = V.main(["--set", "heldout_cpu", "--only", "tiny_b2", "--device", "cpu", "--targets",
+                 "none", "--results-dir", str(root)])
+    assert rc == 0
+    out = root / "validate" / "heldout_cpu-cpu"
+    s = json.loads((out / "summary.json").read_text())
+    assert s["set"] == "heldout_cpu" and s["summary"]["rows"] == 1
+    assert (out / "heldout_cpu.csv").exists() and (out / "heldout_cpu.md").exists()
