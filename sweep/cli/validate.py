@@ -72,10 +72,12 @@ def items(s: dict, device_type: str, only: list[str] | None = None) -> list[tupl
 
 
 def measure(chosen: list[tuple], device: dict, out: Path, switches, tuning_dir: Path) -> list:
-    """Each pair's measured figures (a trial child each), or its failure."""
+    """Each pair's measured figures (a trial child each), or its failure; each also appended to
+    ``<out>/measured.jsonl`` as it comes (a run cut off keeps what it measured)."""
     from ..measure.child import child_failure, run_child
 
     res = []
+    log = out / "measured.jsonl"
     for i, (p, cfg, wl, mode) in enumerate(chosen):
         spec = {"model": cfg.to_dict(), "workload": wl, "device": device["type"], "mode": mode,
                 "seed": 0, "weights": None, "profile": {}, "trial_dir": str(out / p["name"]),
@@ -86,7 +88,22 @@ def measure(chosen: list[tuple], device: dict, out: Path, switches, tuning_dir: 
               + (f"TPOT {r['measured'][TIME['decode']]:.3f} ms, TTFT "
                  f"{r['measured'][TIME['prefill']]:.2f} ms" if ok else child_failure(r)), flush=True)
         res.append(r["measured"] if ok else {"fail_reason": child_failure(r)})
+        with open(log, "a") as f:
+            f.write(json.dumps({"name": p["name"], "measured": res[-1],
+                                "env": r.get("env", {})}, default=str) + "\n")
     return res
+
+
+def read_measured(path: Path, chosen: list[tuple]) -> tuple[list[tuple], list]:
+    """The pairs of ``chosen`` measured in an earlier run (its ``measured.jsonl``), and their
+    figures; pairs it lacks are left out."""
+    got = {}
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            d = json.loads(line)
+            got[d["name"]] = d["measured"]
+    kept = [c for c in chosen if c[0]["name"] in got]
+    return kept, [got[c[0]["name"]] for c in kept]
 
 
 def price(chosen: list[tuple], measured: list, calibration, spec, ceilings: dict, switches,
@@ -130,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
                                           "transferred by this device's ceilings)")
     ap.add_argument("--results-dir", default="results")
     ap.add_argument("--out", help="output folder (default <results_dir>/validate/<set>-<device>)")
+    ap.add_argument("--measured", metavar="JSONL",
+                    help="price the pairs an earlier run measured (its measured.jsonl) instead "
+                         "of measuring them again: e.g. another device's calibration on them")
     ap.add_argument("--targets", default="held-out", choices=["held-out", "none"],
                     help="exit 1 when the summary misses the held-out issue's targets")
     a = ap.parse_args(argv)
@@ -153,11 +173,19 @@ def main(argv: list[str] | None = None) -> int:
         if have[0].get("device") != dev["name"]:
             c = perf.transfer(c, have[0]["ceilings"], dict(ceilings, device=dev["name"]),
                               chosen[0][1].dtype)
+    elif a.measured:  # priced where it was measured: that device's cached calibration
+        have = cal.load(dev["name"], cal_dir=root / "calibration") or cal.shipped(dev["name"])
+        if have is None:
+            raise FileNotFoundError(f"no calibration of {dev['name']} under {root}")
+        c = perf.Calibrated(have[1], have[0])
     else:
         meta, table = cal.ensure(dev, [(c_, w, m) for _, c_, w, m in chosen], switches, ceilings,
                                  cal_dir=root / "calibration", tuning_dir=root / "tuning")
         c = perf.Calibrated(table, meta)
-    measured = measure(chosen, dev, out, switches, root / "tuning")
+    if a.measured:
+        chosen, measured = read_measured(Path(a.measured), chosen)
+    else:
+        measured = measure(chosen, dev, out, switches, root / "tuning")
     df = price(chosen, measured, c, spec, ceilings, switches, reason)
     summ = V.summary(df)
     checks = V.passes(summ) if a.targets == "held-out" else {}
