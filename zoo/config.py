@@ -23,6 +23,22 @@ FFN_TYPES = ("swiglu", "gelu")
 NORMS = ("rmsnorm", "layernorm")
 KERNELS = ("auto", "torch", "triton")
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "fp8_e4m3": 1}
+# Weight formats: bits per weight, scales included (a group of G weights sharing one fp16 scale
+# adds 16 / G bits; llama.cpp's k-quants mix block types: their published averages). Only
+# ``auto`` (the model dtype) runs on the zoo's kernels; the others are predicted only (the zoo
+# keeps 16-bit weights on the GPU), so a published figure of a quantized model can be compared.
+WEIGHT_FORMATS = {
+    "auto": None, "fp32": 32.0, "bf16": 16.0, "fp16": 16.0,
+    "fp8": 8.0,          # e4m3 per-tensor (vLLM, TensorRT-LLM)
+    "int8": 8.0,         # per-channel scales (negligible per weight)
+    "q8_0": 8.5,         # llama.cpp: 32 int8 + one fp16 scale
+    "int4_g128": 4.25,   # AWQ / GPTQ: 128 int4 + fp16 scale and zero
+    "q4_0": 4.5,         # llama.cpp: 32 int4 + one fp16 scale
+    "mlx4": 4.5,         # MLX 4-bit, group 64: fp16 scale and bias
+    "q4_k_m": 4.85,      # llama.cpp Q4_K_M (its reported average for Llama-7B-class models)
+    "q5_k_m": 5.69,      # llama.cpp Q5_K_M
+    "q6_k": 6.56,        # llama.cpp Q6_K
+}
 
 
 class DesignError(ValueError):
@@ -65,6 +81,7 @@ class ModelConfig:
     qkv_bias: bool = False
     dtype: str = "bf16"
     kv_dtype: str = "bf16"
+    weight_dtype: str = "auto"  # WEIGHT_FORMATS: auto = dtype; others predicted only
     kernels: str = "auto"
     family: str = "llama"
     extra: dict = field(default_factory=dict)
@@ -79,6 +96,13 @@ class ModelConfig:
     def kv_dim(self) -> int:
         """Width of each of the key and value projection outputs, ``n_kv_heads * head_dim``."""
         return self.n_kv_heads * self.head_dim
+
+    @property
+    def weight_bits(self) -> float:
+        """Bits per weight of the linear layers and embeddings (``weight_dtype``, scales
+        included; ``auto``: the model dtype's)."""
+        bits = WEIGHT_FORMATS.get(self.weight_dtype)
+        return 8.0 * DTYPE_BYTES[self.dtype] if bits is None else bits
 
     @property
     def gqa_group(self) -> int:
@@ -124,6 +148,12 @@ class ModelConfig:
         _choice("ffn_type", self.ffn_type, FFN_TYPES)
         _choice("norm", self.norm, NORMS)
         _choice("kernels", self.kernels, KERNELS)
+        _choice("weight_dtype", self.weight_dtype, tuple(WEIGHT_FORMATS))
+        if device and self.weight_dtype not in ("auto", self.dtype):
+            raise DesignError(
+                f"weight_dtype={self.weight_dtype} is predicted only: the zoo's kernels run "
+                f"{self.dtype} weights (price it with study.predict=true or python -m "
+                "sweep.cli.whatif)")
         if self.kv_dtype in ("int8", "fp8_e4m3") and self.kernels == "torch":
             raise DesignError(
                 f"kv_dtype={self.kv_dtype} needs kernels='triton' (the quantized-cache attention "

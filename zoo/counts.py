@@ -126,7 +126,8 @@ def stage(cfg: ModelConfig, batch: int, new: int, context: int, logits_per_seq: 
     kv_scale = 4 if cfg.kv_dtype in ("int8", "fp8_e4m3") else 0  # one fp32 scale per token, head
     kv_tok = 2 * L * Hkv * (D * kvb + kv_scale)
     b = {
-        "weights": (p.non_embedding + p.lm_head) * wb + emb_rows * wb,
+        # weights at their format's bits (cfg.weight_bits: 16 for bf16, 4.5 for q4_0, ...)
+        "weights": (p.non_embedding + p.lm_head + emb_rows) * cfg.weight_bits / 8,
         "kv_read": batch * context * kv_tok,
         "kv_write": N * kv_tok,
         "activations": L * 2 * N * d * wb if new > 1 else 0,

@@ -98,13 +98,17 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     impl = "triton" if fused else "torch"
     skinny = fused and new == 1 and batch <= GEMV_MAX_M and cfg.norm == "rmsnorm"
 
+    wbits = cfg.weight_bits  # a quantized weight format (predicted only) reads fewer bytes
+
     def gemm(module, op, N, K, m=M, rep=L, prologue="none"):
         shape = {"M": m, "N": N, "K": K, "dtype": cfg.dtype}
+        if wbits != 8 * wb:
+            shape["weight_bits"] = wbits
+        nbytes = N * K * wbits / 8 + (m * K + m * N) * wb
         if skinny:  # the decode GEMV (or cuBLAS after its prologue), as the model runs it
-            return Kernel(module, "gemv", op, 2 * m * N * K, (N * K + m * K + m * N) * wb,
+            return Kernel(module, "gemv", op, 2 * m * N * K, nbytes,
                           dict(shape, prologue=prologue), 1, rep)
-        return Kernel(module, "gemm", op, 2 * m * N * K, (N * K + m * K + m * N) * wb,
-                      shape, 1, rep)
+        return Kernel(module, "gemm", op, 2 * m * N * K, nbytes, shape, 1, rep)
 
     def elem(op, nbytes, rep=L, launches=None):
         if skinny and (op == "rmsnorm" or (op == "swiglu" and cfg.ffn_type == "swiglu")):

@@ -300,13 +300,29 @@ class Calibrated:
             raise KeyError(f"no launch cost '{what}' in the calibration")
         return float(row.time_s.iloc[0])
 
+    def quantized(self, s: dict, t: float, basis: str) -> tuple[float, str]:
+        """A GEMM of weights in another format (``weight_bits``; predicted only): the 16-bit
+        kernel's time, its memory-bound part scaled by the bytes, noted."""
+        bits = s.get("weight_bits")
+        wb = DTYPE_BYTES[s["dtype"]]
+        if not bits or bits == 8 * wb:
+            return t, basis
+        full = s["N"] * s["K"] * wb + s["M"] * (s["N"] + s["K"]) * wb
+        ai = 2 * s["M"] * s["N"] * s["K"] / full
+        if ai >= self.scale.get("ridge", 100.0):  # compute-bound: the same FLOPs
+            return t, basis + f" ({bits:g}-bit weights: compute-bound, unchanged)"
+        q = s["N"] * s["K"] * bits / 8 + s["M"] * (s["N"] + s["K"]) * wb
+        self._note(f"{bits:g}-bit weights priced from the {8 * wb}-bit kernel's time scaled by "
+                   "their bytes (predicted only)")
+        return t * q / full, basis + f" (scaled to {bits:g}-bit weights)"
+
     def price(self, k) -> tuple[float, str]:
         """Calibrated time of one launch of ``k`` (a ``predict.Kernel``; s) and the entry it came
         from."""
         if k.kind == "gemm":
-            return self.gemm(k.shape)
+            return self.quantized(k.shape, *self.gemm(k.shape))
         if k.kind == "gemv":
-            return self.gemv(k.shape)
+            return self.quantized(k.shape, *self.gemv(k.shape))
         if k.kind == "decode_attn":
             return self.decode_attn(k.shape, k.bytes)
         if k.kind == "prefill_attn":

@@ -125,7 +125,8 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
 
 
 DESIGN_FIELDS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
-                 "vocab_size", "ffn_type", "norm", "dtype", "kv_dtype", "kernels", "qkv_bias",
+                 "vocab_size", "ffn_type", "norm", "dtype", "kv_dtype", "weight_dtype", "kernels",
+                 "qkv_bias",
                  "tie_embeddings", "rope_theta", "max_seq_len", "norm_eps")
 
 
