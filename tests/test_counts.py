@@ -69,3 +69,41 @@ def test_kv_bytes_per_token_and_decode_mean():
     # the mean over steps equals the mean of per-step counts
     steps = [counts.decode_step(cfg, 4, 100 + i).min_bytes for i in range(9)]
     assert counts.decode_mean(cfg, 4, 100, 10).min_bytes == sum(steps) / len(steps)
+
+
+def test_weight_formats_count_their_bits_and_are_predicted_only():
+    import pytest
+
+    from zoo import DesignError, ModelConfig, counts
+    from zoo.config import WEIGHT_FORMATS
+
+    bf = ModelConfig.from_name("llama3_1_8b")
+    for fmt, bits in WEIGHT_FORMATS.items():
+        if bits is None:
+            continue
+        q = bf.replace(weight_dtype=fmt).validate()
+        ratio = counts.summary(q, 1, 512, 128)["weight_bytes"] / counts.summary(
+            bf, 1, 512, 128)["weight_bytes"]
+        assert ratio == pytest.approx(bits / 16), fmt
+    assert bf.weight_bits == 16 and ModelConfig.from_name("tiny").weight_bits == 32
+    with pytest.raises(DesignError, match="weight_dtype=q4_0 is predicted only"):
+        bf.replace(weight_dtype="q4_0").validate({"type": "cuda"})
+    with pytest.raises(DesignError, match="weight_dtype"):
+        bf.replace(weight_dtype="q3").validate()
+
+
+def test_a_quantized_design_is_priced_on_its_bytes():
+    from sweep.analysis import calibration as cal
+    from sweep.analysis.hardware import load_spec
+    from sweep.analysis.predict import Calibrated, predict
+    from zoo import ModelConfig
+
+    have = cal.shipped("NVIDIA H100 80GB HBM3")
+    c = Calibrated(have[1], have[0])
+    wl = {"batch": 1, "prompt_len": 512, "new_tokens": 128}
+    bf = ModelConfig.from_name("llama3_1_8b", kernels="triton")
+    a = predict(bf, wl, load_spec("h100_sxm"), c)
+    b = predict(bf.replace(weight_dtype="q4_0"), wl, load_spec("h100_sxm"), c)
+    assert b["decode_pred_ms_calibrated"] < 0.45 * a["decode_pred_ms_calibrated"]  # 4.5 / 16 bits
+    assert b["decode_pred_ms_roofline"] < 0.35 * a["decode_pred_ms_roofline"]
+    assert "4.5-bit weights priced" in b["prediction_notes"]
