@@ -206,7 +206,8 @@ def roofline_plot(df: pd.DataFrame, out_dir: Path, title: str = "") -> Path | No
         if len(done) > LABELLED_MOST // 2:
             continue  # too many points to number legibly: the key and labels stay off
         # a label beside its point, staggered by trial so neighbours do not print over each other
-        for k, (i, row) in enumerate(done.sort_values(R.TIME[st]).iterrows()):
+        order = done.sort_values(R.TIME[st]) if R.TIME[st] in done else done
+        for k, (i, row) in enumerate(order.iterrows()):
             ax.annotate(f"{st[0]}{_num(i, row)}", (x[i], y[i]), fontsize=6,
                         textcoords="offset points",
                         xytext=(4, (3 + 7 * (k % 3)) * (1 if st == "decode" else -1)))
