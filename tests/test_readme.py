@@ -125,3 +125,42 @@ def test_pictures_read_in_units_of_their_data_and_say_what_they_show(tmp_path):
     assert "PREDICTED on mi300x" in page and "on the Pareto front" in page
     assert "True" not in re.findall(r'"name":"([^"]*)"', page)  # no 'Pareto front: True'
     assert all(p.exists() for p in paths)
+
+
+ENTRIES = ["sweep.cli.calibrate", "sweep.cli.bench", "sweep.cli.compare", "sweep.cli.compare_fronts",
+           "sweep.cli.whatif", "sweep.cli.advise", "sweep.cli.record", "sweep.cli.workers_check",
+           "sweep.cli.validate", "sweep.report.html_report", "sweep.report.prediction_check",
+           "sweep.analysis.hardware"]
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_every_entry_answers_help_and_a_missing_path_without_a_traceback(entry, capsys,
+                                                                         tmp_path):
+    """``--help`` exits 0 with a usage; a path that does not exist ends with one ``error:`` line
+    (exit 2), never a traceback."""
+    import importlib
+
+    mod = importlib.import_module(entry)
+    main = mod.main
+    from sweep.cli import entry as run
+
+    with pytest.raises(SystemExit) as e:
+        run(lambda: main(["--help"]))
+    assert e.value.code == 0 and "usage" in capsys.readouterr().out.lower()
+    missing = str(tmp_path / "no_such_study")
+    args = {"sweep.cli.calibrate": None, "sweep.cli.bench": None,
+            "sweep.analysis.hardware": None, "sweep.cli.advise": None,
+            "sweep.cli.whatif": [missing, "--hardware", "h200"],
+            "sweep.cli.record": [str(tmp_path / "r.json"), missing, "--command", "x"],
+            "sweep.cli.validate": ["--set", missing + ".yaml"],
+            "sweep.cli.compare": [missing, missing],
+            "sweep.cli.workers_check": [missing, missing]}.get(entry, [missing])
+    if args is None:  # takes no path (it measures this machine)
+        return
+    try:
+        rc = run(lambda: main(args))
+    except SystemExit as e:  # argparse's own refusals
+        rc = e.code
+    out = capsys.readouterr()
+    assert rc == 2, (entry, out)
+    assert "Traceback" not in out.out + out.err and "error" in (out.out + out.err).lower()
