@@ -164,3 +164,19 @@ def test_every_entry_answers_help_and_a_missing_path_without_a_traceback(entry, 
     out = capsys.readouterr()
     assert rc == 2, (entry, out)
     assert "Traceback" not in out.out + out.err and "error" in (out.out + out.err).lower()
+
+
+def test_old_records_still_load_and_render(tmp_path):
+    """A study committed by an earlier day's code (results/reference/whatif_h100/studies/)
+    loads under today's row names and its report renders."""
+    import shutil
+
+    from sweep.report.html_report import write_report
+    from sweep.report.tables import load_study
+
+    src = REPO / "results/reference/whatif_h100/studies/gqa_vs_mha-b1"
+    shutil.copytree(src, tmp_path / "old")
+    meta, df = load_study(tmp_path / "old")
+    assert len(df) == 6 and "decode_tpot_ms" in df and meta["objectives"]
+    page = write_report(tmp_path / "old").read_text()
+    assert "Pareto front" in page and "Trials" in page
