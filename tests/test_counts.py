@@ -75,7 +75,7 @@ def test_weight_formats_count_their_bits_and_are_predicted_only():
     import pytest
 
     from zoo import DesignError, ModelConfig, counts
-    from zoo.config import WEIGHT_FORMATS
+    from zoo.formats import WEIGHT_FORMATS
 
     bf = ModelConfig.from_name("llama3_1_8b")
     for fmt, bits in WEIGHT_FORMATS.items():

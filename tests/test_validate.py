@@ -57,16 +57,29 @@ def test_validation_table_on_the_cpu_and_a_planted_bug(measured, monkeypatch):
     assert "in_interval" in good["all"]["decode"]
     text = report.markdown(df, good, "heldout_cpu")
     assert "| decode | calibrated |" in text and "tiny_ffn" in text
-    # a planted bug: every GEMM priced three times its calibrated time
+    # a planted bug: every GEMM priced three times its calibrated time. Every design's signed
+    # prefill error moves up by its GEMM share (about half of a tiny design's priced prefill):
+    # the table follows the model, whatever the CPU's own bias
     real = Calibrated.gemm
-    monkeypatch.setattr(Calibrated, "gemm", lambda self, s: (3 * real(self, s)[0],
-                                                             real(self, s)[1]))
-    bad = report.summary(V.price(chosen, m, c, load_spec("cpu"), {}, Switches()))
+
+    def planted(factor):
+        monkeypatch.setattr(Calibrated, "gemm", lambda self, s: (factor * real(self, s)[0],
+                                                                 real(self, s)[1]))
+        return V.price(chosen, m, c, load_spec("cpu"), {}, Switches())
+
+    bad3 = planted(3)
+    shift = bad3[error("prefill")] - df[error("prefill")]
+    assert shift.gt(30).all(), shift.tolist()
+    # and a gate set a little above today's errors fails on a bug that dominates the price
+    bad = report.summary(planted(10))
     g, b = good["all"]["prefill"]["calibrated"], bad["all"]["prefill"]["calibrated"]
     assert b["median"] > g["median"] + 30, (g, b)
     lenient = {"prefill": (g["median"] + 15, g["p90"] + 25)}
-    assert all(report.passes(good, lenient).values())
-    assert not all(report.passes(bad, lenient).values())
+
+    def errors_pass(s):  # the error gates (a CPU's interval coverage depends on its load)
+        return all(v for k, v in report.passes(s, lenient).items() if "median" in k or "p90" in k)
+
+    assert errors_pass(good) and not errors_pass(bad)
 
 
 def test_validate_command_end_to_end(measured):

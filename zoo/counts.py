@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .config import DTYPE_BYTES, ModelConfig
+from .config import ModelConfig
+from .formats import DTYPE_BYTES
 
 KINDS = ("qkv", "attn", "out_proj", "ffn", "lm_head")
 

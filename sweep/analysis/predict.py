@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from kernels.gemv import MAX_M as GEMV_MAX_M
 from kernels.switches import Switches
 from zoo import ModelConfig
-from zoo.config import DTYPE_BYTES
 from zoo.counts import mean_decode_context
+from zoo.formats import DTYPE_BYTES
 from zoo.generate import PREFILL_GRAPH_MAX_TOKENS
 
 from ..common.row import MODULES, STAGES, TIME, error, pred, pred_module

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from zoo.config import DTYPE_BYTES
+from zoo.formats import DTYPE_BYTES
 
 # added to the Shepard weights' sum of the decode-attention correction (``_attn_point``): small
 # beside the weight of a calibrated shape 2x away (1 / log(2)^2 = 2.08), so between calibrated

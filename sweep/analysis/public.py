@@ -30,10 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..common import row as R
 from ..common.env import REPO
 
 DATA = REPO / "conf" / "public"
-FIGURES = {"decode_tok_s": "tokens/s", "prefill_tok_s": "tokens/s", "ttft_ms": "ms",
+# the published figures a row may hold: per-sequence rates (tokens/s) and per-token times (ms)
+DECODE_FIGURES = (R.RATE["decode"], "tpot_ms")
+PREFILL_FIGURES = (R.RATE["prefill"], R.TIME["prefill"])
+FIGURES = {R.RATE["decode"]: "tokens/s", R.RATE["prefill"]: "tokens/s", R.TIME["prefill"]: "ms",
            "tpot_ms": "ms"}
 REQUIRED = ("chip", "vendor", "engine", "model", "weight_format", "bits_per_weight", "batch",
             "prompt_len", "context", "figure", "value", "unit", "source", "source_date")
@@ -103,7 +107,7 @@ def design(model: dict, bits: float):
     """The zoo design of a ``models.yaml`` entry: a shipped preset (``preset``) or the fields of
     its published config.json; weights at ``bits`` per weight (the nearest named format)."""
     from zoo import ModelConfig
-    from zoo.config import WEIGHT_FORMATS
+    from zoo.formats import WEIGHT_FORMATS
 
     fields = {k: v for k, v in model.items() if k not in ("preset", "source", "params_b")}
     cfg = ModelConfig.from_name(model["preset"], **fields) if "preset" in model else \
@@ -122,15 +126,15 @@ def terms(row: Row, chip: dict, model: dict) -> tuple[float, float]:
     cfg = design(model, row.bits)
     bw = float(chip["memory_bandwidth_gb_s"]) * 1e9
     peak = float(chip.get("peak_fp16_tflops") or "nan") * 1e12
-    if row.figure in ("decode_tok_s", "tpot_ms"):
+    if row.figure in DECODE_FIGURES:
         ctx = max(row.context - 1, 1)
         step = counts.decode_step(cfg, row.batch, max(ctx - 1, 0))
         x = step.min_bytes / bw
-        obs = row.batch / row.value if row.figure == "decode_tok_s" else row.value / 1e3
+        obs = row.batch / row.value if row.figure == R.RATE["decode"] else row.value / 1e3
     else:
         pf = counts.prefill(cfg, row.batch, row.prompt_len)
         x = pf.matmul_flops / peak if math.isfinite(peak) else math.nan
-        obs = row.batch * row.prompt_len / row.value if row.figure == "prefill_tok_s" else \
+        obs = row.batch * row.prompt_len / row.value if row.figure == R.RATE["prefill"] else \
             row.value / 1e3
     return x, obs
 
@@ -155,7 +159,7 @@ def fit(xs: np.ndarray, obs: np.ndarray) -> tuple[float, float]:
 
 
 def _stage(row: Row) -> str:
-    return "decode" if row.figure in ("decode_tok_s", "tpot_ms") else "prefill"
+    return "decode" if row.figure in DECODE_FIGURES else "prefill"
 
 
 def _fit_on(prepared: list[tuple], keep) -> dict:
