@@ -34,7 +34,9 @@ def test_a_design_on_each_target_says_its_basis():
     wl = {"batch": 1, "prompt_len": 512, "new_tokens": 128}
     rows = {t: predict_on(cfg, wl, load_spec(t)) for t in TARGETS}
     for t, r in rows.items():
-        assert r["basis_kind"] == "roofline" and t in r["prediction_basis"], t
+        # a spec fitted on public measurements says so; the others are roofline x assumptions
+        kind = "fitted" if load_spec(t).fitted else "roofline"
+        assert r["basis_kind"] == kind and t in r["prediction_basis"], t
         assert r["decode_tpot_ms"] > 0 and r["decode_tok_s"] > 0 and r["fits_memory"], t
     # decode at batch 1 is bandwidth-bound: a faster memory is a faster decode
     assert rows["mi325x"]["decode_tpot_ms"] < rows["mi300x"]["decode_tpot_ms"]

@@ -24,6 +24,8 @@ WEIGHT_FORMATS = {
     "q8_0": 8.5,         # llama.cpp: 32 int8 + one fp16 scale
     "int4_g128": 4.25,   # AWQ / GPTQ: 128 int4 + fp16 scale and zero
     "q4_0": 4.5,         # llama.cpp: 32 int4 + one fp16 scale
+    "q4_1": 5.0,         # llama.cpp: 32 int4 + fp16 scale and fp16 minimum
+    "w4a16": 4.0,        # Qualcomm AI Hub int4 weights (its per-block scales not published)
     "mlx4": 4.5,         # MLX 4-bit, group 64: fp16 scale and bias
     "q4_k_m": 4.85,      # llama.cpp Q4_K_M (its reported average for Llama-7B-class models)
     "q5_k_m": 5.69,      # llama.cpp Q5_K_M

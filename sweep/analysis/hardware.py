@@ -40,7 +40,11 @@ class HardwareSpec:
     holds what the performance model needs for a chip it has no calibration of:
     ``compute_efficiency`` and ``bandwidth_efficiency`` (achievable fraction of the peaks for large
     GEMMs and streaming reads), ``launch_us`` (fixed cost per kernel or op), and ``basis`` (where
-    each comes from)."""
+    each comes from). ``fitted`` (written by ``python -m sweep.cli.whatif --fit-public``) holds,
+    per stage, the fit of the chip's engine family on public measurements
+    (``sweep.analysis.public``): per-layer cost, achieved fraction, dequantize cost, the rows,
+    chips and sources it rests on and its leave-one-chip-out error band; where present it
+    supersedes ``assumptions`` for a target without a calibration."""
 
     name: str
     display: str = ""
@@ -58,6 +62,7 @@ class HardwareSpec:
     unified_memory: bool = False
     estimates: list = field(default_factory=list)
     assumptions: dict = field(default_factory=dict)
+    fitted: dict = field(default_factory=dict)
 
     def peak_flops(self, dtype: str) -> float:
         """Dense matmul peak for a model dtype in FLOP/s (NaN where the datasheet has none).

@@ -39,73 +39,102 @@ DECODE_FIGURES = (R.RATE["decode"], "tpot_ms")
 PREFILL_FIGURES = (R.RATE["prefill"], R.TIME["prefill"])
 FIGURES = {R.RATE["decode"]: "tokens/s", R.RATE["prefill"]: "tokens/s", R.TIME["prefill"]: "ms",
            "tpot_ms": "ms"}
-REQUIRED = ("chip", "vendor", "engine", "model", "weight_format", "bits_per_weight", "batch",
-            "prompt_len", "context", "figure", "value", "unit", "source", "source_date")
+REQUIRED = ("chip", "vendor", "engine", "engine_version", "model", "weight_format",
+            "bits_per_weight", "batch", "figure", "value", "unit", "source", "source_date",
+            "measured_by")
+CHIP_REQUIRED = ("chip", "vendor", "kind", "group", "bandwidth_source", "flops_source")
+DEFAULT_CONTEXT = 256  # tokens: a decode figure whose context the source does not state
 
 
 @dataclass
 class Row:
-    """One published figure, with what the model needs of it."""
+    """One published figure, with what the model needs of it (``prompt_len``/``context`` None
+    where the source does not state them)."""
 
     chip: str
+    group: str
     family: str
     engine: str
     model: str
     bits: float
     batch: int
-    prompt_len: int
-    context: int
+    prompt_len: int | None
+    context: int | None
     figure: str
     value: float
     source: str
     raw: dict
 
 
+def _num(r: dict, k: str, where: str) -> float | None:
+    v = str(r.get(k, "")).strip()
+    if not v:
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        raise ValueError(f"{where}: {k}={v!r} is not a number") from None
+
+
 def load(path: Path | None = None) -> tuple[list[Row], dict, dict]:
     """``(rows, chips, models)``: the dataset checked (required fields, a source on every row,
-    units matching the figure, numbers positive), the chips' datasheets and the models' shapes.
+    units matching the figure, numbers positive, a prefill figure's prompt length stated), the
+    chips' datasheets (every figure with its source) and the models' shapes.
 
     Raises:
-        ValueError: a row that fails a check (its line and the field named).
+        ValueError: a row that fails a check (its file, line and the field named).
     """
     import yaml
 
     d = path or DATA
-    chips = {r["chip"]: r for r in csv.DictReader(open(d / "chips.csv"))}
+    chips = {}
+    for i, r in enumerate(csv.DictReader(open(d / "chips.csv")), start=2):
+        missing = [k for k in CHIP_REQUIRED if not str(r.get(k, "")).strip()]
+        if missing:
+            raise ValueError(f"chips.csv line {i}: no {', '.join(missing)}")
+        for k in ("memory_bandwidth_gb_s", "peak_fp16_tflops"):
+            v = _num(r, k, f"chips.csv line {i}")
+            if v is not None and v <= 0:
+                raise ValueError(f"chips.csv line {i}: {k} must be positive")
+        chips[r["chip"]] = r
     models = yaml.safe_load((d / "models.yaml").read_text())
     rows = []
     for i, r in enumerate(csv.DictReader(open(d / "measurements.csv")), start=2):
+        where = f"measurements.csv line {i}"
         missing = [k for k in REQUIRED if not str(r.get(k, "")).strip()]
         if missing:
-            raise ValueError(f"measurements.csv line {i}: no {', '.join(missing)}")
+            raise ValueError(f"{where}: no {', '.join(missing)}")
         if r["figure"] not in FIGURES:
-            raise ValueError(f"measurements.csv line {i}: figure {r['figure']!r} is not one of "
-                             f"{', '.join(FIGURES)}")
+            raise ValueError(f"{where}: figure {r['figure']!r} is not one of {', '.join(FIGURES)}")
         if r["unit"] != FIGURES[r["figure"]]:
-            raise ValueError(f"measurements.csv line {i}: {r['figure']} in {r['unit']!r}, "
-                             f"expected {FIGURES[r['figure']]!r}")
+            raise ValueError(f"{where}: {r['figure']} in {r['unit']!r}, expected "
+                             f"{FIGURES[r['figure']]!r}")
         if r["chip"] not in chips:
-            raise ValueError(f"measurements.csv line {i}: chip {r['chip']!r} not in chips.csv")
+            raise ValueError(f"{where}: chip {r['chip']!r} not in chips.csv")
         if r["model"] not in models:
-            raise ValueError(f"measurements.csv line {i}: model {r['model']!r} not in models.yaml")
-        try:
-            nums = [float(r[k]) for k in ("value", "bits_per_weight", "batch", "prompt_len",
-                                          "context")]
-        except ValueError as e:
-            raise ValueError(f"measurements.csv line {i}: {e}") from None
-        if nums[0] <= 0 or nums[1] <= 0 or nums[2] < 1:
-            raise ValueError(f"measurements.csv line {i}: value, bits and batch must be positive")
-        kind = chips[r["chip"]].get("kind", "gpu")
-        rows.append(Row(chip=r["chip"], family=f"{r['vendor'].lower()}-{kind}/{r['engine']}",
-                        engine=r["engine"], model=r["model"], bits=nums[1], batch=int(nums[2]),
-                        prompt_len=int(nums[3]), context=int(nums[4]), figure=r["figure"],
-                        value=nums[0], source=r["source"], raw=r))
+            raise ValueError(f"{where}: model {r['model']!r} not in models.yaml")
+        if not r["source"].startswith(("http://", "https://")):
+            raise ValueError(f"{where}: source {r['source']!r} is not a URL")
+        value, bits, batch = (_num(r, k, where) for k in ("value", "bits_per_weight", "batch"))
+        prompt, ctx = (_num(r, k, where) for k in ("prompt_len", "context"))
+        if value <= 0 or bits <= 0 or batch < 1:
+            raise ValueError(f"{where}: value, bits_per_weight and batch must be positive")
+        if r["figure"] in PREFILL_FIGURES and not prompt:
+            raise ValueError(f"{where}: a {r['figure']} figure needs its prompt_len")
+        kind = chips[r["chip"]]["kind"]
+        rows.append(Row(chip=r["chip"], group=chips[r["chip"]]["group"],
+                        family=f"{r['vendor'].lower()}-{kind}/{r['engine']}", engine=r["engine"],
+                        model=r["model"], bits=bits, batch=int(batch),
+                        prompt_len=None if prompt is None else int(prompt),
+                        context=None if ctx is None else int(ctx), figure=r["figure"],
+                        value=value, source=r["source"], raw=r))
     return rows, chips, models
 
 
 def design(model: dict, bits: float):
     """The zoo design of a ``models.yaml`` entry: a shipped preset (``preset``) or the fields of
-    its published config.json; weights at ``bits`` per weight (the nearest named format)."""
+    its published config.json; fp16, weights at ``bits`` per weight (the named format of
+    ``zoo.formats.WEIGHT_FORMATS`` nearest to it)."""
     from zoo import ModelConfig
     from zoo.formats import WEIGHT_FORMATS
 
@@ -113,108 +142,161 @@ def design(model: dict, bits: float):
     cfg = ModelConfig.from_name(model["preset"], **fields) if "preset" in model else \
         ModelConfig(**fields)
     fmt = min((f for f, b in WEIGHT_FORMATS.items() if b), key=lambda f: abs(
-        WEIGHT_FORMATS[f] - bits) + (0.001 if f in ("int8", "fp8") else 0))
+        WEIGHT_FORMATS[f] - bits))
     return cfg.replace(weight_dtype=fmt if WEIGHT_FORMATS[fmt] != 16 else "auto", dtype="fp16",
                        kv_dtype="fp16")
 
 
-def terms(row: Row, chip: dict, model: dict) -> tuple[float, float]:
-    """``(x, obs)`` of a row: ``x`` the datasheet time of its step (s: bytes / bandwidth for
-    decode, FLOPs / peak for prefill), ``obs`` the published time of one step (s)."""
+def decode_context(row: Row) -> int:
+    """Mean context (tokens) of the published decode steps: halfway from the prompt to the
+    stated context; ``DEFAULT_CONTEXT`` where no context is stated, half the context where no
+    prompt is."""
+    if row.context is None:
+        return DEFAULT_CONTEXT
+    start = row.prompt_len if row.prompt_len is not None else 0
+    return max((start + row.context) // 2, 1)
+
+
+def terms(row: Row, chip: dict, model: dict) -> tuple[np.ndarray, float, str]:
+    """``(features, obs, reason)`` of a row. ``features`` = ``[n_layers, x, x_q]``: ``x`` the
+    datasheet time of one step (s: the design's minimum bytes / memory bandwidth for decode, its
+    matmul FLOPs / fp16 peak for prefill; NaN where the chip's datasheet lacks the figure,
+    ``reason`` says which), ``x_q`` the dequantize term of a decode step with quantized weights
+    (s: one byte per weight / bandwidth; 0 for 16-bit weights and for prefill); ``obs`` the
+    published time of one step (s: batch / tokens/s, or the figure in ms)."""
     from zoo import counts
 
     cfg = design(model, row.bits)
-    bw = float(chip["memory_bandwidth_gb_s"]) * 1e9
+    bw = float(chip.get("memory_bandwidth_gb_s") or "nan") * 1e9
     peak = float(chip.get("peak_fp16_tflops") or "nan") * 1e12
     if row.figure in DECODE_FIGURES:
-        ctx = max(row.context - 1, 1)
-        step = counts.decode_step(cfg, row.batch, max(ctx - 1, 0))
+        step = counts.decode_step(cfg, row.batch, decode_context(row))
         x = step.min_bytes / bw
+        p = counts.params(cfg)
+        xq = (p.non_embedding + p.lm_head) / bw if row.bits < 16 else 0.0
         obs = row.batch / row.value if row.figure == R.RATE["decode"] else row.value / 1e3
+        reason = "" if math.isfinite(bw) else "no memory bandwidth in chips.csv"
     else:
         pf = counts.prefill(cfg, row.batch, row.prompt_len)
-        x = pf.matmul_flops / peak if math.isfinite(peak) else math.nan
+        x, xq = pf.matmul_flops / peak, 0.0
         obs = row.batch * row.prompt_len / row.value if row.figure == R.RATE["prefill"] else \
             row.value / 1e3
-    return x, obs
+        reason = "" if math.isfinite(peak) else "no fp16 peak in chips.csv"
+    if int(str(row.raw.get("devices") or 1)) > 1:
+        x, reason = math.nan, f"{row.raw['devices']} devices: a one-device model does not price it"
+    return np.array([cfg.n_layers, x, xq], dtype=float), obs, reason
 
 
-def fit(xs: np.ndarray, obs: np.ndarray) -> tuple[float, float]:
-    """``(fixed s, 1 / achieved fraction)`` of ``obs = fixed + x * k``, least squares on the
-    relative error (weights ``1 / obs``); the fixed part at least 0, the fraction at most 1
-    (``k >= 1``); with one distinct ``x`` the fixed part is 0."""
+def fit(F: np.ndarray, obs: np.ndarray) -> np.ndarray:
+    """``[per-layer s, k, q]`` of ``obs = n_layers x per_layer + x x k + x_q x q`` (``F`` rows
+    ``[n_layers, x, x_q]``): least squares on the relative error (weights ``1 / obs``) with every
+    term non-negative and the achieved fraction at most 1 (``k >= 1``): the best of the
+    non-negative solutions over the subsets of terms (three terms: eight subsets)."""
     w = 1 / obs
-    if len(xs) == 0:
-        return 0.0, math.nan
-    if len(set(np.round(xs, 12))) < 2:
-        return 0.0, max(float(np.median(obs / xs)), 1.0)
-    A = np.stack([np.ones_like(xs), xs], 1) * w[:, None]
-    (t, k), *_ = np.linalg.lstsq(A, obs * w, rcond=None)
-    if t < 0 or k < 1:  # refit with the bound that broke held
-        if t < 0:
-            t = 0.0
-            k = float(np.sum(w * w * xs * obs) / np.sum(w * w * xs * xs))
-        k = max(k, 1.0)
-    return float(t), float(k)
+    y = (obs - F[:, 1]) * w  # k = 1 + c with c >= 0
+    A = F * w[:, None]
+    best, err = np.array([0.0, 1.0, 0.0]), math.inf
+    for mask in range(8):
+        cols = [i for i in range(3) if mask >> i & 1 and np.any(A[:, i])]
+        c = np.zeros(3)
+        if cols:
+            sol, *_ = np.linalg.lstsq(A[:, cols], y, rcond=None)
+            if np.any(sol < 0):
+                continue
+            c[cols] = sol
+        e = float(np.sum((A @ c - y) ** 2))
+        if e < err - 1e-15:
+            best, err = c, e
+    best[1] += 1.0
+    return best
 
 
 def _stage(row: Row) -> str:
     return "decode" if row.figure in DECODE_FIGURES else "prefill"
 
 
+def _keys(r: Row) -> tuple[str, ...]:
+    """The fits a row may be priced from, most specific first: its family (vendor, kind and
+    engine), its vendor and kind, its engine, its kind, every row."""
+    vk = r.family.split("/")[0]
+    return (r.family, vk, r.engine, "*-" + vk.split("-")[1], "*")
+
+
 def _fit_on(prepared: list[tuple], keep) -> dict:
-    """Fits per (family, stage), per (engine, stage) and per stage over the prepared rows that
-    ``keep`` accepts: ``{key: (fixed, k, n)}``."""
+    """Fits per key of ``_keys`` and stage over the prepared rows that ``keep`` accepts:
+    ``{(key, stage): (coefficients of ``fit``, rows, chips)}``."""
     groups: dict = {}
-    for r, x, obs in prepared:
-        if not keep(r) or not math.isfinite(x):
+    for r, f, obs, _ in prepared:
+        if not keep(r) or not math.isfinite(f[1]):
             continue
-        st = _stage(r)
-        for key in ((r.family, st), (r.engine, st), ("*", st)):
-            groups.setdefault(key, []).append((x, obs))
-    return {k: (*fit(np.array([a for a, _ in v]), np.array([b for _, b in v])), len(v))
-            for k, v in groups.items()}
+        for key in _keys(r):
+            groups.setdefault((key, _stage(r)), []).append((f, obs, r.group))
+    return {k: (fit(np.array([a for a, _, _ in v]), np.array([b for _, b, _ in v])), len(v),
+                len({g for _, _, g in v})) for k, v in groups.items()}
 
 
-def _price(r: Row, x: float, fits: dict, least: int = 3) -> tuple[float, str]:
-    """The predicted step time (s) of row ``r`` from ``fits``: its family's fit when it has
-    ``least`` rows, else its engine's, else every row's; and which."""
+def _price(r: Row, f: np.ndarray, fits: dict, least: int = 3) -> tuple[float, str]:
+    """The predicted step time (s) of row ``r`` (features ``f``) from ``fits``: the most
+    specific fit of ``_keys`` with ``least`` rows of at least two chips; and which."""
     st = _stage(r)
-    for key in ((r.family, st), (r.engine, st), ("*", st)):
-        if key in fits and fits[key][2] >= least:
-            t, k, _ = fits[key]
-            return t + x * k, f"fitted on {key[0]} ({fits[key][2]} rows)"
+    for key in _keys(r):
+        if (key, st) in fits and fits[(key, st)][1] >= least and fits[(key, st)][2] >= 2:
+            c, n, nc = fits[(key, st)]
+            return float(f @ c), f"{key} ({n} rows, {nc} chips)"
     return math.nan, "no fit"
 
 
-def check(rows: list[Row], chips: dict, models: dict, assumed: dict | None = None) -> list[dict]:
-    """Every row priced four ways, each with its signed error (%) against the published figure:
-    ``loo`` (the family fitted without this chip's rows), ``newest`` (for the newest chip of a
-    line of several generations, fitted on the older ones only; else the same as ``loo``),
-    ``roofline`` (the datasheet alone) and ``assumed`` (``assumed``: chip -> ``(bandwidth
-    fraction, compute fraction, fixed s per token)``, today's stated efficiencies)."""
+def _assumed(r: Row, model: dict, spec) -> float:
+    """The step time (s) today's spec prices the row at: ``targets.predict_on`` with the spec's
+    stated ``assumptions`` (roofline x efficiencies + launch cost per kernel), never its
+    ``fitted`` block (fitted on these very rows)."""
+    import dataclasses
+
+    from .targets import predict_on
+
+    spec = dataclasses.replace(spec, fitted={})
+    cfg = design(model, r.bits).replace(kernels="torch")
+    if _stage(r) == "decode":
+        wl = {"batch": r.batch, "prompt_len": max(decode_context(r) - 1, 1), "new_tokens": 2}
+        return predict_on(cfg, wl, spec, None)[R.TIME["decode"]] / 1e3
+    wl = {"batch": r.batch, "prompt_len": r.prompt_len, "new_tokens": 1}
+    return predict_on(cfg, wl, spec, None)[R.TIME["prefill"]] / 1e3
+
+
+def check(rows: list[Row], chips: dict, models: dict, specs: dict | None = None) -> list[dict]:
+    """Every row priced four ways, each with its signed error (%, ``100 x (predicted /
+    published - 1)`` on the rate: positive = predicted faster than published):
+
+    - ``loo``: the fit without any row of the row's chip (its ``group``: one silicon, whatever
+      the GPU core count or machine);
+    - ``newest``: for the newest generation of a line (``line``, ``generation`` in chips.csv),
+      fitted on the older generations only; else the same as ``loo``;
+    - ``roofline``: the datasheet alone (bytes / bandwidth, FLOPs / peak);
+    - ``assumed``: today's spec (``specs``: chip -> ``HardwareSpec``, the chips.csv ``spec``
+      column) with its stated efficiencies.
+    """
     prepared = [(r, *terms(r, chips[r.chip], models[r.model])) for r in rows]
     lines = _generations(chips)
     out = []
-    for r, x, obs in prepared:
-        fits = _fit_on(prepared, lambda o, r=r: o.chip != r.chip)
-        t_loo, basis = _price(r, x, fits)
-        line = lines.get(r.chip)
-        if line and line["newest"] == r.chip:  # train on the older generations only
-            older = set(line["older"])
-            t_new, basis_new = _price(r, x, _fit_on(prepared, lambda o, old=older: o.chip in old))
+    for r, f, obs, reason in prepared:
+        x = f[1]
+        fits = _fit_on(prepared, lambda o, r=r: o.group != r.group)
+        t_loo, basis = _price(r, f, fits) if math.isfinite(x) else (math.nan, reason)
+        older = lines.get(r.chip)
+        if older is not None and math.isfinite(x):
+            t_new, basis_new = _price(r, f, _fit_on(prepared, lambda o, old=older: o.chip in old))
         else:
             t_new, basis_new = t_loo, basis
-        a = (assumed or {}).get(r.chip)
-        t_ass = math.nan
-        if a:
-            bw_f, c_f, fixed = a
-            t_ass = fixed + x / (bw_f if _stage(r) == "decode" else c_f)
+        spec = (specs or {}).get(r.chip)
+        t_ass = _assumed(r, models[r.model], spec) if spec is not None and math.isfinite(x) \
+            else math.nan
         rec = {**{k: r.raw.get(k) for k in ("chip", "vendor", "engine", "engine_version", "model",
                                             "weight_format", "bits_per_weight", "batch",
                                             "prompt_len", "context", "figure", "value", "unit",
                                             "source", "source_date", "measured_by")},
-               "family": r.family, "stage": _stage(r), "x_datasheet_s": x, "published_s": obs}
+               "family": r.family, "stage": _stage(r), "spec": spec.name if spec else "",
+               "newest_of_line": older is not None,
+               "datasheet_s": x, "published_s": obs}
         for name, t in (("loo", t_loo), ("newest", t_new), ("roofline", x), ("assumed", t_ass)):
             rec[f"pred_{name}_s"] = t
             rec[f"err_{name}_pct"] = 100 * (obs / t - 1) if t and math.isfinite(t) else math.nan
@@ -224,19 +306,63 @@ def check(rows: list[Row], chips: dict, models: dict, assumed: dict | None = Non
 
 
 def _generations(chips: dict) -> dict:
-    """Chips of one line of several generations (``line`` and ``generation`` in chips.csv):
-    ``{chip: {"newest": chip id, "older": [ids]}}``."""
+    """The chips of the newest generation of a line of several (``line``, ``generation`` in
+    chips.csv): ``{chip: [chips of the older generations]}``."""
     by: dict = {}
     for c, d in chips.items():
         if d.get("line") and d.get("generation"):
             by.setdefault(d["line"], []).append((float(d["generation"]), c))
     out = {}
-    for _, members in by.items():
-        if len({g for g, _ in members}) < 2:
-            continue
+    for members in by.values():
         top = max(g for g, _ in members)
-        newest = [c for g, c in members if g == top]
         older = [c for g, c in members if g < top]
-        for c in newest:
-            out[c] = {"newest": c, "older": older}
+        if older:
+            out.update({c: older for g, c in members if g == top})
     return out
+
+
+KINDS = ("loo", "newest", "roofline", "assumed")
+
+
+def summary(table: list[dict]) -> dict:
+    """``{stage: {kind: {n, median, p90, max}}}`` of the absolute errors (%), with each kind
+    over the rows it priced, and ``paired``: the same over the rows every kind priced."""
+    out: dict = {}
+    for st in ("decode", "prefill"):
+        rows = [t for t in table if t["stage"] == st]
+        out[st] = {k: _stats([abs(t[f"err_{k}_pct"]) for t in rows]) for k in KINDS}
+        both = [t for t in rows if all(math.isfinite(t[f"err_{k}_pct"]) for k in KINDS)]
+        out[st]["paired"] = {k: _stats([abs(t[f"err_{k}_pct"]) for t in both]) for k in KINDS}
+    return out
+
+
+def _stats(v: list[float]) -> dict:
+    v = np.array([x for x in v if math.isfinite(x)])
+    if not len(v):
+        return {"n": 0}
+    return {"n": int(len(v)), "median": float(np.median(v)), "p90": float(np.percentile(v, 90)),
+            "max": float(v.max())}
+
+
+def family_fits(rows: list[Row], chips: dict, models: dict, table: list[dict]) -> dict:
+    """The production fits (every row) per key and stage, each with its rows, chips, sources
+    and the signed leave-one-chip-out errors (%) of the rows it priced: ``{(key, stage): {...}}``
+    (the values ``python -m sweep.cli.whatif --fit-public`` writes into the specs)."""
+    prepared = [(r, *terms(r, chips[r.chip], models[r.model])) for r in rows]
+    fits = _fit_on(prepared, lambda o: True)
+    out = {}
+    for (key, st), (c, n, _) in fits.items():
+        members = [r for r, f, _, _ in prepared if _stage(r) == st and key in _keys(r)
+                   and math.isfinite(f[1])]
+        errs = [e["err_loo_pct"] for e in table if e["stage"] == st
+                and key in (e["family"], e["family"].split("/")[0], e["engine"],
+                            "*-" + e["family"].split("/")[0].split("-")[1], "*")
+                and math.isfinite(e["err_loo_pct"])]
+        out[(key, st)] = {"per_layer_s": float(c[0]), "fraction": float(1 / c[1]),
+                          "dequant_bytes_per_weight": float(c[2]), "rows": n,
+                          "chips": sorted({r.group for r in members}),
+                          "sources": sorted({r.source for r in members}),
+                          "loo_error_pct": [float(np.percentile(errs, 10)),
+                                            float(np.percentile(errs, 90))] if errs else None}
+    return out
+

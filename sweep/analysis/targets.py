@@ -7,7 +7,12 @@
 2. ``transferred``: an NVIDIA target and a calibration of another NVIDIA GPU: the calibration's
    terms scaled by the ratio of the source's measured ceilings to the target's datasheet peaks
    times its stated achievable fractions (``predict.transfer``).
-3. ``roofline``: no calibration applies (another vendor, a CPU, an NPU): per kernel
+3. ``fitted``: no calibration applies and the spec has a ``fitted`` block (``python -m
+   sweep.cli.whatif --fit-public``: its engine family fitted on public measurements,
+   ``sweep.analysis.public``): per-layer cost + bytes / (bandwidth x fraction) for decode,
+   FLOPs / (peak x fraction) for prefill, with the fit's leave-one-chip-out error band as the
+   interval (``{stage}_pred_ms_lo`` / ``_hi``).
+4. ``roofline``: no calibration or fit applies (another vendor, a CPU, an NPU): per kernel
    ``max(FLOPs / (peak x compute_efficiency), bytes / (bandwidth x bandwidth_efficiency))`` plus
    ``launch_us`` per kernel, the spec's stated assumptions (``HardwareSpec.assumptions``).
 
@@ -29,7 +34,7 @@ from zoo import ModelConfig, counts
 from ..common.row import MODULES, RATE, TIME, energy, pred, pred_module
 from .predict import Calibrated, kernel_list, predict, transfer
 
-BASES = ("calibrated", "transferred", "roofline")
+BASES = ("calibrated", "transferred", "fitted", "roofline")
 
 
 def _peak(spec, dtype: str) -> float:
@@ -87,6 +92,9 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
         basis = (f"transferred from {src.get('device')} ({src.get('date', '')[:10]}) by "
                  f"{spec.name}'s datasheet peaks x stated efficiencies")
         row = predict(cfg, workload, spec, cal, mode=mode)
+    elif spec.fitted.get("decode"):
+        row = _fitted(cfg, workload, spec, ceil)
+        basis = f"fitted on public measurements, {spec.name}: {spec.fitted.get('basis', '')}"
     else:
         row = predict(cfg, workload, spec, None, ceilings=ceil)
         launch = spec.assumptions.get("launch_us", 0.0) * 1e-3  # ms
@@ -122,6 +130,47 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
         out[energy("decode") + "_reason"] = f"{spec.name}: no TDP stated"
     out.update({k: v for k, v in row.items() if k.startswith(("prefill_pred_", "decode_pred_"))})
     return out
+
+
+def fitted_step(f: dict, stage: str, cfg, st, bandwidth: float, peak: float) -> float:
+    """The step time (s) a spec's fitted block ``f`` (``stage`` of ``--fit-public``) prices a
+    design's stage counts ``st`` (``zoo.counts.StageCounts``) at: ``n_layers x per_layer_s``
+    plus, for decode, ``min_bytes / (bandwidth x fraction)`` and, for weights under 16 bits,
+    ``dequant_bytes_per_weight`` bytes per weight at the bandwidth; for prefill
+    ``matmul_flops / (peak x fraction)``. ``bandwidth`` in bytes/s, ``peak`` in FLOP/s."""
+    t = cfg.n_layers * f["per_layer_s"]
+    if stage == "decode":
+        t += st.min_bytes / (bandwidth * f["fraction"])
+        if cfg.weight_bits < 16:
+            p = counts.params(cfg)
+            t += (p.non_embedding + p.lm_head) * f["dequant_bytes_per_weight"] / bandwidth
+        return t
+    return t + st.matmul_flops / (peak * f["fraction"])
+
+
+def _fitted(cfg: ModelConfig, workload: dict, spec, ceil: dict) -> dict:
+    """The ``predict`` row of a design priced by the spec's ``fitted`` block: each stage's
+    time from ``fitted_step`` (its modules the roofline's shares of it, the fixed part
+    as ``launch_overhead``) and its interval from the fit's leave-one-chip-out error band (a
+    stage without a fit keeps the roofline x stated efficiencies)."""
+    B, T, N = workload["batch"], workload["prompt_len"], workload["new_tokens"]
+    row = predict(cfg, workload, spec, None, ceilings=ceil)
+    for stage, st in (("prefill", counts.prefill(cfg, B, T)),
+                      ("decode", counts.decode_mean(cfg, B, T, N))):
+        f = spec.fitted.get(stage)
+        if not f:
+            continue
+        t = fitted_step(f, stage, cfg, st, spec.peak_bytes_s, _peak(spec, cfg.dtype)) * 1e3
+        fixed = cfg.n_layers * f["per_layer_s"] * 1e3
+        mods = {m: row.get(pred_module(stage, m), 0.0) for m in MODULES}
+        rest = sum(v for m, v in mods.items() if m != "launch_overhead") or 1.0
+        for m, v in mods.items():
+            row[pred_module(stage, m)] = fixed if m == "launch_overhead" else v / rest * (t - fixed)
+        row[pred(stage)] = t
+        lo, hi = f.get("loo_error_pct") or (math.nan, math.nan)
+        # the band of the error (%, predicted / published rate - 1): a published time t (1 + e)
+        row[pred(stage, "lo")], row[pred(stage, "hi")] = t * (1 + lo / 100), t * (1 + hi / 100)
+    return row
 
 
 DESIGN_FIELDS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",

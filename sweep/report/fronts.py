@@ -164,7 +164,7 @@ def plot(studies: list[tuple[str, dict, pd.DataFrame]], table: pd.DataFrame, obj
     for k, (name, _, df) in enumerate(studies):
         c = colors[k % len(colors)]
         done = df[df["state"] == "COMPLETE"]
-        ax.scatter(done[x] / xd, done[y] / yd, s=14, c=c, alpha=0.4)
+        ax.scatter(done[x] / xd, done[y] / yd, s=14, color=c, alpha=0.4)
         f = table[table["study"] == name].sort_values(x)
         ax.plot(f[x] / xd, f[y] / yd, "o-", c=c, label=f"{name} front")
         for _, r in f.iterrows():

@@ -33,7 +33,7 @@ from ..analysis.pricing import Calibrated
 from ..analysis.targets import config_of, predict_on
 from ..common.atomic import write_atomic, write_text
 from ..common.env import REPO, slug
-from ..common.row import COLUMNS
+from ..common.row import COLUMNS, RATE, STAGES, TIME, pred
 from .fronts import compare, plot
 from .tables import design_label, load_study
 
@@ -121,6 +121,45 @@ def rank_table(w: pd.DataFrame, targets: list[str]) -> pd.DataFrame:
     return t.reindex(columns=targets).reset_index()
 
 
+def _stage_of(objective: str) -> str | None:
+    return next((st for st in STAGES if objective in (TIME[st], RATE[st])), None)
+
+
+def rank_changes(w: pd.DataFrame, targets: list[str], objective: str) -> pd.DataFrame:
+    """Every pair of designs whose order by ``objective`` on a target differs from their order
+    on the first target, and whether the change survives the intervals: on both targets the
+    two designs' predicted time intervals (``{stage}_pred_ms_lo`` / ``_hi``) do not overlap.
+    ``survives`` is NaN where a target's rows carry no interval (roofline only)."""
+    st = _stage_of(objective)
+    ref, out = targets[0], []
+    if st is None:
+        return pd.DataFrame()
+    lo, hi = pred(st, "lo"), pred(st, "hi")
+    by = {t: w[(w.target == t) & w["rank"].notna()].drop_duplicates("design").set_index("design")
+          for t in targets}
+    for t in targets[1:]:
+        a, b = by[ref], by[t]
+        common = sorted(set(a.index) & set(b.index))
+        for i, d1 in enumerate(common):
+            for d2 in common[i + 1:]:
+                if (a.at[d1, "rank"] < a.at[d2, "rank"]) == (b.at[d1, "rank"] < b.at[d2, "rank"]):
+                    continue
+
+                def apart(f, x=d1, y=d2):
+                    if lo not in f or f.loc[[x, y], [lo, hi]].isna().any().any():
+                        return math.nan
+                    return bool(f.at[x, hi] < f.at[y, lo] or f.at[y, hi] < f.at[x, lo])
+
+                sa, sb = apart(a), apart(b)
+                out.append({"target": t, "design_a": d1, "design_b": d2,
+                            f"rank_a_{ref}": a.at[d1, "rank"], f"rank_b_{ref}": a.at[d2, "rank"],
+                            "rank_a": b.at[d1, "rank"], "rank_b": b.at[d2, "rank"],
+                            "basis": b.at[d1, "basis_kind"],
+                            "survives": (sa and sb) if not (pd.isna(sa) or pd.isna(sb))
+                            else math.nan})
+    return pd.DataFrame(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("studies", nargs="+", help="study folders (results/<study>)")
@@ -150,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
             Path(a.out) if a.out else REPO / "results" / "whatif" / slug(Path(s).name)
         out.mkdir(parents=True, exist_ok=True)
         ranks = rank_table(w, a.hardware)
-        for name, frame in (("whatif.csv", w), ("ranks.csv", ranks)):
+        changes = rank_changes(w, a.hardware, meta["objectives"][0])
+        for name, frame in (("whatif.csv", w), ("ranks.csv", ranks),
+                            ("rank_changes.csv", changes)):
             write_atomic(out / name, lambda p, f=frame: f.to_csv(p, index=False))
         objectives, directions = meta["objectives"], meta["directions"]
         per = [(t, {"device": t, "workload": meta["workload"]},
@@ -183,7 +224,13 @@ def main(argv: list[str] | None = None) -> int:
             print(ranks.to_string(index=False))
         for t, why in left.items():
             print(f"not on the plots: {t} ({why})")
-        print(f"wrote {out}/whatif.csv, ranks.csv, fronts.png, fronts.html, fronts.json")
+        if not changes.empty:
+            kept = changes[changes.survives == True]  # noqa: E712 - NaN: no interval
+            print(f"rank changes against {a.hardware[0]}: {len(changes)} pairs, {len(kept)} "
+                  "survive the intervals" + "".join(
+                      f"\n  {r.target}: {r.design_a} / {r.design_b}" for r in kept.itertuples()))
+        print(f"wrote {out}/whatif.csv, ranks.csv, rank_changes.csv, fronts.png, fronts.html, "
+              "fronts.json")
     return 0
 
 
