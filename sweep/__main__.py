@@ -54,7 +54,7 @@ def main(cfg: DictConfig) -> None:
     caches = [n for n in ("calibration", "ceilings", "tuning") if plan.cache(n).exists()]
     print(f"\nresults: {plan.results}/ ({', '.join(files)}; trials/ holds each trial's logs)"
           f"\nstudy:   {plan.name} in {plan.storage} (optuna-dashboard {plan.storage})"
-          + (f"\ncaches:  {plan.results_root}/{{{','.join(caches)}}}/ (this device's "
+          + (f"\ncaches:  {plan.cache_root}/{{{','.join(caches)}}}/ (this device's "
              "calibration, ceilings, tile choices)" if caches else ""))
 
 

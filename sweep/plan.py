@@ -54,15 +54,16 @@ class Plan:
     predict: bool = False  # predict-only: no model built, figures from the performance model
     switches: Switches = field(default_factory=Switches)  # kernel switches (kernels.switches)
     calibration_policy: str = "auto"  # sweep.analysis.calibration.POLICIES
-    results_root: Path = REPO / "results"  # the caches (calibration, ceilings, tuning) live here
+    results_root: Path = REPO / "results"
+    cache_root: Path = REPO / "results"  # the caches (calibration, ceilings, tuning) live here
     # on the CPU fallback: the configured (real) base, workload, space, constraints, mode and the
     # GPU specs to price them on (``sweep.study.shadow_predictions``)
     shadow: dict | None = None
 
     def cache(self, name: str) -> Path:
-        """The folder of one of the device caches under ``results_dir``: ``calibration``,
-        ``ceilings`` or ``tuning``."""
-        return self.results_root / name
+        """The folder of one of the device caches (under ``cache_dir``, by default
+        ``results_dir``): ``calibration``, ``ceilings`` or ``tuning``."""
+        return self.cache_root / name
 
 
 def plan_from_config(cfg) -> Plan:
@@ -183,9 +184,8 @@ def plan_from_config(cfg) -> Plan:
         exp.get("name", "baseline"), base.name, spec.name,
         f"b{wl['batch']}-p{wl['prompt_len']}-n{wl['new_tokens']}", mode]
         + (["predicted"] if predict else []) + [identity_hash(ident)])
-    results_root = Path(c["results_dir"])
-    if not results_root.is_absolute():
-        results_root = REPO / results_root
+    results_root = _in_repo(c["results_dir"])
+    cache_root = _in_repo(c.get("cache_dir") or c["results_dir"])
     workers = int(c["sweep"]["workers"])
     if workers < 1:
         raise ValueError(f"sweep.workers={workers} must be at least 1")
@@ -214,7 +214,14 @@ def plan_from_config(cfg) -> Plan:
                 experiment=exp.get("name", "baseline"), quiet=c.get("quiet", False),
                 constraints=constraints, workers=workers, gpus=gpus, identity=ident,
                 calibration=c.get("calibration"), predict=predict, switches=switches,
-                calibration_policy=policy, results_root=results_root, shadow=shadow)
+                calibration_policy=policy, results_root=results_root, cache_root=cache_root,
+                shadow=shadow)
+
+
+def _in_repo(path: str) -> Path:
+    """A configured folder: as given when absolute, else under the repository."""
+    p = Path(path)
+    return p if p.is_absolute() else REPO / p
 
 
 def identity(base: ModelConfig, wl: dict, mode: str, weights: str | None, spec: HardwareSpec,

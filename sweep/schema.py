@@ -143,6 +143,9 @@ class SweepConf:
     calibration_policy: str = "auto"
     fault: str | None = None
     results_dir: str = "results"
+    # the device caches (calibration, ceilings, tile choices); None: under results_dir. Where they
+    # live changes no figure: an entry is used only when its device and fingerprint match
+    cache_dir: str | None = None
     quiet: bool = False
 
 

@@ -22,6 +22,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_device_cache(tmp_path_factory):
+    """The tests' studies share one folder of device caches (``tests.helpers.CACHE``): the CPU
+    is calibrated once per session. A test about calibrating sets its own ``cal_dir``."""
+    from tests import helpers
+
+    helpers.CACHE = tmp_path_factory.mktemp("device-cache")
+    yield helpers.CACHE
+    helpers.CACHE = None
+
+
 def project_processes(under: str) -> list[tuple[int, str]]:
     """``(pid, cmdline)`` of live ``sweep.measure.trial`` / ``sweep.worker`` processes whose command line
     names a path under ``under`` (a test's folder), zombies excluded."""

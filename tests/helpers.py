@@ -7,6 +7,9 @@ from hydra import compose, initialize_config_dir
 from sweep.schema import register
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
+# the device caches (calibration, ceilings, tile choices) the tests' studies share: one CPU
+# calibration per session (``conftest.shared_device_cache``), not one per test's results folder
+CACHE: Path | None = None
 
 
 def compose_cfg(overrides: list[str]):
@@ -19,7 +22,8 @@ def tiny_overrides(tmp_path, *extra: str) -> list[str]:
     """A fast CPU study on the tiny model writing into ``tmp_path``."""
     return [f"results_dir={tmp_path}", f"study.storage=sqlite:///{tmp_path}/optuna.db",
             "quiet=true", "device=cpu", "cpu.workload.prompt_len=16", "cpu.workload.new_tokens=4",
-            "cpu.workload.repeats=2", "cpu.workload.warmup=1", *extra]
+            "cpu.workload.repeats=2", "cpu.workload.warmup=1",
+            *([f"cache_dir={CACHE}"] if CACHE else []), *extra]
 
 
 def run_tiny(tmp_path, *extra):
