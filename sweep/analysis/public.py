@@ -60,6 +60,7 @@ class Row:
     batch: int
     prompt_len: int | None
     context: int | None
+    devices: int
     figure: str
     value: float
     source: str
@@ -126,7 +127,8 @@ def load(path: Path | None = None) -> tuple[list[Row], dict, dict]:
                         family=f"{r['vendor'].lower()}-{kind}/{r['engine']}", engine=r["engine"],
                         model=r["model"], bits=bits, batch=int(batch),
                         prompt_len=None if prompt is None else int(prompt),
-                        context=None if ctx is None else int(ctx), figure=r["figure"],
+                        context=None if ctx is None else int(ctx),
+                        devices=int(_num(r, "devices", where) or 1), figure=r["figure"],
                         value=value, source=r["source"], raw=r))
     return rows, chips, models
 
@@ -182,8 +184,8 @@ def terms(row: Row, chip: dict, model: dict) -> tuple[np.ndarray, float, str]:
         obs = row.batch * row.prompt_len / row.value if row.figure == R.RATE["prefill"] else \
             row.value / 1e3
         reason = "" if math.isfinite(peak) else "no fp16 peak in chips.csv"
-    if int(str(row.raw.get("devices") or 1)) > 1:
-        x, reason = math.nan, f"{row.raw['devices']} devices: a one-device model does not price it"
+    if row.devices > 1:
+        x, reason = math.nan, f"{row.devices} devices: a one-device model does not price it"
     return np.array([cfg.n_layers, x, xq], dtype=float), obs, reason
 
 
@@ -215,11 +217,15 @@ def _stage(row: Row) -> str:
     return "decode" if row.figure in DECODE_FIGURES else "prefill"
 
 
+def keys_of(family: str, engine: str) -> tuple[str, ...]:
+    """The fits a row of ``family`` (``vendor-kind/engine``) may be priced from, most specific
+    first: its family, its vendor and kind, its engine, its kind, every row."""
+    vk = family.split("/")[0]
+    return (family, vk, engine, "*-" + vk.split("-")[1], "*")
+
+
 def _keys(r: Row) -> tuple[str, ...]:
-    """The fits a row may be priced from, most specific first: its family (vendor, kind and
-    engine), its vendor and kind, its engine, its kind, every row."""
-    vk = r.family.split("/")[0]
-    return (r.family, vk, r.engine, "*-" + vk.split("-")[1], "*")
+    return keys_of(r.family, r.engine)
 
 
 def _fit_on(prepared: list[tuple], keep) -> dict:
@@ -235,15 +241,16 @@ def _fit_on(prepared: list[tuple], keep) -> dict:
                 len({g for _, _, g in v})) for k, v in groups.items()}
 
 
-def _price(r: Row, f: np.ndarray, fits: dict, least: int = 3) -> tuple[float, str]:
-    """The predicted step time (s) of row ``r`` (features ``f``) from ``fits``: the most
-    specific fit of ``_keys`` with ``least`` rows of at least two chips; and which."""
+def _price(r: Row, f: np.ndarray, fits: dict, least: int = 3) -> tuple[float, str, str]:
+    """``(step time s, key, basis)``: row ``r`` (features ``f``) priced from the most specific
+    fit of ``_keys`` in ``fits`` with ``least`` rows of at least two chips, that fit's key and
+    its words (``key (n rows, m chips)``); NaN and ``no fit`` where none has."""
     st = _stage(r)
     for key in _keys(r):
         if (key, st) in fits and fits[(key, st)][1] >= least and fits[(key, st)][2] >= 2:
             c, n, nc = fits[(key, st)]
-            return float(f @ c), f"{key} ({n} rows, {nc} chips)"
-    return math.nan, "no fit"
+            return float(f @ c), key, f"{key} ({n} rows, {nc} chips)"
+    return math.nan, "", "no fit"
 
 
 def _assumed(r: Row, model: dict, spec) -> float:
@@ -281,10 +288,11 @@ def check(rows: list[Row], chips: dict, models: dict, specs: dict | None = None)
     for r, f, obs, reason in prepared:
         x = f[1]
         fits = _fit_on(prepared, lambda o, r=r: o.group != r.group)
-        t_loo, basis = _price(r, f, fits) if math.isfinite(x) else (math.nan, reason)
+        t_loo, key, basis = _price(r, f, fits) if math.isfinite(x) else (math.nan, "", reason)
         older = lines.get(r.chip)
         if older is not None and math.isfinite(x):
-            t_new, basis_new = _price(r, f, _fit_on(prepared, lambda o, old=older: o.chip in old))
+            t_new, _, basis_new = _price(r, f, _fit_on(prepared,
+                                                       lambda o, old=older: o.chip in old))
         else:
             t_new, basis_new = t_loo, basis
         spec = (specs or {}).get(r.chip)
@@ -295,7 +303,7 @@ def check(rows: list[Row], chips: dict, models: dict, specs: dict | None = None)
                                             "prompt_len", "context", "figure", "value", "unit",
                                             "source", "source_date", "measured_by")},
                "family": r.family, "stage": _stage(r), "spec": spec.name if spec else "",
-               "newest_of_line": older is not None,
+               "newest_of_line": older is not None, "fit_loo": key,
                "datasheet_s": x, "published_s": obs}
         for name, t in (("loo", t_loo), ("newest", t_new), ("roofline", x), ("assumed", t_ass)):
             rec[f"pred_{name}_s"] = t
@@ -355,9 +363,7 @@ def family_fits(rows: list[Row], chips: dict, models: dict, table: list[dict]) -
         members = [r for r, f, _, _ in prepared if _stage(r) == st and key in _keys(r)
                    and math.isfinite(f[1])]
         errs = [e["err_loo_pct"] for e in table if e["stage"] == st
-                and key in (e["family"], e["family"].split("/")[0], e["engine"],
-                            "*-" + e["family"].split("/")[0].split("-")[1], "*")
-                and math.isfinite(e["err_loo_pct"])]
+                and key in keys_of(e["family"], e["engine"]) and math.isfinite(e["err_loo_pct"])]
         out[(key, st)] = {"per_layer_s": float(c[0]), "fraction": float(1 / c[1]),
                           "dequant_bytes_per_weight": float(c[2]), "rows": n,
                           "chips": sorted({r.group for r in members}),

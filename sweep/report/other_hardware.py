@@ -125,6 +125,14 @@ def _stage_of(objective: str) -> str | None:
     return next((st for st in STAGES if objective in (TIME[st], RATE[st])), None)
 
 
+def _apart(f: pd.DataFrame, x: str, y: str, lo: str, hi: str) -> float | bool:
+    """Whether designs ``x`` and ``y`` (rows of ``f``) have intervals ``[lo, hi]`` that do not
+    overlap; NaN where either has none."""
+    if lo not in f or f.loc[[x, y], [lo, hi]].isna().any().any():
+        return math.nan
+    return bool(f.at[x, hi] < f.at[y, lo] or f.at[y, hi] < f.at[x, lo])
+
+
 def rank_changes(w: pd.DataFrame, targets: list[str], objective: str) -> pd.DataFrame:
     """Every pair of designs whose order by ``objective`` on a target differs from their order
     on the first target, and whether the change survives the intervals: on both targets the
@@ -144,13 +152,7 @@ def rank_changes(w: pd.DataFrame, targets: list[str], objective: str) -> pd.Data
             for d2 in common[i + 1:]:
                 if (a.at[d1, "rank"] < a.at[d2, "rank"]) == (b.at[d1, "rank"] < b.at[d2, "rank"]):
                     continue
-
-                def apart(f, x=d1, y=d2):
-                    if lo not in f or f.loc[[x, y], [lo, hi]].isna().any().any():
-                        return math.nan
-                    return bool(f.at[x, hi] < f.at[y, lo] or f.at[y, hi] < f.at[x, lo])
-
-                sa, sb = apart(a), apart(b)
+                sa, sb = _apart(a, d1, d2, lo, hi), _apart(b, d1, d2, lo, hi)
                 out.append({"target": t, "design_a": d1, "design_b": d2,
                             f"rank_a_{ref}": a.at[d1, "rank"], f"rank_b_{ref}": a.at[d2, "rank"],
                             "rank_a": b.at[d1, "rank"], "rank_b": b.at[d2, "rank"],

@@ -26,8 +26,6 @@ from ..analysis.hardware import HW_DIR, available, load_spec
 from ..common.atomic import write_atomic, write_text
 from ..common.env import REPO
 
-# spec -> (family key, why): the engine family whose fit prices a spec that has no calibration
-# (the family with the most rows of the spec's chip, else its vendor and kind's commonest engine)
 KIND_WORDS = {"loo": "fitted, leave-one-chip-out", "newest": "fitted on older generations",
               "roofline": "datasheet roofline", "assumed": "today's stated efficiencies"}
 
@@ -39,9 +37,7 @@ def run_check(data: Path | None = None) -> tuple[pd.DataFrame, dict]:
     specs = {c: load_spec(d["spec"]) for c, d in chips.items() if d.get("spec")}
     table = P.check(rows, chips, models, specs)
     s = P.summary(table)
-    own = [t for t in table if t["basis_loo"].split(" (")[0] in (
-        t["family"], t["engine"])]
-    s["same_engine"] = P.summary(own)
+    s["same_engine"] = P.summary([t for t in table if t["fit_loo"] in (t["family"], t["engine"])])
     s["newest_of_line"] = P.summary([t for t in table if t["newest_of_line"]])
     s["dataset"] = {"rows": len(rows), "chips": len({r.group for r in rows}),
                     "vendors": sorted({r.raw["vendor"] for r in rows}),
