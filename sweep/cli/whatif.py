@@ -6,9 +6,18 @@ import sys
 
 from . import entry
 
-if __name__ == "__main__":
-    if {"--check-public", "--fit-public"} & set(sys.argv[1:]):
-        from ..report.public_check import main
+PUBLIC = {"--check-public", "--fit-public"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the what-if report, or the public-measurements check or fit when ``argv`` names one
+    of ``PUBLIC``; returns the exit code."""
+    if PUBLIC & set(sys.argv[1:] if argv is None else argv):
+        from ..report.public_check import main as run
     else:
-        from ..report.other_hardware import main
+        from ..report.other_hardware import main as run
+    return run(argv)
+
+
+if __name__ == "__main__":
     sys.exit(entry(main))

@@ -163,7 +163,9 @@ def rank_changes(w: pd.DataFrame, targets: list[str], objective: str) -> pd.Data
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 epilog="python -m sweep.cli.whatif --check-public | --fit-public:"
+                                        " the targets against public measurements (--help there)")
     ap.add_argument("studies", nargs="+", help="study folders (results/<study>)")
     ap.add_argument("--hardware", nargs="+", required=True, metavar="SPEC",
                     help=f"targets, of: {' '.join(n for n in available() if n != 'cpu')}")
