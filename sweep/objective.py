@@ -28,7 +28,7 @@ from .analysis import module_shares as modules
 from .analysis import predict as perf
 from .common import row as R
 from .common.env import REPO
-from .measure.child import child_failure, run_child
+from .measure.child import child_failure, run_child, trial_spec
 from .space import WORKLOAD_KEYS, suggest, violations
 from .storage import duplicate_of, finished, requeue
 
@@ -141,12 +141,11 @@ class Objective:
         row.update(plan.switches.columns())
         self._top_up(cfg, wl, mode)
         trial_dir = plan.results / "trials" / f"{trial.number:04d}"
-        spec = {"model": cfg.to_dict(), "workload": wl, "device": plan.device["type"],
-                "mode": mode, "seed": plan.seed, "weights": plan.weights,
-                "fault": _fault_for(plan.fault, trial.number), "profile": plan.profile,
-                "trial_dir": str(trial_dir), "switches": plan.switches.to_dict(),
-                "tuning_dir": str(plan.cache("tuning")),
-                "env": {"DESIGNZOO_NVTX": "1"} if plan.profile.get("nvtx") else {}}
+        spec = trial_spec(cfg, wl, plan.device["type"], mode, trial_dir, seed=plan.seed,
+                          weights=plan.weights, profile=plan.profile, switches=plan.switches,
+                          tuning_dir=plan.cache("tuning"),
+                          fault=_fault_for(plan.fault, trial.number),
+                          env={"DESIGNZOO_NVTX": "1"} if plan.profile.get("nvtx") else {})
         self.progress.start(label)
         res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0), on_line=self.progress.on_line)
         if res.get("status") == "ok" and derived.noisy_stages(res["measured"]):

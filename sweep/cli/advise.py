@@ -73,11 +73,9 @@ def _calibration(plan, path: str | None, device: dict):
 
 
 def _measure(plan, cfg, out: Path, tag: str) -> dict:
-    from ..measure.child import run_child
+    from ..measure.child import run_child, trial_spec
 
-    spec = {"model": cfg.to_dict(), "workload": plan.workload, "device": "cuda",
-            "mode": plan.mode, "seed": plan.seed, "weights": None, "profile": {},
-            "trial_dir": str(out / tag), "env": {}}
+    spec = trial_spec(cfg, plan.workload, "cuda", plan.mode, out / tag, seed=plan.seed)
     res = run_child(spec, out / tag, plan.workload.get("timeout_s", 900.0))
     if res.get("status") != "ok":
         return {"error": res.get("reason") or res.get("error_type") or "failed"}

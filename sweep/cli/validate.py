@@ -74,14 +74,13 @@ def items(s: dict, device_type: str, only: list[str] | None = None) -> list[tupl
 def measure(chosen: list[tuple], device: dict, out: Path, switches, tuning_dir: Path) -> list:
     """Each pair's measured figures (a trial child each), or its failure; each also appended to
     ``<out>/measured.jsonl`` as it comes (a run cut off keeps what it measured)."""
-    from ..measure.child import child_failure, run_child
+    from ..measure.child import child_failure, run_child, trial_spec
 
     res = []
     log = out / "measured.jsonl"
     for i, (p, cfg, wl, mode) in enumerate(chosen):
-        spec = {"model": cfg.to_dict(), "workload": wl, "device": device["type"], "mode": mode,
-                "seed": 0, "weights": None, "profile": {}, "trial_dir": str(out / p["name"]),
-                "switches": switches.to_dict(), "tuning_dir": str(tuning_dir), "env": {}}
+        spec = trial_spec(cfg, wl, device["type"], mode, out / p["name"], switches=switches,
+                          tuning_dir=tuning_dir)
         r = run_child(spec, out / "trials" / p["name"], 900.0)
         ok = r.get("status") == "ok"
         print(f"[{i + 1}/{len(chosen)}] {p['name']}: "
@@ -106,8 +105,7 @@ def read_measured(path: Path, chosen: list[tuple]) -> tuple[list[tuple], list]:
     return kept, [got[c[0]["name"]] for c in kept]
 
 
-def price(chosen: list[tuple], measured: list, calibration, spec, ceilings: dict, switches,
-          reason: str = ""):
+def price(chosen: list[tuple], measured: list, calibration, spec, ceilings: dict, switches):
     """The table: one row per pair with its design, workload, measured figures and the
     performance model's columns (``sweep.analysis.predict.row_predictions``)."""
     import pandas as pd
@@ -122,7 +120,7 @@ def price(chosen: list[tuple], measured: list, calibration, spec, ceilings: dict
                "mode": mode, **{k: wl[k] for k in ("batch", "prompt_len", "new_tokens")}, **m}
         ok = "fail_reason" not in m
         row.update(row_predictions(cfg, wl, spec, calibration, mode, ceilings,
-                                   m if ok else None, reason, switches))
+                                   m if ok else None, switches=switches))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -164,7 +162,6 @@ def main(argv: list[str] | None = None) -> int:
     spec = load_spec(a.hardware, dev["name"]) if a.hardware == "auto" else load_spec(a.hardware)
     ceilings = measure_ceilings(dev, cache_dir=root / "ceilings")
     switches = Switches()
-    reason = ""
     if a.calibration:
         have = cal.load("", where=Path(a.calibration))
         if have is None:
@@ -186,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen, measured = read_measured(Path(a.measured), chosen)
     else:
         measured = measure(chosen, dev, out, switches, root / "tuning")
-    df = price(chosen, measured, c, spec, ceilings, switches, reason)
+    df = price(chosen, measured, c, spec, ceilings, switches)
     summ = V.summary(df)
     checks = V.passes(summ) if a.targets == "held-out" else {}
     write_atomic(out / f"{s['name']}.csv", lambda p: df.to_csv(p, index=False))

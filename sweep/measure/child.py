@@ -147,6 +147,21 @@ def progress_line(kind: str, text: str, done: int | None = None, total: int | No
     print(f"@{kind}{count} {text}", flush=True)
 
 
+def trial_spec(cfg, workload: dict, device_type: str, mode: str, trial_dir: Path, *,
+               seed: int = 0, weights: str | None = None, profile: dict | None = None,
+               switches=None, tuning_dir: Path | None = None, fault: str | None = None,
+               env: dict | None = None) -> dict:
+    """The spec ``sweep.measure.trial`` reads (``run_child``'s ``spec``): the design
+    (``cfg.to_dict()``), its workload, device type and mode, the seed, a weights file, what to
+    profile, the kernel switches (``kernels.switches.Switches``; None: the defaults), the tuning
+    store, an injected fault and the child's extra environment variables."""
+    return {"model": cfg.to_dict(), "workload": workload, "device": device_type, "mode": mode,
+            "seed": seed, "weights": weights, "fault": fault, "profile": profile or {},
+            "trial_dir": str(trial_dir),
+            "switches": switches.to_dict() if switches is not None else None,
+            "tuning_dir": str(tuning_dir) if tuning_dir is not None else None, "env": env or {}}
+
+
 def run_child(spec: dict, trial_dir: Path, timeout_s: float, wrapper: list[str] | None = None,
               on_line=None) -> dict:
     """Run ``python -m sweep.measure.trial`` on ``spec`` in a child process (optionally under
