@@ -332,26 +332,6 @@ def _generations(chips: dict) -> dict:
 KINDS = ("loo", "newest", "roofline", "assumed")
 
 
-def summary(table: list[dict]) -> dict:
-    """``{stage: {kind: {n, median, p90, max}}}`` of the absolute errors (%), with each kind
-    over the rows it priced, and ``paired``: the same over the rows every kind priced."""
-    out: dict = {}
-    for st in ("decode", "prefill"):
-        rows = [t for t in table if t["stage"] == st]
-        out[st] = {k: _stats([abs(t[f"err_{k}_pct"]) for t in rows]) for k in KINDS}
-        both = [t for t in rows if all(math.isfinite(t[f"err_{k}_pct"]) for k in KINDS)]
-        out[st]["paired"] = {k: _stats([abs(t[f"err_{k}_pct"]) for t in both]) for k in KINDS}
-    return out
-
-
-def _stats(v: list[float]) -> dict:
-    v = np.array([x for x in v if math.isfinite(x)])
-    if not len(v):
-        return {"n": 0}
-    return {"n": int(len(v)), "median": float(np.median(v)), "p90": float(np.percentile(v, 90)),
-            "max": float(v.max())}
-
-
 def family_fits(rows: list[Row], chips: dict, models: dict, table: list[dict]) -> dict:
     """The production fits (every row) per key and stage, each with its rows, chips, sources
     and the signed leave-one-chip-out errors (%) of the rows it priced: ``{(key, stage): {...}}``

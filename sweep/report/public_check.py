@@ -25,20 +25,35 @@ from ..analysis import public as P
 from ..analysis.hardware import HW_DIR, available, load_spec
 from ..common.atomic import write_atomic, write_text
 from ..common.env import REPO
+from .validation import abs_stats
 
 KIND_WORDS = {"loo": "fitted, leave-one-chip-out", "newest": "fitted on older generations",
               "roofline": "datasheet roofline", "assumed": "today's stated efficiencies"}
 
 
+def summary(table: list[dict]) -> dict:
+    """``{stage: {kind: {n, median, p90, max}}}`` of the absolute errors (%) of ``check``'s
+    rows, each kind over the rows it priced, and ``paired``: the same over the rows every kind
+    priced."""
+    out: dict = {}
+    for st in ("decode", "prefill"):
+        rows = pd.DataFrame([t for t in table if t["stage"] == st],
+                            columns=[f"err_{k}_pct" for k in P.KINDS], dtype=float)
+        both = rows.dropna()
+        out[st] = {k: abs_stats(rows[f"err_{k}_pct"]) for k in P.KINDS}
+        out[st]["paired"] = {k: abs_stats(both[f"err_{k}_pct"]) for k in P.KINDS}
+    return out
+
+
 def run_check(data: Path | None = None) -> tuple[pd.DataFrame, dict]:
-    """``(table, summary)`` of the dataset (``sweep.analysis.public.check`` and ``summary``),
+    """``(table, summary)`` of the dataset (``sweep.analysis.public.check``, ``summary``),
     with ``same_engine``: the summary over the rows priced by a fit of their own engine."""
     rows, chips, models = P.load(data)
     specs = {c: load_spec(d["spec"]) for c, d in chips.items() if d.get("spec")}
     table = P.check(rows, chips, models, specs)
-    s = P.summary(table)
-    s["same_engine"] = P.summary([t for t in table if t["fit_loo"] in (t["family"], t["engine"])])
-    s["newest_of_line"] = P.summary([t for t in table if t["newest_of_line"]])
+    s = summary(table)
+    s["same_engine"] = summary([t for t in table if t["fit_loo"] in (t["family"], t["engine"])])
+    s["newest_of_line"] = summary([t for t in table if t["newest_of_line"]])
     s["dataset"] = {"rows": len(rows), "chips": len({r.group for r in rows}),
                     "vendors": sorted({r.raw["vendor"] for r in rows}),
                     "not_priced": sum(1 for t in table if not math.isfinite(t["pred_loo_s"]))}

@@ -35,7 +35,9 @@ def add_checks(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def _stats(x: pd.Series) -> dict:
+def abs_stats(x: pd.Series) -> dict:
+    """``{n, median, p90, max}`` of the absolute values of ``x`` (signed errors, %), NaN left
+    out; ``{n: 0}`` when none."""
     a = x.dropna().abs().to_numpy(float)
     if not a.size:
         return {"n": 0}
@@ -54,8 +56,8 @@ def summary(df: pd.DataFrame) -> dict:
         for st in STAGES:
             if error(st) not in d:
                 continue
-            o = {"calibrated": _stats(d[error(st)]),
-                 "roofline": _stats(d.get(error(st, "roofline"), pd.Series(dtype=float)))}
+            o = {"calibrated": abs_stats(d[error(st)]),
+                 "roofline": abs_stats(d.get(error(st, "roofline"), pd.Series(dtype=float)))}
             if f"{st}_in_interval" in d:
                 inside = d[f"{st}_in_interval"][d[error(st)].notna()]
                 width = d[f"{st}_half_width_pct"][d[error(st)].notna()]
