@@ -22,7 +22,7 @@ def run_trials(study: optuna.Study, objective: Objective, grid: dict | None, tar
     ran.
     """
     n = 0
-    restore = _sigterm_interrupts()
+    restore = sigterm_interrupts()
     twins = 0  # proposals in a row of a design already run: an exhausted space ends the loop
     try:
         while True:
@@ -64,7 +64,7 @@ def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, 
     if todo <= 0:
         return 0
     count = iter(range(1, todo + 1))
-    restore = _sigterm_interrupts()
+    restore = sigterm_interrupts()
     if grid is not None:
         try:
             study.optimize(objective, n_trials=todo, catch=(TrialFailed,), gc_after_trial=False,
@@ -98,7 +98,7 @@ def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, 
     return todo
 
 
-def _sigterm_interrupts():
+def sigterm_interrupts():
     """Make SIGTERM end the study like Ctrl-C (``KeyboardInterrupt``) in the main thread, so an
     interrupted trial is recorded and queued again. Returns the function restoring the old
     handler."""

@@ -12,8 +12,6 @@ workers join the one study (README, "Many GPUs").
 from __future__ import annotations
 
 import pickle
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,10 +20,9 @@ import optuna
 
 from .analysis.hardware import measure_ceilings
 from .common.atomic import write_atomic
-from .common.env import REPO
-from .measure.child import child_env, die_with_parent, watch_parent
+from .measure.child import start, watch_parent
 from .objective import Objective
-from .runs import run_trials
+from .runs import run_trials, sigterm_interrupts
 from .space import grid_of
 from .storage import open_study
 
@@ -36,46 +33,37 @@ def run_workers(plan, target: int) -> dict:
     ``CUDA_VISIBLE_DEVICES`` (on a CPU run they share the CPU). Each worker runs
     ``sweep.runs.run_trials``, as a one-worker study does: on a grid every design is
     queued once and taken by one worker; otherwise workers stop once finished plus running
-    trials reach ``target``. Worker logs: ``<results>/worker<i>.log``, echoed here as they grow.
+    trials reach ``target``. Worker logs: ``<results>/worker<i>.log``, echoed here line by line; each worker
+    is started by ``sweep.measure.child.start`` (its own process group, dies with this process).
     Returns the ceilings of the device (measured once, shared through the cache)."""
     # once, before the workers read the cache
     ceilings = measure_ceilings(plan.device, cache_dir=plan.cache("ceilings"))
     pkl = write_atomic(plan.results / "worker_plan.pkl", lambda p: p.write_bytes(pickle.dumps(plan)))
-    procs, logs = [], []
+    children, logs = [], []
     for i in range(plan.workers):
-        env = child_env()
-        if plan.device["type"] == "cuda":
-            env["CUDA_VISIBLE_DEVICES"] = str(plan.gpus[i])
+        env = {"CUDA_VISIBLE_DEVICES": str(plan.gpus[i])} if plan.device["type"] == "cuda" else {}
         log = plan.results / f"worker{i}.log"
-        fh = open(log, "w")  # closed after the worker exits
-        procs.append((subprocess.Popen(
-            [sys.executable, "-m", "sweep.worker", str(pkl), str(i), str(target)],
-            cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT,
-            preexec_fn=die_with_parent), fh))
-        logs.append([log, 0])
+        echo = None if plan.quiet else (
+            lambda line, i=i: line.strip() and print(f"[worker {i}] {line}", flush=True))
+        children.append(start([sys.executable, "-m", "sweep.worker", str(pkl), str(i), str(target)],
+                              log, env, echo))
+        logs.append(log)
+    restore = sigterm_interrupts()
     try:
-        while True:
-            alive = [p.poll() is None for p, _ in procs]
-            for i, entry in enumerate(logs):
-                text = entry[0].read_text(errors="replace")
-                new, entry[1] = text[entry[1]:], len(text)
-                for line in new.splitlines():
-                    if not plan.quiet and line.strip():
-                        print(f"[worker {i}] {line}", flush=True)
-            if not any(alive):
-                break
+        while any(c.poll() is None for c in children):
             time.sleep(0.5)
     except BaseException:  # Ctrl-C, SIGTERM: each worker records and re-queues its trial
-        for p, _ in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p, _ in procs:
-            p.wait()
+        for c in children:
+            c.terminate()
+        for c in children:
+            c.wait()
         raise
-    for i, (p, fh) in enumerate(procs):
-        fh.close()
-        if p.returncode != 0:
-            print(f"worker {i} exited with code {p.returncode}; see {logs[i][0]}", flush=True)
+    finally:
+        restore()
+    for i, c in enumerate(children):
+        rc = c.wait()
+        if rc != 0:
+            print(f"worker {i} exited with code {rc}; see {logs[i]}", flush=True)
     return ceilings
 
 

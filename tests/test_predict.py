@@ -312,3 +312,53 @@ def test_kernel_list_follows_the_rope_fold():
     assert "rope" in ops(1, 65, False) and "rope" in ops(64, 64, False)
     assert "rope" not in ops(1, 65, True) and "rope" in ops(64, 64, True)
     assert "decode_attention" in ops(1, 65, True)
+
+
+def test_sustained_gemm_profile_finds_the_slow_down_and_its_onset():
+    """``sweep.measure.ceilings.sustained_profile`` on call times that slow from 1.2 to 1.35 ms
+    after 80 calls (96 ms of load): the rate of the second half, and the onset near 96 ms; no
+    slow-down: the burst rate and the whole run as the onset."""
+    from sweep.measure.ceilings import sustained_profile
+
+    flop = 2 * 8192**3
+    p = sustained_profile([1.2e-3] * 80 + [1.35e-3] * 1000, flop, flop / 1.2e-3)
+    assert p["gemm_flops_bf16_sustained"] == pytest.approx(flop / 1.35e-3)
+    assert 0.09 <= p["power_onset_s"] <= 0.105
+    flat = sustained_profile([1.2e-3] * 100, flop, flop / 1.2e-3)
+    assert flat["gemm_flops_bf16_sustained"] == pytest.approx(flop / 1.2e-3)
+    assert flat["power_onset_s"] == pytest.approx(0.12)
+
+
+def test_power_limit_slows_a_long_stages_compute_bound_kernels_only():
+    """On the shipped H100 calibration: with a measured sustained GEMM 1.11x slower past 75 ms,
+    the 1B shape's 4096-token batch-8 prefill (~117 ms, its repeats back to back) is priced
+    slower by the compute-bound kernels' share times 0.11 and says so in its basis; a 512-token
+    prefill (~2.4 ms, 5 runs well under the onset) and the memory-bound decode step are
+    unchanged; without the sustained figures (a CPU, an older cache) nothing changes."""
+    import json
+
+    meta, table = cal.shipped("NVIDIA H100 80GB HBM3")
+    c = perf.Calibrated(table, meta)
+    ceil = json.loads((REF / "heldout_h100/ceilings.json").read_text())
+    hot = dict(ceil, gemm_flops_bf16_sustained=ceil["gemm_flops_bf16"] / 1.11, power_onset_s=0.075)
+    hw = load_spec("h100_sxm")
+    cfg = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
+    assert perf.power_limit(ceil) is None
+    assert perf.power_limit(hot) == pytest.approx((1.11, 0.075))
+    for B, T, slower in [(8, 4096, True), (1, 512, False)]:
+        wl = dict(batch=B, prompt_len=T, new_tokens=64, warmup=2, repeats=5)
+        cold, warm = perf.predict(cfg, wl, hw, c, ceilings=ceil), perf.predict(cfg, wl, hw, c,
+                                                                               ceilings=hot)
+        assert warm["decode_pred_ms"] == pytest.approx(cold["decode_pred_ms"], rel=1e-9)
+        if not slower:
+            assert warm["prefill_pred_ms"] == pytest.approx(cold["prefill_pred_ms"], rel=1e-9)
+            continue
+        ratio = warm["prefill_pred_ms"] / cold["prefill_pred_ms"]
+        assert 1.05 < ratio < 1.11  # the compute-bound share (most, not all) slowed by 11%
+        assert "power_limit" in warm["prefill_pred_basis"]
+        assert warm["prefill_pred_ms_attention"] > cold["prefill_pred_ms_attention"]
+        assert warm["prefill_pred_ms_norms_elementwise"] == pytest.approx(
+            cold["prefill_pred_ms_norms_elementwise"], rel=1e-9)
+    assert perf.sustained_fraction(0.1, 0.0, 0.075) == pytest.approx(0.25)
+    assert perf.sustained_fraction(0.01, 0.02, 0.075) == 0.0
+    assert perf.sustained_fraction(0.05, 0.3, 0.075) == 1.0

@@ -118,8 +118,8 @@ def test_two_runs_at_once_measure_each_design_once(tmp_path):
 
 # ---- interrupts: no design lost, no process left --------------------------------------------
 
-def _start_hanging_study(tmp_path, **popen):
-    over = tiny_overrides(tmp_path, "+experiment=gqa_vs_mha", "study.name=hang")
+def _start_hanging_study(tmp_path, *extra, **popen):
+    over = tiny_overrides(tmp_path, "+experiment=gqa_vs_mha", "study.name=hang", *extra)
     proc = subprocess.Popen([sys.executable, "-m", "sweep", *over, "fault=measure:hang@1"],
                             cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, **popen)
@@ -156,6 +156,28 @@ def test_interrupt_requeues_the_running_design(tmp_path, sig):
     assert sorted(df[df.state == "COMPLETE"].n_kv_heads) == [1, 2, 4, 8]  # nothing lost
     cut = df[df.fail_reason.astype(str).str.startswith("interrupted")]
     assert len(cut) == 1 and cut.n_kv_heads.notna().all() and cut.d_model.notna().all()
+
+
+def test_interrupt_of_a_study_with_workers(tmp_path):
+    """SIGTERM to a two-worker study: the parent stops its workers (each started by
+    ``sweep.measure.child.start``), each records and re-queues the design it was measuring, no
+    process is left, and a resume measures every design."""
+    proc, storage = _start_hanging_study(tmp_path, "sweep.workers=2")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    deadline = time.time() + 10
+    while project_processes(str(tmp_path)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not project_processes(str(tmp_path))
+    trials = optuna.load_study(study_name="hang", storage=storage).trials
+    cut = [t for t in trials if t.user_attrs.get("interrupted")]
+    assert trials[1] in cut and all(t.state.name == "FAIL" for t in cut)
+    waiting = [t.system_attrs["fixed_params"] for t in trials if t.state.name == "WAITING"]
+    assert all(t.params in waiting for t in cut)  # each queued again
+    _, study, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha", "study.name=hang")
+    assert sorted(df[df.state == "COMPLETE"].n_kv_heads) == [1, 2, 4, 8]  # nothing lost
 
 
 def test_kill_9_of_the_study_leaves_no_trial_running(tmp_path):

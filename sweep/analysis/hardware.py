@@ -111,7 +111,8 @@ def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300
 
     Measured the first time for a device in a child process (``sweep.measure.ceilings``: no CUDA
     context in the caller) and cached as ``<cache_dir>/<device>.json`` (default
-    ``results/ceilings``).
+    ``results/ceilings``); a GPU's cache from before the sustained GEMM rate
+    (``gemm_flops_bf16_sustained``, ``power_onset_s``) is measured again.
 
     Returns:
         ``{"copy_bytes_s", "gemm_flops_<dtype>", ..., "env": {...}}``; ``{"error": reason}`` if the
@@ -122,7 +123,9 @@ def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300
     cache_dir = cache_dir or CEILINGS_DIR
     path = cache_dir / f"{slug(device['name'])}.json"
     if path.exists() and not refresh:
-        return json.loads(path.read_text())
+        have = json.loads(path.read_text())
+        if device["type"] != "cuda" or "power_onset_s" in have:
+            return have
     cache_dir.mkdir(parents=True, exist_ok=True)
     try:
         res = ceilings.run(device["type"], timeout_s, on_line=on_line)

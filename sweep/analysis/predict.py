@@ -58,12 +58,18 @@ STEP_EAGER_OPS = 4  # per decode step beside the graph: token copy, position fil
 # held-out one.
 EAGER_HOST_UNCERTAINTY = 0.15
 # how far a whole stage's measurement strays from the sum of its kernels, from the development
-# rows: decode within ~2% (results/reference/fresh_h100.md, fresh_h200.md: 12 designs, -4.7 ..
-# +2.4%); a long compute-bound prefill 8-10% slower than its kernels timed apart (the same rows:
-# -8.2 .. -9.6%; the GPU held at its power limit for the whole prefill is the suspect, not yet
-# profiled)
+# rows (results/reference/fresh_h100.md, fresh_h200.md)
 MEASUREMENT_FLOOR = {"prefill": 0.10, "decode": 0.02}
 CONFIDENCE = ((0.06, "high"), (0.15, "medium"))  # half-width / prediction, else "low"
+# A stage timed as a trial times it (``sweep.measure.trial``: ``warmup`` runs, then ``repeats``
+# back to back) holds the GPU busy; past ``power_onset_s`` of load the board reaches its power
+# limit and lowers its clocks, and the compute-bound kernels (timed by the calibration in short
+# bursts at a duty cycle) slow down by the measured ratio ``gemm_flops_bf16`` /
+# ``gemm_flops_bf16_sustained`` (``sweep.measure.ceilings``; H100 SXM: 1.11 after 0.075 s,
+# ``results/reference/power_probe.md``). Memory-bound kernels are left as calibrated (timed
+# back to back already). The workload's own warm-up and repeats, else sweep.schema's defaults.
+DEFAULT_WARMUP, DEFAULT_REPEATS = 3, 10
+POWER_UNCERTAINTY = 0.5  # of the added time: the GEMM's slow-down stands in for a stage's mix
 
 
 @dataclass
@@ -171,12 +177,34 @@ def graphed(mode: str, batch: int, new: int, prefill: bool | None = None) -> boo
     return mode == "cudagraph" and batch * new <= PREFILL_GRAPH_MAX_TOKENS
 
 
+def sustained_fraction(run_s: float, busy_before_s: float, onset_s: float) -> float:
+    """The share of one timed run of ``run_s`` (s), started after ``busy_before_s`` of back-to-back
+    load, that lies past ``onset_s`` of load (the power limit's onset): 0 .. 1."""
+    if run_s <= 0:
+        return 0.0
+    return min(max((busy_before_s + run_s - onset_s) / run_s, 0.0), 1.0)
+
+
+def power_limit(ceilings: dict) -> tuple[float, float] | None:
+    """``(slow-down, onset s)`` of compute-bound kernels under sustained load from the measured
+    ceilings (``gemm_flops_bf16`` / ``gemm_flops_bf16_sustained``, ``power_onset_s``), or None
+    where they were not measured (a CPU, an older ceilings cache, a datasheet target)."""
+    burst, slow = ceilings.get("gemm_flops_bf16"), ceilings.get("gemm_flops_bf16_sustained")
+    if not burst or not slow or "power_onset_s" not in ceilings:
+        return None
+    return max(burst / slow, 1.0), float(ceilings["power_onset_s"])
+
+
 def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
-           stage: str = "decode") -> dict:
-    """Predicted times (s) of one stage: per module kind for both kinds, with bases and notes."""
+           stage: str = "decode", power: tuple | None = None) -> dict:
+    """Predicted times (s) of one stage: per module kind for both kinds, with bases and notes.
+    ``power``: ``(slow-down, onset s, runs before the timed one, steps per run)`` of the power
+    limit (``power_limit``), applied to the compute-bound kernels."""
     ks = kernel_list(cfg, batch, new, context, kernels, fold)
     roof = dict.fromkeys(MODULES, 0.0)
     calib = dict.fromkeys(MODULES, 0.0)
+    hot = dict.fromkeys(MODULES, 0.0)  # compute-bound kernels' calibrated time
+    ridge = peaks[0] / peaks[1]  # FLOP/byte
     basis = {}
     spread2 = 0.0  # the stage's uncertainty (s^2): a kernel's terms add up over its layers
     for k in ks:
@@ -185,12 +213,26 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
             seen = len(cal.notes)
             t, b = cal.price(k)
             calib[k.module] += k.repeat * t
+            if k.kind == "prefill_attn" or (k.kind == "gemm" and k.flops >= ridge * k.bytes):
+                hot[k.module] += k.repeat * t
             basis.setdefault(k.module, set()).add(b)
             spread2 += (k.repeat * t * cal.uncertainty(b, noted=len(cal.notes) > seen)) ** 2
     out = {"roofline": roof, "roofline_total": sum(roof.values())}
     if cal is None:
         return out
     launches = sum(k.repeat * k.launches for k in ks)
+    if power is not None and sum(hot.values()) > 0:
+        ratio, onset, runs_before, steps = power
+        run_s = steps * sum(calib.values())
+        phi = sustained_fraction(run_s, runs_before * run_s, onset)
+        if phi > 0:
+            for m in MODULES:
+                calib[m] += hot[m] * (ratio - 1) * phi
+            added = sum(hot.values()) * (ratio - 1) * phi
+            spread2 += (POWER_UNCERTAINTY * added) ** 2
+            basis.setdefault("power_limit", set()).add(
+                f"compute-bound kernels x{ratio:.3f} for {100 * phi:.0f}% of the run (power "
+                f"limit past {1e3 * onset:.0f} ms of load: measured sustained GEMM)")
     gpu = sum(calib.values())
     # every calibrated time holds one inter-kernel gap per launch (timed back to back in a
     # graph): booked as launch overhead, so each module's time is its kernels' own
@@ -261,13 +303,20 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
     pf = ceil.get(f"gemm_flops_{cfg.dtype}") or hardware.peak_flops(cfg.dtype)
     pb = ceil.get("copy_bytes_s") or hardware.peak_bytes_s
     ctx = mean_decode_context(T, N)
+    limit = power_limit(ceil)
+    warm = max(workload.get("warmup", DEFAULT_WARMUP) - 1, 0)  # the first run compiles
+    middle = (workload.get("repeats", DEFAULT_REPEATS) - 1) / 2  # the median's repeat
     if calibration is not None:
         calibration.notes = []
     row = {}
     for stage, (new, context) in (("prefill", (T, T)), ("decode", (1, ctx))):
         # torch.compile's decode runs Inductor's own fused kernels and graphs: not calibrated
         cal = None if stage == "decode" and mode == "compile" else calibration
-        st = _stage(cfg, B, new, context, kernels, mode, cal, (pf, pb), fold, stage)
+        # a decode loop's run is its N - 1 steps; the mean step sits half way through
+        steps, before = (1, warm + middle) if stage == "prefill" else (
+            max(N - 1, 1), warm + middle + 0.5)
+        power = None if limit is None else (*limit, before, steps)
+        st = _stage(cfg, B, new, context, kernels, mode, cal, (pf, pb), fold, stage, power)
         row[pred(stage, "roofline")] = 1e3 * st["roofline_total"]
         src = st.get("calibrated", st["roofline"])
         row[pred(stage, "calibrated")] = 1e3 * st["calibrated_total"] if cal else math.nan

@@ -2,7 +2,12 @@
 
 A large device-to-device copy for the bandwidth (bytes read plus bytes written) and a large GEMM
 per dtype for the FLOP/s, in a child process of their own (``run``): the caller keeps no CUDA
-context. ``sweep.analysis.hardware.measure_ceilings`` caches what this measures and gives every
+context. On a GPU also the sustained bf16 GEMM rate: the same GEMM back to back for
+``SUSTAIN_S`` from idle, as a long prefill's repeats run; at the board's power limit the clocks
+drop (H100 SXM, 700 W: SM clock 1980 -> ~1400 MHz after ~0.1 s, NVML clock-event reason
+"SW power cap"; ``results/reference/power_probe.md``), so a compute-bound kernel timed in a short
+burst runs slower inside a long stage. ``gemm_flops_bf16_sustained`` is the rate over the run's
+second half, ``power_onset_s`` the busy time after which the calls slow down. ``sweep.analysis.hardware.measure_ceilings`` caches what this measures and gives every
 MFU and MBU its "measured" peak.
 """
 
@@ -36,6 +41,71 @@ def measure(device: str) -> dict:
         progress_line("phase", f"measuring the {dt} GEMM rate")
         out.update(_gemm_rate(timer, n, dt, device))
         out["method"][f"gemm_{dt}"] = f"{n}x{n}x{n} matmul of random data; median of repeats"
+    if device == "cuda":
+        progress_line("phase", f"measuring the sustained bf16 GEMM rate ({SUSTAIN_S:g} s)")
+        out.update(_sustained(8192, out["gemm_flops_bf16"]))
+        out["method"]["gemm_bf16_sustained"] = (
+            f"8192^3 bf16 matmul in a CUDA graph replayed back to back for {SUSTAIN_S:g} s after "
+            f"{IDLE_S:g} s idle; rate: median call over the second half; onset: busy time when "
+            "the median of 9 calls first passes half the slow-down")
+    return out
+
+
+SUSTAIN_S, IDLE_S = 1.5, 1.0
+
+
+def _sustained(n: int, burst_flops: float) -> dict:
+    """``gemm_flops_bf16_sustained`` (FLOP/s) and ``power_onset_s`` (s) of an ``n``-cubed bf16
+    GEMM run back to back for ``SUSTAIN_S`` from ``IDLE_S`` of idle (``sustained_profile``)."""
+    import time
+
+    import torch
+
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty_like(a)
+    torch.mm(a, b, out=c)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        torch.mm(a, b, out=c)
+    time.sleep(IDLE_S)
+    calls, t_end = [], time.perf_counter() + SUSTAIN_S
+    while time.perf_counter() < t_end:
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(9)]
+        ev[0].record()
+        for e in ev[1:]:
+            g.replay()
+            e.record()
+        ev[-1].synchronize()
+        calls += [x.elapsed_time(y) / 1e3 for x, y in zip(ev, ev[1:])]
+    del g
+    return sustained_profile(calls, 2 * n**3, burst_flops)
+
+
+def sustained_profile(calls: list[float], flop: float, burst_flops: float) -> dict:
+    """From the times (s) of one GEMM of ``flop`` FLOP run back to back from idle, and its rate
+    timed in a short burst (``burst_flops``, FLOP/s): ``gemm_flops_bf16_sustained`` (median call
+    of the second half; never above the burst rate), ``power_onset_s`` (the busy time, summed
+    call times, at which the median of 9 consecutive calls first exceeds the burst time by half
+    the sustained slow-down; the run's length when it never does) and the spread of the
+    second half's rate."""
+    import numpy as np
+
+    t = np.asarray(calls, float)
+    late = t[len(t) // 2:]
+    burst = flop / burst_flops
+    slow = max(float(np.median(late)), burst)
+    out = {"gemm_flops_bf16_sustained": flop / slow,
+           "gemm_flops_bf16_sustained_spread": [flop / float(late.max()), flop / float(late.min())]}
+    busy = np.cumsum(t)
+    k = 9
+    if slow <= burst * 1.01 or len(t) < k:
+        out["power_onset_s"] = float(busy[-1]) if len(t) else 0.0
+        return out
+    roll = np.array([np.median(t[i:i + k]) for i in range(len(t) - k + 1)])
+    past = np.nonzero(roll > burst + (slow - burst) / 2)[0]
+    out["power_onset_s"] = float(busy[past[0]]) if len(past) else float(busy[-1])
     return out
 
 

@@ -83,53 +83,92 @@ class ChildTimeout(Exception):
     """A child ran past its time limit and was killed (its process group whole)."""
 
 
-def launch(cmd: list[str], log_path: Path, timeout_s: float, env: dict | None = None,
-           on_line=None) -> int:
-    """Run ``cmd`` as a child of this process: the one way every measuring child starts (trial,
-    profiler runs, ceilings, calibration).
+class Child:
+    """A child process started by ``start``: its own process group, its output pumped line by
+    line into its log (and to ``on_line``) by a thread of this process."""
+
+    def __init__(self, proc: subprocess.Popen, reader, log):
+        self.proc, self._reader, self._log = proc, reader, log
+
+    def poll(self) -> int | None:
+        """The exit code, or None while it runs."""
+        return self.proc.poll()
+
+    def terminate(self) -> None:
+        """SIGTERM to the child alone (a study's worker records and re-queues its design)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL to the child's whole process group; waits for it."""
+        _kill(self.proc)
+        self._close(5)
+
+    def wait(self, timeout_s: float | None = None) -> int:
+        """Wait for the child's exit (``timeout_s`` s; None: no limit) and return its code.
+
+        Raises:
+            ChildTimeout: past ``timeout_s``; the child is killed first.
+        """
+        try:
+            rc = self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise ChildTimeout(f"exceeded {timeout_s:.0f} s and was killed") from None
+        except BaseException:  # Ctrl-C, SIGTERM: the child must not outlive us
+            self.kill()
+            raise
+        self._close(30)
+        return rc
+
+    def _close(self, join_s: float) -> None:
+        self._reader.join(timeout=join_s)
+        self._log.close()
+
+
+def start(cmd: list[str], log_path: Path, env: dict | None = None, on_line=None) -> Child:
+    """Start ``cmd`` as a child of this process: the one way every child starts (trial, profiler
+    runs, ceilings, calibration, a study's workers).
 
     The child runs from the repository root with ``child_env()`` (plus ``env``), in its own
-    process group (killed whole on timeout, Ctrl-C or SIGTERM), dies with this process
-    (``die_with_parent``; ``watch_parent`` in the child covers a wrapper between us), and its
-    stdout and stderr go to ``log_path`` line by line; ``on_line(line)`` sees each line as it
-    comes (progress markers: ``progress_line``). Returns the exit code.
-
-    Raises:
-        ChildTimeout: past ``timeout_s`` (s); the child is killed first.
+    process group (``Child.kill`` ends it whole), dies with this process (``die_with_parent``;
+    ``watch_parent`` in the child covers a wrapper between us), and its stdout and stderr go to
+    ``log_path`` line by line; ``on_line(line)`` sees each line as it comes (progress markers:
+    ``progress_line``; a worker's console echo).
     """
     import threading
 
     full = child_env()
     full.update(env or {})
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env=full, start_new_session=True, preexec_fn=die_with_parent,
-                                text=True, bufsize=1)
+    log = open(log_path, "w")  # closed by Child once the output ends
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=full, start_new_session=True, preexec_fn=die_with_parent,
+                            text=True, bufsize=1)
 
-        def pump():
-            for line in proc.stdout:
-                log.write(line)
-                log.flush()
-                if on_line is not None:
-                    try:
-                        on_line(line.rstrip("\n"))
-                    except Exception:  # noqa: BLE001 - a display must never end a measurement
-                        pass
+    def pump():
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+            if on_line is not None:
+                try:
+                    on_line(line.rstrip("\n"))
+                except Exception:  # noqa: BLE001 - a display must never end a measurement
+                    pass
 
-        reader = threading.Thread(target=pump, name="child-output", daemon=True)
-        reader.start()
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill(proc)
-            reader.join(timeout=5)
-            raise ChildTimeout(f"exceeded {timeout_s:.0f} s and was killed") from None
-        except BaseException:  # Ctrl-C, SIGTERM: the child must not outlive us
-            _kill(proc)
-            raise
-        reader.join(timeout=30)
-    return rc
+    reader = threading.Thread(target=pump, name="child-output", daemon=True)
+    reader.start()
+    return Child(proc, reader, log)
+
+
+def launch(cmd: list[str], log_path: Path, timeout_s: float | None, env: dict | None = None,
+           on_line=None) -> int:
+    """``start`` ``cmd`` and wait for it (``timeout_s`` s); returns the exit code.
+
+    Raises:
+        ChildTimeout: past ``timeout_s``; the child's process group is killed first.
+    """
+    return start(cmd, log_path, env, on_line).wait(timeout_s)
 
 
 def log_tail(log_path: Path, n: int = 600) -> str:
