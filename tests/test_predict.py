@@ -362,3 +362,30 @@ def test_power_limit_slows_a_long_stages_compute_bound_kernels_only():
     assert perf.sustained_fraction(0.1, 0.0, 0.075) == pytest.approx(0.25)
     assert perf.sustained_fraction(0.01, 0.02, 0.075) == 0.0
     assert perf.sustained_fraction(0.05, 0.3, 0.075) == 1.0
+
+
+def test_a_graphed_decode_step_is_never_below_the_hosts_floor():
+    """A decode step whose kernels take less than the measured host floor of a graphed step
+    (``graph_step_<impl>``) is priced at the floor, the excess booked as launch overhead and
+    said in the basis; a step above the floor is unchanged; a calibration without the entry
+    prices as before."""
+    import pandas as pd
+
+    meta, table = cal.shipped("NVIDIA H100 80GB HBM3")
+    table = table[~((table.kind == "launch") & table.op.astype(str).str.startswith("graph_step"))]
+    hw = load_spec("h100_sxm")
+    small = ModelConfig.from_name("llama3_2_1b", n_layers=2, d_model=512, n_heads=8,
+                                  n_kv_heads=2, head_dim=64, ffn_dim=1408).resolved("cuda")
+    big = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
+    wl = dict(batch=4, prompt_len=512, new_tokens=64)
+    floor = 0.3e-3
+    row = {"kind": "launch", "op": "graph_step_triton", "time_s": floor, "time_s_min": floor,
+           "time_s_p90": floor, "family": "launch"}
+    with_floor = perf.Calibrated(pd.concat([table, pd.DataFrame([row])], ignore_index=True), meta)
+    without = perf.Calibrated(table, meta)
+    a, b = perf.predict(small, wl, hw, without), perf.predict(small, wl, hw, with_floor)
+    assert a["decode_pred_ms"] < 0.3 and b["decode_pred_ms"] == pytest.approx(0.3)
+    assert b["decode_pred_ms_launch_overhead"] > a["decode_pred_ms_launch_overhead"]
+    assert "host-bound step" in b["decode_pred_basis"]
+    assert perf.predict(big, wl, hw, with_floor)["decode_pred_ms"] == pytest.approx(
+        perf.predict(big, wl, hw, without)["decode_pred_ms"], rel=1e-9)

@@ -51,6 +51,7 @@ VERSION = 8  # of the table's columns and families: a cache of another version i
 POLICIES = ("auto", "frozen")
 
 _KERNELS = REPO / "kernels"
+_FIXED_COSTS = REPO / "sweep" / "measure" / "fixed_costs.py"  # the launch group's own code
 _ZOO = REPO / "zoo"
 
 
@@ -92,7 +93,7 @@ def fingerprints(device: dict, switches) -> dict:
         "elementwise/triton": fingerprint(*base, tri, modules=k("rmsnorm", "rope", "swiglu",
                                                                 "kv_quant")),
         "launch": fingerprint(*base, tri, json.dumps(sw, sort_keys=True),
-                              modules=every_kernel + zoo),
+                              modules=every_kernel + zoo + (str(_FIXED_COSTS),)),
     }
 
 

@@ -248,8 +248,19 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
         gaps += g
     if graphed(mode, batch, new, prefill=new == context):
         # the gaps, and the step's small kernels around the replay (their host cost overlaps
-        # the GPU's work)
+        # the GPU's work); a decode step is never shorter than the host's floor under a
+        # graphed step (``graph_step_<impl>``: a model with negligible GPU work, timed)
         calib["launch_overhead"] = gaps + STEP_EAGER_OPS * cal.launch("graph_kernel")
+        if new == 1:
+            try:
+                floor = cal.launch(f"graph_step_{'triton' if kernels == 'triton' else 'torch'}")
+            except KeyError:  # an older calibration: no floor
+                floor = 0.0
+            step = sum(calib.values())
+            if floor > step:
+                calib["launch_overhead"] += floor - step
+                basis.setdefault("launch_overhead", set()).add(
+                    "host-bound step: graph_step floor")
     else:  # the host issues every op: the stage takes the longer of host and GPU
         impl = "triton" if kernels == "triton" else "torch"
         host = None

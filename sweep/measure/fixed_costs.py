@@ -1,7 +1,7 @@
 """The fixed costs of the performance model (``sweep.measure.calibration_run``'s ``launch`` group):
 one tiny kernel inside a CUDA graph, one tiny op issued eagerly, one graph launch, the host's
-cost to issue a layer of the zoo's model eagerly, and the idle gap between two kernels replayed
-in a graph. Times in s."""
+cost to issue a layer of the zoo's model eagerly, the host's cost of one graphed decode step as a
+trial runs it, and the idle gap between two kernels replayed in a graph. Times in s."""
 
 from __future__ import annotations
 
@@ -58,7 +58,43 @@ def launch(device, tm) -> list[dict]:
                 per_layer, fixed = _eager_host(device, impl, stage)
             rows.append(entry("launch", spread([per_layer]), op=f"eager_layer_{impl}{suffix}"))
             rows.append(entry("launch", spread([fixed]), op=f"eager_fixed_{impl}{suffix}"))
+        if device == "cuda":
+            with switches.use(autotune=False):
+                rows.append(entry("launch", _graph_step_host(impl), op=f"graph_step_{impl}"))
     return rows
+
+
+def _graph_step_host(impl: str, steps: int = 200) -> dict:
+    """The spread (s) of one graphed decode step's wall time on a model whose GPU work is
+    negligible (``tiny``, 2 layers, batch 1, mode cudagraph), each step as a trial runs it
+    (``Generator.decode`` then the argmax of its logits, no sync between steps): the host's
+    floor under a graphed step (copy the token in, fill the position, replay, clone the
+    logits, argmax). Median of 7 runs of ``steps`` steps."""
+    import torch
+
+    from zoo import Generator, ModelConfig, Transformer
+
+    from .timing import spread
+
+    cfg = ModelConfig.from_name("tiny", n_layers=2, kernels=impl, dtype="bf16", kv_dtype="bf16")
+    gen = Generator(Transformer.build(cfg, "cuda"), 1, steps + 8, "cudagraph")
+    tok = torch.zeros(1, 1, dtype=torch.long, device="cuda")
+    gen.prefill(torch.zeros(1, 4, dtype=torch.long, device="cuda"))
+    for _ in range(4):  # capture the step's graph
+        tok = gen.decode(tok).argmax(-1, keepdim=True)
+    gc.collect()
+    gc.disable()
+    ts = []
+    for _ in range(7):
+        gen.pos = 4
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            tok = gen.decode(tok).argmax(-1, keepdim=True)
+        torch.cuda.synchronize()
+        ts.append((time.perf_counter() - t0) / steps)
+    gc.enable()
+    return spread(ts)
 
 
 def graph_gap(device) -> list[dict]:
