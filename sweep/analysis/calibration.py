@@ -52,6 +52,7 @@ POLICIES = ("auto", "frozen")
 
 _KERNELS = REPO / "kernels"
 _FIXED_COSTS = REPO / "sweep" / "measure" / "fixed_costs.py"  # the launch group's own code
+_MICROBENCH = REPO / "sweep" / "measure" / "microbench.py"  # the elementwise group's
 _ZOO = REPO / "zoo"
 
 
@@ -89,9 +90,9 @@ def fingerprints(device: dict, switches) -> dict:
                             modules=k("gemv", "decode_linear", "graph_timing", "rmsnorm",
                                       "swiglu")),
         "elementwise/torch": fingerprint(*base, modules=k("rmsnorm", "rope", "swiglu",
-                                                          "kv_quant")),
+                                                          "kv_quant") + (str(_MICROBENCH),)),
         "elementwise/triton": fingerprint(*base, tri, modules=k("rmsnorm", "rope", "swiglu",
-                                                                "kv_quant")),
+                                                                "kv_quant") + (str(_MICROBENCH),)),
         "launch": fingerprint(*base, tri, json.dumps(sw, sort_keys=True),
                               modules=every_kernel + zoo + (str(_FIXED_COSTS),)),
     }

@@ -49,7 +49,8 @@ TORCH_KERNELS = {"rmsnorm": 7, "rope": 14, "kv_write": 2, "residual": 1, "swiglu
 # RMSNorm) the norms and SwiGLU run in the GEMVs' prologues, no launch of their own
 TRITON_KERNELS = {"rmsnorm": 1, "rope": 1, "kv_write": 0, "swiglu": 1, "decode_attn": 1,
                   "prefill_attn": 1, "gemm": 1, "embedding": 1}
-STEP_EAGER_OPS = 4  # per decode step beside the graph: token copy, position fill, clone, argmax
+STEP_EAGER_OPS = 2  # per decode step beside the graph: token copy, position fill (the logits'
+# clone and argmax are the ``sample`` kernel)
 # The interval of a prediction (``{stage}_pred_ms_lo`` .. ``_hi``): each kernel's own uncertainty
 # (``pricing.Calibrated.uncertainty``: its micro-benchmark's spread, its distance from the
 # calibrated shapes, a transfer), added in quadrature over kernels (a kernel's layers together),
@@ -157,7 +158,10 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     if not fused:
         out.append(elem("residual", 2 * 3 * M * d * wb, launches=2))
     out += [elem("rmsnorm", 2 * batch * d * wb, rep=1),
-            gemm("lm_head", "output", V, d, m=batch, rep=1, prologue="norm+res")]
+            gemm("lm_head", "output", V, d, m=batch, rep=1, prologue="norm+res"),
+            # the last position's logits [batch, vocab] cloned out of the graph and sampled
+            Kernel("norms_elementwise", "elementwise", "sample", 0, 3 * batch * V * wb,
+                   {"op": "sample", "impl": "torch", "bytes": 3 * batch * V * wb}, 2, 1)]
     return [k for k in out if k is not None]
 
 

@@ -347,5 +347,11 @@ class Calibrated:
             return self.decode_attn(k.shape, k.bytes)
         if k.kind == "prefill_attn":
             return self.prefill_attn(k.shape, k.flops)
+        if k.shape["op"] == "sample":
+            try:
+                return self.linear("elementwise", {"op": "sample", "impl": "torch"}, k.bytes)
+            except KeyError:  # an older calibration: two tiny launches, as it priced them
+                self._note("logits sampling not calibrated: priced as two tiny kernels")
+                return 2 * self.launch("graph_kernel"), "launch graph_kernel (sampling)"
         return self.linear("elementwise", {"op": k.shape["op"], "impl": k.shape["impl"]},
                            k.bytes)

@@ -292,7 +292,9 @@ def gemvs(shapes, cuda: bool, tm, rnd, dtype: str, progress=None) -> list[dict]:
 
 
 def elementwise(device, tm, rnd, quick) -> list[dict]:
-    """The norms, RoPE, SwiGLU, KV write and quantize kernels (torch and Triton) by bytes."""
+    """The norms, RoPE, SwiGLU, KV write and quantize kernels (torch and Triton) by bytes, and
+    the greedy sampling of a stage's logits (``sample``: their clone and argmax, as
+    ``zoo.generate`` and a trial run them; bytes: read, written, read again)."""
     import torch
 
     from kernels import kv_quant, rmsnorm, rope, swiglu
@@ -337,6 +339,11 @@ def elementwise(device, tm, rnd, quick) -> list[dict]:
                     lambda: (kv_quant.quantize_kv(kn, out, sc, pos, "int8"),
                              kv_quant.quantize_kv(kn, out, sc, pos, "int8")),
                     2 * M * Hkv * (D * (wb + 1) + 4))
+        if M <= 512:  # a stage's last-position logits [batch, vocab], sampled greedily
+            V = 512 if quick else 128256
+            logits = rnd(M, V)
+            ops[("sample", "torch")] = (lambda: logits.clone().argmax(-1, keepdim=True),
+                                        3 * M * V * wb)
         for (op, impl), (fn, nbytes) in ops.items():
             rows.append(entry("elementwise", tm(fn), op=op, impl=impl, bytes=float(nbytes), M=M))
     return rows
