@@ -308,7 +308,12 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     r2 = residual.reshape(-1, K).contiguous() if has_res else x2
     h = torch.empty_like(r2) if has_res else y
     interp = _interpreted(x)
-    pdl = (pdl_supported(x.device) if pdl is None else pdl) and not interp
+    # PDL on the one-row path only: on the dot path (2-16 rows) the compiler's software
+    # pipelining may issue the first activation loads ahead of ``gdc_wait`` (it does not treat
+    # the wait as a barrier), reading the previous kernel's output before it is written: on the
+    # H200 the 1B shape's batch-8 decode logits differed from a launch without PDL by up to 6.8,
+    # and a 768-wide design's were NaN (results/reference/heldout_h200/probe/pdl_check.json)
+    pdl = (pdl_supported(x.device) if pdl is None else pdl) and not interp and M == 1
     ws, ssw, cnt = _workspace(x.device, M, N)
     args = (x2, r2, norm_weight if norm_weight is not None else weight,
             h, weight, bias if bias is not None else weight, y, ws, ssw, cnt, M, N, K, eps,

@@ -4,6 +4,7 @@ off (``nan_probe.py``). For each shape: prefill, 8 graphed decode steps with ``p
 from the same weights and prompt; the largest logits difference and whether any is non-finite.
 
     python3 results/reference/pdl_check.py      ($OUT/pdl_check.json)
+    AUTOTUNE=0 python3 results/reference/pdl_check.py   (fixed tiles: pdl alone differs)
 """
 
 import json
@@ -29,7 +30,7 @@ CASES = [("l1b_b1", "llama3_2_1b", {}, 1), ("l1b_b8", "llama3_2_1b", {}, 8),
 
 def logits(preset, over, B, pdl):
     cfg = ModelConfig.from_name(preset, **over).resolved("cuda")
-    with switches.use(pdl=pdl):
+    with switches.use(pdl=pdl, autotune=os.environ.get("AUTOTUNE", "1") == "1"):
         model = Transformer.build(cfg, "cuda", seed=0)
         gen = Generator(model, B, 512 + 9, "cudagraph")
         g = torch.Generator(device="cuda").manual_seed(1)
@@ -51,7 +52,10 @@ for name, preset, over, B in CASES:
     r = {"case": name, "pdl_nonfinite": int((~torch.isfinite(a)).sum()),
          "nopdl_nonfinite": int((~torch.isfinite(b)).sum()),
          "max_abs_diff": float((a - b).abs().nan_to_num(float("inf")).max()),
-         "identical": bool(torch.equal(a, b))}
+         "identical": bool(torch.equal(a, b)),
+         "step_max_abs_diff": [float(x) for x in (a - b).abs().nan_to_num(float("inf"))
+                               .flatten(1).max(1).values],
+         "same_tokens": [bool(x) for x in (a.argmax(-1) == b.argmax(-1)).all(-1)]}
     res["cases"].append(r)
     print(json.dumps(r), flush=True)
 out = Path(os.environ.get("OUT", "out"))

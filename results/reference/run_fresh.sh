@@ -37,6 +37,7 @@ for what in "$@"; do
       clean
       timed fresh_main timeout "${MAIN_TIMEOUT:-400}" python3 -m sweep +experiment=gqa_vs_mha
       cp results/gqa_vs_mha-*/trials.csv "$OUT/fresh_main_trials.csv" 2>/dev/null
+      grep -h "calibration:" "$OUT/fresh_main.log" > "$OUT/fresh_main_calibration.txt" 2>/dev/null
       for f in results/tuning/*.json; do cp "$f" "$OUT/tuning_$(basename "$f")"; done
       [ "$what" = fresh_main ] && continue
       timed fresh_attention_shape timeout 75 python3 -m sweep +experiment=attention_shape
