@@ -389,28 +389,3 @@ def test_a_graphed_decode_step_is_never_below_the_hosts_floor():
     assert "host-bound step" in b["decode_pred_basis"]
     assert perf.predict(big, wl, hw, with_floor)["decode_pred_ms"] == pytest.approx(
         perf.predict(big, wl, hw, without)["decode_pred_ms"], rel=1e-9)
-
-
-def test_transfer_by_copy_curves_keeps_small_kernels_latency():
-    """Where both devices' ceilings hold a ``copy_curve``, a memory-bound kernel is scaled by
-    the ratio of the two copy times at its bytes: on a target whose copies take as long up to
-    1 MB and half as long from 64 MB, the decode GEMV of a small layer keeps (about) its time
-    and one of the 8B shape's FFN halves; compute-bound prefill GEMMs follow the GEMM ceilings
-    alone; without the curves the old rule stands."""
-    meta, table = cal.shipped("NVIDIA H100 80GB HBM3")
-    c = perf.Calibrated(table, meta)
-    src = dict(meta["ceilings"], copy_curve=[[2**k, 2e-6 + 2**k / 3e12] for k in range(16, 32, 2)])
-    dst = dict(src, device="target", copy_curve=[
-        [b, t if b <= 2**20 else (t / 2 if b >= 2**26 else t * (1 - 0.5 * (math.log2(b) - 20) / 6))]
-        for b, t in src["copy_curve"]])
-    far = perf.transfer(c, src, dst)
-    old = perf.transfer(c, meta["ceilings"], dict(meta["ceilings"], device="target",
-                                                  copy_bytes_s=2 * meta["ceilings"]["copy_bytes_s"]))
-    assert "copy_curves" in far.scale and "copy_curves" not in old.scale
-    small = {"M": 1, "N": 256, "K": 256, "dtype": "bf16", "prologue": "none"}
-    big = {"M": 1, "N": 28672, "K": 4096, "dtype": "bf16", "prologue": "none"}
-    assert far.gemv(small)[0] == pytest.approx(c.gemv(small)[0], rel=1e-6)
-    assert far.gemv(big)[0] == pytest.approx(c.gemv(big)[0] / 2, rel=1e-6)
-    pre = {"M": 4096, "N": 14336, "K": 4096, "dtype": "bf16"}
-    assert far.gemm(pre)[0] == pytest.approx(c.gemm(pre)[0], rel=1e-6)  # same GEMM ceiling
-    assert old.gemv(big)[0] < c.gemv(big)[0]

@@ -112,7 +112,7 @@ def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300
     Measured the first time for a device in a child process (``sweep.measure.ceilings``: no CUDA
     context in the caller) and cached as ``<cache_dir>/<device>.json`` (default
     ``results/ceilings``); a GPU's cache from before the sustained GEMM rate
-    (``gemm_flops_bf16_sustained``, ``power_onset_s``) or the copy curve is measured again.
+    (``gemm_flops_bf16_sustained``, ``power_onset_s``) is measured again.
 
     Returns:
         ``{"copy_bytes_s", "gemm_flops_<dtype>", ..., "env": {...}}``; ``{"error": reason}`` if the
@@ -124,7 +124,7 @@ def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300
     path = cache_dir / f"{slug(device['name'])}.json"
     if path.exists() and not refresh:
         have = json.loads(path.read_text())
-        if device["type"] != "cuda" or ("power_onset_s" in have and "copy_curve" in have):
+        if device["type"] != "cuda" or "power_onset_s" in have:
             return have
     cache_dir.mkdir(parents=True, exist_ok=True)
     try:

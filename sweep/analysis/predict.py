@@ -374,21 +374,14 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
 def transfer(cal: Calibrated, src_ceilings: dict, dst_ceilings: dict, dtype: str = "bf16"
              ) -> Calibrated:
     """A calibration priced for another device: compute-bound terms (GEMMs, prefill attention)
-    scaled by the ratio of the GEMM ceilings; memory-bound ones (skinny GEMMs, the decode GEMV,
-    decode attention, elementwise) by the ratio of the two devices' measured copy times at the
-    kernel's bytes where both ceilings hold a ``copy_curve`` (``sweep.measure.ceilings``: a small
-    kernel's latency does not shrink with a faster memory, a large one's time does), else by the
-    ratio of the copy ceilings with each kernel family's fitted fixed part (launches, fit
-    intercepts, a memory-bound GEMM's latency: ``Calibrated._gemm_fixed``) unchanged."""
+    scaled by the ratio of the GEMM ceilings, memory-bound ones (skinny GEMMs, decode attention,
+    elementwise) by the ratio of the copy bandwidths; fixed costs (launches, fit intercepts, a
+    memory-bound GEMM's latency: ``Calibrated._gemm_fixed``) unchanged."""
     f = src_ceilings[f"gemm_flops_{dtype}"] / dst_ceilings[f"gemm_flops_{dtype}"]
     g = src_ceilings["copy_bytes_s"] / dst_ceilings["copy_bytes_s"]
     meta = dict(cal.meta, transferred_to=dst_ceilings.get("device", "another device"))
     ridge = src_ceilings[f"gemm_flops_{dtype}"] / src_ceilings["copy_bytes_s"]  # FLOP/byte
-    scale = {"compute": f, "memory": g, "ridge": ridge}
-    if src_ceilings.get("copy_curve") and dst_ceilings.get("copy_curve"):
-        scale["copy_curves"] = (src_ceilings["copy_curve"], dst_ceilings["copy_curve"])
-        meta["transfer"] = "memory-bound kernels by the two devices' copy times at their bytes"
-    return Calibrated(cal.t, meta, scale)
+    return Calibrated(cal.t, meta, {"compute": f, "memory": g, "ridge": ridge})
 
 
 def row_predictions(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated | None,

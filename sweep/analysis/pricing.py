@@ -58,20 +58,6 @@ class Calibrated:
         if text not in self.notes:
             self.notes.append(text)
 
-    def _memory(self, t: float, nbytes: float, fixed: float) -> float:
-        """A memory-bound kernel's time ``t`` (s, moving ``nbytes``) on the device it is priced
-        for: itself where measured there; transferred, ``t`` times the ratio of the two devices'
-        measured copy times at ``nbytes`` (``scale["copy_curves"]``: each device's ``copy_curve``,
-        latency included, interpolated in log-log) where both were measured, else ``fixed`` kept
-        and the rest scaled by the ratio of the copy ceilings."""
-        curves = self.scale.get("copy_curves")
-        if curves:
-            src, dst = (np.log(np.asarray(c, float)) for c in curves)
-            x = math.log(max(nbytes, 1.0))
-            return t * math.exp(np.interp(x, dst[:, 0], dst[:, 1])
-                                - np.interp(x, src[:, 0], src[:, 1]))
-        return fixed + (t - fixed) * self.scale["memory"]
-
     def gemm(self, s: dict) -> tuple[float, str]:
         g = self.t[(self.t.kind == "gemm") & (self.t.dtype == s["dtype"])]
         if g.empty:
@@ -98,8 +84,7 @@ class Calibrated:
         if ai >= self.scale.get("ridge", 0.0):
             return t * self.scale["compute"], basis
         fixed = min(self._gemm_fixed(s["dtype"]), t)  # latency a faster memory does not shorten
-        nbytes = (s["N"] * s["K"] + s["M"] * (s["N"] + s["K"])) * wb
-        return self._memory(t, nbytes, fixed), basis
+        return fixed + (t - fixed) * self.scale["memory"], basis
 
     def gemv(self, s: dict) -> tuple[float, str]:
         """A decode step's linear layer on the Triton path (``kernels.decode_linear``: the GEMV
@@ -135,9 +120,7 @@ class Calibrated:
             self._note(f"decode GEMV M={s['M']} outside the calibrated M range for "
                        f"N={s['N']} K={s['K']}")
         fixed = min(self._fixed("gemv", s["dtype"]), sec)
-        wb = DTYPE_BYTES[s["dtype"]]
-        nbytes = (s["N"] * s["K"] + s["M"] * (s["N"] + s["K"])) * wb
-        return self._memory(sec, nbytes, fixed), basis
+        return fixed + (sec - fixed) * self.scale["memory"], basis
 
     def _gemm_fixed(self, dtype: str) -> float:
         return self._fixed("gemm", dtype)
@@ -180,13 +163,13 @@ class Calibrated:
         if not lo <= nbytes <= hi:
             self._note(f"{name} at {nbytes:.3g} bytes outside the calibrated "
                        f"[{lo:.3g}, {hi:.3g}]")
-            return self._memory(fixed + per_byte * nbytes, nbytes, fixed), f"{name} linear fit"
+            return fixed + per_byte * nbytes * self.scale["memory"], f"{name} linear fit"
         sel = self.t[self.t.kind == kind]
         for k, v in key.items():
             sel = sel[sel[k] == v]
         med = sel.groupby("bytes").time_s.median()
         t, _ = _interp_log(nbytes, med.index.to_numpy(float), med.to_numpy(float))
-        return self._memory(t, nbytes, fixed), f"{name} interpolated by bytes"
+        return fixed + (t - fixed) * self.scale["memory"], f"{name} interpolated by bytes"
 
     def decode_attn(self, s: dict, nbytes: float) -> tuple[float, str]:
         """One decode-attention call (s): ``fixed + a * KV bytes + b * scores`` (``scores = B *
@@ -206,8 +189,6 @@ class Calibrated:
                        f"[{g_lo}, {g_hi}] (linear fit extended)")
         t, corrected = self._attn_points(fit, s, nbytes, np.arange(1, int(s["G"]) + 1))
         corrected, t = bool(corrected[t.argmax()]), float(t.max())
-        if self.scale.get("copy_curves"):
-            t = self._memory(t, nbytes, 0.0)
         basis = f"decode_attn {'/'.join(key)} fit on KV bytes and scores"
         if corrected:
             basis += ", corrected by the calibrated shapes within 4x"
@@ -252,8 +233,7 @@ class Calibrated:
         continuous between them, and no correction far from all (``SHEPARD_FLOOR``)."""
         fixed, a, b, _, _, _, _, shapes, ratio = fit
         g = groups.astype(float)
-        mem = 1.0 if self.scale.get("copy_curves") else self.scale["memory"]  # curves: after
-        t = fixed + (a * nbytes + b * s["B"] * s["Hkv"] * g * s["S"]) * mem
+        t = fixed + (a * nbytes + b * s["B"] * s["Hkv"] * g * s["S"]) * self.scale["memory"]
         q = np.log(np.stack([np.full_like(g, s[k]) if k != "G" else g
                              for k in ("B", "Hkv", "G", "S", "D")], 1))  # [groups, 5]
         far = np.abs(shapes[None] - q[:, None]).max(2)  # [groups, calibrated]

@@ -42,12 +42,6 @@ def measure(device: str) -> dict:
         out.update(_gemm_rate(timer, n, dt, device))
         out["method"][f"gemm_{dt}"] = f"{n}x{n}x{n} matmul of random data; median of repeats"
     if device == "cuda":
-        progress_line("phase", "measuring the copy time over sizes")
-        out["copy_curve"] = _copy_curve()
-        out["method"]["copy_curve"] = (
-            "[bytes read + written, s] of dst.copy_(src) at 64 KiB .. 1 GiB (x4), each size on "
-            "copies spanning 2.5 L2 caches (read from DRAM, as a model's weights are), in a CUDA "
-            "graph of back-to-back copies: median per copy")
         progress_line("phase", f"measuring the sustained bf16 GEMM rate ({SUSTAIN_S:g} s)")
         out.update(_sustained(8192, out["gemm_flops_bf16"]))
         out["method"]["gemm_bf16_sustained"] = (
@@ -58,28 +52,6 @@ def measure(device: str) -> dict:
 
 
 SUSTAIN_S, IDLE_S = 1.5, 1.0
-
-
-def _copy_curve() -> list[list[float]]:
-    """``[[bytes, s], ...]``: the time of one device copy moving ``bytes`` (read plus written) at
-    64 KiB .. 1 GiB copied, each from DRAM (``sweep.measure.microbench.cold_copies``) and timed
-    as the calibration times a kernel (a CUDA graph of back-to-back calls, kernel plus gap): a
-    memory-bound kernel's time against its bytes on this device, latency included, for
-    ``sweep.analysis.predict.transfer``."""
-    import torch
-
-    from .microbench import cold_copies, timer
-
-    tm = timer(True, 10)
-    out = []
-    for k in range(8):
-        n = (1 << 16) * 4**k  # bytes copied
-        pairs = [(torch.empty(n // 4, device="cuda"), torch.empty(n // 4, device="cuda"))
-                 for _ in range(cold_copies(2 * n, True, cap=1024))]
-        sp = tm([lambda s=s, d=d: d.copy_(s) for s, d in pairs], n=max(8, len(pairs)))
-        out.append([2.0 * n, sp["median"]])
-        del pairs
-    return out
 
 
 def _sustained(n: int, burst_flops: float) -> dict:
