@@ -267,7 +267,8 @@ def _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings, wal
                  "entries": len(new), "wall_s": wall}],
             "wall_s": wall}
     cl = {k: v for k, v in (ceilings or {}).items()
-          if k in ("copy_bytes_s", "gemm_flops_bf16", "gemm_flops_fp16", "gemm_flops_fp32")}
+          if k in ("copy_bytes_s", "gemm_flops_bf16", "gemm_flops_fp16", "gemm_flops_fp32",
+                   "gemm_flops_bf16_sustained", "power_onset_s")}
     if cl:
         meta["ceilings"] = cl
     write_atomic(tab_p, lambda p: table.to_parquet(p, index=False))
