@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from sweep.analysis import calibration as cal
+from sweep.analysis import power
 from sweep.analysis import predict as perf
 from sweep.analysis.hardware import load_spec
 from sweep.common.env import detect_device
@@ -343,8 +344,8 @@ def test_power_limit_slows_a_long_stages_compute_bound_kernels_only():
     hot = dict(ceil, gemm_flops_bf16_sustained=ceil["gemm_flops_bf16"] / 1.11, power_onset_s=0.075)
     hw = load_spec("h100_sxm")
     cfg = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
-    assert perf.power_limit(ceil) is None
-    assert perf.power_limit(hot) == pytest.approx((1.11, 0.075))
+    assert power.power_limit(ceil) is None
+    assert power.power_limit(hot) == pytest.approx((1.11, 0.075))
     for B, T, slower in [(8, 4096, True), (1, 512, False)]:
         wl = dict(batch=B, prompt_len=T, new_tokens=64, warmup=2, repeats=5)
         cold, warm = perf.predict(cfg, wl, hw, c, ceilings=ceil), perf.predict(cfg, wl, hw, c,
@@ -359,9 +360,9 @@ def test_power_limit_slows_a_long_stages_compute_bound_kernels_only():
         assert warm["prefill_pred_ms_attention"] > cold["prefill_pred_ms_attention"]
         assert warm["prefill_pred_ms_norms_elementwise"] == pytest.approx(
             cold["prefill_pred_ms_norms_elementwise"], rel=1e-9)
-    assert perf.sustained_fraction(0.1, 0.0, 0.075) == pytest.approx(0.25)
-    assert perf.sustained_fraction(0.01, 0.02, 0.075) == 0.0
-    assert perf.sustained_fraction(0.05, 0.3, 0.075) == 1.0
+    assert power.sustained_fraction(0.1, 0.0, 0.075) == pytest.approx(0.25)
+    assert power.sustained_fraction(0.01, 0.02, 0.075) == 0.0
+    assert power.sustained_fraction(0.05, 0.3, 0.075) == 1.0
 
 
 def test_a_graphed_decode_step_is_never_below_the_hosts_floor():

@@ -38,6 +38,8 @@ from zoo.formats import DTYPE_BYTES
 from zoo.generate import PREFILL_GRAPH_MAX_TOKENS
 
 from ..common.row import MODULES, STAGES, TIME, error, pred, pred_module
+from .power import (DEFAULT_REPEATS, DEFAULT_WARMUP, POWER_UNCERTAINTY, power_limit,
+                    sustained_fraction)
 from .pricing import Calibrated
 
 # kernels each op launches (ATen ops of the torch path, one fused kernel of the Triton path);
@@ -65,15 +67,6 @@ EAGER_HOST_UNCERTAINTY = 0.4  # the host's eager cost varies run to run: the dev
 # graphed prefills within 6.1% and decode steps within 4.8% but for the 2-layer design (-12%)
 MEASUREMENT_FLOOR = {"prefill": 0.07, "decode": 0.04}
 CONFIDENCE = ((0.06, "high"), (0.15, "medium"))  # half-width / prediction, else "low"
-# A stage timed as a trial times it (``sweep.measure.trial``: ``warmup`` runs, then ``repeats``
-# back to back) holds the GPU busy; past ``power_onset_s`` of load the board reaches its power
-# limit and lowers its clocks, and the compute-bound kernels (timed by the calibration in short
-# bursts at a duty cycle) slow down by the measured ratio ``gemm_flops_bf16`` /
-# ``gemm_flops_bf16_sustained`` (``sweep.measure.ceilings``; H100 SXM: 1.11 after 0.075 s,
-# ``results/reference/power_probe.md``). Memory-bound kernels are left as calibrated (timed
-# back to back already). The workload's own warm-up and repeats, else sweep.schema's defaults.
-DEFAULT_WARMUP, DEFAULT_REPEATS = 3, 10
-POWER_UNCERTAINTY = 0.5  # of the added time: the GEMM's slow-down stands in for a stage's mix
 
 
 @dataclass
@@ -182,24 +175,6 @@ def graphed(mode: str, batch: int, new: int, prefill: bool | None = None) -> boo
     if not (new > 1 if prefill is None else prefill):
         return mode in ("cudagraph", "compile")
     return mode == "cudagraph" and batch * new <= PREFILL_GRAPH_MAX_TOKENS
-
-
-def sustained_fraction(run_s: float, busy_before_s: float, onset_s: float) -> float:
-    """The share of one timed run of ``run_s`` (s), started after ``busy_before_s`` of back-to-back
-    load, that lies past ``onset_s`` of load (the power limit's onset): 0 .. 1."""
-    if run_s <= 0:
-        return 0.0
-    return min(max((busy_before_s + run_s - onset_s) / run_s, 0.0), 1.0)
-
-
-def power_limit(ceilings: dict) -> tuple[float, float] | None:
-    """``(slow-down, onset s)`` of compute-bound kernels under sustained load from the measured
-    ceilings (``gemm_flops_bf16`` / ``gemm_flops_bf16_sustained``, ``power_onset_s``), or None
-    where they were not measured (a CPU, an older ceilings cache, a datasheet target)."""
-    burst, slow = ceilings.get("gemm_flops_bf16"), ceilings.get("gemm_flops_bf16_sustained")
-    if not burst or not slow or "power_onset_s" not in ceilings:
-        return None
-    return max(burst / slow, 1.0), float(ceilings["power_onset_s"])
 
 
 def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
