@@ -100,16 +100,15 @@ def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, 
 
 def sigterm_interrupts():
     """Make SIGTERM end the study like Ctrl-C (``KeyboardInterrupt``) in the main thread, so an
-    interrupted trial is recorded and queued again. Returns the function restoring the old
-    handler."""
+    interrupted trial is recorded and queued again; both through
+    ``sweep.measure.child.interrupt_handler``, which also ends a trial whose start swallowed the
+    interrupt. Returns the function restoring the old handlers."""
     import signal
     import threading
 
+    from .measure.child import interrupt_handler
+
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
-
-    old = signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, old)
+    old = {s: signal.signal(s, interrupt_handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    return lambda: [signal.signal(s, h) for s, h in old.items()]

@@ -124,7 +124,7 @@ def _start_hanging_study(tmp_path, *extra, **popen):
                             cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, **popen)
     storage = f"sqlite:///{tmp_path}/optuna.db"
-    deadline = time.time() + 120
+    deadline = time.time() + 300  # two workers on a loaded 2-core machine: > 120 s seen
     while time.time() < deadline:
         time.sleep(0.5)
         try:
@@ -132,8 +132,8 @@ def _start_hanging_study(tmp_path, *extra, **popen):
         except Exception:  # noqa: BLE001 - not created yet
             continue
         if (len(trials) >= 2 and trials[1].state.name == "RUNNING"
-                and project_processes(str(tmp_path))):
-            return proc, storage
+                and any("/trials/0001/" in cmd for _, cmd in project_processes(str(tmp_path)))):
+            return proc, storage  # trial 1's own child is running
     proc.kill()
     pytest.fail("trial 1 never started")
 
@@ -178,6 +178,29 @@ def test_interrupt_of_a_study_with_workers(tmp_path):
     assert all(t.params in waiting for t in cut)  # each queued again
     _, study, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha", "study.name=hang")
     assert sorted(df[df.state == "COMPLETE"].n_kv_heads) == [1, 2, 4, 8]  # nothing lost
+
+
+def test_an_interrupt_swallowed_while_a_child_starts_still_ends_it(tmp_path, monkeypatch):
+    """A signal that lands while ``subprocess.Popen`` forks is raised in an at-fork hook and only
+    printed (seen: a study waiting forever on its hanging trial after SIGINT): the handler counts
+    it, and ``start`` raises it once the fork returns, the child killed."""
+    import subprocess
+
+    from sweep.measure import child
+
+    with pytest.raises(KeyboardInterrupt):
+        child.interrupt_handler(signal.SIGTERM, None)
+    started, popen = [], subprocess.Popen
+
+    def popen_interrupted(*a, **kw):  # the handler ran inside the fork, its exception swallowed
+        started.append(popen(*a, **kw))
+        child._INTERRUPTS[0] += 1
+        return started[-1]
+
+    monkeypatch.setattr(child.subprocess, "Popen", popen_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        child.start([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "log.txt")
+    assert started and started[0].poll() is not None  # killed, not left running
 
 
 def test_kill_9_of_the_study_leaves_no_trial_running(tmp_path):

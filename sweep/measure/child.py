@@ -18,6 +18,22 @@ from ..common.atomic import write_json
 from ..common.env import REPO
 
 PARENT_PID = "DESIGNZOO_PARENT_PID"  # the process a child must not outlive
+_INTERRUPTS = [0]  # SIGINT / SIGTERM seen by interrupt_handler in this process
+
+
+def interrupt_handler(signum, frame) -> None:
+    """The study's SIGINT and SIGTERM handler (``sweep.runs.sigterm_interrupts``): count the
+    signal, then raise ``KeyboardInterrupt`` in the main thread. Counted because Python can
+    swallow the exception: a signal that lands while ``subprocess.Popen`` forks is raised inside
+    an at-fork hook (logging's ``_releaseLock``) and only printed ("Exception ignored"), and the
+    study would then wait forever on a hanging trial; ``start`` raises it again.
+
+    Raises:
+        KeyboardInterrupt: always.
+    """
+    _INTERRUPTS[0] += 1
+    raise KeyboardInterrupt("" if signum == signal.SIGINT else
+                            f"signal {signal.Signals(signum).name}")
 
 
 def child_env() -> dict:
@@ -142,6 +158,7 @@ def start(cmd: list[str], log_path: Path, env: dict | None = None, on_line=None)
     full.update(env or {})
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "w")  # closed by Child once the output ends
+    interrupts = _INTERRUPTS[0]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=full, start_new_session=True, preexec_fn=die_with_parent,
                             text=True, bufsize=1)
@@ -156,8 +173,15 @@ def start(cmd: list[str], log_path: Path, env: dict | None = None, on_line=None)
                 except Exception:  # noqa: BLE001 - a display must never end a measurement
                     pass
 
-    reader = threading.Thread(target=pump, name="child-output", daemon=True)
-    reader.start()
+    try:
+        if _INTERRUPTS[0] != interrupts:  # the signal's exception was swallowed in the fork
+            raise KeyboardInterrupt("signal received while a child started")
+        reader = threading.Thread(target=pump, name="child-output", daemon=True)
+        reader.start()
+    except BaseException:  # interrupted before the caller holds the child: end it here
+        _kill(proc)
+        log.close()
+        raise
     return Child(proc, reader, log)
 
 
