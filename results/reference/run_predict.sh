@@ -7,7 +7,9 @@
 # distribution of all rows). Repeats 10 after 3 warm-ups: a batch-1 prefill of 512 tokens takes
 # ~10 ms, host-bound, and 3 repeats left its median noisy. On the H200: `h200` runs the same b8 studies
 # predicted from the H100 calibration committed in results/reference/ (transferred by the H200's
-# measured ceilings; no H200 calibration).
+# measured ceilings; no H200 calibration). CAL= (empty) uses the calibration shipped with the
+# package (the study measures what it lacks, or what today's kernels made stale) in place of
+# results/reference/calibration_h100.json; TIMEOUT_S bounds each b1/b8 study (default: none).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-results/out}
@@ -15,6 +17,8 @@ mkdir -p "$OUT"
 . results/reference/gpu_host.sh
 R=results/ref-predict
 common="workload.repeats=10 workload.warmup=3 results_dir=$R"
+CAL=${CAL-results/reference/calibration_h100.json}
+calarg=${CAL:+calibration=$CAL}
 exps="gqa_vs_mha head_dim ffn_width depth_vs_width kv_quant fused_kernels"
 case "${1:-}" in
   calibrate)  # (its files then go to results/reference/calibration_h100.*, which b1/b8 use)
@@ -26,16 +30,18 @@ case "${1:-}" in
     wl=$([ "$w" = b1 ] && echo "workload=default workload.new_tokens=64" || echo "workload=long_context")
     for e in ${@:-$exps}; do
       prof=$(case $e in gqa_vs_mha|head_dim) echo "profile=modules";; esac)
-      python3 -m sweep +experiment=$e $wl $prof $common study.name=$e-$w \
-        calibration=results/reference/calibration_h100.json
+      timeout "${TIMEOUT_S:-0}" python3 -m sweep +experiment=$e $wl $prof $common study.name=$e-$w \
+        $calarg > "$OUT/log_$e-$w.txt" 2>&1; echo "$e-$w rc=$?" | tee -a "$OUT/rc.txt"
     done ;;
   check)  # run_predict.sh check b1|b8|h200
-    python3 -m sweep.report.prediction_check $R/*-$2/ --out "$OUT/check_$2.json" --csv "$OUT/rows_$2.csv" ;;
+    # (a study cut off before its end has no study.json: left out)
+    python3 -m sweep.report.prediction_check $(for f in $R/*-$2; do [ -f $f/study.json ] && echo $f/; done) \
+      --out "$OUT/check_$2.json" --csv "$OUT/rows_$2.csv" ;;
   h200)  # run_predict.sh h200 [b1|b8]: the studies stop after ${BUDGET_S:-480} s so the check runs
     wl=$([ "${2:-b8}" = b1 ] && echo "workload=default workload.new_tokens=64" || echo "workload=long_context")
     timeout "${BUDGET_S:-480}" bash -c "for e in gqa_vs_mha kv_quant ffn_width depth_vs_width head_dim; do
       python3 -m sweep +experiment=\$e $wl $common study.name=\$e-h200 \
-        calibration=results/reference/calibration_h100.json > $OUT/log_\$e.txt 2>&1; done"
+        ${CAL:+calibration=$CAL} > $OUT/log_\$e.txt 2>&1; done"
     set -- x $(for f in $R/*-h200; do [ -f $f/study.json ] && echo $f; done)
     shift
     python3 -m sweep.report.prediction_check "$@" --out "$OUT/check_h200.json" --csv "$OUT/rows_h200.csv" ;;
