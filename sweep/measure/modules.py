@@ -28,6 +28,7 @@ import math
 import re
 from pathlib import Path
 
+from ..common.atomic import write_json
 from .child import child_failure, run_child
 
 MODULES = ("qkv", "attention", "out_proj", "ffn", "lm_head", "norms_elementwise")
@@ -194,9 +195,10 @@ def module_windows(gen, prompt, spec: dict) -> dict:
         tok = gen.decode(tok).argmax(-1, keepdim=True)
     sync()
 
-    def ranged(eager, replay, graph: bool):
+    def ranged(eager, replay, graph: bool, stage: str):
         """Kernel time per module (us) of ``eager()`` run under the ranges; where the stage runs
-        as a CUDA graph, the kernel durations of ``replay()`` matched kernel by kernel."""
+        as a CUDA graph, the kernel durations of ``replay()`` matched kernel by kernel. Both
+        kernel lists go to ``<trial_dir>/kernels_<stage>.json`` (what the match saw)."""
         nvtx.enable(True, "torch")
         with profile(activities=acts) as p:
             eager()
@@ -210,8 +212,11 @@ def module_windows(gen, prompt, spec: dict) -> dict:
             sync()
         kernels = sorted((e for e in p2.events() if e.device_type.name == "CUDA"),
                          key=lambda e: e.time_range.start)
-        us, matched = align_replay(seq, [(e.name, e.time_range.end - e.time_range.start)
-                                         for e in kernels], us)
+        rep = [(e.name, e.time_range.end - e.time_range.start) for e in kernels]
+        if spec.get("trial_dir"):
+            write_json(Path(spec["trial_dir"]) / f"kernels_{stage}.json",
+                       {"eager": [list(k) for k in seq], "replay": [list(k) for k in rep]})
+        us, matched = align_replay(seq, rep, us)
         if matched is None:
             return us, ("the graph replay's kernels did not match the eager run's: eager kernel "
                         "durations")
@@ -221,7 +226,7 @@ def module_windows(gen, prompt, spec: dict) -> dict:
     try:
         # the captured prefill's Python run eagerly: the same kernels, with ranges
         us, note = ranged(lambda: gen.prefill_step(prompt), lambda: gen.prefill(prompt),
-                          gen.prefill_mode == "cudagraph")
+                          gen.prefill_mode == "cudagraph", "prefill")
         out = _columns("prefill", us, note)
         gen.pos = prompt.shape[1]  # the cache holds the prompt: decode from there again
         for _ in range(3):
@@ -236,7 +241,7 @@ def module_windows(gen, prompt, spec: dict) -> dict:
             gen._input_pos.fill_(gen.pos)
             gen._step(gen._bucket(gen.pos))
 
-        us, note = ranged(eager_step, lambda: gen.decode(tok), gen.mode == "cudagraph")
+        us, note = ranged(eager_step, lambda: gen.decode(tok), gen.mode == "cudagraph", "decode")
         if gen.mode == "compile":
             note = "compile mode: the eager step's kernels (Inductor's own are not attributed)"
         out.update(_columns("decode", us, note))
