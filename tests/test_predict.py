@@ -230,6 +230,34 @@ def test_module_of_follows_the_innermost_range():
     assert module_of(["decode", "layer3", "attn", "attention"], "softmax_warp_forward") == \
         "attention"
     assert module_of([], "embedding") == "norms_elementwise"
+    # the Triton decode GEMV is the GEMM of its range (an H100 step put every one of them in
+    # norms_elementwise)
+    assert module_of(["decode", "layer0", "attn", "qkv"], "_gemv_kernel") == "qkv"
+    assert module_of(["decode", "layer0", "ffn", "w13"], "_gemv_kernel") == "ffn"
+
+
+def test_the_ranges_gpu_marks_are_not_kernels():
+    """torch.profiler puts each record_function range on the GPU timeline too (a CUDA event
+    named like the range): it is neither a kernel of the sequence nor unattributed time (an H100
+    decode step counted 165 "kernels" for its 85, and matched half of them to the replay)."""
+    from types import SimpleNamespace as NS
+
+    from torch.autograd import DeviceType
+
+    from sweep.measure.modules import attribute
+
+    def ev(name, dev, start, end, id_, thread=1):
+        return NS(name=name, device_type=dev, time_range=NS(start=start, end=end), id=id_,
+                  thread=thread, linked_correlation_id=0)
+
+    cpu, gpu = DeviceType.CPU, DeviceType.CUDA
+    evs = [ev("decode", cpu, 0, 100, 10), ev("qkv", cpu, 1, 20, 11),
+           ev("cudaLaunchKernel", cpu, 2, 3, 1), ev("_gemv_kernel", gpu, 30, 36, 1),
+           ev("qkv", gpu, 30, 36, 11), ev("w2", cpu, 40, 60, 12),
+           ev("cudaLaunchKernel", cpu, 41, 42, 2), ev("_gemv_kernel", gpu, 61, 65, 2)]
+    us, seq = attribute(NS(events=lambda: evs), cuda=True)
+    assert [k for k, _, _ in seq] == ["_gemv_kernel", "_gemv_kernel"]
+    assert us["qkv"] == 6 and us["ffn"] == 4 and us["unattributed"] == 0
 
 
 def test_graph_replay_aligned_to_the_eager_run():

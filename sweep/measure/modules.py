@@ -37,8 +37,8 @@ MODULE_OF = {"qkv": "qkv", "attention": "attention", "out_proj": "out_proj", "w1
 GEMM_RANGES = ("qkv", "out_proj", "w13", "w2", "lm_head")
 RANGES = set(MODULE_OF) | {"rope", "kv_write", "act", "norm", "attn", "ffn", "prefill",
                            "decode"}
-_GEMM = re.compile(r"gemm|nvjet|cutlass|xmma|cublas|splitKreduce|sm90_|matmul|_mm_|addmm|"
-                   r"linear|::(add)?b?mm\b", re.I)
+_GEMM = re.compile(r"gemm|gemv|nvjet|cutlass|xmma|cublas|splitKreduce|sm90_|matmul|_mm_|"
+                   r"addmm|linear|::(add)?b?mm\b", re.I)  # gemv: kernels.gemv's _gemv_kernel
 _LAUNCH = re.compile(r"Launch|cudaGraphLaunch", re.I)
 
 
@@ -88,8 +88,10 @@ def attribute(prof, cuda: bool) -> tuple[dict, list[tuple[str, str, float]]]:
         for e in evs:
             if e.device_type == DeviceType.CPU:
                 (launch if _LAUNCH.search(e.name) else front).setdefault(e.id, e)
-        kernels = sorted((e for e in evs if e.device_type == DeviceType.CUDA),
-                         key=lambda e: e.time_range.start)
+        # the ranges' own GPU-side marks (torch.profiler's user annotations on the GPU
+        # timeline, named like the range) are not kernels
+        kernels = sorted((e for e in evs if e.device_type == DeviceType.CUDA
+                          and not _is_range(e.name)), key=lambda e: e.time_range.start)
         for k in kernels:
             dur = k.time_range.end - k.time_range.start
             # the host call that launched it: the runtime launch event of its correlation id,
