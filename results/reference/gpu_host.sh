@@ -1,6 +1,7 @@
 # Sourced by the run_*.sh reference scripts: on the offline GPU host, install the wheels that
-# shared/offline-wheels.sh put in .whl/ (optuna, hydra-core, nvtx, ...) into /tmp/site.
-if [ -d .whl ]; then
+# shared/offline-wheels.sh put in .whl/ (optuna, hydra-core, nvtx, ...) into /tmp/site; once per
+# call (a script sourced by another finds /tmp/site on PYTHONPATH already).
+if [ -d .whl ] && [[ ":${PYTHONPATH:-}:" != *":/tmp/site:"* ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit 1
 fi

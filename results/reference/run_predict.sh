@@ -20,6 +20,9 @@ common="workload.repeats=10 workload.warmup=3 results_dir=$R"
 CAL=${CAL-results/reference/calibration_h100.json}
 calarg=${CAL:+calibration=$CAL}
 exps="gqa_vs_mha head_dim ffn_width depth_vs_width kv_quant fused_kernels"
+finished() {  # the study folders $R/*-$1 that ended (one cut off has no study.json)
+  for f in $R/*-$1; do [ -f "$f/study.json" ] && echo "$f/"; done
+}
 case "${1:-}" in
   calibrate)  # (its files then go to results/reference/calibration_h100.*, which b1/b8 use)
     python3 -m sweep.cli.calibrate --refresh
@@ -34,17 +37,15 @@ case "${1:-}" in
         $calarg > "$OUT/log_$e-$w.txt" 2>&1; echo "$e-$w rc=$?" | tee -a "$OUT/rc.txt"
     done ;;
   check)  # run_predict.sh check b1|b8|h200
-    # (a study cut off before its end has no study.json: left out)
-    python3 -m sweep.report.prediction_check $(for f in $R/*-$2; do [ -f $f/study.json ] && echo $f/; done) \
-      --out "$OUT/check_$2.json" --csv "$OUT/rows_$2.csv" ;;
+    python3 -m sweep.report.prediction_check $(finished "$2") --out "$OUT/check_$2.json" \
+      --csv "$OUT/rows_$2.csv" ;;
   h200)  # run_predict.sh h200 [b1|b8]: the studies stop after ${BUDGET_S:-480} s so the check runs
     wl=$([ "${2:-b8}" = b1 ] && echo "workload=default workload.new_tokens=64" || echo "workload=long_context")
     timeout "${BUDGET_S:-480}" bash -c "for e in gqa_vs_mha kv_quant ffn_width depth_vs_width head_dim; do
       python3 -m sweep +experiment=\$e $wl $common study.name=\$e-h200 \
         ${CAL:+calibration=$CAL} > $OUT/log_\$e.txt 2>&1; done"
-    set -- x $(for f in $R/*-h200; do [ -f $f/study.json ] && echo $f; done)
-    shift
-    python3 -m sweep.report.prediction_check "$@" --out "$OUT/check_h200.json" --csv "$OUT/rows_h200.csv" ;;
+    python3 -m sweep.report.prediction_check $(finished h200) --out "$OUT/check_h200.json" \
+      --csv "$OUT/rows_h200.csv" ;;
   *) echo "usage: run_predict.sh calibrate | b1|b8 [EXP ...] | check b1|b8|h200 | h200 [b1|b8]" >&2; exit 2 ;;
 esac
 ls -la "$OUT"

@@ -8,6 +8,7 @@
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 t0=$(date +%s)
+. results/reference/session_common.sh
 if [ "${CALIBRATE:-1}" = 1 ]; then  # CALIBRATE=0: the shipped calibration as committed
   CAL_TIMEOUT=${CAL_TIMEOUT:-240} OUT=$OUT/calibrate bash results/reference/run_fresh.sh calibrate_more
   mkdir -p "$OUT/shipped"; cp sweep/analysis/calibrations/nvidia_h100* "$OUT/shipped/"
@@ -23,5 +24,4 @@ if [ "$left" -gt 60 ]; then
   done
   OUT=$OUT/b8 bash results/reference/run_predict.sh check b8
 fi
-cp -r results/ref-predict "$OUT/ref-predict" 2>/dev/null
-tar czf /tmp/out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/out.tgz "$OUT/"
+pack
