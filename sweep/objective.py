@@ -297,7 +297,8 @@ def model_calibration(plan, ceilings: dict, progress=None):
     device covering the study's designs (``sweep.analysis.calibration.ensure``: the cache, started
     from the shipped one of this device, with what it lacks measured now; a large space's designs
     by a bounded lattice, ``sweep.space.study_designs``), or ``plan.calibration`` (a file: as it is
-    when it is this device's, else transferred by the measured ceilings). Never raises: without
+    when it is this device's, else transferred by the measured ceilings with the fixed costs
+    measured on this host, ``sweep.analysis.calibration.host_costs``). Never raises: without
     one, rows carry roofline predictions and the reason."""
     from .analysis import calibration as cal
     from .report.progress import TaskProgress
@@ -311,6 +312,9 @@ def model_calibration(plan, ceilings: dict, progress=None):
             meta, table = have
             if meta.get("device") == plan.device["name"]:  # this device's own: used as it is
                 return perf.Calibrated(table, meta), ""
+            # another device's: its GPU entries transferred, the fixed costs this host's
+            meta, table = cal.host_costs(plan.device, meta, table, plan.switches,
+                                         plan.cache("tuning"))
             return perf.transfer(perf.Calibrated(table, meta), meta["ceilings"],
                                  dict(ceilings, device=plan.device["name"]), plan.base.dtype), ""
         items = study_designs(plan.space, plan.base, plan.workload, plan.mode)

@@ -25,8 +25,10 @@ experiment, GEMMs over ``M_GRID``) to refresh one.
 **What it rests on.** Every row belongs to a ``family`` (``gemm``, ``gemv``, ``decode_attn/
 triton``, ...) whose ``fingerprint`` is recorded in the meta: the code of the kernels and zoo
 modules its time depends on (comments and docstrings left out), the switches that change what
-they launch or how they are tuned (``kernels.switches``), the device, driver, torch and Triton.
-When a family's fingerprint no longer matches, its rows are stale: ``ensure`` measures them again
+they launch or how they are tuned (``kernels.switches``), the device, driver, torch and Triton;
+the fixed costs (``launch``: the host's cost to issue ops and graphed steps) also the host they
+were measured on, so a calibration shipped from, or transferred from, another machine has its
+fixed costs measured on this one (``host_costs``). When a family's fingerprint no longer matches, its rows are stale: ``ensure`` measures them again
 (``policy='auto'``), or with ``policy='frozen'`` measures nothing and says ``stale`` in the meta,
 which every prediction from it carries (``prediction_stale``). A changed kernel is never priced by
 its old time unknowingly.
@@ -36,6 +38,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import platform
+import tempfile
 import time
 from pathlib import Path
 
@@ -93,7 +97,9 @@ def fingerprints(device: dict, switches) -> dict:
                                                           "kv_quant") + (str(_MICROBENCH),)),
         "elementwise/triton": fingerprint(*base, tri, modules=k("rmsnorm", "rope", "swiglu",
                                                                 "kv_quant") + (str(_MICROBENCH),)),
-        "launch": fingerprint(*base, tri, json.dumps(sw, sort_keys=True),
+        # the host's own costs: another machine's CPU issues ops at another rate (the eager
+        # decode of one design read 2.3x the shipped H100's per-layer cost on an H200 host)
+        "launch": fingerprint(*base, tri, json.dumps(sw, sort_keys=True), platform.node(),
                               modules=every_kernel + zoo + (str(_FIXED_COSTS),)),
     }
 
@@ -198,8 +204,8 @@ def ensure(device: dict, items, switches, ceilings: dict | None = None,
     if table is not None and "family" not in table:
         table = None  # an old table: no family per row
     if stale and policy == "auto":
-        log(f"calibration: {', '.join(stale)} measured under other kernels or versions: measured "
-            "again")
+        log(f"calibration: {', '.join(stale)} measured under other kernels, versions or on another "
+            "host: measured again")
         table = table[~table.family.isin(stale)] if table is not None else None
         stale = []
     want = needs(items, device["type"])
@@ -273,6 +279,45 @@ def _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings, wal
         meta["ceilings"] = cl
     write_atomic(tab_p, lambda p: table.to_parquet(p, index=False))
     write_json(meta_p, meta)
+    return meta, table
+
+
+def host_costs(device: dict, meta: dict, table, switches, tuning_dir: Path | None = None,
+               timeout_s: float = 300.0, log=print):
+    """``(meta, table)`` of a calibration from a file (another machine's, or another device's
+    to be transferred) with its fixed costs (the ``launch`` family: the host's cost to issue ops
+    and graphed steps, ``sweep.measure.fixed_costs``) measured on this machine, in a child, when
+    they were measured elsewhere (their fingerprint differs from this host's); as given when
+    they match. The GPU's own entries are left as they are.
+
+    Raises:
+        RuntimeError: the measurement failed (the child's error tail in the message).
+    """
+    import pandas as pd
+
+    current = fingerprints(device, switches)["launch"]
+    if (meta.get("fingerprints") or {}).get("launch") == current:
+        return meta, table
+    from ..measure import calibration_run as run_cal
+
+    log(f"calibration: the fixed costs of {meta.get('device')}'s calibration were measured on "
+        f"another host: measuring this host's ({platform.node()})")
+    spec = _spec(device["type"], device["type"] != "cuda", switches, {}, ["launch"], [],
+                 tuning_dir)
+    with tempfile.TemporaryDirectory(prefix="designzoo-host-costs-") as d:
+        out = Path(d) / "launch.parquet"
+        try:
+            rc, tail = run_cal.run(spec, out, timeout_s)
+        except run_cal.ChildTimeout as e:
+            raise RuntimeError(f"fixed costs {e}") from None
+        if rc != 0 or not out.exists():
+            raise RuntimeError(f"fixed costs failed: {tail}")
+        new = pd.read_parquet(out)
+    new["family"] = "launch"
+    table = pd.concat([table[table.family != "launch"], new], ignore_index=True)
+    meta = dict(meta, fingerprints=dict(meta.get("fingerprints") or {}, launch=current),
+                host_costs={"host": platform.node(), "entries": len(new),
+                            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
     return meta, table
 
 

@@ -4,7 +4,8 @@ the performance model judged on a validation set (``conf/validation/<set>.yaml``
 Each pair is measured as a study measures a design (``sweep.measure.trial`` in a child process;
 warm-up, medians over repeats) and priced by the performance model: from this device's
 calibration, its own shapes measured first (``sweep.analysis.calibration.ensure``), or from
-``--calibration FILE`` (another device's: transferred by this device's measured ceilings). The
+``--calibration FILE`` (another device's: transferred by this device's measured ceilings), its
+fixed costs measured on this host (``sweep.analysis.calibration.host_costs``). The
 error table, the summary per stage and category and the interval's coverage go to
 ``<results_dir>/validate/<set>-<device>/`` (``<set>.csv``, ``summary.json``, ``<set>.md``;
 ``sweep.report.validation``). Exit code 1 when a target of the summary is missed (``--targets
@@ -166,9 +167,12 @@ def main(argv: list[str] | None = None) -> int:
         have = cal.load("", where=Path(a.calibration))
         if have is None:
             raise FileNotFoundError(f"{a.calibration}: no calibration (.json + .parquet)")
-        c = perf.Calibrated(have[1], have[0])
-        if have[0].get("device") != dev["name"]:
-            c = perf.transfer(c, have[0]["ceilings"], dict(ceilings, device=dev["name"]),
+        meta, table = have
+        if not a.measured:  # the host's fixed costs are this machine's, whoever measured the file
+            meta, table = cal.host_costs(dev, meta, table, switches, root / "tuning")
+        c = perf.Calibrated(table, meta)
+        if meta.get("device") != dev["name"]:
+            c = perf.transfer(c, meta["ceilings"], dict(ceilings, device=dev["name"]),
                               chosen[0][1].dtype)
     elif a.measured:  # priced where it was measured: that device's cached calibration
         have = cal.load(dev["name"], cal_dir=root / "calibration") or cal.shipped(dev["name"])

@@ -39,11 +39,14 @@ def measure(device: str) -> dict:
         _ramp(gemm["bf16"])
     progress_line("phase", "measuring the copy bandwidth")
     out.update(_copy_rate(timer, n_copy, device))
-    out["method"]["copy"] = f"dst.copy_(src) of {n_copy} bytes; read + write counted; median of 30"
+    out["method"]["copy"] = (f"dst.copy_(src) of {n_copy} bytes; read + write counted; median "
+                             f"of {3 if device == 'cuda' else 1} readings' medians of 10")
     for dt, n in gemm.items():
         progress_line("phase", f"measuring the {dt} GEMM rate")
         out.update(_gemm_rate(timer, n, dt, device))
-        out["method"][f"gemm_{dt}"] = f"{n}x{n}x{n} matmul of random data; median of repeats"
+        out["method"][f"gemm_{dt}"] = (f"{n}x{n}x{n} matmul of random data; median of "
+                                       f"{READINGS if device == 'cuda' else 1} readings' medians "
+                                       f"of 5, {PAUSE_S:g} s apart")
     if device == "cuda":
         progress_line("phase", f"measuring the sustained bf16 GEMM rate ({SUSTAIN_S:g} s)")
         out.update(_sustained(8192, out["gemm_flops_bf16"]))
@@ -55,6 +58,12 @@ def measure(device: str) -> dict:
 
 
 SUSTAIN_S, IDLE_S, RAMP_S = 1.5, 1.0, 0.25
+# Burst rates as the median of READINGS short readings PAUSE_S apart: one reading of the bf16
+# GEMM varied 743-775 TFLOP/s between six back-to-back measurements on one H200 (4%, no trend
+# in the idle before it: results/reference/predict_h200_from_h100_v3/ceilings_probe_h200.json),
+# and one reading of its copy 3.85-4.21 TB/s between machines; the transfer of a calibration to
+# another device is a ratio of these (``sweep.analysis.predict.transfer``)
+READINGS, PAUSE_S = 5, 0.2
 
 
 def _ramp(n: int) -> None:
@@ -138,9 +147,8 @@ def _copy_rate(timer, n_bytes: int, device: str) -> dict:
 
     src = torch.randn(n_bytes // 4, device=device)  # float32 elements: n_bytes bytes
     dst = torch.empty_like(src)
-    ts = timer.repeat(lambda: dst.copy_(src), warmup=5, repeats=30)
-    return {"copy_bytes_s": 2 * n_bytes / statistics.median(ts),
-            "copy_bytes_s_spread": [2 * n_bytes / max(ts), 2 * n_bytes / min(ts)]}
+    reads = _readings(timer, lambda: dst.copy_(src), 3 if device == "cuda" else 1, 3, 10)
+    return _rate("copy_bytes_s", 2 * n_bytes, reads)
 
 
 def _gemm_rate(timer, n: int, dt: str, device: str) -> dict:
@@ -150,9 +158,31 @@ def _gemm_rate(timer, n: int, dt: str, device: str) -> dict:
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dt]
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    ts = timer.repeat(lambda: a @ b, warmup=3, repeats=10 if device == "cuda" else 5)
-    return {f"gemm_flops_{dt}": 2 * n**3 / statistics.median(ts),
-            f"gemm_flops_{dt}_spread": [2 * n**3 / max(ts), 2 * n**3 / min(ts)]}
+    reads = _readings(timer, lambda: a @ b, READINGS if device == "cuda" else 1, 2, 5)
+    return _rate(f"gemm_flops_{dt}", 2 * n**3, reads)
+
+
+def _readings(timer, fn, n: int, warmup: int, repeats: int) -> list[list[float]]:
+    """``n`` short readings of ``fn`` (``warmup`` untimed calls, then ``repeats`` timed, s),
+    ``PAUSE_S`` apart: each well inside the power limit's onset, so a burst rate."""
+    import time
+
+    out = []
+    for i in range(n):
+        if i:
+            time.sleep(PAUSE_S)
+        out.append(timer.repeat(fn, warmup=warmup, repeats=repeats))
+    return out
+
+
+def _rate(name: str, work: float, reads: list[list[float]]) -> dict:
+    """``{name: work / the median of the readings' median times, name_spread: [min, max]
+    rate over every call, name_readings: each reading's rate}`` (work in bytes or FLOP)."""
+    each = [statistics.median(r) for r in reads]
+    every = [t for r in reads for t in r]
+    return {name: work / statistics.median(each),
+            f"{name}_spread": [work / max(every), work / min(every)],
+            f"{name}_readings": [work / t for t in each]}
 
 
 def run(device_type: str, timeout_s: float = 300.0, on_line=None) -> dict:

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One device call (2026-11-25): half of the frozen held-out set measured with today's kernels and
+# priced from the H100 calibration shipped with the package (on another GPU transferred by its
+# ceilings; on every machine its fixed costs measured on this host: host_costs), after, with
+# PROBE=1, the transfer probe (transfer_probe.py: this GPU's ceilings twice and a sample of the
+# shipped table's entries timed again here). HALF=even|odd. Everything under $OUT as out.tgz.
+#   HALF=even PROBE=1 bash results/reference/run_session_heldout.sh
+set -uo pipefail
+OUT=${OUT:-out}; mkdir -p "$OUT"
+t0=$(date +%s)
+. results/reference/session_common.sh
+device_info
+if [ "${PROBE:-0}" = 1 ]; then
+  python3 results/reference/transfer_probe.py "$OUT/transfer_probe.json" > "$OUT/transfer_probe.log" 2>&1
+  tail -n 30 "$OUT/transfer_probe.log"
+fi
+left=$(( ${BUDGET_S:-570} - ($(date +%s) - t0) ))
+echo "held-out half ${HALF:?} with ${left} s left"
+CAL=sweep/analysis/calibrations/nvidia_h100_80gb_hbm3.json VALIDATE_TIMEOUT=$left OUT=$OUT/heldout \
+  bash results/reference/run_heldout.sh > "$OUT/heldout.log" 2>&1
+grep -c TPOT "$OUT/heldout/measured.jsonl" 2>/dev/null; grep -h "calibration:" "$OUT/heldout/validate.log" | head -5
+tail -n 3 "$OUT/heldout/validate.log"
+pack
