@@ -120,6 +120,49 @@ def test_the_fingerprint_follows_code_switches_and_versions(monkeypatch):
     assert tree_a == tree_b and _code(src + "\nX = 1\n") != tree_a
 
 
+def test_fixed_costs_are_the_hosts(monkeypatch, tmp_path):
+    """The launch family's fingerprint holds the host (a shipped or transferred calibration's
+    fixed costs were measured on another machine's CPU); the GPU's families do not.
+    ``host_costs`` measures this host's fixed costs when they were measured elsewhere, replacing
+    that family only, and leaves a calibration measured here as it is."""
+    import pandas as pd
+
+    dev = {"name": "NVIDIA H100 80GB HBM3", "driver": "580", "type": "cuda"}
+    sw = switches.Switches()
+    monkeypatch.setattr(cal.platform, "node", lambda: "host-a")
+    a = cal.fingerprints(dev, sw)
+    monkeypatch.setattr(cal.platform, "node", lambda: "host-b")
+    b = cal.fingerprints(dev, sw)
+    assert a["launch"] != b["launch"]
+    assert all(a[f] == b[f] for f in a if f != "launch")
+
+    table = pd.DataFrame([
+        {"kind": "launch", "op": "eager_layer_torch", "time_s": 5e-4, "family": "launch"},
+        {"kind": "launch", "op": "graph_kernel", "time_s": 1e-6, "family": "launch"},
+        {"kind": "gemm", "M": 8.0, "N": 64.0, "K": 64.0, "time_s": 2e-6, "family": "gemm"}])
+    meta = {"device": dev["name"], "fingerprints": dict(a)}
+    runs = []
+
+    def fake_run(spec, out, timeout_s=900.0, on_line=None):
+        runs.append(spec)
+        pd.DataFrame([{"kind": "launch", "op": "eager_layer_torch", "time_s": 9e-4},
+                      {"kind": "launch", "op": "graph_kernel", "time_s": 2e-6}]).to_parquet(out)
+        return 0, ""
+
+    from sweep.measure import calibration_run
+
+    monkeypatch.setattr(calibration_run, "run", fake_run)
+    m2, t2 = cal.host_costs(dev, meta, table, sw, log=lambda *_: None)
+    assert runs and runs[0]["base"] == ["launch"] and not runs[0]["gemm"]
+    assert m2["fingerprints"]["launch"] == b["launch"]
+    assert m2["fingerprints"]["gemm"] == a["gemm"]
+    got = t2.set_index("op").time_s
+    assert got["eager_layer_torch"] == 9e-4 and got["graph_kernel"] == 2e-6
+    assert (t2.kind == "gemm").sum() == 1 and len(t2) == 3
+    m3, t3 = cal.host_costs(dev, m2, t2, sw, log=lambda *_: None)  # measured here: as it is
+    assert len(runs) == 1 and t3 is t2
+
+
 def _code(src: str) -> str:
     import tempfile
 

@@ -358,6 +358,28 @@ def test_sustained_gemm_profile_finds_the_slow_down_and_its_onset():
     assert flat["power_onset_s"] == pytest.approx(0.12)
 
 
+def test_a_ceiling_is_the_median_of_its_readings():
+    """``sweep.measure.ceilings``: a burst rate is the median of its short readings' medians
+    (one low reading does not move it), the spread spans every call, each reading is kept."""
+    from sweep.measure import ceilings
+
+    reads = [[1.0e-3] * 5, [1.02e-3] * 5, [1.2e-3] * 5, [1.01e-3] * 5, [0.99e-3] * 5]
+    r = ceilings._rate("gemm_flops_bf16", 1e12, reads)
+    assert r["gemm_flops_bf16"] == pytest.approx(1e12 / 1.01e-3)  # the median reading
+    assert r["gemm_flops_bf16_spread"] == pytest.approx([1e12 / 1.2e-3, 1e12 / 0.99e-3])
+    assert len(r["gemm_flops_bf16_readings"]) == 5
+
+    class T:
+        calls = 0
+
+        def repeat(self, fn, warmup, repeats):
+            T.calls += 1
+            return [1e-3] * repeats
+
+    got = ceilings._readings(T(), None, 3, 2, 4)
+    assert T.calls == 3 and [len(x) for x in got] == [4, 4, 4]
+
+
 def test_power_limit_slows_a_long_stages_compute_bound_kernels_only():
     """On the shipped H100 calibration: with a measured sustained GEMM 1.11x slower past 75 ms,
     the 1B shape's 4096-token batch-8 prefill (~117 ms, its repeats back to back) is priced
