@@ -333,7 +333,9 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
     else:
         m = calibration.meta
         row["prediction_basis"] = (f"calibrated on {m.get('device')} ({m.get('date')})"
-                                   + (f", transferred to {hardware.name} by its ceilings"
+                                   + (f", transferred to {hardware.name} by "
+                                      + (m.get("transfer") or {}).get("basis",
+                                                                      "ratio of the ceilings")
                                       if m.get("transferred_to") else ""))
         widths = [(row[pred(s, "hi")] - row[pred(s, "lo")]) / 2 / row[pred(s, "calibrated")]
                   for s in STAGES if row.get(pred(s, "hi")) and row.get(pred(s, "calibrated"))]
@@ -348,15 +350,27 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
     return row
 
 
-def transfer(cal: Calibrated, src_ceilings: dict, dst_ceilings: dict, dtype: str = "bf16"
-             ) -> Calibrated:
+def transfer(cal: Calibrated, src_ceilings: dict, dst_ceilings: dict, dtype: str = "bf16",
+             anchors: list[dict] | None = None) -> Calibrated:
     """A calibration priced for another device: compute-bound terms (GEMMs, prefill attention)
-    scaled by the ratio of the GEMM ceilings, memory-bound ones (skinny GEMMs, decode attention,
-    elementwise) by the ratio of the copy bandwidths; fixed costs (launches, fit intercepts, a
-    memory-bound GEMM's latency: ``Calibrated._gemm_fixed``) unchanged."""
+    scaled by a compute factor, memory-bound ones (skinny GEMMs, decode attention, elementwise)
+    by a memory factor; fixed costs (launches, fit intercepts, a memory-bound GEMM's latency:
+    ``Calibrated._gemm_fixed``) unchanged. The factors come from ``anchors`` where given (rows
+    of the source table's own entries timed on the destination: ``sweep.analysis.anchors``),
+    else from the ratio of the two devices' ceilings (``gemm_flops_<dtype>``, ``copy_bytes_s``:
+    measured, or a datasheet target's). The meta's ``transfer`` says which."""
     f = src_ceilings[f"gemm_flops_{dtype}"] / dst_ceilings[f"gemm_flops_{dtype}"]
     g = src_ceilings["copy_bytes_s"] / dst_ceilings["copy_bytes_s"]
-    meta = dict(cal.meta, transferred_to=dst_ceilings.get("device", "another device"))
+    how = {"compute": f, "memory": g, "basis": "ratio of the ceilings"}
+    if anchors:
+        from .anchors import factors
+
+        got = factors(cal.t, anchors, cal._fixed("gemv", dtype) if (cal.t.kind == "gemv").any()
+                      else 0.0)
+        f, g = got["compute"] or f, got["memory"] or g
+        how = dict(got, compute=f, memory=g)
+    meta = dict(cal.meta, transferred_to=dst_ceilings.get("device", "another device"),
+                transfer=how)
     ridge = src_ceilings[f"gemm_flops_{dtype}"] / src_ceilings["copy_bytes_s"]  # FLOP/byte
     return Calibrated(cal.t, meta, {"compute": f, "memory": g, "ridge": ridge})
 

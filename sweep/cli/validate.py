@@ -183,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         meta, table = cal.ensure(dev, [(c_, w, m) for _, c_, w, m in chosen], switches, ceilings,
                                  cal_dir=root / "calibration", tuning_dir=root / "tuning")
         c = perf.Calibrated(table, meta)
+    # what the prices rest on, kept beside them (a transferred or host-measured table is made
+    # here, on this machine): the table and its meta
+    write_atomic(out / "calibration.parquet", lambda p: c.t.to_parquet(p, index=False))
+    write_json(out / "calibration.json", c.meta)
     if a.measured:
         chosen, measured = read_measured(Path(a.measured), chosen)
     else:

@@ -1,0 +1,100 @@
+"""Anchors of a calibration's transfer to another GPU: a sample of the source table's own
+entries timed again on the destination, by the same micro-benchmarks
+(``sweep.measure.calibration_run``), whose ratios give the transfer's factors
+(``sweep.analysis.predict.transfer``).
+
+Why not the ceilings' ratio: on an H200 the shipped H100 table's compute-bound GEMMs ran at
+1.006x their H100 times (16 entries, 0.98-1.03) while two readings of the bf16 GEMM ceiling a
+minute apart gave 1.023x and 1.052x; its decode GEMVs ran at 0.75-0.96x (median 0.84) while
+the copy ceiling's ratio is 0.71 (``results/reference/transfer_probe_h200.json``). A copy kernel
+reaches a larger fraction of the H200's bandwidth than the decode GEMV does, and one burst
+reading of a GEMM varies by 3-5% from the next.
+
+    compute factor f = median over GEMM anchors of t_here / t_table
+    memory factor  g = least squares on relative error of t_here = fixed + (t_table - fixed) g
+                       over GEMV anchors (``fixed``: the table's fitted GEMV latency, kept)
+
+Times in s.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+from pathlib import Path
+
+GEMMS, GEMVS = 8, 12  # anchors per kind: a child of ~15 s on an H100
+
+
+def sample(table, gemms: int = GEMMS, gemvs: int = GEMVS) -> tuple[list, list]:
+    """``(gemm, gemv)`` shape lists of a calibration ``table`` to time again: compute-bound
+    GEMMs (``M >= 4096``: the largest M of ``gemms`` (N, K) pairs spread over the table) and
+    decode GEMVs (M 1 and 8, ``gemvs`` spread over their bytes). ``[M, N, K]`` and
+    ``[M, N, K, prologue]``, as ``sweep.measure.calibration_run`` takes them."""
+    g = table[(table.kind == "gemm") & (table.M >= 4096)]
+    g = g.sort_values(["N", "K", "M"]).groupby(["N", "K"]).tail(1)
+    g = g.iloc[:: max(len(g) // gemms, 1)].head(gemms)
+    v = table[(table.kind == "gemv") & table.M.isin([1, 8])] if "prologue" in table else \
+        table.iloc[:0]
+    v = v.sort_values("bytes")
+    v = v.iloc[:: max(len(v) // gemvs, 1)].head(gemvs)
+    return ([[int(r.M), int(r.N), int(r.K)] for r in g.itertuples()],
+            [[int(r.M), int(r.N), int(r.K), str(r.prologue)] for r in v.itertuples()])
+
+
+def measure(device: dict, table, switches, tuning_dir: Path | None = None,
+            timeout_s: float = 300.0, log=print) -> list[dict]:
+    """The anchors of ``table`` (``sample``) timed on this ``device`` in a child process: rows
+    as the calibration's (``kind``, shape columns, ``time_s``).
+
+    Raises:
+        RuntimeError: the measurement failed (the child's error tail in the message).
+    """
+    import pandas as pd
+
+    from ..measure import calibration_run as run_cal
+
+    gemm, gemv = sample(table)
+    log(f"calibration: timing {len(gemm)} GEMM and {len(gemv)} GEMV entries of the source "
+        f"table on {device['name']} (the transfer's anchors)")
+    spec = {"device": device["type"], "quick": device["type"] != "cuda",
+            "switches": switches.to_dict(),
+            "tuning_dir": str(tuning_dir) if tuning_dir else None, "base": [],
+            "gemm": gemm, "gemv": gemv, "decode_attn": [], "prefill_attn": []}
+    with tempfile.TemporaryDirectory(prefix="designzoo-anchors-") as d:
+        out = Path(d) / "anchors.parquet"
+        try:
+            rc, tail = run_cal.run(spec, out, timeout_s)
+        except run_cal.ChildTimeout as e:
+            raise RuntimeError(f"transfer anchors {e}") from None
+        if rc != 0 or not out.exists():
+            raise RuntimeError(f"transfer anchors failed: {tail}")
+        return pd.read_parquet(out).to_dict("records")
+
+
+def factors(table, rows: list[dict], gemv_fixed: float) -> dict:
+    """``{"compute": f, "memory": g, "n_gemm", "n_gemv", "basis"}`` from anchor ``rows`` timed
+    here against the same entries of ``table`` (see the module's text); a factor with no anchor
+    of its kind is None. ``gemv_fixed``: the table's fitted GEMV latency (s)."""
+    keys = {"gemm": ["M", "N", "K"], "gemv": ["M", "N", "K", "prologue"]}
+    pairs: dict = {"gemm": [], "gemv": []}
+    for r in rows:
+        k = keys.get(r.get("kind"))
+        if k is None or not r.get("time_s"):
+            continue
+        t = table[table.kind == r["kind"]]
+        for c in k:
+            t = t[t[c] == r[c]]
+        if len(t):
+            pairs[r["kind"]].append((float(t.time_s.median()), float(r["time_s"])))
+    f = statistics.median(h / t for t, h in pairs["gemm"]) if pairs["gemm"] else None
+    g = None
+    if pairs["gemv"]:
+        a = [(t - min(gemv_fixed, t)) / h for t, h in pairs["gemv"]]
+        b = [(h - min(gemv_fixed, t)) / h for t, h in pairs["gemv"]]
+        den = sum(x * x for x in a)
+        g = sum(x * y for x, y in zip(a, b)) / den if den > 0 else None
+    return {"compute": f, "memory": g, "n_gemm": len(pairs["gemm"]),
+            "n_gemv": len(pairs["gemv"]),
+            "basis": f"{len(pairs['gemm'])} GEMM and {len(pairs['gemv'])} GEMV entries of the "
+                     "source table timed here"}
