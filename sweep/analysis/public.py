@@ -14,8 +14,8 @@ The model of a chip ``c`` of a family ``f`` (a kind of chip and the engine that 
     prefill (s)      = p_f + FLOPs / (peak_c x c_f)            # c_f: achieved fraction
 
 ``(t_f, 1/b_f)`` and ``(p_f, 1/c_f)`` are least-squares fits with relative weights on the
-family's rows (``fit``). ``check`` prices every row with parameters fitted without its chip
-(leave-one-chip-out; a family left with no other chip takes the fit over every family of its
+family's rows, each chip weighing the same (``fit``). ``check`` prices every row with parameters
+fitted without its chip (leave-one-chip-out; a family left with no other chip takes the fit over every family of its
 engine, then over all rows) and, for the chips of one line of several generations, trains on the
 older and tests the newest. Beside them the same rows are priced by a pure datasheet roofline and
 by each spec's assumed efficiencies, so the gain is visible.
@@ -189,12 +189,18 @@ def terms(row: Row, chip: dict, model: dict) -> tuple[np.ndarray, float, str]:
     return np.array([cfg.n_layers, x, xq], dtype=float), obs, reason
 
 
-def fit(F: np.ndarray, obs: np.ndarray) -> np.ndarray:
+def fit(F: np.ndarray, obs: np.ndarray, groups: list | None = None) -> np.ndarray:
     """``[per-layer s, k, q]`` of ``obs = n_layers x per_layer + x x k + x_q x q`` (``F`` rows
     ``[n_layers, x, x_q]``): least squares on the relative error (weights ``1 / obs``) with every
     term non-negative and the achieved fraction at most 1 (``k >= 1``): the best of the
-    non-negative solutions over the subsets of terms (three terms: eight subsets)."""
+    non-negative solutions over the subsets of terms (three terms: eight subsets). With
+    ``groups`` (each row's silicon), every chip weighs the same in the fit (a row's squared error
+    counts ``1 / rows of its chip``): the fit prices a chip it has not seen, so a chip with twenty
+    rows must not outvote three chips with two rows each."""
     w = 1 / obs
+    if groups is not None:
+        n = {g: groups.count(g) for g in set(groups)}
+        w = w * np.sqrt([1 / n[g] for g in groups])
     y = (obs - F[:, 1]) * w  # k = 1 + c with c >= 0
     A = F * w[:, None]
     best, err = np.array([0.0, 1.0, 0.0]), math.inf
@@ -237,8 +243,9 @@ def _fit_on(prepared: list[tuple], keep) -> dict:
             continue
         for key in _keys(r):
             groups.setdefault((key, _stage(r)), []).append((f, obs, r.group))
-    return {k: (fit(np.array([a for a, _, _ in v]), np.array([b for _, b, _ in v])), len(v),
-                len({g for _, _, g in v})) for k, v in groups.items()}
+    return {k: (fit(np.array([a for a, _, _ in v]), np.array([b for _, b, _ in v]),
+                    [g for _, _, g in v]), len(v), len({g for _, _, g in v}))
+            for k, v in groups.items()}
 
 
 def _price(r: Row, f: np.ndarray, fits: dict, least: int = 3) -> tuple[float, str, str]:
