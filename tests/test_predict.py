@@ -104,6 +104,38 @@ def test_transfer_scales_by_the_ceilings(calibration, doubled_bandwidth):
                                          ceilings=src)["prediction_basis"]
 
 
+def test_transfer_by_anchors_uses_the_entries_timed_there():
+    """``sweep.analysis.anchors``: GEMM anchors 1.0x their table times give compute factor 1.0
+    whatever the ceilings say; GEMV anchors at ``fixed + (t - fixed) x 0.75`` give memory factor
+    0.75; the prediction's basis says the transfer rests on them. The sample takes
+    compute-bound GEMMs and one- and eight-row GEMVs of the table."""
+    import pandas as pd
+
+    from sweep.analysis import anchors
+
+    rows = [{"kind": "gemm", "M": 4096.0 * m, "N": 2048.0 * n, "K": 2048.0, "dtype": "bf16",
+             "time_s": 1e-4 * m * n} for m in (1, 2) for n in (1, 2, 3)]
+    rows += [{"kind": "gemv", "M": float(m), "N": 1024.0 * n, "K": 1024.0, "prologue": "none",
+              "dtype": "bf16", "bytes": 2e6 * n, "time_s": 2e-6 + 1e-6 * n}
+             for m in (1, 8, 16) for n in (1, 2, 4, 8)]
+    table = pd.DataFrame(rows)
+    gemm, gemv = anchors.sample(table)
+    assert gemm and all(g[0] >= 4096 for g in gemm)
+    assert gemv and {v[0] for v in gemv} <= {1, 8} and all(v[3] == "none" for v in gemv)
+    c = perf.Calibrated(table, {"device": "A", "ceilings": {}})
+    fixed = c._fixed("gemv", "bf16")
+    here = [dict(r, time_s=r["time_s"]) for r in rows if r["kind"] == "gemm"]
+    here += [dict(r, time_s=min(fixed, r["time_s"]) + (r["time_s"] - min(fixed, r["time_s"]))
+                  * 0.75) for r in rows if r["kind"] == "gemv"]
+    src = {"gemm_flops_bf16": 8e14, "copy_bytes_s": 3e12}
+    dst = {"gemm_flops_bf16": 7.4e14, "copy_bytes_s": 4.2e12, "device": "B"}
+    by_ceil = perf.transfer(c, src, dst, "bf16")
+    assert by_ceil.scale["compute"] == pytest.approx(8 / 7.4)
+    t = perf.transfer(c, src, dst, "bf16", anchors=here)
+    assert t.scale["compute"] == pytest.approx(1.0) and t.scale["memory"] == pytest.approx(0.75)
+    assert "entries of the source table timed here" in t.meta["transfer"]["basis"]
+
+
 @pytest.mark.slow
 def test_every_row_has_the_predicted_columns(tmp_path):
     _, _, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha")

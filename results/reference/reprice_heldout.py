@@ -5,7 +5,7 @@ by those ceilings, as ``python -m sweep.cli.validate --calibration`` does).
 
     TRITON_INTERPRET=1 python results/reference/reprice_heldout.py --set heldout \
         --measured A.jsonl [B.jsonl ...] --calibration CAL.json --ceilings CEIL.json \
-        --hardware h100_sxm --out DIR
+        --hardware h100_sxm --out DIR [--anchors RUN/anchors.json] [--host-calibration RUN/calibration.json]
 
 Writes ``DIR/<set>.csv``, ``<set>.md`` and ``summary.json`` (``sweep.report.validation``).
 """
@@ -14,6 +14,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -34,15 +36,23 @@ def main() -> int:
     ap.add_argument("--calibration", required=True)
     ap.add_argument("--ceilings", required=True, help="the measuring GPU's ceilings .json")
     ap.add_argument("--hardware", required=True, help="its spec (conf/hardware)")
+    ap.add_argument("--anchors", help="the transfer's anchors the GPU run timed (its anchors.json)")
+    ap.add_argument("--host-calibration", help="the calibration the GPU run priced with (its "
+                    "calibration.json: the fixed costs measured on that host)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     s = load_set(a.set)
     ceilings = json.loads(Path(a.ceilings).read_text())
     device = ceilings.get("env", {}).get("device") or a.hardware
     meta, table = cal.load("", where=Path(a.calibration))
+    if a.host_calibration:  # that host's fixed costs, the GPU entries of --calibration
+        host = cal.load("", where=Path(a.host_calibration))[1]
+        table = pd.concat([table[table.family != "launch"], host[host.family == "launch"]],
+                          ignore_index=True)
     c = perf.Calibrated(table, meta)
     if meta.get("device") != device:
-        c = perf.transfer(c, meta["ceilings"], dict(ceilings, device=device), "bf16")
+        c = perf.transfer(c, meta["ceilings"], dict(ceilings, device=device), "bf16",
+                          anchors=json.loads(Path(a.anchors).read_text()) if a.anchors else None)
     chosen, measured = [], []
     for path in a.measured:
         ch, me = read_measured(Path(path), items(s, "cuda"))

@@ -4,8 +4,9 @@ the performance model judged on a validation set (``conf/validation/<set>.yaml``
 Each pair is measured as a study measures a design (``sweep.measure.trial`` in a child process;
 warm-up, medians over repeats) and priced by the performance model: from this device's
 calibration, its own shapes measured first (``sweep.analysis.calibration.ensure``), or from
-``--calibration FILE`` (another device's: transferred by this device's measured ceilings), its
-fixed costs measured on this host (``sweep.analysis.calibration.host_costs``). The
+``--calibration FILE`` (another device's: transferred to a GPU by a sample of its own entries
+timed here, ``sweep.analysis.anchors``, else by the ceilings' ratio), its fixed costs measured on
+this host (``sweep.analysis.calibration.host_costs``). The
 error table, the summary per stage and category and the interval's coverage go to
 ``<results_dir>/validate/<set>-<device>/`` (``<set>.csv``, ``summary.json``, ``<set>.md``;
 ``sweep.report.validation``). Exit code 1 when a target of the summary is missed (``--targets
@@ -129,6 +130,7 @@ def price(chosen: list[tuple], measured: list, calibration, spec, ceilings: dict
 def main(argv: list[str] | None = None) -> int:
     from kernels.switches import Switches
 
+    from ..analysis import anchors
     from ..analysis import calibration as cal
     from ..analysis import predict as perf
     from ..analysis.hardware import load_spec, measure_ceilings
@@ -171,9 +173,13 @@ def main(argv: list[str] | None = None) -> int:
         if not a.measured:  # the host's fixed costs are this machine's, whoever measured the file
             meta, table = cal.host_costs(dev, meta, table, switches, root / "tuning")
         c = perf.Calibrated(table, meta)
-        if meta.get("device") != dev["name"]:
+        if meta.get("device") != dev["name"]:  # on a GPU, by the table's entries timed here
+            here = (anchors.measure(dev, table, switches, root / "tuning")
+                    if dev["type"] == "cuda" and not a.measured else None)
+            if here:
+                write_json(out / "anchors.json", here)
             c = perf.transfer(c, meta["ceilings"], dict(ceilings, device=dev["name"]),
-                              chosen[0][1].dtype)
+                              chosen[0][1].dtype, anchors=here)
     elif a.measured:  # priced where it was measured: that device's cached calibration
         have = cal.load(dev["name"], cal_dir=root / "calibration") or cal.shipped(dev["name"])
         if have is None:
