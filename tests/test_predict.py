@@ -136,6 +136,22 @@ def test_transfer_by_anchors_uses_the_entries_timed_there():
     assert "entries of the source table timed here" in t.meta["transfer"]["basis"]
 
 
+def test_a_gemv_scaled_from_its_nearest_shape_keeps_the_latency():
+    """A decode GEMV of an uncalibrated (N, K) is priced from the nearest calibrated shape with
+    only its bytes part scaled by the weights: the fitted latency (``_fixed``) is not halved
+    with the bytes (a 2-layer, 256-wide development design was priced 33% fast when it was)."""
+    import pandas as pd
+
+    rows = [{"kind": "gemv", "M": 1.0, "N": 1024.0 * n, "K": 1024.0, "prologue": "none",
+             "dtype": "bf16", "time_s": 3e-6 + 1e-6 * n} for n in (1, 2, 4, 8)]
+    c = perf.Calibrated(pd.DataFrame(rows), {"device": "A"})
+    fixed = c._fixed("gemv", "bf16")
+    assert fixed == pytest.approx(3e-6, rel=0.05)
+    t, basis = c.gemv({"M": 1, "N": 512, "K": 1024, "prologue": "none", "dtype": "bf16"})
+    assert "nearest" in basis
+    assert t == pytest.approx(fixed + (4e-6 - fixed) / 2, rel=1e-6)  # not 4 us / 2
+
+
 @pytest.mark.slow
 def test_every_row_has_the_predicted_columns(tmp_path):
     _, _, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha")

@@ -114,12 +114,13 @@ class Calibrated:
                        f"N={int(nn.N)} K={int(nn.K)}")
         same = same.sort_values("M").groupby("M", as_index=False).time_s.median()
         sec, inside = _interp_log(s["M"], same.M.to_numpy(float), same.time_s.to_numpy(float))
-        if "nearest" in basis:
-            sec *= s["N"] * s["K"] / float(nn.N * nn.K)
+        fixed = min(self._fixed("gemv", s["dtype"]), sec)
+        if "nearest" in basis:  # the bytes part scales with the weights, the latency does not
+            sec = fixed + (sec - fixed) * s["N"] * s["K"] / float(nn.N * nn.K)
+            fixed = min(fixed, sec)
         if not inside:
             self._note(f"decode GEMV M={s['M']} outside the calibrated M range for "
                        f"N={s['N']} K={s['K']}")
-        fixed = min(self._fixed("gemv", s["dtype"]), sec)
         return fixed + (sec - fixed) * self.scale["memory"], basis
 
     def _gemm_fixed(self, dtype: str) -> float:
