@@ -38,6 +38,8 @@ VARIANTS = [("default", {}), ("no_pdl", {"pdl": False}),
             ("no_fold", {"rope_in_attention": False}),
             ("no_gemv_ahead", {"gemv_w_ahead": False, "gemv_prefetch": False}),
             ("no_autotune", {"autotune": False})]
+if os.environ.get("VARIANTS"):  # VARIANTS=default,no_pdl: these variants
+    VARIANTS = [v for v in VARIANTS if v[0] in os.environ["VARIANTS"].split(",")]
 
 
 def run(preset, over, B, T, N, sw):
@@ -78,4 +80,7 @@ for name, preset, over, B, T, N in CASES:
         print(json.dumps(r), flush=True)
 out = Path(os.environ.get("OUT", "out"))
 out.mkdir(parents=True, exist_ok=True)
-(out / "nan_probe.json").write_text(json.dumps(res, indent=1))
+from kernels import tuning  # noqa: E402
+
+res["tuned_here"] = tuning._new  # the tile choices this process made (shapes new to the files)
+(out / "nan_probe.json").write_text(json.dumps(res, indent=1, default=str))
