@@ -16,8 +16,7 @@ the zoo launches for one prefill and one decode step (``kernel_list``) and price
 
 Module kinds (``MODULES``): ``qkv``, ``attention``, ``out_proj``, ``ffn``, ``lm_head``,
 ``norms_elementwise`` (norms, RoPE, SwiGLU, KV write), ``launch_overhead`` (the idle time between
-kernels, ``graph_gap`` per launch, ``graph_gap_mixed`` where measured: between two different
-kernels of a step; and the host's excess over the GPU in eager mode). Every term names the
+kernels, ``graph_gap`` per launch, and the host's excess over the GPU in eager mode). Every term names the
 calibration entry it came from (``basis``); a term outside the calibrated range says so in
 ``notes`` (never a silent extrapolation). Times in seconds; FLOPs and bytes as in ``zoo.counts``.
 
@@ -233,15 +232,6 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
         # the GPU's work); a decode step is never shorter than the host's floor under a
         # graphed step (``graph_step_<impl>``: a model with negligible GPU work, timed)
         calib["launch_overhead"] = gaps + STEP_EAGER_OPS * cal.launch("graph_kernel")
-        try:  # two different many-program kernels in a row idle longer than one kernel repeated
-            mixed = cal.launch("graph_gap_mixed")
-        except KeyError:  # a calibration from before it was measured
-            mixed = gap
-        if mixed > gap and gap > 0:
-            calib["launch_overhead"] += (mixed - gap) * launches
-            spread2 += (0.5 * (mixed - gap) * launches) ** 2  # one chain stands for every pair
-            basis.setdefault("launch_overhead", set()).add(
-                f"{1e6 * mixed:.2f} us between kernels (graph_gap_mixed)")
         if new == 1:
             try:
                 floor = cal.launch(f"graph_step_{'triton' if kernels == 'triton' else 'torch'}")

@@ -104,51 +104,15 @@ def graph_gap(device) -> list[dict]:
 
     if device != "cuda":
         return []
-    x = torch.zeros(16, device=device)
-    rows = []
-    gap = _graph_gap(lambda: x.add_(1))
-    if gap is not None:
-        rows.append(entry("launch", {"median": gap, "min": gap, "p90": gap}, op="graph_gap"))
-    mixed = _mixed_gap(device)
-    if mixed is not None:
-        rows.append(entry("launch", {"median": mixed, "min": mixed, "p90": mixed},
-                          op="graph_gap_mixed"))
-    return rows
+    gap = _graph_gap(torch.zeros(16, device=device))
+    return [] if gap is None else [entry("launch", {"median": gap, "min": gap, "p90": gap},
+                                         op="graph_gap")]
 
 
-def _mixed_gap(device, d: int = 2048) -> float | None:
-    """``_graph_gap`` of a decode step's own alternation: the zoo's Triton GEMV (one row, ``d``
-    x ``d``, its fixed tile) and its RMSNorm kernel, each reading the other's output, every
-    launch hundreds of programs: the idle time (s) between two different dependent kernels of a
-    real step, which a kernel timed back to back with itself does not show (on an H200 the
-    graphed steps of eight held-out pairs held 0.7-1.3 us between kernels against 0.26 us
-    between one-block kernels: results/reference/heldout_h200/2026-11-25/probes/modules)."""
-    import torch
-
-    from kernels import switches
-    from kernels.gemv import gemv
-    from kernels.rmsnorm import rmsnorm
-
-    w = torch.randn(d, d, device=device, dtype=torch.bfloat16) / d**0.5
-    nw = torch.ones(d, device=device, dtype=torch.bfloat16)
-    x = torch.randn(1, d, device=device, dtype=torch.bfloat16)
-
-    with switches.use(autotune=False):  # the step's own switches otherwise (PDL as it runs)
-        h = [x]
-
-        def step():
-            h[0] = rmsnorm(gemv(h[0], w), nw, 1e-5)
-
-        step()
-        torch.cuda.synchronize()
-        return _graph_gap(step, n=100, per=2)
-
-
-def _graph_gap(fn, n: int = 200, per: int = 1) -> float | None:
-    """Idle time (s) between two dependent kernels replayed in a CUDA graph: a graph of ``n``
-    calls of ``fn`` (``per`` kernels each) under torch.profiler, ``(span - sum of kernel
-    durations) / (kernels - 1)``; None where the profiler records fewer than half the kernels.
-    Every calibrated time includes one such gap per kernel (tiny ``fn``: ``graph_gap``); the
+def _graph_gap(x, n: int = 200) -> float | None:
+    """Idle time (s) between two dependent kernels replayed in a CUDA graph: a graph of ``n`` tiny
+    kernels under torch.profiler, ``(span - sum of kernel durations) / (n - 1)``; None where the
+    profiler records no kernels. Every calibrated time includes one such gap per kernel; the
     predictor books them as launch overhead."""
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -156,7 +120,7 @@ def _graph_gap(fn, n: int = 200, per: int = 1) -> float | None:
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for _ in range(n):
-            fn()
+            x.add_(1)
     g.replay()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as p:
@@ -164,7 +128,7 @@ def _graph_gap(fn, n: int = 200, per: int = 1) -> float | None:
         torch.cuda.synchronize()
     ks = sorted((e.time_range.start, e.time_range.end) for e in p.events()
                 if e.device_type.name == "CUDA")
-    if len(ks) < n * per // 2:
+    if len(ks) < n // 2:
         return None
     busy = sum(e - s for s, e in ks)
     return max(ks[-1][1] - ks[0][0] - busy, 0.0) / (len(ks) - 1) / 1e6
