@@ -226,9 +226,8 @@ def ensure(device: dict, items, switches, ceilings: dict | None = None,
 
     (cal_dir or CAL_DIR).mkdir(parents=True, exist_ok=True)
     spec = _spec(device["type"], quick, switches, todo, base, grid, tuning_dir)
-    log(f"calibration: measuring {n_todo} entries on {device['name']} "
-        f"({', '.join(f'{k} {len(v)}' for k, v in todo.items() if v)}"
-        + (f", groups {', '.join(base)}" if base else "") + ")")
+    what = [f"{k} {len(v)}" for k, v in todo.items() if v] + [f"group {g}" for g in base]
+    log(f"calibration: measuring {n_todo} entries on {device['name']} ({', '.join(what)})")
     t0 = time.time()
     out = tab_p.with_name(f".{tab_p.stem}.new.parquet")
     part = out.with_name(out.name + ".partial")
