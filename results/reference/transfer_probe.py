@@ -1,8 +1,7 @@
 """What a calibration's transfer to this GPU rests on, measured: this GPU's ceilings (twice, by
 ``sweep.measure.ceilings``) and a sample of the shipped H100 calibration's own entries timed
 again here, by the calibration's micro-benchmarks (``sweep.measure.calibration_run.measure``):
-compute-bound GEMMs, memory-bound decode GEMVs and Triton decode attention
-(``sweep.analysis.anchors.sample``: 16, 24 and 16 of them). On the H100 it says how today's machine
+compute-bound GEMMs and memory-bound decode GEMVs. On the H100 it says how today's machine
 reads the entries the shipped table holds (and so which ceilings stand for that table); on
 another GPU, the ratio each entry really moves by, beside the ratio of the ceilings that
 ``sweep.analysis.predict.transfer`` applies. Development data: no held-out pair is timed.
@@ -20,7 +19,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from kernels.switches import Switches  # noqa: E402
-from sweep.analysis import anchors  # noqa: E402
 from sweep.analysis import calibration as cal  # noqa: E402
 from sweep.common.env import detect_device, environment  # noqa: E402
 from sweep.measure import calibration_run, ceilings  # noqa: E402
@@ -28,19 +26,29 @@ from sweep.measure import calibration_run, ceilings  # noqa: E402
 SRC = "NVIDIA H100 80GB HBM3"
 
 
+def sample(table):
+    """16 compute-bound GEMMs (the largest M of 16 (N, K) pairs) and 24 GEMVs (M 1 and 8)."""
+    g = table[(table.kind == "gemm") & (table.M >= 4096)]
+    g = g.sort_values("M").groupby(["N", "K"]).tail(1)
+    g = g.iloc[:: max(len(g) // 16, 1)].head(16)
+    v = table[(table.kind == "gemv") & table.M.isin([1, 8])].sort_values("bytes")
+    v = v.iloc[:: max(len(v) // 24, 1)].head(24)
+    return ([[int(r.M), int(r.N), int(r.K)] for r in g.itertuples()],
+            [[int(r.M), int(r.N), int(r.K), r.prologue] for r in v.itertuples()])
+
+
 def main() -> int:
     out = Path(sys.argv[1])
     dev = detect_device("cuda")
     meta, table = cal.shipped(SRC)
-    gemm, gemv, attn = anchors.sample(table, 16, 24, 16)
+    gemm, gemv = sample(table)
     t0 = time.time()
     ceil = [ceilings.measure("cuda")]
     spec = {"device": "cuda", "quick": False, "switches": Switches().to_dict(), "base": [],
-            "gemm": gemm, "gemv": gemv, "decode_attn": attn, "prefill_attn": []}
+            "gemm": gemm, "gemv": gemv, "decode_attn": [], "prefill_attn": []}
     rows = calibration_run.measure(spec)
     ceil.append(ceilings.measure("cuda"))
-    keys = {"gemm": ["M", "N", "K"], "gemv": ["M", "N", "K", "prologue"],
-            "decode_attn": list(anchors.ATTN_KEYS)}
+    keys = {"gemm": ["M", "N", "K"], "gemv": ["M", "N", "K", "prologue"]}
     pairs = []
     for r in rows:
         k = keys[r["kind"]]

@@ -13,10 +13,6 @@ reading of a GEMM varies by 3-5% from the next.
     compute factor f = median over GEMM anchors of t_here / t_table
     memory factor  g = least squares on relative error of t_here = fixed + (t_table - fixed) g
                        over GEMV anchors (``fixed``: the table's fitted GEMV latency, kept)
-    attention      the same over decode-attention anchors (``fixed``: the intercept of their
-                   implementation and KV dtype's fit): on an H200 the graphed steps of eight
-                   held-out pairs spent 10-25% more in decode attention than the GEMVs' factor
-                   priced (results/reference/heldout_h200/2026-11-25/probes/modules)
 
 Times in s.
 """
@@ -27,17 +23,14 @@ import statistics
 import tempfile
 from pathlib import Path
 
-GEMMS, GEMVS, ATTNS = 8, 12, 12  # anchors per kind: a child of ~15 s on an H100
-ATTN_KEYS = ("impl", "kv_dtype", "B", "Hkv", "G", "S", "D")
+GEMMS, GEMVS = 8, 12  # anchors per kind: a child of ~15 s on an H100
 
 
-def sample(table, gemms: int = GEMMS, gemvs: int = GEMVS, attns: int = ATTNS
-           ) -> tuple[list, list, list]:
-    """``(gemm, gemv, decode_attn)`` shape lists of a calibration ``table`` to time again:
-    compute-bound GEMMs (``M >= 4096``: the largest M of ``gemms`` (N, K) pairs spread over the
-    table), decode GEMVs (M 1 and 8, ``gemvs`` spread over their bytes) and Triton decode
-    attention (``attns`` spread over their KV bytes). ``[M, N, K]``, ``[M, N, K, prologue]`` and
-    ``{impl, kv_dtype, B, Hkv, G, S, D}``, as ``sweep.measure.calibration_run`` takes them."""
+def sample(table, gemms: int = GEMMS, gemvs: int = GEMVS) -> tuple[list, list]:
+    """``(gemm, gemv)`` shape lists of a calibration ``table`` to time again: compute-bound
+    GEMMs (``M >= 4096``: the largest M of ``gemms`` (N, K) pairs spread over the table) and
+    decode GEMVs (M 1 and 8, ``gemvs`` spread over their bytes). ``[M, N, K]`` and
+    ``[M, N, K, prologue]``, as ``sweep.measure.calibration_run`` takes them."""
     g = table[(table.kind == "gemm") & (table.M >= 4096)]
     g = g.sort_values(["N", "K", "M"]).groupby(["N", "K"]).tail(1)
     g = g.iloc[:: max(len(g) // gemms, 1)].head(gemms)
@@ -45,14 +38,8 @@ def sample(table, gemms: int = GEMMS, gemvs: int = GEMVS, attns: int = ATTNS
         table.iloc[:0]
     v = v.sort_values("bytes")
     v = v.iloc[:: max(len(v) // gemvs, 1)].head(gemvs)
-    a = table[(table.kind == "decode_attn") & (table.impl == "triton")] if "impl" in table else \
-        table.iloc[:0]
-    a = a.sort_values("bytes")
-    a = a.iloc[:: max(len(a) // attns, 1)].head(attns)
     return ([[int(r.M), int(r.N), int(r.K)] for r in g.itertuples()],
-            [[int(r.M), int(r.N), int(r.K), str(r.prologue)] for r in v.itertuples()],
-            [{k: (str(getattr(r, k)) if k in ("impl", "kv_dtype") else int(getattr(r, k)))
-              for k in ATTN_KEYS} for r in a.itertuples()])
+            [[int(r.M), int(r.N), int(r.K), str(r.prologue)] for r in v.itertuples()])
 
 
 def measure(device: dict, table, switches, tuning_dir: Path | None = None,
@@ -67,13 +54,13 @@ def measure(device: dict, table, switches, tuning_dir: Path | None = None,
 
     from ..measure import calibration_run as run_cal
 
-    gemm, gemv, attn = sample(table)
-    log(f"calibration: timing {len(gemm)} GEMM, {len(gemv)} GEMV and {len(attn)} decode "
-        f"attention entries of the source table on {device['name']} (the transfer's anchors)")
+    gemm, gemv = sample(table)
+    log(f"calibration: timing {len(gemm)} GEMM and {len(gemv)} GEMV entries of the source "
+        f"table on {device['name']} (the transfer's anchors)")
     spec = {"device": device["type"], "quick": device["type"] != "cuda",
             "switches": switches.to_dict(),
             "tuning_dir": str(tuning_dir) if tuning_dir else None, "base": [],
-            "gemm": gemm, "gemv": gemv, "decode_attn": attn, "prefill_attn": []}
+            "gemm": gemm, "gemv": gemv, "decode_attn": [], "prefill_attn": []}
     with tempfile.TemporaryDirectory(prefix="designzoo-anchors-") as d:
         out = Path(d) / "anchors.parquet"
         try:
@@ -85,14 +72,12 @@ def measure(device: dict, table, switches, tuning_dir: Path | None = None,
         return pd.read_parquet(out).to_dict("records")
 
 
-def factors(table, rows: list[dict], gemv_fixed: float, attn_fixed=None) -> dict:
-    """``{"compute": f, "memory": g, "attention": h, "n_gemm", "n_gemv", "n_attn", "basis"}``
-    from anchor ``rows`` timed here against the same entries of ``table`` (see the module's
-    text); a factor with no anchor of its kind is None. ``gemv_fixed``: the table's fitted GEMV
-    latency (s); ``attn_fixed(impl, kv_dtype)``: its decode-attention fit's intercept (s)."""
-    keys = {"gemm": ["M", "N", "K"], "gemv": ["M", "N", "K", "prologue"],
-            "decode_attn": list(ATTN_KEYS)}
-    pairs: dict = {"gemm": [], "gemv": [], "decode_attn": []}
+def factors(table, rows: list[dict], gemv_fixed: float) -> dict:
+    """``{"compute": f, "memory": g, "n_gemm", "n_gemv", "basis"}`` from anchor ``rows`` timed
+    here against the same entries of ``table`` (see the module's text); a factor with no anchor
+    of its kind is None. ``gemv_fixed``: the table's fitted GEMV latency (s)."""
+    keys = {"gemm": ["M", "N", "K"], "gemv": ["M", "N", "K", "prologue"]}
+    pairs: dict = {"gemm": [], "gemv": []}
     for r in rows:
         k = keys.get(r.get("kind"))
         if k is None or not r.get("time_s"):
@@ -101,21 +86,15 @@ def factors(table, rows: list[dict], gemv_fixed: float, attn_fixed=None) -> dict
         for c in k:
             t = t[t[c] == r[c]]
         if len(t):
-            fx = gemv_fixed if r["kind"] != "decode_attn" else (
-                attn_fixed(r["impl"], r["kv_dtype"]) if attn_fixed else 0.0)
-            pairs[r["kind"]].append((float(t.time_s.median()), float(r["time_s"]), fx))
-    f = statistics.median(h / t for t, h, _ in pairs["gemm"]) if pairs["gemm"] else None
-    n = {k: len(v) for k, v in pairs.items()}
-    return {"compute": f, "memory": _scale(pairs["gemv"]), "attention": _scale(pairs["decode_attn"]),
-            "n_gemm": n["gemm"], "n_gemv": n["gemv"], "n_attn": n["decode_attn"],
-            "basis": f"{n['gemm']} GEMM, {n['gemv']} GEMV and {n['decode_attn']} decode attention "
-                     "entries of the source table timed here"}
-
-
-def _scale(pairs: list) -> float | None:
-    """``g`` of ``here = fixed + (table - fixed) g``, least squares on the relative error, over
-    ``(table s, here s, fixed s)`` pairs; None without any."""
-    a = [(t - min(fx, t)) / h for t, h, fx in pairs]
-    b = [(h - min(fx, t)) / h for t, h, fx in pairs]
-    den = sum(x * x for x in a)
-    return sum(x * y for x, y in zip(a, b)) / den if den > 0 else None
+            pairs[r["kind"]].append((float(t.time_s.median()), float(r["time_s"])))
+    f = statistics.median(h / t for t, h in pairs["gemm"]) if pairs["gemm"] else None
+    g = None
+    if pairs["gemv"]:
+        a = [(t - min(gemv_fixed, t)) / h for t, h in pairs["gemv"]]
+        b = [(h - min(gemv_fixed, t)) / h for t, h in pairs["gemv"]]
+        den = sum(x * x for x in a)
+        g = sum(x * y for x, y in zip(a, b)) / den if den > 0 else None
+    return {"compute": f, "memory": g, "n_gemm": len(pairs["gemm"]),
+            "n_gemv": len(pairs["gemv"]),
+            "basis": f"{len(pairs['gemm'])} GEMM and {len(pairs['gemv'])} GEMV entries of the "
+                     "source table timed here"}

@@ -358,8 +358,7 @@ def transfer(cal: Calibrated, src_ceilings: dict, dst_ceilings: dict, dtype: str
     ``Calibrated._gemm_fixed``) unchanged. The factors come from ``anchors`` where given (rows
     of the source table's own entries timed on the destination: ``sweep.analysis.anchors``),
     else from the ratio of the two devices' ceilings (``gemm_flops_<dtype>``, ``copy_bytes_s``:
-    measured, or a datasheet target's); decode attention by its own anchors' factor where there
-    are some, else the memory factor. The meta's ``transfer`` says which."""
+    measured, or a datasheet target's). The meta's ``transfer`` says which."""
     f = src_ceilings[f"gemm_flops_{dtype}"] / dst_ceilings[f"gemm_flops_{dtype}"]
     g = src_ceilings["copy_bytes_s"] / dst_ceilings["copy_bytes_s"]
     how = {"compute": f, "memory": g, "basis": "ratio of the ceilings"}
@@ -367,14 +366,13 @@ def transfer(cal: Calibrated, src_ceilings: dict, dst_ceilings: dict, dtype: str
         from .anchors import factors
 
         got = factors(cal.t, anchors, cal._fixed("gemv", dtype) if (cal.t.kind == "gemv").any()
-                      else 0.0, lambda impl, kv: cal._attn_fit((impl, kv))[0])
+                      else 0.0)
         f, g = got["compute"] or f, got["memory"] or g
-        how = dict(got, compute=f, memory=g, attention=got["attention"] or g)
+        how = dict(got, compute=f, memory=g)
     meta = dict(cal.meta, transferred_to=dst_ceilings.get("device", "another device"),
                 transfer=how)
     ridge = src_ceilings[f"gemm_flops_{dtype}"] / src_ceilings["copy_bytes_s"]  # FLOP/byte
-    return Calibrated(cal.t, meta, {"compute": f, "memory": g, "ridge": ridge,
-                                    "attention": how.get("attention", g)})
+    return Calibrated(cal.t, meta, {"compute": f, "memory": g, "ridge": ridge})
 
 
 def row_predictions(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated | None,

@@ -234,8 +234,7 @@ class Calibrated:
         continuous between them, and no correction far from all (``SHEPARD_FLOOR``)."""
         fixed, a, b, _, _, _, _, shapes, ratio = fit
         g = groups.astype(float)
-        t = fixed + (a * nbytes + b * s["B"] * s["Hkv"] * g * s["S"]) * self.scale.get(
-            "attention", self.scale["memory"])
+        t = fixed + (a * nbytes + b * s["B"] * s["Hkv"] * g * s["S"]) * self.scale["memory"]
         q = np.log(np.stack([np.full_like(g, s[k]) if k != "G" else g
                              for k in ("B", "Hkv", "G", "S", "D")], 1))  # [groups, 5]
         far = np.abs(shapes[None] - q[:, None]).max(2)  # [groups, calibrated]
