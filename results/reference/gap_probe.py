@@ -1,5 +1,5 @@
 """The idle time between kernels of a graphed step on this GPU, three times: ``graph_gap`` as the
-calibration measures it (``sweep.measure.fixed_costs._graph_gap``: one-block kernels repeated)
+calibration measures it (``sweep.measure.fixed_costs.graph_gap_of``: one-block kernels repeated)
 and ``graph_gap_mixed``, between the zoo's one-row GEMV (2048 x 2048) and its RMSNorm kernel
 alternating, each reading the other's output (hundreds of programs each). On an H200: 0.08 and
 0.12 us, so the 0.7-1.3 us per launch that small designs' graphed steps hold beyond their
@@ -15,34 +15,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sweep.common.env import detect_device, environment  # noqa: E402
-
-
-def graph_gap_of(fn, n: int = 200, per: int = 1) -> float | None:
-    """Idle time (s) between dependent kernels replayed in a CUDA graph of ``n`` calls of ``fn``
-    (``per`` kernels each) under torch.profiler: ``(span - sum of kernel durations) / (kernels -
-    1)``, as ``sweep.measure.fixed_costs._graph_gap`` measures ``graph_gap``."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(n):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as p:
-        g.replay()
-        torch.cuda.synchronize()
-    ks = sorted((e.time_range.start, e.time_range.end) for e in p.events()
-                if e.device_type.name == "CUDA")
-    if len(ks) < n * per // 2:
-        return None
-    busy = sum(e - s for s, e in ks)
-    return max(ks[-1][1] - ks[0][0] - busy, 0.0) / (len(ks) - 1) / 1e6
+from sweep.measure import fixed_costs  # noqa: E402
 
 
 def mixed_gap(d: int = 2048) -> float | None:
-    """``_graph_gap`` (s) of the GEMV and RMSNorm alternating, 100 pairs."""
+    """``graph_gap_of`` (s) of the GEMV and RMSNorm alternating, 100 pairs."""
     import torch
 
     from kernels import switches
@@ -59,7 +36,7 @@ def mixed_gap(d: int = 2048) -> float | None:
     with switches.use(autotune=False):
         step()
         torch.cuda.synchronize()
-        return graph_gap_of(step, n=100, per=2)
+        return fixed_costs.graph_gap_of(step, n=100, per=2)
 
 
 def main() -> int:
@@ -67,7 +44,7 @@ def main() -> int:
 
     dev = detect_device("cuda")
     x = torch.zeros(16, device="cuda")
-    runs = [{"graph_gap": graph_gap_of(lambda: x.add_(1)),
+    runs = [{"graph_gap": fixed_costs.graph_gap_of(lambda: x.add_(1)),
              "graph_gap_mixed": mixed_gap()} for _ in range(3)]
     out = {"env": environment(dev), "runs": runs}
     Path(sys.argv[1]).write_text(json.dumps(out, indent=1))

@@ -98,21 +98,23 @@ def _graph_step_host(impl: str, steps: int = 200) -> dict:
 
 
 def graph_gap(device) -> list[dict]:
-    """The ``graph_gap`` launch entry (``_graph_gap``), empty on the CPU. Measure it last: once
+    """The ``graph_gap`` launch entry (``graph_gap_of``), empty on the CPU. Measure it last: once
     torch.profiler (CUPTI) has run in a process, its small kernels time 1.2-2.7x slower (H100)."""
     import torch
 
     if device != "cuda":
         return []
-    gap = _graph_gap(torch.zeros(16, device=device))
+    x = torch.zeros(16, device=device)
+    gap = graph_gap_of(lambda: x.add_(1))
     return [] if gap is None else [entry("launch", {"median": gap, "min": gap, "p90": gap},
                                          op="graph_gap")]
 
 
-def _graph_gap(x, n: int = 200) -> float | None:
-    """Idle time (s) between two dependent kernels replayed in a CUDA graph: a graph of ``n`` tiny
-    kernels under torch.profiler, ``(span - sum of kernel durations) / (n - 1)``; None where the
-    profiler records no kernels. Every calibrated time includes one such gap per kernel; the
+def graph_gap_of(fn, n: int = 200, per: int = 1) -> float | None:
+    """Idle time (s) between two dependent kernels replayed in a CUDA graph: a graph of ``n``
+    calls of ``fn`` (``per`` kernels each; ``graph_gap``: one tiny kernel) under torch.profiler,
+    ``(span - sum of kernel durations) / (kernels - 1)``; None where the profiler records fewer
+    than half the kernels. Every calibrated time includes one such gap per kernel; the
     predictor books them as launch overhead."""
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -120,7 +122,7 @@ def _graph_gap(x, n: int = 200) -> float | None:
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for _ in range(n):
-            x.add_(1)
+            fn()
     g.replay()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as p:
@@ -128,7 +130,7 @@ def _graph_gap(x, n: int = 200) -> float | None:
         torch.cuda.synchronize()
     ks = sorted((e.time_range.start, e.time_range.end) for e in p.events()
                 if e.device_type.name == "CUDA")
-    if len(ks) < n // 2:
+    if len(ks) < n * per // 2:
         return None
     busy = sum(e - s for s, e in ks)
     return max(ks[-1][1] - ks[0][0] - busy, 0.0) / (len(ks) - 1) / 1e6
