@@ -301,7 +301,6 @@ def model_calibration(plan, ceilings: dict, progress=None):
     (``sweep.analysis.anchors``), else by the measured ceilings, with the fixed costs measured
     on this host, ``sweep.analysis.calibration.host_costs``). Never raises: without
     one, rows carry roofline predictions and the reason."""
-    from .analysis import anchors
     from .analysis import calibration as cal
     from .report.progress import TaskProgress
     from .space import study_designs
@@ -317,11 +316,8 @@ def model_calibration(plan, ceilings: dict, progress=None):
             # another device's: its GPU entries transferred, the fixed costs this host's
             meta, table = cal.host_costs(plan.device, meta, table, plan.switches,
                                          plan.cache("tuning"))
-            here = (anchors.measure(plan.device, table, plan.switches, plan.cache("tuning"))
-                    if plan.device["type"] == "cuda" else None)
-            return perf.transfer(perf.Calibrated(table, meta), meta["ceilings"],
-                                 dict(ceilings, device=plan.device["name"]), plan.base.dtype,
-                                 anchors=here), ""
+            return perf.transfer_here(plan.device, meta, table, ceilings, plan.base.dtype,
+                                      plan.switches, plan.cache("tuning"))[0], ""
         items = study_designs(plan.space, plan.base, plan.workload, plan.mode)
         log = (lambda m: None) if plan.quiet else (progress.line if progress else print)
         with TaskProgress("calibration", quiet=plan.quiet) as bar:

@@ -20,7 +20,6 @@ Times in s.
 from __future__ import annotations
 
 import statistics
-import tempfile
 from pathlib import Path
 
 GEMMS, GEMVS = 8, 12  # anchors per kind: a child of ~15 s on an H100
@@ -44,15 +43,14 @@ def sample(table, gemms: int = GEMMS, gemvs: int = GEMVS) -> tuple[list, list]:
 
 def measure(device: dict, table, switches, tuning_dir: Path | None = None,
             timeout_s: float = 300.0, log=print) -> list[dict]:
-    """The anchors of ``table`` (``sample``) timed on this ``device`` in a child process: rows
-    as the calibration's (``kind``, shape columns, ``time_s``).
+    """The anchors of ``table`` (``sample``) timed on this ``device`` in a child process
+    (``sweep.measure.calibration_run.measure_in_child``): rows as the calibration's (``kind``,
+    shape columns, ``time_s``).
 
     Raises:
         RuntimeError: the measurement failed (the child's error tail in the message).
     """
-    import pandas as pd
-
-    from ..measure import calibration_run as run_cal
+    from ..measure.calibration_run import measure_in_child
 
     gemm, gemv = sample(table)
     log(f"calibration: timing {len(gemm)} GEMM and {len(gemv)} GEMV entries of the source "
@@ -61,15 +59,7 @@ def measure(device: dict, table, switches, tuning_dir: Path | None = None,
             "switches": switches.to_dict(),
             "tuning_dir": str(tuning_dir) if tuning_dir else None, "base": [],
             "gemm": gemm, "gemv": gemv, "decode_attn": [], "prefill_attn": []}
-    with tempfile.TemporaryDirectory(prefix="designzoo-anchors-") as d:
-        out = Path(d) / "anchors.parquet"
-        try:
-            rc, tail = run_cal.run(spec, out, timeout_s)
-        except run_cal.ChildTimeout as e:
-            raise RuntimeError(f"transfer anchors {e}") from None
-        if rc != 0 or not out.exists():
-            raise RuntimeError(f"transfer anchors failed: {tail}")
-        return pd.read_parquet(out).to_dict("records")
+    return measure_in_child(spec, "transfer anchors", timeout_s).to_dict("records")
 
 
 def factors(table, rows: list[dict], gemv_fixed: float) -> dict:

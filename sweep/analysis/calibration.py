@@ -28,7 +28,8 @@ modules its time depends on (comments and docstrings left out), the switches tha
 they launch or how they are tuned (``kernels.switches``), the device, driver, torch and Triton;
 the fixed costs (``launch``: the host's cost to issue ops and graphed steps) also the host they
 were measured on, so a calibration shipped from, or transferred from, another machine has its
-fixed costs measured on this one (``host_costs``). When a family's fingerprint no longer matches, its rows are stale: ``ensure`` measures them again
+fixed costs measured on this one (``host_costs``). When a family's fingerprint no longer
+matches, its rows are stale: ``ensure`` measures them again
 (``policy='auto'``), or with ``policy='frozen'`` measures nothing and says ``stale`` in the meta,
 which every prediction from it carries (``prediction_stale``). A changed kernel is never priced by
 its old time unknowingly.
@@ -39,7 +40,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import platform
-import tempfile
 import time
 from pathlib import Path
 
@@ -297,21 +297,12 @@ def host_costs(device: dict, meta: dict, table, switches, tuning_dir: Path | Non
     current = fingerprints(device, switches)["launch"]
     if (meta.get("fingerprints") or {}).get("launch") == current:
         return meta, table
-    from ..measure import calibration_run as run_cal
-
     log(f"calibration: the fixed costs of {meta.get('device')}'s calibration were measured on "
         f"another host: measuring this host's ({platform.node()})")
-    spec = _spec(device["type"], device["type"] != "cuda", switches, {}, ["launch"], [],
-                 tuning_dir)
-    with tempfile.TemporaryDirectory(prefix="designzoo-host-costs-") as d:
-        out = Path(d) / "launch.parquet"
-        try:
-            rc, tail = run_cal.run(spec, out, timeout_s)
-        except run_cal.ChildTimeout as e:
-            raise RuntimeError(f"fixed costs {e}") from None
-        if rc != 0 or not out.exists():
-            raise RuntimeError(f"fixed costs failed: {tail}")
-        new = pd.read_parquet(out)
+    from ..measure.calibration_run import measure_in_child
+
+    new = measure_in_child(_spec(device["type"], device["type"] != "cuda", switches, {},
+                                 ["launch"], [], tuning_dir), "fixed costs", timeout_s)
     new["family"] = "launch"
     table = pd.concat([table[table.family != "launch"], new], ignore_index=True)
     meta = dict(meta, fingerprints=dict(meta.get("fingerprints") or {}, launch=current),

@@ -28,6 +28,7 @@ bandwidth, fixed costs unchanged (``transfer``).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from dataclasses import dataclass, field
 
 from kernels.gemv import MAX_M as GEMV_MAX_M
@@ -373,6 +374,19 @@ def transfer(cal: Calibrated, src_ceilings: dict, dst_ceilings: dict, dtype: str
                 transfer=how)
     ridge = src_ceilings[f"gemm_flops_{dtype}"] / src_ceilings["copy_bytes_s"]  # FLOP/byte
     return Calibrated(cal.t, meta, {"compute": f, "memory": g, "ridge": ridge})
+
+
+def transfer_here(device: dict, meta: dict, table, ceilings: dict, dtype: str, switches,
+                  tuning_dir: Path | None = None):
+    """``(Calibrated, anchor rows or None)``: another device's calibration (``meta``, ``table``)
+    priced for this ``device`` (``transfer``): by anchors timed here on a GPU
+    (``sweep.analysis.anchors.measure``), else by the ratio of its ceilings and this device's
+    measured ``ceilings``."""
+    from .anchors import measure
+
+    here = measure(device, table, switches, tuning_dir) if device["type"] == "cuda" else None
+    return transfer(Calibrated(table, meta), meta["ceilings"],
+                    dict(ceilings, device=device["name"]), dtype, anchors=here), here
 
 
 def row_predictions(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated | None,

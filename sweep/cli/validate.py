@@ -130,7 +130,6 @@ def price(chosen: list[tuple], measured: list, calibration, spec, ceilings: dict
 def main(argv: list[str] | None = None) -> int:
     from kernels.switches import Switches
 
-    from ..analysis import anchors
     from ..analysis import calibration as cal
     from ..analysis import predict as perf
     from ..analysis.hardware import load_spec, measure_ceilings
@@ -173,13 +172,14 @@ def main(argv: list[str] | None = None) -> int:
         if not a.measured:  # the host's fixed costs are this machine's, whoever measured the file
             meta, table = cal.host_costs(dev, meta, table, switches, root / "tuning")
         c = perf.Calibrated(table, meta)
-        if meta.get("device") != dev["name"]:  # on a GPU, by the table's entries timed here
-            here = (anchors.measure(dev, table, switches, root / "tuning")
-                    if dev["type"] == "cuda" and not a.measured else None)
+        if meta.get("device") != dev["name"] and a.measured:  # offline: no anchors timed here
+            c = perf.transfer(c, meta["ceilings"], dict(ceilings, device=dev["name"]),
+                              chosen[0][1].dtype)
+        elif meta.get("device") != dev["name"]:
+            c, here = perf.transfer_here(dev, meta, table, ceilings, chosen[0][1].dtype,
+                                         switches, root / "tuning")
             if here:
                 write_json(out / "anchors.json", here)
-            c = perf.transfer(c, meta["ceilings"], dict(ceilings, device=dev["name"]),
-                              chosen[0][1].dtype, anchors=here)
     elif a.measured:  # priced where it was measured: that device's cached calibration
         have = cal.load(dev["name"], cal_dir=root / "calibration") or cal.shipped(dev["name"])
         if have is None:

@@ -103,6 +103,28 @@ def run(spec: dict, out_path: Path, timeout_s: float = 900.0, on_line=None) -> t
     return rc, log_tail(log_path, 800)
 
 
+def measure_in_child(spec: dict, what: str, timeout_s: float = 300.0):
+    """The rows of ``spec`` measured now in a child (``run``), kept nowhere (a temporary
+    folder): a DataFrame.
+
+    Raises:
+        RuntimeError: the child failed or timed out (``what`` and its error tail in the message).
+    """
+    import tempfile
+
+    import pandas as pd
+
+    with tempfile.TemporaryDirectory(prefix="designzoo-measure-") as d:
+        out = Path(d) / "entries.parquet"
+        try:
+            rc, tail = run(spec, out, timeout_s)
+        except ChildTimeout as e:
+            raise RuntimeError(f"{what} {e}") from None
+        if rc != 0 or not out.exists():
+            raise RuntimeError(f"{what} failed: {tail}")
+        return pd.read_parquet(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
