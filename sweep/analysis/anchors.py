@@ -1,7 +1,7 @@
-"""Anchors of a calibration's transfer to another GPU: a sample of the source table's own
-entries timed again on the destination, by the same micro-benchmarks
-(``sweep.measure.calibration_run``), whose ratios give the transfer's factors
-(``sweep.analysis.predict.transfer``).
+"""A calibration's transfer to another device (``transfer``, ``transfer_here``) and its anchors
+on a GPU: a sample of the source table's own entries timed again on the destination, by the
+same micro-benchmarks (``sweep.measure.calibration_run``), whose ratios give the transfer's
+factors.
 
 Why not the ceilings' ratio: on an H200 the shipped H100 table's compute-bound GEMMs ran at
 1.006x their H100 times (16 entries, 0.98-1.03) while two readings of the bf16 GEMM ceiling a
@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+
+from .pricing import Calibrated
 
 GEMMS, GEMVS = 8, 12  # anchors per kind: a child of ~15 s on an H100
 
@@ -88,3 +90,37 @@ def factors(table, rows: list[dict], gemv_fixed: float) -> dict:
             "n_gemv": len(pairs["gemv"]),
             "basis": f"{len(pairs['gemm'])} GEMM and {len(pairs['gemv'])} GEMV entries of the "
                      "source table timed here"}
+
+
+def transfer(cal: Calibrated, src_ceilings: dict, dst_ceilings: dict, dtype: str = "bf16",
+             anchors: list[dict] | None = None) -> Calibrated:
+    """A calibration priced for another device: compute-bound terms (GEMMs, prefill attention)
+    scaled by a compute factor, memory-bound ones (skinny GEMMs, decode attention, elementwise)
+    by a memory factor; fixed costs (launches, fit intercepts, a memory-bound GEMM's latency:
+    ``Calibrated._gemm_fixed``) unchanged. The factors come from ``anchors`` where given (rows
+    of the source table's own entries timed on the destination: ``sweep.analysis.anchors``),
+    else from the ratio of the two devices' ceilings (``gemm_flops_<dtype>``, ``copy_bytes_s``:
+    measured, or a datasheet target's). The meta's ``transfer`` says which."""
+    f = src_ceilings[f"gemm_flops_{dtype}"] / dst_ceilings[f"gemm_flops_{dtype}"]
+    g = src_ceilings["copy_bytes_s"] / dst_ceilings["copy_bytes_s"]
+    how = {"compute": f, "memory": g, "basis": "ratio of the ceilings"}
+    if anchors:
+        got = factors(cal.t, anchors, cal._fixed("gemv", dtype) if (cal.t.kind == "gemv").any()
+                      else 0.0)
+        f, g = got["compute"] or f, got["memory"] or g
+        how = dict(got, compute=f, memory=g)
+    meta = dict(cal.meta, transferred_to=dst_ceilings.get("device", "another device"),
+                transfer=how)
+    ridge = src_ceilings[f"gemm_flops_{dtype}"] / src_ceilings["copy_bytes_s"]  # FLOP/byte
+    return Calibrated(cal.t, meta, {"compute": f, "memory": g, "ridge": ridge})
+
+
+def transfer_here(device: dict, meta: dict, table, ceilings: dict, dtype: str, switches,
+                  tuning_dir: Path | None = None):
+    """``(Calibrated, anchor rows or None)``: another device's calibration (``meta``, ``table``)
+    priced for this ``device`` (``transfer``): by anchors timed here on a GPU
+    (``sweep.analysis.anchors.measure``), else by the ratio of its ceilings and this device's
+    measured ``ceilings``."""
+    here = measure(device, table, switches, tuning_dir) if device["type"] == "cuda" else None
+    return transfer(Calibrated(table, meta), meta["ceilings"],
+                    dict(ceilings, device=device["name"]), dtype, anchors=here), here

@@ -22,13 +22,12 @@ calibration entry it came from (``basis``); a term outside the calibrated range 
 
 A calibration from another device is transferred by the ratio of the two devices' measured (or
 datasheet) ceilings: compute-bound entries by the GEMM ceiling, memory-bound ones by the copy
-bandwidth, fixed costs unchanged (``transfer``).
+bandwidth, fixed costs unchanged (``sweep.analysis.anchors.transfer``).
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from dataclasses import dataclass, field
 
 from kernels.gemv import MAX_M as GEMV_MAX_M
@@ -41,6 +40,7 @@ from zoo.generate import PREFILL_GRAPH_MAX_TOKENS
 from ..common.row import MODULES, STAGES, TIME, error, pred, pred_module
 from .power import (DEFAULT_REPEATS, DEFAULT_WARMUP, POWER_UNCERTAINTY, power_limit,
                     sustained_fraction)
+from .anchors import transfer, transfer_here  # noqa: F401  (the model's transfer, here)
 from .pricing import Calibrated
 
 # kernels each op launches (ATen ops of the torch path, one fused kernel of the Triton path);
@@ -349,44 +349,6 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
                                      "under other kernels or versions (calibration_policy=frozen)")
         row["prediction_notes"] = "; ".join(calibration.notes)
     return row
-
-
-def transfer(cal: Calibrated, src_ceilings: dict, dst_ceilings: dict, dtype: str = "bf16",
-             anchors: list[dict] | None = None) -> Calibrated:
-    """A calibration priced for another device: compute-bound terms (GEMMs, prefill attention)
-    scaled by a compute factor, memory-bound ones (skinny GEMMs, decode attention, elementwise)
-    by a memory factor; fixed costs (launches, fit intercepts, a memory-bound GEMM's latency:
-    ``Calibrated._gemm_fixed``) unchanged. The factors come from ``anchors`` where given (rows
-    of the source table's own entries timed on the destination: ``sweep.analysis.anchors``),
-    else from the ratio of the two devices' ceilings (``gemm_flops_<dtype>``, ``copy_bytes_s``:
-    measured, or a datasheet target's). The meta's ``transfer`` says which."""
-    f = src_ceilings[f"gemm_flops_{dtype}"] / dst_ceilings[f"gemm_flops_{dtype}"]
-    g = src_ceilings["copy_bytes_s"] / dst_ceilings["copy_bytes_s"]
-    how = {"compute": f, "memory": g, "basis": "ratio of the ceilings"}
-    if anchors:
-        from .anchors import factors
-
-        got = factors(cal.t, anchors, cal._fixed("gemv", dtype) if (cal.t.kind == "gemv").any()
-                      else 0.0)
-        f, g = got["compute"] or f, got["memory"] or g
-        how = dict(got, compute=f, memory=g)
-    meta = dict(cal.meta, transferred_to=dst_ceilings.get("device", "another device"),
-                transfer=how)
-    ridge = src_ceilings[f"gemm_flops_{dtype}"] / src_ceilings["copy_bytes_s"]  # FLOP/byte
-    return Calibrated(cal.t, meta, {"compute": f, "memory": g, "ridge": ridge})
-
-
-def transfer_here(device: dict, meta: dict, table, ceilings: dict, dtype: str, switches,
-                  tuning_dir: Path | None = None):
-    """``(Calibrated, anchor rows or None)``: another device's calibration (``meta``, ``table``)
-    priced for this ``device`` (``transfer``): by anchors timed here on a GPU
-    (``sweep.analysis.anchors.measure``), else by the ratio of its ceilings and this device's
-    measured ``ceilings``."""
-    from .anchors import measure
-
-    here = measure(device, table, switches, tuning_dir) if device["type"] == "cuda" else None
-    return transfer(Calibrated(table, meta), meta["ceilings"],
-                    dict(ceilings, device=device["name"]), dtype, anchors=here), here
 
 
 def row_predictions(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated | None,
