@@ -141,10 +141,17 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
         if tl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel") == SPLIT_K - 1:
             tl.debug_barrier()
             acc = tl.load(wsp, mask=omask, other=0.0, cache_modifier=".cg")
+            ssp = ss_ptr + pid_n * BLOCK_M + offs_m
+            if PROLOGUE == 1:
+                ss = tl.load(ssp, mask=mmask, other=0.0, cache_modifier=".cg")
+            # every thread has read before any thread zeroes: the loads and the zeroing stores
+            # are laid out over the threads differently (the sums of squares always, the partial
+            # sums on some tiles), so without this barrier a thread could zero what another had
+            # not read yet; on an H200, 15-23 of the 135 dot-path tiles gave wrong outputs
+            # (results/reference/gemv_sync_probe/)
+            tl.debug_barrier()
             tl.store(wsp, tl.zeros([BLOCK_N, BLOCK_M], tl.float32), mask=omask)
             if PROLOGUE == 1:
-                ssp = ss_ptr + pid_n * BLOCK_M + offs_m
-                ss = tl.load(ssp, mask=mmask, other=0.0, cache_modifier=".cg")
                 tl.store(ssp, tl.zeros([BLOCK_M], tl.float32), mask=mmask)
             tl.store(cnt_ptr + pid_n, 0)
             _epilogue(acc, ss, b_ptr, y_ptr, offs_m, offs_n, omask, nmask, s_ym, K, eps, dt,

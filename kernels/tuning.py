@@ -192,6 +192,37 @@ def save() -> list[Path]:
     return out
 
 
+def ship(source: str | Path, shipped_dir: str | Path | None = None) -> Path:
+    """Merge a machine's choices file ``source`` (``<results_dir>/tuning/<device>.json``) into the
+    shipped one of the same name (atomically): per kernel, the shipped choices still valid under
+    the current fingerprint are kept and the source's added over them; a kernel whose shipped
+    choices are of another fingerprint takes the source's. So shipping after one kernel changed
+    keeps every other kernel's choices. Returns the shipped path.
+
+    Raises:
+        OSError, ValueError: ``source`` missing or not a choices file.
+    """
+    source = Path(source)
+    new = json.loads(source.read_text())
+    dest = Path(shipped_dir or SHIPPED_DIR) / source.name
+    try:
+        old = json.loads(dest.read_text()) if dest.exists() else {}
+    except ValueError:
+        old = {}
+    secs = {k: sec for k, sec in old.get("kernels", {}).items()
+            if k in SOURCES and sec.get("fingerprint") == kernel_fingerprint(k)}
+    for kernel, sec in new.get("kernels", {}).items():
+        if secs.get(kernel, {}).get("fingerprint") == sec.get("fingerprint"):
+            secs[kernel] = {**sec, "choices": {**secs[kernel]["choices"], **sec["choices"]}}
+        else:
+            secs[kernel] = sec
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({**old, **new, "kernels": secs}, indent=1, sort_keys=True))
+    os.replace(tmp, dest)
+    return dest
+
+
 def launch(name: str, kernel, tuner, grid, args: tuple, kwargs: dict, variant: tuple,
            shape: tuple, device, allowed: list) -> None:
     """Launch Triton ``kernel`` with the config kept for ``variant + shape`` on ``device``;

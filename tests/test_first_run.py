@@ -208,6 +208,25 @@ def test_autotune_choices_are_kept_per_device(tmp_path, monkeypatch):
     tuning.configure(None)
 
 
+def test_shipping_choices_keeps_the_kernels_not_tuned_again(tmp_path, monkeypatch):
+    """``calibrate --ship`` after one kernel changed: the shipped file keeps the other kernels'
+    choices (a fresh machine would tune them all again) and takes the changed kernel's new ones."""
+    fps = {"gemv": "new", "decode_attention": "same", "decode_linear": "new"}
+    monkeypatch.setattr(tuning, "kernel_fingerprint", lambda k: fps[k])
+    shipped, src = tmp_path / "shipped", tmp_path / "results"
+    shipped.mkdir(), src.mkdir()
+    name = "nvidia_h200.json"
+    (shipped / name).write_text(json.dumps({"device": "NVIDIA H200", "kernels": {
+        "gemv": {"fingerprint": "old", "choices": {"a": 1, "b": 2}},
+        "decode_attention": {"fingerprint": "same", "choices": {"c": 3, "d": 4}}}}))
+    (src / name).write_text(json.dumps({"device": "NVIDIA H200", "kernels": {
+        "gemv": {"fingerprint": "new", "choices": {"a": 5}},
+        "decode_attention": {"fingerprint": "same", "choices": {"d": 6}}}}))
+    got = json.loads(tuning.ship(src / name, shipped).read_text())["kernels"]
+    assert got["gemv"] == {"fingerprint": "new", "choices": {"a": 5}}
+    assert got["decode_attention"]["choices"] == {"c": 3, "d": 6}
+
+
 def test_switches_refuse_bad_values():
     with pytest.raises(ValueError, match="unknown switch"):
         switches.Switches.from_dict({"rope_in_atention": False})

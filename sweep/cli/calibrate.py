@@ -3,7 +3,7 @@ this device over the shipped grid: micro-benchmarks of the kernels the zoo launc
 shipped model and experiment (``sweep.analysis.calibration``), cached in
 ``<results_dir>/calibration/<device>.{json,parquet}``. A study calibrates only what it needs on
 first use; this refreshes a whole one. ``--ship`` then copies it, and this device's autotune
-choices (``<results_dir>/tuning``), into the package (``sweep/analysis/calibrations/``,
+choices (``<results_dir>/tuning``, merged with the shipped ones), into the package (``sweep/analysis/calibrations/``,
 ``kernels/tuned/``): what a maintainer commits after measuring a GPU."""
 
 from __future__ import annotations
@@ -52,9 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         for p in (meta_p, tab_p):
             shutil.copy(p, cal.SHIPPED_DIR / p.name)
         tuned = root / "tuning" / f"{tuning.slug(dev['name'])}.json"
-        if tuned.exists():
-            tuning.SHIPPED_DIR.mkdir(parents=True, exist_ok=True)
-            shutil.copy(tuned, tuning.SHIPPED_DIR / tuned.name)
+        if tuned.exists():  # merged: the choices of kernels not measured again are kept
+            tuning.ship(tuned)
         print(f"shipped: {cal.SHIPPED_DIR / meta_p.name}"
               + (f", {tuning.SHIPPED_DIR / tuned.name}" if tuned.exists() else ""))
     return 0

@@ -1,11 +1,14 @@
 """Decode GEMV (with its norm / SwiGLU prologues), fused RoPE + KV-cache write, and the in-kernel
 split merge of decode attention, against their PyTorch references (odd shapes included)."""
 
+import os
+
 import pytest
 import torch
 
 from kernels import decode_attention as da
 from kernels import decode_linear, gemv, kv_quant, rope
+from sweep.common.env import REPO
 from tests.kernels.conftest import DEVICE, DTYPES, INTERPRETED, TOL, close, exact
 
 # odd widths on purpose: N and K not multiples of the tile, K below one tile, a GQA-like N
@@ -367,3 +370,44 @@ def test_every_dot_path_tile_agrees_with_the_reference(prologue):
         if not torch.isfinite(got).all() or err > 0.05 * want.float().abs().max().item():
             bad.append((cfg, err))
     assert not bad, bad
+
+
+@pytest.mark.parametrize("block_m", [1, 16])
+def test_split_k_reads_its_sums_before_any_thread_zeroes_them(block_m):
+    """The split-K epilogue, compiled for an H100/H200 (sm_90; no GPU needed): the column's last
+    program loads the partial sums and sums of squares, then a CTA barrier, then zeroes them. The
+    loads and the zeroing stores are laid out over different threads, so without the barrier one
+    thread zeroed what another had not read: on an H200 15-23 of 135 dot-path tiles gave wrong
+    outputs, the norm prologue's up to 400x (results/reference/gemv_sync_probe/)."""
+    import re
+    import subprocess
+    import sys
+
+    # compiled in a child: the interpreter (TRITON_INTERPRET=1, the CPU tests') has no compiler
+    code = f"""
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kernels import gemv
+k = gemv._gemv_kernel
+sig = dict(zip(k.arg_names, ["*bf16"] * 7 + ["*fp32", "*fp32", "*i32", "i32", "i32", "i32",
+                                               "fp32"] + ["i32"] * 5))
+const = dict(PROLOGUE=1, HAS_RES=True, HAS_BIAS=False, BLOCK_M={block_m}, BLOCK_N=64,
+             BLOCK_K=128, SPLIT_K=4, PREFETCH_X=0, W_AHEAD=0, PDL=False, F32=False, IEEE=False)
+sig.update(dict.fromkeys(const, "constexpr"))
+src = ASTSource(fn=k, signature=sig,
+                constexprs={{(k.arg_names.index(n),): v for n, v in const.items()}})
+print(triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                     options=dict(num_warps=4, num_stages=3)).asm["ptx"])
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ptx = out.stdout.splitlines()
+    count = next(i for i, ln in enumerate(ptx) if re.search(r"atom\.global\.\S*acq_rel", ln))
+    tail = ptx[count:]
+    loads = [i for i, ln in enumerate(tail) if "ld.global.cg" in ln]
+    zeroes = [i for i, ln in enumerate(tail) if re.search(r"\bst\.global\.(v\d\.)?b32", ln)]
+    assert loads and zeroes
+    assert any(max(loads) < i < min(zeroes) for i, ln in enumerate(tail) if "bar.sync" in ln)
