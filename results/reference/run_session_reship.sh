@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # After a change of the decode GEMV (its fingerprint changed): check every dot-path tile on this
 # GPU, measure the stale calibration families again from the shipped files and ship them with the
-# tile choices (merged: other kernels' choices kept), then the README's main job with every cache
-# removed on the new shipped files.   bash results/reference/run_session_reship.sh
+# tile choices (merged: other kernels' choices kept), (then, in a second call, the README's main job with
+# every cache removed on the new shipped files).   bash results/reference/run_session_reship.sh
 # Output under $OUT: test_gemv.txt, gemv_tile_check.json, run_fresh.sh's logs, shipped/.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -15,7 +15,5 @@ CAL_TIMEOUT=${CAL_TIMEOUT:-330} bash results/reference/run_fresh.sh calibrate_mo
 slug=$(python3 -c "import torch; from kernels.tuning import slug; print(slug(torch.cuda.get_device_name()))")
 mkdir -p "$OUT/shipped"
 cp "sweep/analysis/calibrations/$slug".* "kernels/tuned/$slug.json" "$OUT/shipped/"
-MAIN_TIMEOUT=${MAIN_TIMEOUT:-240} bash results/reference/run_fresh.sh fresh_main | tail -n 12
-# the choices the main job made on the way, merged into the shipped file too
-python3 -c "from kernels import tuning; print(tuning.ship('results/tuning/$slug.json'))" \
-  && cp "kernels/tuned/$slug.json" "$OUT/shipped/$slug.after_main.json"
+# The main job with every cache removed is a second call (run_fresh.sh fresh_main), on the shipped
+# files committed from this one's $OUT/shipped.
