@@ -14,6 +14,6 @@ python3 results/reference/gemv_tile_check.py "$OUT/gemv_tile_check.json" | tail 
 CAL_TIMEOUT=${CAL_TIMEOUT:-330} bash results/reference/run_fresh.sh calibrate_more | grep -v "^\s*$" | tail -n 5
 slug=$(python3 -c "import torch; from kernels.tuning import slug; print(slug(torch.cuda.get_device_name()))")
 mkdir -p "$OUT/shipped"
-cp "sweep/analysis/calibrations/$slug".* "kernels/tuned/$slug.json" "$OUT/shipped/"
+cp "sweep/analysis/calibrations/$slug".* "$OUT/shipped/"; cp "kernels/tuned/$slug.json" "$OUT/shipped/tuned_$slug.json"
 # The main job with every cache removed is a second call (run_fresh.sh fresh_main), on the shipped
 # files committed from this one's $OUT/shipped.
