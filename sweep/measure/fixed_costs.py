@@ -6,6 +6,7 @@ trial runs it, and the idle gap between two kernels replayed in a graph. Times i
 from __future__ import annotations
 
 import gc
+import statistics
 import time
 
 from .microbench import entry
@@ -29,13 +30,14 @@ def launch(device, tm) -> list[dict]:
     eager()  # the first ops load the kernels
     if device == "cuda":
         torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(5):
+    ts = []
+    for _ in range(7):  # 7 readings of n ops each, their spread kept
+        t0 = time.perf_counter()
         eager()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    host = (time.perf_counter() - t0) / 5 / n
-    rows.append(entry("launch", spread([host]), op="eager_op"))
+        if device == "cuda":
+            torch.cuda.synchronize()
+        ts.append((time.perf_counter() - t0) / n)
+    rows.append(entry("launch", spread(ts), op="eager_op"))
     if device == "cuda":
         rows.append(entry("launch", tm(lambda: x.add_(1), n=n), op="graph_kernel"))
         g = torch.cuda.CUDAGraph()
@@ -56,8 +58,8 @@ def launch(device, tm) -> list[dict]:
         for stage, suffix in (("decode", ""), ("prefill", "_prefill")):
             with switches.use(autotune=False):  # the host's cost, not the tiles: no tuning here
                 per_layer, fixed = _eager_host(device, impl, stage)
-            rows.append(entry("launch", spread([per_layer]), op=f"eager_layer_{impl}{suffix}"))
-            rows.append(entry("launch", spread([fixed]), op=f"eager_fixed_{impl}{suffix}"))
+            rows.append(entry("launch", per_layer, op=f"eager_layer_{impl}{suffix}"))
+            rows.append(entry("launch", fixed, op=f"eager_fixed_{impl}{suffix}"))
         if device == "cuda":
             with switches.use(autotune=False):
                 rows.append(entry("launch", _graph_step_host(impl), op=f"graph_step_{impl}"))
@@ -136,18 +138,29 @@ def graph_gap_of(fn, n: int = 200, per: int = 1) -> float | None:
     return max(ks[-1][1] - ks[0][0] - busy, 0.0) / (len(ks) - 1) / 1e6
 
 
-def _eager_host(device: str, impl: str, stage: str = "decode") -> tuple[float, float]:
+def _eager_host(device: str, impl: str, stage: str = "decode", rounds: int = 5,
+                forwards: int = 10) -> tuple[dict, dict]:
     """Host time (s) to issue one layer, and the rest of a forward (embedding, final norm, LM
     head), of the zoo's model run eagerly: forwards of a one-token decode step (``stage``
     ``decode``) or a 16-token prefill from position 0 (``prefill``: its own ops, SDPA and the
     cache write) on a model of tiny dimensions (the GPU's work is negligible, so the wall time is
-    the host's), with 2 and 10 layers; per layer = the difference / 8 (fastest of 7 runs of 20
-    forwards each)."""
+    the host's), with 2 and 10 layers. ``rounds`` rounds time the two models one after the other
+    (the faster of two groups of ``forwards`` forwards each), so a change of the host's speed
+    during the measurement falls on both; per layer = the difference / 8 per round. Returns the
+    spreads (``timing.spread``: median, min, p90, ...) over the rounds of (per layer, the rest:
+    the 2-layer time less twice the median per layer).
+
+    One reading of the fastest of 7 groups, as before, differed 1.8x between two calibrations on
+    one H200 host a few minutes apart (results/reference/heldout_h200.md, 2026-11-25 later);
+    the median of rounds prices the host as it usually runs, and the spread says how much it
+    moved."""
     import torch
 
     from zoo import ModelConfig, Transformer
 
-    def host(n_layers):
+    from .timing import spread
+
+    def build(n_layers):
         cfg = ModelConfig.from_name("tiny", n_layers=n_layers, kernels=impl,
                                     **({"dtype": "bf16", "kv_dtype": "bf16"}
                                        if device == "cuda" else {}))
@@ -156,26 +169,35 @@ def _eager_host(device: str, impl: str, stage: str = "decode") -> tuple[float, f
         T = 16 if stage == "prefill" else 1
         tok = torch.zeros(1, T, dtype=torch.long, device=device)
         pos, kv = (m.positions[:T], T) if T > 1 else (m.positions[10:11], 11)
-        gc.collect()  # the calibration's own heap must not time its collections in here
-        gc.disable()
-        with torch.no_grad():
-            for _ in range(10):
-                m(tok, pos, kv_len=kv, last_only=T > 1)
+        return lambda: m(tok, pos, kv_len=kv, last_only=T > 1)
+
+    def host(fwd):
+        ts = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            for _ in range(forwards):
+                fwd()
+            ts.append((time.perf_counter() - t0) / forwards)
             if device == "cuda":
                 torch.cuda.synchronize()
-            ts = []
-            for _ in range(7):
-                t0 = time.perf_counter()
-                for _ in range(20):
-                    m(tok, pos, kv_len=kv, last_only=T > 1)
-                ts.append((time.perf_counter() - t0) / 20)
-                if device == "cuda":
-                    torch.cuda.synchronize()
+        return min(ts)  # a short pause of the host inside a group is not the host's cost
+
+    small, big = build(2), build(10)
+    per, small_t = [], []
+    gc.collect()  # the calibration's own heap must not time its collections in here
+    gc.disable()
+    try:
+        with torch.no_grad():
+            for fwd in (small, big):  # warm-up
+                for _ in range(5):
+                    fwd()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            for _ in range(rounds):
+                a, b = host(small), host(big)
+                per.append(max((b - a) / 8, 0.0))
+                small_t.append(a)
+    finally:
         gc.enable()
-        return min(ts)  # the host's own cost; slower repeats are other work on the machine
-
-    a, b = host(2), host(10)
-    per_layer = max((b - a) / 8, 0.0)
-    return per_layer, max(a - 2 * per_layer, 0.0)
-
-
+    layer = statistics.median(per)  # the rest of each round against the usual per layer
+    return spread(per), spread([max(a - 2 * layer, 0.0) for a in small_t])
