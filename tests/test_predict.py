@@ -152,6 +152,26 @@ def test_a_gemv_scaled_from_its_nearest_shape_keeps_the_latency():
     assert t == pytest.approx(fixed + (4e-6 - fixed) / 2, rel=1e-6)  # not 4 us / 2
 
 
+def test_prefill_attention_takes_a_group_measured_at_its_length():
+    """A GQA group calibrated only at other lengths (G=2: 4 heads at T=256, slow for want of
+    parallelism, and T=4096) does not price a T=512 prefill of 32 heads when another group was
+    measured at T=512: that one's efficiency does (the offline repricing of the H100 and H200
+    records priced such a design's TTFT +48% and +50% slow)."""
+    import pandas as pd
+
+    def e(G, T, BH, tflops):
+        flops = 2 * BH * 64 * T * T
+        return {"kind": "prefill_attn", "impl": "triton", "G": float(G), "D": 64.0, "T": float(T),
+                "BH": float(BH), "flops": float(flops), "time_s": flops / (tflops * 1e12)}
+
+    c = perf.Calibrated(pd.DataFrame([e(2, 256, 4, 4), e(2, 4096, 128, 440), e(4, 512, 32, 100),
+                                      e(4, 4096, 128, 440)]), {"device": "A"})
+    flops = 2 * 32 * 64 * 512 * 512
+    t, basis = c.prefill_attn({"impl": "triton", "D": 64, "G": 2, "T": 512, "B": 1, "H": 32}, flops)
+    assert "G=4" in basis
+    assert t == pytest.approx(flops / 100e12, rel=1e-6)
+
+
 @pytest.mark.slow
 def test_every_row_has_the_predicted_columns(tmp_path):
     _, _, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha")

@@ -9,6 +9,14 @@ what a change to the model does to the record's rows.
 
 Usage: ``TRITON_INTERPRET=1 python results/reference/reprice_predict.py [--out F.json]``
 (``TRITON_INTERPRET`` lets the CPU build the Triton designs' plans; nothing is launched).
+
+With ``--v3`` it re-prices the third H100 record's rows (``predict_h100_v3/rows_{b1,b8}.csv``)
+from the H100 calibration shipped in this checkout. With ``--h200 RUN_DIR`` it re-prices the H200 record's rows instead
+(``predict_h200_from_h100_v3/rows_h200.csv``, batch 1) from the H100 calibration shipped in
+this checkout, transferred to the H200 as a study there does it today: by the anchors, with the
+fixed costs measured on the host (``RUN_DIR``: a held-out call's ``anchors.json``,
+``calibration.json`` / ``.parquet`` (its host's launch family) and ``ceilings.json``, all
+measured on an H200).
 """
 
 import json
@@ -53,16 +61,41 @@ def design(p, label: str):
     return p.base.replace(**over)
 
 
+def _h200(run: Path):
+    """The shipped H100 calibration with the H200 host's fixed costs of ``run``, transferred by
+    its anchors: ``(Calibrated, spec, ceilings, [(set, rows csv)])``."""
+    from sweep.analysis.anchors import transfer
+
+    meta, table = cal.load("", where=ROOT / "sweep/analysis/calibrations/nvidia_h100_80gb_hbm3.json")
+    host = cal.load("", where=run / "calibration.json")[1]
+    table = pd.concat([table[table.family != "launch"], host[host.family == "launch"]],
+                      ignore_index=True)
+    ceilings = json.loads((run / "ceilings.json").read_text())
+    c = transfer(Calibrated(table, meta), meta["ceilings"], dict(ceilings, device="NVIDIA H200"),
+                 "bf16", anchors=json.loads((run / "anchors.json").read_text()))
+    return c, load_spec("h200"), ceilings, [("b1", REF / "predict_h200_from_h100_v3/rows_h200.csv")]
+
+
 def main() -> None:
     register()
-    meta, table = cal.load("", where=REF / "calibration_h100.json")
-    c, spec, plans, out = Calibrated(table, meta), load_spec("h100_sxm"), {}, {"rows": []}
-    for w in WORKLOADS:
-        for _, r in pd.read_csv(REF / f"predict_h100/rows_{w}.csv").iterrows():
+    if "--h200" in sys.argv:
+        c, spec, ceilings, sets = _h200(Path(sys.argv[sys.argv.index("--h200") + 1]))
+    else:  # --v3: the third record's rows, priced from the calibration shipped in this checkout
+        v3 = "--v3" in sys.argv
+        where = ROOT / "sweep/analysis/calibrations/nvidia_h100_80gb_hbm3.json" if v3 else \
+            REF / "calibration_h100.json"
+        meta, table = cal.load("", where=where)
+        c, spec, ceilings = Calibrated(table, meta), load_spec("h100_sxm"), meta["ceilings"]
+        sets = [(w, REF / f"predict_h100{'_v3' if v3 else ''}/rows_{w}.csv") for w in WORKLOADS]
+    plans, out = {}, {"rows": []}
+    for w, rows in sets:
+        for _, r in pd.read_csv(rows).iterrows():
             exp = r.study.rsplit("-", 1)[0]
             p = plans.setdefault((exp, w), plan(exp, w))
-            pr = row_predictions(design(p, r.design), dict(p.workload), spec, c, r["mode"],
-                                 meta["ceilings"])
+            # the row's kernels: a plan built on a machine without a GPU takes the torch ones
+            pr = row_predictions(design(p, r.design).replace(kernels=r.kernels),
+                                 dict(p.workload), spec, c, r["mode"],
+                                 ceilings)
             out["rows"].append({
                 "set": w, "study": r.study, "design": r.design, "kernels": r.kernels,
                 "decode_tpot_ms": r.decode_tpot_ms, "ttft_ms": r.ttft_ms,

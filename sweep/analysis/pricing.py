@@ -248,7 +248,8 @@ class Calibrated:
     def prefill_attn(self, s: dict, flops: float) -> tuple[float, str]:
         """Causal prefill attention of ``flops`` (counted as the calibration counts them, ``2 * H
         * D * T * T``, causal in both): the achieved FLOP/s of the calibrated entries of the same
-        implementation, nearest head_dim and GQA group, interpolated in log T."""
+        implementation, nearest head_dim and GQA group (among the groups measured at this ``T``
+        when any is), interpolated in log T."""
         p = self.t[(self.t.kind == "prefill_attn")]
         if "impl" in p and p.impl.notna().any():
             p = p[p.impl == s.get("impl", "torch")] if (p.impl == s.get("impl")).any() else p
@@ -256,7 +257,13 @@ class Calibrated:
             raise KeyError("no prefill attention in the calibration")
         p = p[p.D == min(p.D.unique(), key=lambda v: abs(v - s["D"]))]
         if "G" in p and p.G.notna().all():
-            g = min(p.G.unique(), key=lambda v: abs(math.log(v) - math.log(s.get("G", 1))))
+            # the nearest group among those measured at this T when any is: the group changes
+            # only the K/V bytes of a FLOP-bound kernel, the length (and head count) its
+            # efficiency: a G=2 entry of 4 heads at T=256 priced a 32-head T=512 prefill 7x slow
+            # (offline repricing of predict_h100_v3 and predict_h200_from_h100_v3: TTFT +48%, +50%)
+            at_t = p[p["T"] == s["T"]] if "T" in p else p.iloc[:0]
+            g = min((at_t if not at_t.empty else p).G.unique(),
+                    key=lambda v: abs(math.log(v) - math.log(s.get("G", 1))))
             p = p[p.G == g]
         bh = s.get("B", 1) * s.get("H", 0)
         exact = (p["T"] == s["T"]) & (p["BH"] == bh) if "BH" in p else None
