@@ -194,25 +194,37 @@ def save() -> list[Path]:
 
 def ship(source: str | Path, shipped_dir: str | Path | None = None) -> Path:
     """Merge a machine's choices file ``source`` (``<results_dir>/tuning/<device>.json``) into the
-    shipped one of the same name (atomically): per kernel, the shipped choices still valid under
-    the current fingerprint are kept and the source's added over them; a kernel whose shipped
-    choices are of another fingerprint takes the source's. So shipping after one kernel changed
-    keeps every other kernel's choices. Returns the shipped path.
+    shipped one of the same name (atomically). Only sections valid under the current
+    fingerprint count, from either file: per kernel, the shipped choices are kept and the
+    source's added over them; a source section of another fingerprint (a kernel this machine
+    did not tune again since it changed) is left out. So shipping after one kernel changed keeps
+    every other kernel's choices. Returns the shipped path.
 
     Raises:
-        OSError, ValueError: ``source`` missing or not a choices file.
+        OSError: ``source`` cannot be read.
+        ValueError: ``source`` is not a choices file (a JSON object whose ``kernels`` sections
+            each hold a ``fingerprint`` and ``choices``).
     """
     source = Path(source)
     new = json.loads(source.read_text())
+    if not isinstance(new, dict) or not isinstance(new.get("kernels", {}), dict) or any(
+            not isinstance(sec, dict) or "choices" not in sec or "fingerprint" not in sec
+            for sec in new.get("kernels", {}).values()):
+        raise ValueError(f"{source} is not a choices file (kernels -> fingerprint, choices)")
     dest = Path(shipped_dir or SHIPPED_DIR) / source.name
     try:
         old = json.loads(dest.read_text()) if dest.exists() else {}
     except ValueError:
         old = {}
-    secs = {k: sec for k, sec in old.get("kernels", {}).items()
-            if k in SOURCES and sec.get("fingerprint") == kernel_fingerprint(k)}
-    for kernel, sec in new.get("kernels", {}).items():
-        if secs.get(kernel, {}).get("fingerprint") == sec.get("fingerprint"):
+    old = old if isinstance(old, dict) else {}
+
+    def current(sections: dict) -> dict:
+        return {k: sec for k, sec in sections.items() if k in SOURCES and isinstance(sec, dict)
+                and sec.get("fingerprint") == kernel_fingerprint(k)}
+
+    secs = current(old.get("kernels", {}))
+    for kernel, sec in current(new.get("kernels", {})).items():
+        if kernel in secs:
             secs[kernel] = {**sec, "choices": {**secs[kernel]["choices"], **sec["choices"]}}
         else:
             secs[kernel] = sec

@@ -221,10 +221,16 @@ def test_shipping_choices_keeps_the_kernels_not_tuned_again(tmp_path, monkeypatc
         "decode_attention": {"fingerprint": "same", "choices": {"c": 3, "d": 4}}}}))
     (src / name).write_text(json.dumps({"device": "NVIDIA H200", "kernels": {
         "gemv": {"fingerprint": "new", "choices": {"a": 5}},
-        "decode_attention": {"fingerprint": "same", "choices": {"d": 6}}}}))
+        "decode_attention": {"fingerprint": "same", "choices": {"d": 6}},
+        # a kernel this machine did not tune since it changed: its stale section is left out
+        "decode_linear": {"fingerprint": "old", "choices": {"e": 7}}}}))
     got = json.loads(tuning.ship(src / name, shipped).read_text())["kernels"]
     assert got["gemv"] == {"fingerprint": "new", "choices": {"a": 5}}
     assert got["decode_attention"]["choices"] == {"c": 3, "d": 6}
+    assert "decode_linear" not in got
+    (src / name).write_text(json.dumps({"kernels": {"gemv": {"choices": {}}}}))
+    with pytest.raises(ValueError, match="not a choices file"):
+        tuning.ship(src / name, shipped)
 
 
 def test_switches_refuse_bad_values():
@@ -307,6 +313,8 @@ def test_the_hosts_eager_cost_is_a_median_over_rounds_with_its_spread(monkeypatc
     """The eager host costs are timed in interleaved rounds of the 2- and 10-layer models and
     kept as a spread (one reading differed 1.8x between two calibrations on one H200 host): per
     layer is the median of the rounds' differences / 8, even when one round ran slow."""
+    import types
+
     import torch
 
     import zoo
@@ -330,7 +338,7 @@ def test_the_hosts_eager_cost_is_a_median_over_rounds_with_its_spread(monkeypatc
             now[0] += (1e-3 + 5e-4 * self.n_layers) * slow
 
     monkeypatch.setattr(zoo.Transformer, "build", staticmethod(lambda cfg, dev: FakeModel(cfg)))
-    monkeypatch.setattr(fixed_costs.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(fixed_costs, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
     per, rest = fixed_costs._eager_host("cpu", "torch", rounds=5, forwards=10)
     assert per["n"] == 5 and rest["n"] == 5
     assert per["median"] == pytest.approx(5e-4)

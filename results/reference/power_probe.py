@@ -116,10 +116,11 @@ for name, preset, B, T, mode in [("l1b_b8_p4096", "llama3_2_1b", 8, 4096, "cudag
         gen.prefill(prompt)
     time.sleep(2.0)
     mark(f"{name} sustained")
-    result["runs"][f"{name}_sustained"] = timed_calls(lambda: gen.prefill(prompt), count=10)
+    result["runs"][f"{name}_sustained"] = timed_calls(lambda g=gen, p=prompt: g.prefill(p),
+                                                      count=10)
     mark(f"{name} spaced")
-    result["runs"][f"{name}_spaced"] = timed_calls(lambda: gen.prefill(prompt), count=5,
-                                                   idle_s=1.5)
+    result["runs"][f"{name}_spaced"] = timed_calls(lambda g=gen, p=prompt: g.prefill(p),
+                                                   count=5, idle_s=1.5)
     mark(f"{name} done")
     result[name] = {"prefill_mode": gen.prefill_mode}
     del model, gen

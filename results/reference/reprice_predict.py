@@ -8,10 +8,13 @@ measurement and the error summaries; ``--out F.json`` writes them. Run it in two
 what a change to the model does to the record's rows.
 
 Usage: ``TRITON_INTERPRET=1 python results/reference/reprice_predict.py [--out F.json]``
-(``TRITON_INTERPRET`` lets the CPU build the Triton designs' plans; nothing is launched).
+(``TRITON_INTERPRET`` lets the CPU build the Triton designs' plans; nothing is launched). Each
+row is priced with its own kernels (``kernels`` column): a plan built on a machine without a GPU
+takes the torch ones, which earlier runs of this script priced the Triton rows by.
 
 With ``--v3`` it re-prices the third H100 record's rows (``predict_h100_v3/rows_{b1,b8}.csv``)
-from the H100 calibration shipped in this checkout. With ``--h200 RUN_DIR`` it re-prices the H200 record's rows instead
+from the H100 calibration shipped in this checkout. With ``--h200 RUN_DIR`` it re-prices the H200
+record's rows instead
 (``predict_h200_from_h100_v3/rows_h200.csv``, batch 1) from the H100 calibration shipped in
 this checkout, transferred to the H200 as a study there does it today: by the anchors, with the
 fixed costs measured on the host (``RUN_DIR``: a held-out call's ``anchors.json``,
@@ -19,6 +22,7 @@ fixed costs measured on the host (``RUN_DIR``: a held-out call's ``anchors.json`
 measured on an H200).
 """
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -67,7 +71,10 @@ def _h200(run: Path):
     from sweep.analysis.anchors import transfer
 
     meta, table = cal.load("", where=ROOT / "sweep/analysis/calibrations/nvidia_h100_80gb_hbm3.json")
-    host = cal.load("", where=run / "calibration.json")[1]
+    host = cal.load("", where=run / "calibration.json")
+    if host is None or "family" not in host[1]:
+        raise SystemExit(f"{run}/calibration.json (+ .parquet): no host calibration with families")
+    host = host[1]
     table = pd.concat([table[table.family != "launch"], host[host.family == "launch"]],
                       ignore_index=True)
     ceilings = json.loads((run / "ceilings.json").read_text())
@@ -77,11 +84,19 @@ def _h200(run: Path):
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument("--v3", action="store_true", help="the third H100 record's rows, priced "
+                     "from the calibration shipped in this checkout")
+    how.add_argument("--h200", metavar="RUN_DIR", type=Path, help="the H200 record's rows, "
+                     "transferred by this run's anchors and host costs")
+    ap.add_argument("--out", type=Path, help="write the rows and summaries here (.json)")
+    a = ap.parse_args()
     register()
-    if "--h200" in sys.argv:
-        c, spec, ceilings, sets = _h200(Path(sys.argv[sys.argv.index("--h200") + 1]))
+    if a.h200:
+        c, spec, ceilings, sets = _h200(a.h200)
     else:  # --v3: the third record's rows, priced from the calibration shipped in this checkout
-        v3 = "--v3" in sys.argv
+        v3 = a.v3
         where = ROOT / "sweep/analysis/calibrations/nvidia_h100_80gb_hbm3.json" if v3 else \
             REF / "calibration_h100.json"
         meta, table = cal.load("", where=where)
@@ -113,8 +128,8 @@ def main() -> None:
                                               "p90_abs_pct": e.quantile(0.9), "n": len(e)}
     print(d.round(3).to_string())
     print(json.dumps(out["summary"], indent=1))
-    if "--out" in sys.argv:
-        Path(sys.argv[sys.argv.index("--out") + 1]).write_text(json.dumps(out, indent=1))
+    if a.out:
+        a.out.write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

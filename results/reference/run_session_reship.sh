@@ -4,7 +4,7 @@
 # tile choices (merged: other kernels' choices kept), (then, in a second call, the README's main job with
 # every cache removed on the new shipped files).   bash results/reference/run_session_reship.sh
 # Output under $OUT: test_gemv.txt, gemv_tile_check.json, run_fresh.sh's logs, shipped/.
-set -uo pipefail
+set -euo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 . results/reference/gpu_host.sh

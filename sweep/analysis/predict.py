@@ -38,9 +38,8 @@ from zoo.formats import DTYPE_BYTES
 from zoo.generate import PREFILL_GRAPH_MAX_TOKENS
 
 from ..common.row import MODULES, STAGES, TIME, error, pred, pred_module
-from .power import (DEFAULT_REPEATS, DEFAULT_WARMUP, POWER_UNCERTAINTY, power_limit,
-                    sustained_fraction)
 from .anchors import transfer, transfer_here  # noqa: F401  (the model's transfer, here)
+from .power import DEFAULT_REPEATS, DEFAULT_WARMUP, POWER_UNCERTAINTY, power_limit, sustained_fraction
 from .pricing import Calibrated
 
 # kernels each op launches (ATen ops of the torch path, one fused kernel of the Triton path);

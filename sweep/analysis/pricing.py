@@ -249,7 +249,9 @@ class Calibrated:
         """Causal prefill attention of ``flops`` (counted as the calibration counts them, ``2 * H
         * D * T * T``, causal in both): the achieved FLOP/s of the calibrated entries of the same
         implementation, nearest head_dim and GQA group (among the groups measured at this ``T``
-        when any is), interpolated in log T."""
+        when any is), interpolated in log T. The efficiency is a median over the group's head
+        counts: a group measured at this T with few heads only still prices it slow (the head
+        count is not matched; matching it moved the records' other rows +4-5%, so it was left)."""
         p = self.t[(self.t.kind == "prefill_attn")]
         if "impl" in p and p.impl.notna().any():
             p = p[p.impl == s.get("impl", "torch")] if (p.impl == s.get("impl")).any() else p

@@ -15,10 +15,10 @@ The model of a chip ``c`` of a family ``f`` (a kind of chip and the engine that 
 
 ``(t_f, 1/b_f)`` and ``(p_f, 1/c_f)`` are least-squares fits with relative weights on the
 family's rows, each chip weighing the same (``fit``). ``check`` prices every row with parameters
-fitted without its chip (leave-one-chip-out; a family left with no other chip takes the fit over every family of its
-engine, then over all rows) and, for the chips of one line of several generations, trains on the
-older and tests the newest. Beside them the same rows are priced by a pure datasheet roofline and
-by each spec's assumed efficiencies, so the gain is visible.
+fitted without its chip (leave-one-chip-out; a family left with no other chip takes the fit over
+every family of its engine, then over all rows) and, for the chips of one line of several
+generations, trains on the older and tests the newest. Beside them the same rows are priced by a
+pure datasheet roofline and by each spec's assumed efficiencies, so the gain is visible.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@ this device over the shipped grid: micro-benchmarks of the kernels the zoo launc
 shipped model and experiment (``sweep.analysis.calibration``), cached in
 ``<results_dir>/calibration/<device>.{json,parquet}``. A study calibrates only what it needs on
 first use; this refreshes a whole one. ``--ship`` then copies it, and this device's autotune
-choices (``<results_dir>/tuning``, merged with the shipped ones), into the package (``sweep/analysis/calibrations/``,
-``kernels/tuned/``): what a maintainer commits after measuring a GPU."""
+choices (``<results_dir>/tuning``, merged with the shipped ones), into the package
+(``sweep/analysis/calibrations/``, ``kernels/tuned/``): what a maintainer commits after measuring
+a GPU."""
 
 from __future__ import annotations
 

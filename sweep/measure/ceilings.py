@@ -7,7 +7,8 @@ context. On a GPU also the sustained bf16 GEMM rate: the same GEMM back to back 
 drop (H100 SXM, 700 W: SM clock 1980 -> ~1400 MHz after ~0.1 s, NVML clock-event reason
 "SW power cap"; ``results/reference/power_probe.md``), so a compute-bound kernel timed in a short
 burst runs slower inside a long stage. ``gemm_flops_bf16_sustained`` is the rate over the run's
-second half, ``power_onset_s`` the busy time after which the calls slow down. ``sweep.analysis.hardware.measure_ceilings`` caches what this measures and gives every
+second half, ``power_onset_s`` the busy time after which the calls slow down.
+``sweep.analysis.hardware.measure_ceilings`` caches what this measures and gives every
 MFU and MBU its "measured" peak.
 """
 

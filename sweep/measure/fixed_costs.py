@@ -145,20 +145,27 @@ def _eager_host(device: str, impl: str, stage: str = "decode", rounds: int = 5,
     ``decode``) or a 16-token prefill from position 0 (``prefill``: its own ops, SDPA and the
     cache write) on a model of tiny dimensions (the GPU's work is negligible, so the wall time is
     the host's), with 2 and 10 layers. ``rounds`` rounds time the two models one after the other
-    (the faster of two groups of ``forwards`` forwards each), so a change of the host's speed
-    during the measurement falls on both; per layer = the difference / 8 per round. Returns the
-    spreads (``timing.spread``: median, min, p90, ...) over the rounds of (per layer, the rest:
-    the 2-layer time less twice the median per layer).
+    (the faster of two groups of ``forwards`` forwards each; the order alternates), so a change of
+    the host's speed during the measurement falls on both; per layer = the difference / 8 per
+    round. Returns the spreads (``timing.spread``: median, min, p90, ...) over the rounds of (per
+    layer, the rest: the 2-layer time less twice the median per layer).
 
     One reading of the fastest of 7 groups, as before, differed 1.8x between two calibrations on
     one H200 host a few minutes apart (results/reference/heldout_h200.md, 2026-11-25 later);
     the median of rounds prices the host as it usually runs, and the spread says how much it
-    moved."""
+    moved.
+
+    Raises:
+        ValueError: ``rounds`` or ``forwards`` below 1.
+    """
     import torch
 
     from zoo import ModelConfig, Transformer
 
     from .timing import spread
+
+    if rounds < 1 or forwards < 1:
+        raise ValueError(f"rounds and forwards must be >= 1, got {rounds}, {forwards}")
 
     def build(n_layers):
         cfg = ModelConfig.from_name("tiny", n_layers=n_layers, kernels=impl,
@@ -193,8 +200,11 @@ def _eager_host(device: str, impl: str, stage: str = "decode", rounds: int = 5,
                     fwd()
             if device == "cuda":
                 torch.cuda.synchronize()
-            for _ in range(rounds):
-                a, b = host(small), host(big)
+            for i in range(rounds):  # ABBA: a steady drift of the host falls on both alike
+                if i % 2 == 0:
+                    a, b = host(small), host(big)
+                else:
+                    b, a = host(big), host(small)
                 per.append(max((b - a) / 8, 0.0))
                 small_t.append(a)
     finally:

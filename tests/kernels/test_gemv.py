@@ -372,8 +372,8 @@ def test_every_dot_path_tile_agrees_with_the_reference(prologue):
     assert not bad, bad
 
 
-@pytest.mark.parametrize("block_m", [1, 16])
-def test_split_k_reads_its_sums_before_any_thread_zeroes_them(block_m):
+@pytest.mark.parametrize("block_m,prologue", [(1, 1), (16, 1), (16, 0)])
+def test_split_k_reads_its_sums_before_any_thread_zeroes_them(block_m, prologue):
     """The split-K epilogue, compiled for an H100/H200 (sm_90; no GPU needed): the column's last
     program loads the partial sums and sums of squares, then a CTA barrier, then zeroes them. The
     loads and the zeroing stores are laid out over different threads, so without the barrier one
@@ -392,8 +392,8 @@ from kernels import gemv
 k = gemv._gemv_kernel
 sig = dict(zip(k.arg_names, ["*bf16"] * 7 + ["*fp32", "*fp32", "*i32", "i32", "i32", "i32",
                                                "fp32"] + ["i32"] * 5))
-const = dict(PROLOGUE=1, HAS_RES=True, HAS_BIAS=False, BLOCK_M={block_m}, BLOCK_N=64,
-             BLOCK_K=128, SPLIT_K=4, PREFETCH_X=0, W_AHEAD=0, PDL=False, F32=False, IEEE=False)
+const = dict(PROLOGUE={prologue}, HAS_RES={prologue == 1}, HAS_BIAS=False, BLOCK_M={block_m},
+             BLOCK_N=64, BLOCK_K=128, SPLIT_K=4, PREFETCH_X=0, W_AHEAD=0, PDL=False, F32=False, IEEE=False)
 sig.update(dict.fromkeys(const, "constexpr"))
 src = ASTSource(fn=k, signature=sig,
                 constexprs={{(k.arg_names.index(n),): v for n, v in const.items()}})
