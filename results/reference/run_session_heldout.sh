@@ -5,7 +5,8 @@
 # PROBE=1, the transfer probe (transfer_probe.py: this GPU's ceilings twice and a sample of the
 # shipped table's entries timed again here) and, with NAN_PROBE=name,name, nan_probe.py on those
 # cases in the last 150 s, with MODULES=name,name modules_probe.py (per-kernel times) on those
-# pairs in 150 s. HALF=even|odd. Everything under $OUT as out.tgz.
+# pairs in 150 s. HALF=even|odd, or NAMES="a b" for those pairs only. Everything under $OUT as
+# out.tgz.
 #   HALF=even PROBE=1 bash results/reference/run_session_heldout.sh
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -18,7 +19,8 @@ if [ "${PROBE:-0}" = 1 ]; then
 fi
 reserve=0; [ -n "${NAN_PROBE:-}" ] && reserve=150; [ -n "${MODULES:-}" ] && reserve=$((reserve + 150))
 left=$(( ${BUDGET_S:-570} - ($(date +%s) - t0) - reserve ))
-echo "held-out half ${HALF:?} with ${left} s left"
+[ -n "${NAMES:-}" ] || : "${HALF:?HALF=even|odd or NAMES=...}"
+echo "held-out ${NAMES:-half $HALF} with ${left} s left"
 CAL=sweep/analysis/calibrations/nvidia_h100_80gb_hbm3.json VALIDATE_TIMEOUT=$left OUT=$OUT/heldout \
   bash results/reference/run_heldout.sh > "$OUT/heldout.log" 2>&1
 echo "pairs measured: $(wc -l < "$OUT/heldout/measured.jsonl" 2>/dev/null)"; grep -h "calibration:" "$OUT/heldout/validate.log" | head -5
