@@ -58,5 +58,31 @@ def main(cfg: DictConfig) -> None:
              "calibration, ceilings, tile choices)" if caches else ""))
 
 
+def refuse_bad_overrides(argv: list[str]) -> None:
+    """Compose ``conf/`` with the command line's overrides first, as the app will: an unknown
+    key, group or option, a wrong type or a malformed override ends here with one ``error:`` line
+    naming it and exit code 2, before any work (Hydra's own report exits 1 with a traceback
+    hint). Flags and ``hydra.*`` overrides are left to Hydra."""
+    if any(a.startswith(("-", "hydra.", "+hydra.", "++hydra.")) for a in argv):
+        return
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from .common.env import REPO
+
+    try:
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+            compose(config_name="config", overrides=list(argv))
+    except (HydraException, OmegaConfBaseException) as e:
+        why = str(e).strip()
+        cause = str(e.__cause__ or "").strip().splitlines()
+        if cause and cause[0] not in why:  # Hydra wraps the reason: "Value 'abc' ... Integer"
+            why += f": {cause[0]}"
+        print(f"error: {why}", file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
+    refuse_bad_overrides(sys.argv[1:])
     main()

@@ -232,10 +232,12 @@ class Objective:
         plan = self.plan
         analytic = counts.summary(cfg, wl["batch"], wl["prompt_len"], wl["new_tokens"])
         try:
-            p = predict_on(cfg, wl, plan.spec, self.calibration, mode=mode, analytic=analytic)
+            p = predict_on(cfg, wl, plan.spec, self.calibration, mode=mode, analytic=analytic,
+                           switches=plan.switches)
         except (KeyError, ValueError) as e:
             return self._fail(trial, f"cannot predict: {e}", label, t0, row)
         row.update(analytic)
+        row.update(plan.switches.columns())
         row.update(p, predicted=True, peak_mem_bytes=p["memory_needed_bytes"])
         if self.calibration_reason:
             row["prediction_reason"] = self.calibration_reason

@@ -14,7 +14,7 @@ from zoo import DesignError, ModelConfig, presets
 
 from .analysis.hardware import HardwareSpec, load_spec
 from .common import row
-from .common.env import REPO, detect_device, slug
+from .common.env import REPO, detect_device, slug, triton_interpret
 from .schema import WorkloadConf
 from .space import SAMPLERS
 
@@ -178,8 +178,12 @@ def plan_from_config(cfg) -> Plan:
         ident["predict"] = True
     if c.get("calibration"):
         ident["calibration"] = str(Path(c["calibration"]).resolve())
-        if not Path(c["calibration"]).exists():
-            raise ValueError(f"calibration={c['calibration']}: no such file")
+        from .analysis.calibration import load_file
+
+        try:
+            load_file(c["calibration"])  # both files there, the .json a calibration's
+        except (OSError, ValueError) as e:
+            raise ValueError(f"calibration={c['calibration']}: {e}") from None
     name = c["study"]["name"] or "-".join([
         exp.get("name", "baseline"), base.name, spec.name,
         f"b{wl['batch']}-p{wl['prompt_len']}-n{wl['new_tokens']}", mode]
@@ -239,6 +243,8 @@ def identity(base: ModelConfig, wl: dict, mode: str, weights: str | None, spec: 
              "hardware_spec": spec.name, "device": device["name"], "profile": profile,
              "seed": seed, "space": space, "constraints": constraints, "objectives": objectives}
     ident["switches"] = (switches or Switches()).to_dict()
+    if triton_interpret():  # only when set: the identity of every other study stays as it was
+        ident["triton_interpret"] = True
     return ident
 
 

@@ -35,6 +35,11 @@ def sweep_cli(tmp_path, *over, timeout=300):
     ("workload.batch=0", "workload.batch=0 must be an integer >= 1"),
     ("+model.foo=1", "unknown ModelConfig field(s): foo"),
     ("model.dtype=fp8", "dtype='fp8' is not one of"),
+    # Hydra's composition errors: the same exit code and one line, not Hydra's exit 1
+    ("hardware=nosuch", "Could not find 'hardware/nosuch'"),
+    ("+experiment=nosuch", "Could not find 'experiment/nosuch'"),
+    ("workload.batch=abc", "could not be converted to Integer"),
+    ("model.nosuch=1", "Could not override 'model.nosuch'"),
 ])
 def test_cpu_fallback_refuses_bad_overrides_by_name(tmp_path, override, message):
     r = sweep_cli(tmp_path, override)
@@ -307,3 +312,110 @@ def test_every_kernel_switch_is_config_in_the_row_and_the_identity(tmp_path):
         run_tiny(tmp_path, *base, f"study.name={p1.name}")  # the defaults: another value
     with pytest.raises(Exception, match="pdl"):
         plan_from_config(compose_cfg(tiny_overrides(tmp_path, *base, "switches.pdl=maybe")))
+
+
+def test_the_users_nvtx_setting_does_not_reach_a_trial(monkeypatch):
+    """``DESIGNZOO_NVTX`` carries the parent's ``profile.nvtx`` to its child only: set in the
+    user's shell it would push NVTX ranges inside an eager decode (host time) that no row says."""
+    from sweep.measure.child import child_env
+
+    monkeypatch.setenv("DESIGNZOO_NVTX", "1")
+    monkeypatch.setenv("SOME_OTHER", "kept")
+    env = child_env()
+    assert "DESIGNZOO_NVTX" not in env and env["SOME_OTHER"] == "kept"
+    assert env["DESIGNZOO_PARENT_PID"] == str(os.getpid())
+
+
+def test_triton_interpreter_is_in_the_row_the_identity_and_the_fingerprints(tmp_path,
+                                                                            monkeypatch):
+    """Triton's interpreter changes figures (no autotuning, no PDL, float32): a row says whether
+    it ran, a study's identity and the calibration's fingerprints carry it when set, and leave
+    both as they were when not (the shipped calibrations' fingerprints keep matching)."""
+    from kernels.switches import Switches
+    from sweep.analysis.calibration import fingerprints
+    from sweep.common.env import detect_device, environment
+
+    dev = detect_device("cpu")
+    base = ("+experiment=gqa_vs_mha", "study.n_trials=1")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    plain = plan_from_config(compose_cfg(tiny_overrides(tmp_path, *base, "model.kernels=torch")))
+    fp = fingerprints(dev, Switches())
+    assert environment(dev)["triton_interpret"] is False
+    assert "triton_interpret" not in plain.identity
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    interp = plan_from_config(compose_cfg(tiny_overrides(tmp_path, *base, "model.kernels=torch")))
+    assert environment(dev)["triton_interpret"] is True
+    assert interp.identity["triton_interpret"] is True and interp.name != plain.name
+    fi = fingerprints(dev, Switches())
+    assert set(fi) == set(fp) and all(fi[k] != fp[k] for k in fp)
+
+
+def test_command_lines_refuse_bad_options_before_any_work(tmp_path, capsys):
+    """Each command's bad option ends in one ``error:`` line and exit code 2 (``entry``), never
+    a traceback, a silent fallback or a wrong answer: an unknown spec for ``validate`` (before its
+    output folder exists), a named calibration file that is missing or not a calibration (advise,
+    whatif, validate and a study), a negative regression threshold, an advisor band outside
+    [0, 1) or ``--top 0``, a calibration timeout that is not positive."""
+    from sweep.cli import entry
+    from sweep.cli.advise import main as advise
+    from sweep.cli.calibrate import main as calibrate
+    from sweep.cli.validate import main as validate
+    from sweep.report.other_hardware import main as whatif
+    from sweep.report.regression import main as compare
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{bad")
+    bad.with_suffix(".parquet").write_bytes(b"")
+    missing = tmp_path / "nosuch.json"
+    out = tmp_path / "out"
+    cases = [
+        (lambda: validate(["--set", "heldout_cpu", "--hardware", "nosuch", "--out", str(out)]),
+         "unknown hardware spec 'nosuch'"),
+        (lambda: validate(["--set", "heldout_cpu", "--calibration", str(missing), "--out",
+                           str(out)]), "nosuch.json: no calibration here"),
+        (lambda: advise(["hardware=h100_sxm", f"--calibration={missing}", f"--out={out}"]),
+         "nosuch.json: no calibration here"),
+        (lambda: advise(["hardware=h100_sxm", f"--calibration={bad}", f"--out={out}"]),
+         "not a calibration's .json"),
+        (lambda: advise(["hardware=h100_sxm", "--band", "-1", f"--out={out}"]), "band=-1.0"),
+        (lambda: advise(["hardware=h100_sxm", "--top", "0", f"--out={out}"]), "top=0"),
+        (lambda: whatif([str(tmp_path), "--hardware", "h100_sxm", "--calibration", str(missing)]),
+         "no calibration here"),
+        (lambda: compare([str(tmp_path), str(tmp_path), "--threshold", "-1"]), "--threshold=-1"),
+        (lambda: calibrate(["--timeout", "0"]), "--timeout=0.0"),
+    ]
+    for run, message in cases:
+        assert entry(run) == 2, message
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err and "Traceback" not in err, err
+    assert not out.exists()  # refused before any work
+    with pytest.raises(ValueError, match="calibration=.*nosuch.json: .*no calibration here"):
+        plan_from_config(compose_cfg(tiny_overrides(tmp_path, f"calibration={missing}")))
+
+
+def test_advise_without_the_designs_entries_prices_the_roofline_and_says_why():
+    """A calibration that cannot price the design (here: no GEMM of its dtype) is not a crash:
+    the advisor falls back to the roofline and its basis says why."""
+    from sweep.analysis import calibration as cal
+    from sweep.analysis.advice import advise
+    from sweep.analysis.hardware import load_spec
+    from sweep.analysis.predict import Calibrated
+    from zoo import ModelConfig
+
+    meta, table = cal.shipped("NVIDIA H100 80GB HBM3")
+    c = Calibrated(table[table.kind != "gemm"], meta)
+    cfg = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
+    r = advise(cfg, dict(batch=1, prompt_len=512, new_tokens=64), load_spec("h100_sxm"), c)
+    assert r["basis"].startswith("roofline") and "no bf16 GEMM in the calibration" in r["basis"]
+    assert r["predicted"]["decode_pred_ms"] > 0
+
+
+def test_every_command_answers_help_without_doing_its_work():
+    """``--help`` of each command only prints its usage: the installer's too (it once had no
+    options parser, so ``--help`` ran a real install into the environment)."""
+    for mod in ("sweep.cli.install", "sweep.cli.calibrate", "sweep.cli.validate",
+                "sweep.cli.advise", "sweep.cli.whatif", "sweep.cli.compare"):
+        r = subprocess.run([sys.executable, "-m", mod, "--help"], cwd=REPO, env=ENV,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.startswith("usage:"), (mod, r.stdout, r.stderr)
+        assert "pip" not in r.stderr and "+ " not in r.stdout.splitlines()[0], mod

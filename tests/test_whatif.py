@@ -63,7 +63,40 @@ def test_predict_only_study_builds_no_model(tmp_path):
     assert len(done) >= 3 and done.predicted.all()
     assert done.prediction_basis.str.contains("mi300x").all()
     assert done.decode_tok_s.gt(0).all() and "trial_dir" not in done.columns
+    assert done.switch_rope_in_attention.eq(True).all()  # the switches it was priced under
     assert not list(tmp_path.glob("**/trials/*"))  # no trial child ran
+
+
+def test_predictions_follow_the_switches_on_every_basis():
+    """``predict_on`` prices a design under the switches it would run under, on each basis: with
+    ``rope_in_attention=false`` a Triton decode step keeps its RoPE + cache-write launch per
+    layer, so the step is slower (calibrated on the H100, transferred to the H200, and roofline
+    x stated launch cost on an A100 with no calibration); prefill does not change."""
+    from kernels.switches import Switches
+    from sweep.analysis import calibration as cal
+    from sweep.analysis.predict import Calibrated
+
+    meta, table = cal.shipped("NVIDIA H100 80GB HBM3")
+    h100 = Calibrated(table, meta)
+    cfg = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
+    assert cfg.kernels == "triton"
+    wl = dict(batch=1, prompt_len=512, new_tokens=64)
+    for hw, c in (("h100_sxm", h100), ("h200", h100), ("a100_80gb", None)):
+        spec = load_spec(hw)
+        on = predict_on(cfg, wl, spec, c)
+        off = predict_on(cfg, wl, spec, c, switches=Switches(rope_in_attention=False))
+        assert off["decode_tpot_ms"] > on["decode_tpot_ms"] * 1.005, hw
+        assert off["ttft_ms"] == pytest.approx(on["ttft_ms"], rel=1e-9), hw
+    # a study's rows say which switches they ran under; the what-if tables price them so
+    import numpy as np
+
+    from sweep.analysis.targets import switches_of
+
+    assert switches_of({"switch_rope_in_attention": np.False_, "d_model": 8}) == Switches(
+        rope_in_attention=False)
+    assert switches_of({"switch_pdl": "False", "switch_autotune": math.nan}) == Switches(pdl=False)
+    with pytest.raises(ValueError, match="pdl"):
+        switches_of({"switch_pdl": "maybe"})
 
 
 @pytest.mark.slow

@@ -55,6 +55,14 @@ class AdviseConf:
     top: int = 5
     mode: str = "cudagraph"
 
+    def __post_init__(self):
+        """Raises: ValueError: a band outside [0, 1) or ``top`` below 1 (the option named)."""
+        if not 0 <= self.band < 1:
+            raise ValueError(f"band={self.band}: the alternatives' parameter band is a fraction "
+                             "in [0, 1) (0.03: +-3%)")
+        if int(self.top) != self.top or self.top < 1:
+            raise ValueError(f"top={self.top}: how many alternatives to keep, at least 1")
+
 
 def _gemms(cfg: ModelConfig, batch: int, new: int, context: int) -> list[tuple[str, int, int, int]]:
     """``(op, M, N, K)`` of the stage's GEMMs, once each."""
@@ -164,7 +172,13 @@ def advise(cfg: ModelConfig, workload: dict, spec, calibration, conf: AdviseConf
         return {st: r[f"{st}_pred_ms_{kind}"] for st in ("prefill", "decode")}
 
     base = counts.summary(cfg, B, T, N)
-    t0 = price(cfg)
+    why_not = ""
+    try:
+        t0 = price(cfg)
+    except KeyError as e:  # a calibration without the design's kind of entry (its dtype, say)
+        why_not = f" ({str(e).strip(chr(39))}: the calibration does not price this design)"
+        calibration = None
+        t0 = price(cfg)
     alts, rejected = [], []
     found = findings(cfg, workload, spec.sm_count)
     fields = {f["field"] for f in found if not f["field"].startswith("prefill GEMM")}
@@ -210,4 +224,5 @@ def advise(cfg: ModelConfig, workload: dict, spec, calibration, conf: AdviseConf
             "alternatives": alts[:conf.top], "rejected": rejected,
             "missing_shapes": missing,
             "basis": ("calibrated: " + str((calibration.meta or {}).get("device"))
-                      if calibration is not None else "roofline (no alignment effects)")}
+                      if calibration is not None else
+                      "roofline (no alignment effects)" + why_not)}

@@ -46,7 +46,7 @@ from pathlib import Path
 from kernels.tuning import fingerprint
 
 from ..common.atomic import write_atomic, write_json
-from ..common.env import REPO, environment, slug, versions
+from ..common.env import REPO, environment, slug, triton_interpret, versions
 from .needs import KEYS, MOST, attn_grid, grid_needs, merge, missing, needs  # noqa: F401
 
 CAL_DIR = REPO / "results" / "calibration"
@@ -73,6 +73,8 @@ def fingerprints(device: dict, switches) -> dict:
     ``kernels.switches.Switches``): what its entries' times depend on (see the module's text)."""
     v = versions()
     base = (device.get("name"), device.get("driver"), v["torch"], v.get("cuda"))
+    if triton_interpret():  # only when set: the shipped files' fingerprints stay as they are
+        base += ("triton_interpret",)
     tri = v.get("triton")
     sw = switches.to_dict()
     tune = (sw["autotune"], sw["cold_tune"])
@@ -158,6 +160,30 @@ def load(device_name: str, where: Path | None = None, cal_dir: Path | None = Non
     if not meta_p.exists() or not tab_p.exists():
         return None
     return json.loads(meta_p.read_text()), pd.read_parquet(tab_p)
+
+
+def load_file(path) -> tuple[dict, object]:
+    """``(meta, table)`` of the calibration a user named (``--calibration FILE.json``, its table
+    the ``.parquet`` beside it).
+
+    Raises:
+        FileNotFoundError: either file is missing (both named). ValueError: the ``.json`` is not a
+            calibration's (not JSON, or not an object).
+    """
+    meta_p = Path(path)
+    tab_p = meta_p.with_suffix(".parquet")
+    if meta_p.suffix != ".json" or not meta_p.is_file() or not tab_p.is_file():
+        raise FileNotFoundError(f"{path}: no calibration here (a .json and the .parquet beside "
+                                f"it: {meta_p.with_suffix('.json').name}, {tab_p.name})")
+    try:
+        meta = json.loads(meta_p.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path}: not a calibration's .json ({e})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: not a calibration's .json (not an object)")
+    import pandas as pd
+
+    return meta, pd.read_parquet(tab_p)
 
 
 def stale_families(meta: dict, current: dict) -> list[str]:

@@ -82,24 +82,34 @@ def available() -> list[str]:
     return sorted(p.stem for p in HW_DIR.glob("*.yaml") if p.stem != "auto")
 
 
+class UnknownHardware(KeyError, ValueError):
+    """No such hardware spec: a ``KeyError`` for the code that looks specs up, a ``ValueError``
+    (bad input: one ``error:`` line, exit code 2) for the command lines."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def load_spec(name: str, device_name: str | None = None) -> HardwareSpec:
     """Load spec ``name``; ``auto`` matches ``device_name`` against each spec's ``match`` patterns.
 
     Raises:
-        KeyError: unknown name, or no spec matches the device (the message lists the specs).
+        UnknownHardware (a KeyError and a ValueError): unknown name, or no spec matches the
+            device (the message lists the specs).
     """
     if name == "auto":
         if device_name is None:
-            raise KeyError("hardware=auto needs a device name")
+            raise UnknownHardware("hardware=auto needs a device name")
         for n in available():
             spec = load_spec(n)
             if any(re.search(p, device_name) for p in spec.match):
                 return spec
-        raise KeyError(f"no hardware spec matches device {device_name!r}; add one to "
+        raise UnknownHardware(f"no hardware spec matches device {device_name!r}; add one to "
                        f"conf/hardware/ or pick one of: {', '.join(available())}")
     path = HW_DIR / f"{name}.yaml"
     if not path.exists():
-        raise KeyError(f"unknown hardware spec {name!r}; known: {', '.join(available())}")
+        raise UnknownHardware(f"unknown hardware spec {name!r}; known: "
+                              f"{', '.join(available())}")
     return HardwareSpec(**yaml.safe_load(path.read_text()))
 
 

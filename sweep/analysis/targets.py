@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import re
 
+from kernels.switches import Switches
 from zoo import ModelConfig, counts
 
 from ..common.row import MODULES, RATE, TIME, energy, pred, pred_module
@@ -68,14 +69,17 @@ def _is_device(spec, device_name: str | None) -> bool:
 
 
 def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated | None = None,
-               mode: str = "cudagraph", analytic: dict | None = None) -> dict:
+               mode: str = "cudagraph", analytic: dict | None = None,
+               switches: Switches | None = None) -> dict:
     """One design on one target: the row figures above (times in ms, rates in tokens/s, J).
 
     Args:
         cfg: the design; workload: ``batch``, ``prompt_len``, ``new_tokens``; spec: the target's
             ``HardwareSpec``; calibration: a calibration of some NVIDIA GPU (its ``meta`` names the
             device and its measured ceilings), or None; mode: decode mode where calibrated;
-            analytic: ``zoo.counts.summary`` of the design and workload, when the caller has it.
+            analytic: ``zoo.counts.summary`` of the design and workload, when the caller has it;
+            switches: the ``kernels.switches.Switches`` the design runs under (default: the
+            defaults).
 
     Raises:
         ValueError: the spec lacks a peak the design needs (see ``target_ceilings``).
@@ -85,22 +89,24 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
     src = (calibration.meta if calibration is not None else {}) or {}
     if calibration is not None and _is_device(spec, src.get("device")):
         basis, cal = f"calibrated on {src.get('device')}", calibration
-        row = predict(cfg, workload, spec, cal, mode=mode)
+        row = predict(cfg, workload, spec, cal, mode=mode, switches=switches)
     elif (calibration is not None and spec.vendor == "NVIDIA" and spec.kind == "gpu"
           and src.get("ceilings")):
         cal = transfer(calibration, src["ceilings"], ceil, cfg.dtype)
         basis = (f"transferred from {src.get('device')} ({src.get('date', '')[:10]}) by "
                  f"{spec.name}'s datasheet peaks x stated efficiencies")
-        row = predict(cfg, workload, spec, cal, mode=mode)
+        row = predict(cfg, workload, spec, cal, mode=mode, switches=switches)
     elif spec.fitted.get("decode"):
         row = _fitted(cfg, workload, spec, ceil)
         basis = f"fitted on public measurements, {spec.name}: {spec.fitted.get('basis', '')}"
     else:
-        row = predict(cfg, workload, spec, None, ceilings=ceil)
+        row = predict(cfg, workload, spec, None, ceilings=ceil, switches=switches)
         launch = spec.assumptions.get("launch_us", 0.0) * 1e-3  # ms
+        fold = (switches or Switches()).rope_in_attention
         for stage, (new, ctx) in (("prefill", (T, T)),
                                   ("decode", (1, counts.mean_decode_context(T, N)))):
-            n = sum(k.repeat * k.launches for k in kernel_list(cfg, B, new, ctx, cfg.kernels))
+            n = sum(k.repeat * k.launches
+                    for k in kernel_list(cfg, B, new, ctx, cfg.kernels, fold))
             row[pred_module(stage, "launch_overhead")] = n * launch
             row[pred(stage)] = row[pred(stage, "roofline")] + n * launch
         basis = (f"roofline x stated efficiencies of {spec.name} "
@@ -200,6 +206,20 @@ def config_of(row) -> ModelConfig:
     d["name"] = str(row.get("model", "design"))
     return ModelConfig.from_dict({k: v for k, v in d.items()
                                   if not (isinstance(v, float) and math.isnan(v))})
+
+
+def switches_of(row) -> Switches:
+    """The kernel switches a results row ran (or was priced) under: its ``switch_<name>``
+    columns; a row written before they were recorded, the defaults.
+
+    Raises:
+        ValueError: a switch column that is not a boolean (named).
+    """
+    d = {k[len("switch_"):]: v for k, v in dict(row).items()
+         if k.startswith("switch_") and not (isinstance(v, float) and math.isnan(v))}
+    d = {k: v.item() if hasattr(v, "item") else v for k, v in d.items()}
+    return Switches.from_dict({k: {"true": True, "false": False}.get(v.lower(), v)
+                               if isinstance(v, str) else v for k, v in d.items()})
 
 
 def predict_designs(items, spec, calibration: Calibrated | None = None,

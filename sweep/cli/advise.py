@@ -52,7 +52,7 @@ def _calibration(plan, path: str | None, device: dict):
     from ..analysis.targets import _is_device, target_ceilings
 
     if path:
-        have = cal.load("", where=Path(path))
+        have = cal.load_file(path)
     elif _is_device(plan.spec, device.get("name")):
         have = cal.load(device["name"], cal_dir=plan.cache("calibration")) or \
             cal.shipped(device["name"])
@@ -121,21 +121,24 @@ def main(argv: list[str] | None = None) -> int:
                     help="measure the design and the first suggestion (GPU)")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
+    AdviseConf(band=a.band, top=a.top)  # the options refused before any work
     from zoo.config import DesignError
 
+    from ..analysis.hardware import load_spec
     from ..common.env import detect_device
 
+    device = detect_device("auto")
     try:
-        plan = _plan(list(a.overrides) + ["study.predict=true"]
-                     + ([] if any(o.startswith("hardware=") for o in a.overrides)
-                        else ["hardware=auto"]))
+        # the target: hardware=, else this machine's device (its spec, CPU included)
+        here = [] if any(o.startswith("hardware=") for o in a.overrides) else \
+            [f"hardware={load_spec('auto', device['name']).name}"]
+        plan = _plan(list(a.overrides) + ["study.predict=true"] + here)
     except (DesignError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # Hydra's composition errors name the override
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    device = detect_device("auto")
     if (a.bench or a.measure) and device["type"] != "cuda":
         print("error: --bench and --measure need a CUDA GPU", file=sys.stderr)
         return 2

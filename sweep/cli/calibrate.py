@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ship", action="store_true",
                     help="copy the calibration and the autotune choices into the package")
     a = ap.parse_args(argv)
+    if not a.timeout > 0:
+        raise ValueError(f"--timeout={a.timeout}: seconds, more than 0")
     root = Path(a.results_dir)
     root = root if root.is_absolute() else REPO / root
     dev = detect_device(a.device)

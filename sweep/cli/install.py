@@ -49,7 +49,11 @@ def nvidia_packages() -> list[str]:
             and not ln.lower().startswith("nvidia-ml-py")]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    argparse.ArgumentParser(prog="python -m sweep.cli.install",
+                            description=__doc__.split("\n\n")[0].replace("``", "")).parse_args(argv)
     if sys.prefix == sys.base_prefix and not os.environ.get("DESIGNZOO_INSTALL_ANYWHERE"):
         print("sweep.cli.install: activate a virtual environment first (python3 -m venv .venv && "
               ". .venv/bin/activate), or set DESIGNZOO_INSTALL_ANYWHERE=1", file=sys.stderr)

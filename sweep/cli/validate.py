@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     ap.add_argument("--hardware", default="auto", help="the device's spec (conf/hardware)")
     ap.add_argument("--calibration", help="price from this calibration .json (another device's: "
-                                          "transferred by this device's ceilings)")
+                                          "transferred to a GPU by a sample of its entries timed "
+                                          "here, else by the ceilings' ratio)")
     ap.add_argument("--results-dir", default="results")
     ap.add_argument("--out", help="output folder (default <results_dir>/validate/<set>-<device>)")
     ap.add_argument("--measured", metavar="JSONL",
@@ -155,20 +156,19 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     s = load_set(a.set)
     dev = detect_device(a.device)
+    # an unknown spec is refused before any work
+    spec = load_spec(a.hardware, dev["name"]) if a.hardware == "auto" else load_spec(a.hardware)
+    given = cal.load_file(a.calibration) if a.calibration else None  # refused before any work
     chosen = items(s, dev["type"], a.only)
     if not chosen:
         raise ValueError(f"no pair of {s['name']} is named {a.only}")
     root = Path(a.results_dir) if Path(a.results_dir).is_absolute() else REPO / a.results_dir
     out = Path(a.out) if a.out else root / "validate" / f"{s['name']}-{slug(dev['name'])}"
     out.mkdir(parents=True, exist_ok=True)
-    spec = load_spec(a.hardware, dev["name"]) if a.hardware == "auto" else load_spec(a.hardware)
     ceilings = measure_ceilings(dev, cache_dir=root / "ceilings")
     switches = Switches()
     if a.calibration:
-        have = cal.load("", where=Path(a.calibration))
-        if have is None:
-            raise FileNotFoundError(f"{a.calibration}: no calibration (.json + .parquet)")
-        meta, table = have
+        meta, table = given
         if not a.measured:  # the host's fixed costs are this machine's, whoever measured the file
             meta, table = cal.host_costs(dev, meta, table, switches, root / "tuning")
         c = perf.Calibrated(table, meta)

@@ -111,9 +111,18 @@ def versions() -> dict:
     return out
 
 
+def triton_interpret() -> bool:
+    """Whether Triton's interpreter runs the kernels (``TRITON_INTERPRET=1``, Triton's own
+    setting): kernels then run without autotuning, PDL or the folded merge, in float32, and a
+    ``kernels=triton`` design is accepted on the CPU. It changes figures, so a row records it,
+    a study's identity and the calibration's fingerprints carry it when set."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
 def environment(device: dict) -> dict:
     """The environment columns of a results row."""
     return {"device": device["name"], "driver": device.get("driver"), **versions(),
+            "triton_interpret": triton_interpret(),
             "git_sha": git_sha(), "host": platform.node(),
             "timestamp": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
 

@@ -39,8 +39,11 @@ def interrupt_handler(signum, frame) -> None:
 def child_env() -> dict:
     """This process's environment with the repository first on ``PYTHONPATH``, for the
     ``sweep.measure.trial`` and ``sweep.worker`` children (the project need not be installed), and this
-    process's pid in ``DESIGNZOO_PARENT_PID`` (``watch_parent``)."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+    process's pid in ``DESIGNZOO_PARENT_PID`` (``watch_parent``). ``DESIGNZOO_NVTX`` is not
+    inherited from the user's shell: NVTX ranges add host time to an eager decode, so only the
+    parent's profile (``profile.nvtx``, passed in the child's spec) turns them on."""
+    env = {k: v for k, v in os.environ.items() if k != "DESIGNZOO_NVTX"}
+    return dict(env, PYTHONPATH=os.pathsep.join(
         filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), **{PARENT_PID: str(os.getpid())})
 
 

@@ -6,8 +6,9 @@ Times in s."""
 from __future__ import annotations
 
 import math
-import os
 import time
+
+from ..common.env import triton_interpret
 
 COLD_L2_MULTIPLE = 2.5  # inputs rotated until they span this many L2 caches
 # With ``duty`` (compute-bound GEMMs and prefill attention), a replay longer than this is followed
@@ -325,7 +326,9 @@ def elementwise(device, tm, rnd, quick) -> list[dict]:
         kn = rnd(1, Hkv, M, D)
         ops[("kv_write", "torch")] = (lambda: (kc.index_copy_(2, pos, kn), kc.index_copy_(2, pos, kn)),
                                       2 * M * Hkv * D * 2 * wb)
-        if cuda or os.environ.get("TRITON_INTERPRET") == "1" and not quick:
+        # Triton's entries: on a GPU, or on the CPU through the interpreter (not in --quick);
+        # the calibration's fingerprints carry the interpreter (sweep.common.env.triton_interpret)
+        if cuda or (triton_interpret() and not quick):
             ops[("rmsnorm", "triton")] = (lambda: rmsnorm.rmsnorm(x, wt, 1e-5, residual=r),
                                           4 * M * d * wb)
             ops[("swiglu", "triton")] = (lambda: swiglu.swiglu(h), 3 * M * F_ * wb)

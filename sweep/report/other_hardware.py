@@ -30,7 +30,7 @@ import pandas as pd
 
 from ..analysis.hardware import available, load_spec
 from ..analysis.pricing import Calibrated
-from ..analysis.targets import config_of, predict_on
+from ..analysis.targets import config_of, predict_on, switches_of
 from ..common.atomic import write_atomic, write_text
 from ..common.env import REPO, slug
 from ..common.row import COLUMNS, RATE, STAGES, TIME, pred
@@ -38,13 +38,13 @@ from .fronts import compare, plot
 from .tables import design_label, load_study
 
 
-def _calibration(meta: dict, path: str | None, study_dir: Path) -> Calibrated | None:
-    """``--calibration``'s file, else the study device's (its cache beside the study, else the
-    one shipped for it), or None."""
+def _calibration(meta: dict, given: tuple | None, study_dir: Path) -> Calibrated | None:
+    """``given`` (``--calibration``'s file, loaded: ``(meta, table)``), else the study device's
+    (its cache beside the study, else the one shipped for it), or None."""
     from ..analysis import calibration as cal
 
     dev = meta.get("device") or (meta.get("env") or {}).get("device", "")
-    have = cal.load("", where=Path(path)) if path else (
+    have = given if given is not None else (
         cal.load(dev, cal_dir=study_dir.parent / "calibration") or cal.shipped(dev))
     if have is None:
         return None
@@ -79,9 +79,11 @@ def whatif(meta: dict, df: pd.DataFrame, targets: list[str],
     rows = []
     for _, r in done.iterrows():
         cfg = config_of(r)
+        sw = switches_of(r)
         for t in targets:
             try:
-                p = predict_on(cfg, wl, specs[t], cals[t], mode=meta.get("mode", "cudagraph"))
+                p = predict_on(cfg, wl, specs[t], cals[t], mode=meta.get("mode", "cudagraph"),
+                               switches=sw)
             except (ValueError, KeyError) as e:  # the spec lacks a figure: said, never guessed
                 p = {"target": t, "fits_memory": math.nan, "prediction_basis": "not predicted",
                      "basis_kind": "not predicted", "prediction_reason": str(e)}
@@ -92,6 +94,9 @@ def whatif(meta: dict, df: pd.DataFrame, targets: list[str],
                         and o in COLUMNS and COLUMNS[o].kind == "analytic"})
             rows.append(p)
     out = pd.DataFrame(rows)
+    for o in meta["objectives"]:  # no design priced on any target: the column, all unknown
+        if o not in out:
+            out[o] = math.nan
     asc = meta["directions"][0] == "minimize"
     fit = out[(out.fits_memory == True) & out[objective].notna()]  # noqa: E712 - NaN: unknown
     out["rank"] = fit.groupby("target")[objective].rank(ascending=asc, method="min")
@@ -177,13 +182,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown hardware {', '.join(bad)}; known: {', '.join(available())}",
               file=sys.stderr)
         return 2
+    from ..analysis.calibration import load_file
+
+    given = load_file(a.calibration) if a.calibration else None  # refused before any work
     for s in a.studies:
         try:
             meta, df = load_study(s)
         except FileNotFoundError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        cal = _calibration(meta, a.calibration, Path(s))
+        cal = _calibration(meta, given, Path(s))
         try:
             w = whatif(meta, df, a.hardware, cal)
         except (KeyError, ValueError) as e:

@@ -73,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("new")
     ap.add_argument("--threshold", type=float, default=0.05)
     a = ap.parse_args(argv)
+    if not 0 <= a.threshold < 1:
+        raise ValueError(f"--threshold={a.threshold}: a relative change in [0, 1) (0.05: 5%)")
     res = compare(load(a.old), load(a.new), a.threshold)
     if res.empty:
         print("no designs in common")
