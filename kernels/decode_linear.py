@@ -62,7 +62,9 @@ def chosen(M: int, weight: torch.Tensor, prologue: str) -> str | None:
 def cublas_linear(x, weight, bias=None, prologue="none", norm_weight=None, eps=1e-5,
                   residual=None):
     """What ``gemv`` computes, on cuBLAS: the prologue as its own Triton kernel
-    (``kernels.rmsnorm`` / ``kernels.swiglu``), then ``F.linear``. Returns what ``gemv`` does."""
+    (``kernels.rmsnorm`` / ``kernels.swiglu``), then ``F.linear``: ``x [..., K]`` (``[..., 2K]``
+    for ``swiglu``), ``weight [N, K]`` -> ``y [..., N]``; with ``norm`` and ``residual``,
+    ``(y, x + residual)``, as ``gemv`` returns."""
     if prologue == "swiglu":
         return torch.nn.functional.linear(swiglu(x), weight, bias)
     if prologue == "norm":

@@ -201,6 +201,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 def reference(q, k, cos, sin, input_pos):
-    """PyTorch reference: ``apply_rope`` (out of place) at the positions' rows of the tables."""
+    """PyTorch reference: ``apply_rope`` (out of place) at the positions' rows of the tables:
+    ``q [B, T, H, D]``, ``k [B, T, Hkv, D]``, ``cos, sin [max_seq_len, D]``, ``input_pos [T]``
+    int64 -> the rotated ``(q, k)``, same shapes."""
     c, s = cos[input_pos], sin[input_pos]
     return apply_rope(q, c, s), apply_rope(k, c, s)

@@ -60,6 +60,7 @@ class Switches:
         return cls(**d)
 
     def to_dict(self) -> dict:
+        """``{switch name: bool}`` for every switch (the study identity's ``switches``)."""
         return asdict(self)
 
     def columns(self) -> dict:
@@ -109,4 +110,5 @@ def _on_change() -> None:
 
 @functools.cache
 def names() -> tuple[str, ...]:
+    """The switch names, in field order."""
     return tuple(f.name for f in fields(Switches))

@@ -70,7 +70,10 @@ def plan_from_config(cfg) -> Plan:
     """Resolve a composed Hydra config into a ``Plan`` (device, CPU fallback, names, storage).
 
     Raises:
-        DesignError: the base model is invalid. ValueError: unknown objective, sampler, mode.
+        DesignError: the base model is invalid. ValueError: a bad value, named: objective,
+            direction, sampler, mode, constraint band, workload, ``n_trials``, a weights or
+            calibration file, an NVML objective without ``profile=nvml``. RuntimeError: an
+            ``nsys`` profile where Nsight Systems cannot run.
     """
     from omegaconf import OmegaConf
 

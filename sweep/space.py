@@ -87,7 +87,11 @@ def study_grid(plan) -> dict:
 
 
 def make_sampler(plan) -> optuna.samplers.BaseSampler:
-    """The study's sampler (``sampler_kind``; multi-objective TPE for several objectives)."""
+    """The study's sampler (``sampler_kind``; multi-objective TPE for several objectives).
+
+    Raises:
+        ValueError: ``grid`` on a space that is not discrete, or an unknown sampler.
+    """
     grid = grid_of(plan.space, plan.base) if plan.space else {}
     kind = sampler_kind(plan)
     if kind == "grid":

@@ -35,6 +35,10 @@ class Attention(nn.Module):
         self.fold_rope = False  # decode: RoPE and the cache write inside attention (setup_cache)
 
     def forward(self, x, rope, input_pos, kv_len, mask):
+        """``x [B, T, d_model]`` -> ``[B, T, d_model]``: the tokens at ``input_pos [T]`` (int64)
+        written into the cache and attending to positions ``[0, kv_len)`` (``None``: the whole
+        cache), ``mask [T, kv_len]`` bool or None (causal); ``rope``: the ``(cos, sin)``
+        tables."""
         cfg = self.cfg
         B, T, _ = x.shape
         with annotate("qkv"):

@@ -87,9 +87,11 @@ class StageCounts:
 
     @property
     def arithmetic_intensity(self) -> float:
+        """``matmul_flops / min_bytes`` (FLOP/byte): where the stage sits on the roofline."""
         return self.matmul_flops / self.min_bytes
 
     def to_dict(self) -> dict:
+        """The fields as a plain dict (FLOP, bytes) with ``arithmetic_intensity`` (FLOP/byte)."""
         return dict(asdict(self), arithmetic_intensity=self.arithmetic_intensity)
 
 

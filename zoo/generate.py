@@ -64,7 +64,11 @@ class Generator:
 
     @torch.no_grad()
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Run the prompt ``tokens [B, T]`` from position 0; return last-position logits ``[B, V]``."""
+        """Run the prompt ``tokens [B, T]`` from position 0; return last-position logits ``[B, V]``.
+
+        Raises:
+            ValueError: the prompt is longer than ``max_seq_len``.
+        """
         T = tokens.shape[1]
         if T > self.max_seq_len:
             raise ValueError(f"prompt of {T} tokens exceeds max_seq_len {self.max_seq_len}")
@@ -105,7 +109,11 @@ class Generator:
 
     @torch.no_grad()
     def decode(self, token: torch.Tensor) -> torch.Tensor:
-        """One decode step for ``token [B, 1]`` at the current position; returns logits ``[B, V]``."""
+        """One decode step for ``token [B, 1]`` at the current position; returns logits ``[B, V]``.
+
+        Raises:
+            ValueError: the cache is full (the position reached ``max_seq_len``).
+        """
         pos = self.pos
         if pos >= self.max_seq_len:
             raise ValueError(f"cache full: position {pos} of max_seq_len {self.max_seq_len}")

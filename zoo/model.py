@@ -43,6 +43,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [..., dim]`` -> the same shape and dtype: ``weight * x / sqrt(mean(x^2) + eps)``,
+        the normalization in float32 (Zhang & Sennrich 2019, arXiv:1910.07467)."""
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * xf.to(x.dtype)
@@ -73,6 +75,7 @@ class FeedForward(nn.Module):
         self.w2 = nn.Linear(cfg.ffn_dim, cfg.d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [B, T, d_model]`` -> ``[B, T, d_model]`` through a ``[B, T, ffn_dim]`` hidden."""
         with annotate("w13"):
             h = self.w13(x)
         with annotate("act"):
@@ -261,6 +264,9 @@ class Transformer(nn.Module):
 
         Returns:
             ``[B, T, vocab_size]`` logits (``[B, 1, vocab_size]`` with ``last_only``), model dtype.
+
+        Raises:
+            RuntimeError: ``setup_cache`` was not called first.
         """
         if self.cache is None:
             raise RuntimeError("call setup_cache(batch, max_seq_len) before forward")

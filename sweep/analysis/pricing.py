@@ -59,6 +59,15 @@ class Calibrated:
             self.notes.append(text)
 
     def gemm(self, s: dict) -> tuple[float, str]:
+        """``(time s, basis)`` of one ``[M, K] x [K, N]`` GEMM (``s``: ``M``, ``N``, ``K``,
+        ``dtype``): the calibrated entries of this ``(N, K)`` interpolated in log M, or the
+        nearest calibrated ``(N, K)``'s achieved FLOP/s on this GEMM's FLOPs (noted). A transfer
+        scales a compute-bound GEMM by the compute ratio, a memory-bound one's non-fixed part by
+        the memory ratio.
+
+        Raises:
+            KeyError: no GEMM of this dtype in the calibration.
+        """
         g = self.t[(self.t.kind == "gemm") & (self.t.dtype == s["dtype"])]
         if g.empty:
             raise KeyError(f"no {s['dtype']} GEMM in the calibration")
@@ -91,7 +100,12 @@ class Calibrated:
         with its prologue, or cuBLAS after it): the calibrated ``gemv`` entries of the same
         ``(N, K, prologue)`` interpolated in log M, or scaled by weight bytes from the nearest
         calibrated ``(N, K)`` of the prologue (noted). A calibration without GEMV entries prices
-        it as the cuBLAS GEMM, noted. Memory-bound: a transfer scales all but the fixed part."""
+        it as the cuBLAS GEMM, noted. Memory-bound: a transfer scales all but the fixed part.
+        Returns ``(time s, basis)``.
+
+        Raises:
+            KeyError: no GEMV nor GEMM of this dtype in the calibration.
+        """
         t = self.t
         g = t[(t.kind == "gemv") & (t.dtype == s["dtype"])] if "prologue" in t else t.iloc[:0]
         if g.empty:
@@ -158,7 +172,12 @@ class Calibrated:
     def linear(self, kind: str, key: dict, nbytes: float) -> tuple[float, str]:
         """Time of a bandwidth kernel moving ``nbytes``: interpolated in log-log between the
         calibrated sizes (median over shapes of equal bytes); outside them the linear fit
-        ``fixed + bytes / bandwidth``, noted. A transfer scales the per-byte part."""
+        ``fixed + bytes / bandwidth``, noted. A transfer scales the per-byte part. ``nbytes`` in
+        bytes; returns ``(time s, basis)``.
+
+        Raises:
+            KeyError: fewer than two calibrated entries of this kind and key.
+        """
         fixed, per_byte, lo, hi = self._linear(kind, key)
         name = f"{kind} {'/'.join(str(v) for v in key.values())}"
         if not lo <= nbytes <= hi:
@@ -180,7 +199,12 @@ class Calibrated:
         measured / fitted ratios of the calibrated shapes near ``s`` (``_attn_points``). The price
         never falls as the GQA group grows at the same KV bytes (more scores, same cache): it is
         the largest over groups ``1 .. G``. Outside the calibrated KV bytes or groups the notes
-        say so. A transfer scales the bytes and scores terms."""
+        say so. A transfer scales the bytes and scores terms. ``nbytes``: the call's KV bytes;
+        returns ``(time s, basis)``.
+
+        Raises:
+            KeyError: fewer than three calibrated entries of this implementation and KV dtype.
+        """
         key = (s["impl"], s["kv_dtype"])
         fit = self._attn_fit(key)
         lo, hi, g_lo, g_hi = fit[3:7]
@@ -251,7 +275,12 @@ class Calibrated:
         implementation, nearest head_dim and GQA group (among the groups measured at this ``T``
         when any is), interpolated in log T. The efficiency is a median over the group's head
         counts: a group measured at this T with few heads only still prices it slow (the head
-        count is not matched; matching it moved the records' other rows +4-5%, so it was left)."""
+        count is not matched; matching it moved the records' other rows +4-5%, so it was left).
+        ``flops`` in FLOP; returns ``(time s, basis)``.
+
+        Raises:
+            KeyError: no prefill-attention entry in the calibration.
+        """
         p = self.t[(self.t.kind == "prefill_attn")]
         if "impl" in p and p.impl.notna().any():
             p = p[p.impl == s.get("impl", "torch")] if (p.impl == s.get("impl")).any() else p
@@ -305,14 +334,20 @@ class Calibrated:
         return x
 
     def launch(self, what: str) -> float:
+        """The measured cost (s) of the launch entry ``what`` (``kind == "launch"``, ``op``).
+
+        Raises:
+            KeyError: no such entry in the calibration.
+        """
         row = self.t[(self.t.kind == "launch") & (self.t.op == what)]
         if row.empty:
             raise KeyError(f"no launch cost '{what}' in the calibration")
         return float(row.time_s.iloc[0])
 
     def quantized(self, s: dict, t: float, basis: str) -> tuple[float, str]:
-        """A GEMM of weights in another format (``weight_bits``; predicted only): the 16-bit
-        kernel's time, its memory-bound part scaled by the bytes, noted."""
+        """A GEMM of weights in another format (``weight_bits``; predicted only): ``t``, the
+        16-bit kernel's time (s), its memory-bound part scaled by the bytes, noted. Returns
+        ``(time s, basis)``."""
         bits = s.get("weight_bits")
         wb = DTYPE_BYTES[s["dtype"]]
         if not bits or bits == 8 * wb:

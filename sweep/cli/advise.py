@@ -109,6 +109,13 @@ def markdown(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (the module's text): 0 once ``advise.{json,md}`` are written, 2 on a
+    bad design, override or option (one ``error:`` line), 1 when ``--bench`` fails.
+
+    Raises:
+        ValueError: ``--band`` outside [0, 1), ``--top`` below 1, an unknown spec, a file that
+            is not a calibration. FileNotFoundError: no ``--calibration`` file.
+    """
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, as python -m sweep takes them")
     ap.add_argument("--calibration", help="a calibration .json (default: the target device's)")

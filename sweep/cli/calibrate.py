@@ -18,6 +18,11 @@ from ..common.env import REPO, detect_device
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (the module's text); 0 once the calibration is written.
+
+    Raises:
+        ValueError: ``--timeout`` (s) not above 0.
+    """
     from kernels import tuning
 
     from ..analysis import calibration as cal

@@ -37,12 +37,15 @@ def has_nvidia_gpu() -> bool:
 
 
 def pip(*args: str) -> int:
+    """``pip install -q *args`` with this interpreter from the repository root (the command
+    echoed first); its exit code."""
     cmd = [sys.executable, "-m", "pip", "install", "-q", *args]
     print("+", " ".join(cmd), flush=True)
     return subprocess.run(cmd, cwd=REPO).returncode
 
 
 def nvidia_packages() -> list[str]:
+    """The installed ``nvidia-*`` packages (CUDA wheels; ``nvidia-ml-py`` left out)."""
     out = subprocess.run([sys.executable, "-m", "pip", "list", "--format=freeze"],
                          capture_output=True, text=True).stdout
     return [ln.split("==")[0] for ln in out.splitlines() if ln.lower().startswith("nvidia-")
@@ -50,6 +53,8 @@ def nvidia_packages() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (the module's text): 0 installed, 1 a pip step or the CPU check failed,
+    2 outside a virtual environment."""
     import argparse
 
     argparse.ArgumentParser(prog="python -m sweep.cli.install",

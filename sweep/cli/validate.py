@@ -128,6 +128,13 @@ def price(chosen: list[tuple], measured: list, calibration, spec, ceilings: dict
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (the module's text): 0 when the summary meets the targets (or
+    ``--targets none``), 1 when it misses one.
+
+    Raises:
+        ValueError: an unknown spec or pair, a file that is not a calibration. FileNotFoundError:
+            no set, no calibration file, no cached or shipped calibration for ``--measured``.
+    """
     from kernels.switches import Switches
 
     from ..analysis import calibration as cal

@@ -49,7 +49,8 @@ def detect_device(requested: str = "auto") -> dict:
         ``{"type": "cuda"|"cpu", "name", "compute_capability", "driver", "memory_bytes"}``.
 
     Raises:
-        RuntimeError: ``cuda`` requested but no GPU is visible.
+        RuntimeError: ``cuda`` requested but no GPU is visible. ValueError: ``requested`` is not
+            auto, cuda or cpu.
     """
     if requested not in ("auto", "cuda", "cpu"):
         raise ValueError(f"device={requested!r} is not one of auto, cuda, cpu")

@@ -154,6 +154,10 @@ def start(cmd: list[str], log_path: Path, env: dict | None = None, on_line=None)
     ``watch_parent`` in the child covers a wrapper between us), and its stdout and stderr go to
     ``log_path`` line by line; ``on_line(line)`` sees each line as it comes (progress markers:
     ``progress_line``; a worker's console echo).
+
+    Raises:
+        KeyboardInterrupt: a signal arrived while the child was starting (the child is ended
+            first).
     """
     import threading
 

@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 
+# a kernel that never compiles (it names an undefined value): it fails at its first launch
 @triton.jit
 def broken(x_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)

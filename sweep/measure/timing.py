@@ -21,6 +21,7 @@ class Timer:
         self.cuda = torch.device(device).type == "cuda"
 
     def sync(self) -> None:
+        """Wait for the queued CUDA work (``torch.cuda.synchronize``); nothing on the CPU."""
         if self.cuda:
             torch.cuda.synchronize()
 

@@ -168,6 +168,12 @@ def rank_changes(w: pd.DataFrame, targets: list[str], objective: str) -> pd.Data
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (the module's text): 0 once the tables are written, 2 on an unknown
+    target or a folder that is no study.
+
+    Raises:
+        FileNotFoundError, ValueError: a ``--calibration`` file missing or not a calibration.
+    """
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  epilog="python -m sweep.cli.whatif --check-public | --fit-public:"
                                         " the targets against public measurements (--help there)")

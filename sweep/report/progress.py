@@ -62,6 +62,7 @@ class StudyProgress:
         self._phase = ""
 
     def line(self, text: str) -> None:
+        """Print ``text`` above the bar (a plain print without a terminal; nothing if quiet)."""
         if self.quiet:
             return
         if self.enabled:
@@ -74,6 +75,7 @@ class StudyProgress:
         self._set(f"{label}: starting", now=True)
 
     def on_line(self, line: str) -> None:
+        """A line of the running design's child: a progress marker becomes the bar's phase."""
         got = parse_marker(line)
         if got is not None:
             self._set(got[1])
@@ -95,6 +97,7 @@ class StudyProgress:
         self.bar.update(1)
 
     def close(self) -> None:
+        """Close the bar."""
         self.bar.close()
 
 
@@ -113,6 +116,8 @@ class TaskProgress:
         self.desc = desc
 
     def on_line(self, line: str) -> None:
+        """A line of the task's child: a ``progress`` marker (``done/total what``) or a phase
+        becomes the bar's text."""
         got = parse_marker(line)
         if got is None or not self.enabled:
             return

@@ -173,6 +173,12 @@ def write_fitted(blocks: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line of ``sweep.cli.whatif --check-public | --fit-public``; 0 when written.
+
+    Raises:
+        FileNotFoundError: ``--data`` has no ``measurements.csv``. ValueError: a dataset row
+            that fails its checks (file, line and field named).
+    """
     ap = argparse.ArgumentParser(description="What-if targets against public measurements: "
                                              "the dataset priced leave-one-chip-out, or the "
                                              "specs' fitted efficiencies written")

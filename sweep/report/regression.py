@@ -68,6 +68,11 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> pd
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line: 0 without a regression, 1 with some, 2 when the two share no design.
+
+    Raises:
+        ValueError: ``--threshold`` outside [0, 1). FileNotFoundError: a path that is no study.
+    """
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("old")
     ap.add_argument("new")
