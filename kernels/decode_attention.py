@@ -4,12 +4,14 @@ Phase 1, one program per (sequence, KV head, split): load the ``G = n_heads / n_
 heads that share the KV head as the rows of one tile (padded to 16 for ``tl.dot``), stream the
 split's K and V tiles once, and keep an online softmax (Milakov & Gimelshein 2018,
 arXiv:1805.02867; FlashAttention, Dao et al. 2022). Each KV byte is read once for the whole group.
-Phase 2, one program per (sequence, query head): merge the splits' partial outputs by their
-log-sum-exp (split-K "flash-decoding", Dao et al. 2023). With ``fold_merge`` (the default on the
-GPU), phase 2 runs inside phase 1: each program counts itself done on a per-(sequence, KV head)
-counter (an acq_rel atomic), and the last one merges the group's splits, so a decode step's
-attention is one launch; the counter is reset by that last program, ready for the next call
-(also inside a CUDA graph replay).
+Phase 2 merges the splits' partial outputs by their log-sum-exp (split-K "flash-decoding", Dao et
+al. 2023; ``kernels.split_merge``): where the merge is small (``G * splits <= 64``: the batch-1
+Llama shapes) inside phase 1's launch, where each program counts itself done on a per-(sequence,
+KV head) counter (an acq_rel atomic) and the last one merges the group's splits, several query
+heads per tile, then resets the counter for the next call (also inside a CUDA graph replay);
+otherwise in a kernel of its own, one program per (sequence, query head). Before this choice the
+merge was always folded, one head at a time: the main job's MQA design (G = 32) spent 47 us per
+layer in attention against 11 us now (H100, ``results/reference/attention_h100.md``).
 
 With ``new_kv`` the step's RoPE and cache write are folded in as well: q arrives before RoPE and
 each program rotates its group's rows in registers, and the program whose split holds the new
@@ -34,7 +36,6 @@ the output (small).
 
 from __future__ import annotations
 
-import math
 import os
 
 import torch
@@ -44,6 +45,7 @@ import triton.language as tl
 from . import switches, tuning
 from .graph_timing import graph_bench
 from .rope import QMAX, _rotated, _store_kv
+from .split_merge import counters, fold_pays, group_chunk, merge_group, merge_kernel, plan_splits
 
 PV_SCALE = 1024.0  # quantized V: p * v_scale * PV_SCALE in fp16 (|V| up to 8128
 # for int8, 28672 for fp8 stays finite; a term under 6e-5 / PV_SCALE is below fp16's normal range)
@@ -59,7 +61,7 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, 
                   F32: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
                   PDL: tl.constexpr, PV_SCALE: tl.constexpr, OPS16: tl.constexpr,
                   ROPE: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
-                  QMAX_: tl.constexpr):
+                  QMAX_: tl.constexpr, MERGE_GC: tl.constexpr):
     if PDL:  # see kernels.gemv: wait first, let the next kernel launch after the main loop
         tl.extra.cuda.gdc_wait()
     b = tl.program_id(0).to(tl.int64)
@@ -131,24 +133,14 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, 
     row = (b * n_heads + heads) * n_splits + split
     tl.store(o_ptr + row[:, None] * BLOCK_D + offs_d[None, :], out, mask=gmask[:, None])
     tl.store(lse_ptr + row, lse, mask=gmask)
-    if MERGE:  # the group's last program to finish merges its splits
+    if MERGE:  # the group's last program to finish merges its splits (kernels.split_merge)
         cnt = cnt_ptr + b * n_kv_heads + hkv
         tl.debug_barrier()  # every thread's partials before the count (CUDA's grid-sync pattern)
         if tl.atomic_add(cnt, 1, sem="acq_rel") == n_splits - 1:
             tl.debug_barrier()
             tl.store(cnt, 0)
-            offs_s = tl.arange(0, BLOCK_S)
-            smask = offs_s < n_splits
-            for g in range(G):
-                bh = b * n_heads + hkv * G + g
-                lse_s = tl.load(lse_ptr + bh * n_splits + offs_s, mask=smask, other=float("-inf"),
-                                cache_modifier=".cg")
-                mx = tl.max(lse_s, axis=0)
-                w = tl.where(smask, tl.exp(lse_s - mx), 0.0)
-                o = tl.load(o_ptr + (bh * n_splits + offs_s)[:, None] * BLOCK_D + offs_d[None, :],
-                            mask=smask[:, None], other=0.0, cache_modifier=".cg")
-                res = tl.sum(o * w[:, None], axis=0) / tl.sum(w, axis=0)
-                tl.store(out_ptr + bh * D + offs_d, res.to(out_ptr.dtype.element_ty), mask=dmask)
+            merge_group(o_ptr, lse_ptr, out_ptr, b, hkv, n_splits, n_heads, offs_d, dmask, G,
+                        MERGE_GC, BLOCK_D, D, BLOCK_S)
 
 
 @triton.jit
@@ -213,7 +205,7 @@ _CONFIGS = [triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=st)
 _CONFIGS_Q = _CONFIGS + [triton.Config({"BLOCK_N": 256}, num_warps=w, num_stages=st)
                          for w, st in ((4, 2), (8, 2), (8, 3))]
 _FIXED = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
-_KEY = ["D", "G", "QUANT", "split_len", "MERGE", "n_splits", "ROPE"]
+_KEY = ["D", "G", "QUANT", "split_len", "MERGE", "n_splits", "ROPE", "MERGE_GC"]
 _ALLOWED: list = []  # a new shape's autotuning bounded to these configs (``tuning.candidates``)
 
 
@@ -227,22 +219,27 @@ _split_tuned = triton.autotune(_CONFIGS, key=_KEY, do_bench=graph_bench,
 _split_tuned_q = triton.autotune(_CONFIGS_Q, key=_KEY, do_bench=graph_bench,
                                  prune_configs_by={"early_config_prune": _prune})(_split_kernel)
 SPLIT_ALIGN = 128  # split_len is a multiple of every BLOCK_N above (256 for one-byte caches)
+# programs per SM the split plan aims at (kernels.split_merge.plan_splits): 2 against 4 measured
+# 29.4 / 30.9 us (main job, G = 4), 98.1 / 99.5 (MHA), 361 / 396 (batch 64 x 8k) on the H100
+PER_SM = 2
+MERGE_BUDGET = 8192  # float32 elements of one in-kernel merge tile (kernels.split_merge.group_chunk)
+N_SM_DEFAULT = 132  # the H100 / H200's SMs: ``launches`` for a device not at hand
 
 
-@triton.jit
-def _merge_kernel(o_ptr, lse_ptr, out_ptr, n_splits, D: tl.constexpr, BLOCK_D: tl.constexpr,
-                  BLOCK_S: tl.constexpr):
-    bh = tl.program_id(0).to(tl.int64)
-    offs_s = tl.arange(0, BLOCK_S)
-    offs_d = tl.arange(0, BLOCK_D)
-    smask = offs_s < n_splits
-    lse = tl.load(lse_ptr + bh * n_splits + offs_s, mask=smask, other=float("-inf"))
-    mx = tl.max(lse, axis=0)
-    w = tl.where(smask, tl.exp(lse - mx), 0.0)
-    o = tl.load(o_ptr + (bh * n_splits + offs_s)[:, None] * BLOCK_D + offs_d[None, :],
-                mask=smask[:, None], other=0.0)
-    res = tl.sum(o * w[:, None], axis=0) / tl.sum(w, axis=0)
-    tl.store(out_ptr + bh * D + offs_d, res.to(out_ptr.dtype.element_ty), mask=offs_d < D)
+def plan(batch: int, n_kv_heads: int, G: int, capacity: int, quant: bool, n_sm: int
+         ) -> tuple[int, int, bool]:
+    """``(n_splits, split_len, fold)`` of a call on a device of ``n_sm`` SMs: the split plan
+    (``kernels.split_merge.plan_splits``) and whether the merge runs in the same launch
+    (``kernels.split_merge.fold_pays``)."""
+    n_splits, split_len = plan_splits(batch, n_kv_heads, capacity,
+                                      2 * SPLIT_ALIGN if quant else SPLIT_ALIGN, n_sm, PER_SM)
+    return n_splits, split_len, fold_pays(G, n_splits)
+
+
+def launches(batch: int, n_kv_heads: int, G: int, capacity: int, quant: bool,
+             n_sm: int = N_SM_DEFAULT) -> int:
+    """Kernels one GPU call launches: 1 with the merge folded in, else 2 (``plan``)."""
+    return 1 if plan(batch, n_kv_heads, G, capacity, quant, n_sm)[2] else 2
 
 
 def rope_in_attention() -> bool:
@@ -255,39 +252,10 @@ def _interpreted(t: torch.Tensor) -> bool:
     return t.device.type == "cpu" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
-_COUNTERS: dict = {}
-_OUTGROWN: list = []  # buffers replaced by larger ones: a captured graph may still point at them
-
-
-def _counters(device: torch.device, n: int) -> torch.Tensor:
-    """A zeroed int32 buffer of at least ``n`` per-group counters, allocated once per device
-    (before any graph capture: the capture's warm-up calls first) and left zeroed by every call."""
-    buf = _COUNTERS.get(device)
-    if buf is None or buf.numel() < n:
-        if buf is not None:
-            _OUTGROWN.append(buf)
-        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-        _COUNTERS[device] = buf
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)  # zeroed before any stream uses it
-    return buf
-
-
 def _n_sm(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 4
-
-
-def plan_splits(batch: int, n_kv_heads: int, capacity: int, block_n: int, n_sm: int
-                ) -> tuple[int, int]:
-    """``(n_splits, split_len)``: enough programs for about 4 per SM, each split a whole number of
-    ``block_n`` tiles of the cache's ``capacity`` positions (static, so graph replays reuse it)."""
-    want = max(1, math.ceil(4 * n_sm / (batch * n_kv_heads)))
-    n_tiles = math.ceil(capacity / block_n)
-    n_splits = min(want, n_tiles)
-    split_len = math.ceil(n_tiles / n_splits) * block_n
-    return math.ceil(capacity / split_len), split_len
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -304,8 +272,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         pos: int64 device tensor whose first element is the new token's position (the token's
             K/V must already be in the cache, unless ``new_kv`` brings them).
         sm_scale: softmax scale, default ``D ** -0.5``.
-        fold_merge: merge the splits in the last program of each group (one launch); default on
-            the GPU, off in the interpreter (it runs programs one by one: the same result).
+        fold_merge: merge the splits in the last program of each group (one launch), or in a
+            kernel of its own; default: folded where the merge is small (``plan``) on the GPU,
+            never in the interpreter (it runs programs one by one: the same result).
         pdl: launch with programmatic dependent launch (Hopper; see ``kernels.gemv``).
         new_kv: ``(k, v, cos, sin)``: the new token's k and v ``[B, Hkv, D]`` before RoPE (views
             of the qkv GEMM output are fine), and the RoPE tables ``[max_seq_len, D]`` float32.
@@ -329,17 +298,16 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     G = H // Hkv
     quant = k_scale is not None
     BLOCK_D = max(16, triton.next_power_of_2(D))
-    n_splits, split_len = plan_splits(B, Hkv, S, 2 * SPLIT_ALIGN if quant else SPLIT_ALIGN,
-                                      _n_sm(q.device))
+    n_splits, split_len, fold = plan(B, Hkv, G, S, quant, _n_sm(q.device))
     o_part = torch.empty(B * H * n_splits, BLOCK_D, device=q.device, dtype=torch.float32)
     lse = torch.empty(B * H * n_splits, device=q.device, dtype=torch.float32)
     ks = k_scale if quant else lse
     vs = v_scale if quant else lse
     interp = _interpreted(q)
-    merge = (not interp) if fold_merge is None else fold_merge
+    merge = (fold and not interp) if fold_merge is None else fold_merge
     pdl = pdl and not interp
     out = torch.empty(B, H, D, device=q.device, dtype=q.dtype)
-    cnt = _counters(q.device, B * Hkv) if merge else lse
+    cnt = counters(q.device, B * Hkv) if merge else lse
     kn, vn, cos, sin = new_kv if new_kv is not None else (q, q, lse, lse)
     kr = lse
     if new_kv is not None:
@@ -365,6 +333,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                 BLOCK_S=BLOCK_S, PDL=pdl, PV_SCALE=PV_SCALE, ROPE=new_kv is not None,
                 HALF=D // 2, BLOCK_HALF=triton.next_power_of_2(max(D // 2, 1)),
                 QMAX_=QMAX["fp8_e4m3" if fp8 else "int8"] if quant else 1.0,
+                MERGE_GC=group_chunk(G, n_splits, BLOCK_D, MERGE_BUDGET) if merge else 1,
                 **({"launch_pdl": True} if pdl else {}))
     grid = (B, Hkv, n_splits)
     if interp:
@@ -377,9 +346,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                    int(pdl), int(meta["OPS16"]), int(switches.current().cold_tune))
         tuning.launch("decode_attention", _split_kernel, _split_tuned_q if quant else _split_tuned,
                       lambda m: grid, args, dict(meta, F32=False), variant,
-                      (D, G, split_len, n_splits), q.device, _ALLOWED)
+                      (D, G, split_len, n_splits, meta["MERGE_GC"]), q.device, _ALLOWED)
     if not merge:
-        _merge_kernel[(B * H,)](o_part, lse, out, n_splits, D=D, BLOCK_D=BLOCK_D,
+        merge_kernel[(B * H,)](o_part, lse, out, n_splits, D=D, BLOCK_D=BLOCK_D,
                                 BLOCK_S=BLOCK_S, num_warps=4)
     return out[:, :, None] if squeeze else out
 

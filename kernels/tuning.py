@@ -29,7 +29,8 @@ from pathlib import Path
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "tuned"
 # the modules whose code decides what each kernel's choice means
-SOURCES = {"gemv": ("gemv", "graph_timing"), "decode_attention": ("decode_attention", "graph_timing"),
+SOURCES = {"gemv": ("gemv", "graph_timing"),
+           "decode_attention": ("decode_attention", "split_merge", "graph_timing"),
            "decode_linear": ("gemv", "decode_linear", "graph_timing", "rmsnorm", "swiglu")}
 
 _dir: Path | None = None

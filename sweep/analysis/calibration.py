@@ -82,15 +82,15 @@ def fingerprints(device: dict, switches) -> dict:
     def k(*names):
         return tuple(str(_KERNELS / f"{n}.py") for n in names)
 
-    every_kernel = k("decode_attention", "gemv", "decode_linear", "graph_timing", "rmsnorm",
-                     "rope", "swiglu", "kv_quant")
+    every_kernel = k("decode_attention", "split_merge", "gemv", "decode_linear", "graph_timing",
+                     "rmsnorm", "rope", "swiglu", "kv_quant")
     zoo = tuple(str(_ZOO / f"{n}.py") for n in ("model", "attention", "generate", "cache", "gqa"))
     return {
         "gemm": fingerprint(*base),
         "prefill_attn": fingerprint(*base),
         "decode_attn/torch": fingerprint(*base, modules=(str(_ZOO / "gqa.py"),)),
         "decode_attn/triton": fingerprint(*base, tri, *tune, sw["pdl"],
-                                          modules=k("decode_attention", "rope",
+                                          modules=k("decode_attention", "split_merge", "rope",
                                                     "graph_timing")),
         "gemv": fingerprint(*base, tri, *tune, sw["gemv_prefetch"], sw["gemv_w_ahead"], sw["pdl"],
                             modules=k("gemv", "decode_linear", "graph_timing", "rmsnorm",

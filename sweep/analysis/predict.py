@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from kernels import decode_attention
 from kernels.gemv import MAX_M as GEMV_MAX_M
 from kernels.switches import Switches
 from zoo import ModelConfig
@@ -46,9 +47,9 @@ from .pricing import Calibrated
 # counted from zoo/model.py and zoo/attention.py, for the launch cost
 TORCH_KERNELS = {"rmsnorm": 7, "rope": 14, "kv_write": 2, "residual": 1, "swiglu": 2,
                  "decode_attn": 7, "prefill_attn": 1, "gemm": 1, "embedding": 1}
-# Triton: RoPE and the K/V cache write are one kernel (``rope_kv_write_``), decode attention merges
-# its splits in-kernel; on the decode GEMV path (``Block.skinny``: a step of <= 16 sequences,
-# RMSNorm) the norms and SwiGLU run in the GEMVs' prologues, no launch of their own
+# Triton: RoPE and the K/V cache write are one kernel (``rope_kv_write_``), decode attention one or
+# two (``kernels.decode_attention.launches``); on the decode GEMV path (``Block.skinny``: a step of
+# <= 16 sequences, RMSNorm) the norms and SwiGLU run in the GEMVs' prologues, no launch of their own
 TRITON_KERNELS = {"rmsnorm": 1, "rope": 1, "kv_write": 0, "swiglu": 1, "decode_attn": 1,
                   "prefill_attn": 1, "gemm": 1, "embedding": 1}
 STEP_EAGER_OPS = 2  # per decode step beside the graph: token copy, position fill (the logits'
@@ -136,10 +137,14 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
         out += [elem("rope", rope_bytes), elem("kv_write", kv_bytes)]
     if new == 1:
         kv_read = 2 * batch * Hkv * context * (D * kvb + (4 if kvb == 1 else 0))
+        # Triton: the splits merged in the same launch or in a kernel of their own
+        # (kernels.decode_attention.launches)
+        n_attn = (decode_attention.launches(batch, Hkv, H // Hkv, context, kvb == 1) if fused
+                  else n["decode_attn"])
         out.append(Kernel("attention", "decode_attn", "decode_attention", 4 * batch * H * D * context,
                           kv_read, {"impl": impl, "kv_dtype": cfg.kv_dtype, "bytes": kv_read,
                                     "B": batch, "Hkv": Hkv, "G": H // Hkv, "S": context, "D": D},
-                          n["decode_attn"], L))
+                          n_attn, L))
     else:
         out.append(Kernel("attention", "prefill_attn", "sdpa", 2 * batch * H * D * new * context,
                           2 * M * (H + 2 * Hkv) * D * wb,
@@ -303,8 +308,10 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
         calibration.notes = []
     row = {}
     for stage, (new, context) in (("prefill", (T, T)), ("decode", (1, ctx))):
-        # torch.compile's decode runs Inductor's own fused kernels and graphs: not calibrated
-        cal = None if stage == "decode" and mode == "compile" else calibration
+        # torch.compile's decode of the torch kernels runs Inductor's own fused kernels: not
+        # calibrated; of the Triton kernels, the same launches as cudagraph (kernels.ops)
+        inductor = stage == "decode" and mode == "compile" and kernels != "triton"
+        cal = None if inductor else calibration
         # a decode loop's run is its N - 1 steps; the mean step sits half way through
         steps, before = (1, warm + middle) if stage == "prefill" else (
             max(N - 1, 1), warm + middle + 0.5)
@@ -319,8 +326,9 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
             row[pred(stage, "lo")] = 1e3 * st["calibrated_lo"]
             row[pred(stage, "hi")] = 1e3 * st["calibrated_hi"]
         if calibration is not None and cal is None:
-            row["decode_pred_reason"] = ("mode=compile: torch.compile's Inductor kernels are not "
-                                         "modelled (the eager kernels' price would be a guess)")
+            row["decode_pred_reason"] = ("mode=compile with kernels=torch: torch.compile's "
+                                         "Inductor kernels are not modelled (the eager kernels' "
+                                         "price would be a guess)")
             row.update({pred_module("decode", m): math.nan for m in MODULES})
             continue
         for m in MODULES:

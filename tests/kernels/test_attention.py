@@ -5,6 +5,7 @@ import torch
 
 from kernels import decode_attention as da
 from kernels import kv_quant
+from kernels.split_merge import plan_splits
 from tests.kernels.conftest import DTYPES, INTERPRETED, close, exact
 
 SHAPES = [  # B, H, Hkv, D, S (cache capacity), kv_len
@@ -109,5 +110,5 @@ def _autotuned(device):
 
 def test_split_plan_covers_the_cache():
     for B, Hkv, S, bn, sm in [(1, 8, 640, 64, 132), (64, 8, 8224, 64, 132), (1, 1, 5, 64, 4)]:
-        n, length = da.plan_splits(B, Hkv, S, bn, sm)
+        n, length = plan_splits(B, Hkv, S, bn, sm)
         assert length % bn == 0 and n * length >= S and (n - 1) * length < S

@@ -8,6 +8,7 @@ import torch
 
 from kernels import decode_attention as da
 from kernels import decode_linear, gemv, kv_quant, rope
+from kernels.split_merge import counters, plan_splits
 from sweep.common.env import REPO
 from tests.kernels.conftest import DEVICE, DTYPES, INTERPRETED, TOL, close, exact
 
@@ -230,10 +231,15 @@ def test_rope_kv_write(kv_dtype, B, T, H, Hkv, D):
 
 
 @pytest.mark.parametrize("kv_dtype", [None, "int8"])
-def test_decode_attention_merge_in_kernel(kv_dtype):
+@pytest.mark.parametrize("H,Hkv,budget", [(8, 2, 8192), (20, 4, 0), (20, 4, 256), (32, 1, 8192)])
+def test_decode_attention_merge_in_kernel(kv_dtype, H, Hkv, budget, monkeypatch):
     """The folded merge (last program of each group) equals the two-kernel path, twice in a row
-    (the counters reset themselves)."""
-    B, H, Hkv, D, S = 2, 8, 2, 64, 700
+    (the counters reset themselves), merging one query head per tile (budget 0), a part of an odd
+    group (G = 5 in tiles of 2) or the whole group (MQA's 32 heads)."""
+    from kernels.split_merge import group_chunk
+
+    monkeypatch.setattr(da, "MERGE_BUDGET", budget)
+    B, D, S = 2, 64, 700
     g = torch.Generator(DEVICE).manual_seed(11)
     q = torch.randn(B, H, D, device=DEVICE, dtype=torch.bfloat16, generator=g)
     k = torch.randn(B, Hkv, S, D, device=DEVICE, dtype=torch.bfloat16, generator=g)
@@ -242,12 +248,16 @@ def test_decode_attention_merge_in_kernel(kv_dtype):
     if kv_dtype:
         (k, ks), (v, vs) = kv_quant.reference(k, kv_dtype), kv_quant.reference(v, kv_dtype)
         scales = (ks, vs)
+    if budget == 256 and DEVICE == "cpu":  # 2 splits on the interpreter's 4 "SMs": the tile
+        n_splits, _ = plan_splits(B, Hkv, S, da.SPLIT_ALIGN, 4, da.PER_SM)  # holds 2 of 5 heads
+        assert group_chunk(H // Hkv, n_splits, 64, budget) == 2
     for length in (650, 333):
         pos = torch.tensor([length - 1], device=DEVICE)
         two = da.decode_attention(q, k, v, pos, *scales, fold_merge=False)
         one = da.decode_attention(q, k, v, pos, *scales, fold_merge=True)
         close(one, two, torch.bfloat16)
-    assert not da._counters(torch.device(DEVICE), B * Hkv)[:B * Hkv].any()
+        close(two, da.reference(q, k, v, length, *scales), torch.bfloat16)
+    assert not counters(torch.device(DEVICE), B * Hkv)[:B * Hkv].any()
 
 
 @pytest.mark.parametrize("kv_dtype", ["bf16", "int8", "fp8_e4m3"])
