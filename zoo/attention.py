@@ -5,12 +5,11 @@ prefill). Part of ``zoo.model``'s block.
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.decode_attention import decode_attention
-from kernels.rope import apply_rope, rope_, rope_kv_write_
+from kernels.ops import decode_attention, rope_kv_write_
+from kernels.rope import apply_rope, rope_
 
 from .cache import KVCache
 from .config import ModelConfig
@@ -80,9 +79,6 @@ class Attention(nn.Module):
         v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)
         return self._triton(q, k, v, rope, input_pos, 1, None)
 
-    def _pdl(self) -> bool:
-        return self.pdl and not torch.compiler.is_compiling()
-
     def _scales(self):
         """This layer's K and V scales ``[B, Hkv, S]`` of a quantized cache, else ``(None, None)``."""
         cache, i = self.cache, self.layer
@@ -92,7 +88,7 @@ class Attention(nn.Module):
         cache, i = self.cache, self.layer
         scales = self._scales()
         rope_kv_write_(q, k, v, *rope, input_pos, cache.k[i], cache.v[i], *scales,
-                       kv_dtype=cache.kv_dtype, k_inplace=k_inplace, pdl=self._pdl())
+                       kv_dtype=cache.kv_dtype, k_inplace=k_inplace, pdl=self.pdl)
         return scales
 
     def _triton(self, q, k, v, rope, input_pos, kv_len, mask):
@@ -101,19 +97,16 @@ class Attention(nn.Module):
         and the write happen in its launch), SDPA for a prefill from 0."""
         cfg, cache, i = self.cfg, self.cache, self.layer
         B, T = q.shape[:2]
-        if T == 1 and self.fold_rope and not torch.compiler.is_compiling():
+        if T == 1 and self.fold_rope:
             with annotate("attention"):  # RoPE and the cache write in the same launch
                 y = decode_attention(q[:, 0], cache.k[i], cache.v[i], input_pos, *self._scales(),
-                                     pdl=self._pdl(), new_kv=(k[:, 0], v[:, 0], *rope))[:, :, None]
+                                     pdl=self.pdl, new_kv=(k[:, 0], v[:, 0], *rope))[:, :, None]
         elif T == 1:
             with annotate("kv_write"):
                 scales = self._rope_write(q, k, v, rope, input_pos, k_inplace=False)
             with annotate("attention"):
-                # under torch.compile: no launch attribute, no counters kept across calls
-                compiling = torch.compiler.is_compiling()
                 y = decode_attention(q.transpose(1, 2), cache.k[i], cache.v[i], input_pos,
-                                     *scales, fold_merge=False if compiling else None,
-                                     pdl=self._pdl())
+                                     *scales, pdl=self.pdl)
         elif mask is None and kv_len == T:  # prefill from position 0: attend to the fresh k, v
             with annotate("kv_write"):
                 self._rope_write(q, k, v, rope, input_pos, k_inplace=True)

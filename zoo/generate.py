@@ -14,7 +14,10 @@ counter and the decode ``mode``:
   and its graph's private memory pool would hold every activation (batch 64 x 8192 tokens of the
   1B shape: tens of GB), so it runs eagerly.
 - ``compile``: ``torch.compile(mode="reduce-overhead")`` of the same bucketed step (Inductor
-  fuses elementwise work and records CUDA graphs itself); the prefill runs eagerly.
+  fuses elementwise work and records CUDA graphs itself); the prefill runs eagerly. The Triton
+  kernels enter the traced step as custom ops (``kernels.ops``), so it launches what
+  ``cudagraph`` does; each bucket's step runs eagerly once first, so tile choices and autotuning
+  happen before Inductor records.
 
 ``Generator.prefill_mode`` says how the prefill ran (``cudagraph`` or ``eager``); rows record it.
 """
@@ -58,6 +61,7 @@ class Generator:
         self._prefill_mode = "cudagraph" if mode == "cudagraph" else "eager"
         self._pool = None
         self._compiled = None
+        self._warm: set[int] = set()  # compile mode: buckets run eagerly once (``_warm_up``)
         if mode != "eager":
             self._token = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
             self._input_pos = torch.zeros(1, dtype=torch.long, device=self.device)
@@ -142,6 +146,9 @@ class Generator:
                 torch._dynamo.config.cache_size_limit = max(
                     torch._dynamo.config.cache_size_limit, self.max_seq_len // GRAPH_BUCKET + 2)
                 self._compiled = torch.compile(self._step, mode="reduce-overhead", fullgraph=True)
+            if kv_len not in self._warm:  # tile choices and autotuning before Inductor records
+                self._warm_up(lambda: self._step(kv_len))
+                self._warm.add(kv_len)
             return self._compiled(kv_len).clone()
         if kv_len not in self._graphs:
             self._graphs[kv_len] = self._capture(lambda: self._step(kv_len))
@@ -149,16 +156,21 @@ class Generator:
         graph.replay()
         return out.clone()  # the graph's output buffer is overwritten by the next replay
 
-    def _capture(self, fn):
-        # Warm up on a side stream (cuBLAS handles, workspaces, Triton autotuning), then capture
-        # ``fn``. The warm-up writes the step's K/V at its positions, which the replay overwrites
-        # with the same values.
+    @staticmethod
+    def _warm_up(fn):
+        # Run ``fn`` twice on a side stream: cuBLAS handles, workspaces, the kernels' tile choices
+        # and Triton autotuning, none of which may happen inside a capture. It writes the step's
+        # K/V at its positions, which the replay overwrites with the same values.
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
             for _ in range(2):
                 fn()
         torch.cuda.current_stream().wait_stream(s)
+
+    def _capture(self, fn):
+        # warm up (``_warm_up``), then capture ``fn``
+        self._warm_up(fn)
         graph = torch.cuda.CUDAGraph()
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()

@@ -20,9 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels import decode_attention, decode_linear, gemv
-from kernels.rmsnorm import rmsnorm as rmsnorm_kernel
-from kernels.swiglu import swiglu
+from kernels import decode_attention, gemv, ops
 
 from .attention import Attention
 from .cache import TORCH_DTYPES, KVCache
@@ -51,7 +49,7 @@ class RMSNorm(nn.Module):
 
     def fused(self, x: torch.Tensor, residual: torch.Tensor | None = None):
         """The Triton kernel: ``y`` or, with ``residual``, ``(y, x + residual)``."""
-        return rmsnorm_kernel(x, self.weight, self.eps, residual=residual)
+        return ops.rmsnorm(x, self.weight, self.eps, residual=residual)
 
 
 def make_norm(cfg: ModelConfig) -> nn.Module:
@@ -80,7 +78,7 @@ class FeedForward(nn.Module):
             h = self.w13(x)
         with annotate("act"):
             if self.cfg.ffn_type == "swiglu" and self.cfg.kernels == "triton":
-                h = swiglu(h)
+                h = ops.swiglu(h)
             elif self.cfg.ffn_type == "swiglu":
                 gate, up = h.chunk(2, dim=-1)
                 h = F.silu(gate) * up
@@ -140,17 +138,17 @@ class Block(nn.Module):
         attn, ffn = self.attention, self.feed_forward
         with annotate("attn"):
             with annotate("qkv"):
-                qkv, h = decode_linear.linear(x, attn.wqkv, "norm", self.attention_norm, residual)
+                qkv, h = ops.linear(x, attn.wqkv, "norm", self.attention_norm, residual)
             y = attn.attend(qkv, rope, input_pos)
             with annotate("out_proj"):
-                o = decode_linear.linear(y, attn.wo)
+                o = ops.linear(y, attn.wo)
         with annotate("ffn"):
             with annotate("w13"):
-                g, h = decode_linear.linear(o, ffn.w13, "norm", self.ffn_norm, h)
+                g, h = ops.linear(o, ffn.w13, "norm", self.ffn_norm, h)
             with annotate("w2"):
                 if ffn.cfg.ffn_type == "swiglu":
-                    return decode_linear.linear(g, ffn.w2, "swiglu"), h
-                return decode_linear.linear(F.gelu(g), ffn.w2), h
+                    return ops.linear(g, ffn.w2, "swiglu"), h
+                return ops.linear(F.gelu(g), ffn.w2), h
 
 
 class Transformer(nn.Module):
@@ -242,11 +240,9 @@ class Transformer(nn.Module):
 
     def skinny_ok(self, tokens: torch.Tensor) -> bool:
         """Whether a call takes the decode GEMV path: one new token per sequence, at most
-        ``kernels.gemv.MAX_M`` sequences, RMSNorm blocks (``Block.skinny``), not under
-        ``torch.compile``."""
+        ``kernels.gemv.MAX_M`` sequences, RMSNorm blocks (``Block.skinny``); under
+        ``torch.compile`` too (the kernels are custom ops there, ``kernels.ops``)."""
         B, T = tokens.shape
-        if torch.compiler.is_compiling():  # Inductor traces the step: no per-shape timing there
-            return False
         return T == 1 and B <= gemv.MAX_M and self.cfg.norm == "rmsnorm"
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor, kv_len: int | None = None,
@@ -289,7 +285,7 @@ class Transformer(nn.Module):
                 with annotate(f"layer{i}"):
                     x, residual = layer.skinny(x, rope, input_pos, residual)
             with annotate("lm_head"):
-                return decode_linear.linear(x[:, -1:], self.output, "norm", self.norm,
+                return ops.linear(x[:, -1:], self.output, "norm", self.norm,
                                             residual[:, -1:])[0]
         for i, layer in enumerate(self.layers):
             with annotate(f"layer{i}"):

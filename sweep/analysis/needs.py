@@ -43,8 +43,8 @@ def needs(items, device_type: str) -> dict:
             continue  # the interpreter's times say nothing of a GPU
         B, T, N = wl["batch"], wl["prompt_len"], wl["new_tokens"]
         for new, ctx in ((T, T), (1, mean_decode_context(T, N))):
-            if new == 1 and mode == "compile":
-                continue  # Inductor's kernels: not modelled
+            if new == 1 and mode == "compile" and kernels != "triton":
+                continue  # Inductor's kernels: not modelled (the Triton ones are ours)
             for k in kernel_list(cfg, B, new, ctx, kernels):
                 s = k.shape
                 if k.kind in ("gemm", "gemv"):

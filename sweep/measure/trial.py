@@ -66,8 +66,7 @@ def decode_linear_path(model, batch: int, mode: str) -> str:
     cfg = model.cfg
     if cfg.kernels != "triton":
         return f"torch GEMMs (kernels={cfg.kernels})"
-    if mode == "compile":
-        return "torch.compile (Inductor's kernels; the GEMV path is not traced)"
+    # mode=compile traces the same path: the kernels enter as custom ops (kernels.ops)
     if batch > MAX_M:
         return f"cuBLAS GEMMs (batch {batch} > {MAX_M}, the most rows of the GEMV path)"
     if cfg.norm != "rmsnorm":

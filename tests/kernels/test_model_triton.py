@@ -85,3 +85,38 @@ def test_triton_kernels_refused_on_cpu_without_interpreter(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     with pytest.raises(DesignError, match="kernels=triton needs a CUDA GPU"):
         ModelConfig.from_name("tiny", kernels="triton").validate({"type": "cpu"})
+
+
+@pytest.mark.parametrize("over", [dict(), dict(kv_dtype="int8"),
+                                  dict(n_kv_heads=1, batch=20)])
+def test_compiled_triton_decode_step_matches_eager(over):
+    """``torch.compile(fullgraph=True)`` traces the Triton decode step (its kernels are custom ops,
+    ``kernels.ops``; Dynamo failed on their Python dispatch before) and gives the eager step's
+    logits and KV cache: the GEMV path (batch 2), quantized KV, and the batched path (batch 20:
+    RMSNorm, SwiGLU, RoPE + cache write and attention as ops)."""
+    over = dict(over)
+    B = over.pop("batch", 2)
+    dtype = "bf16" if DEVICE == "cuda" else "fp32"
+    cfg = ModelConfig.from_name("tiny", dtype=dtype, kv_dtype=over.pop("kv_dtype", dtype),
+                                kernels="triton", **over)
+    prompt = torch.randint(0, cfg.vocab_size, (B, 9), device=DEVICE,
+                           generator=torch.Generator(DEVICE).manual_seed(0))
+    models = [Transformer.build(cfg, DEVICE, seed=0) for _ in range(2)]
+    for m in models:
+        Generator(m, B, 16).prefill(prompt)
+    eager, compiled = models
+    backend = "inductor" if DEVICE == "cuda" else "aot_eager"  # no C++ build on the CPU lane
+    step = torch.compile(lambda tok, pos: compiled(tok, pos, kv_len=16, masked=True),
+                         backend=backend, fullgraph=True)
+    torch._dynamo.reset()
+    for p in range(9, 12):
+        tok = torch.randint(0, cfg.vocab_size, (B, 1), device=DEVICE,
+                            generator=torch.Generator(DEVICE).manual_seed(p))
+        pos = torch.tensor([p], device=DEVICE)
+        with torch.no_grad():
+            want = eager(tok, pos, kv_len=16, masked=True)
+            got = step(tok, pos)
+        tol = 3e-2 if dtype == "bf16" else 1e-5
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+    torch.testing.assert_close(compiled.cache.k, eager.cache.k, rtol=tol, atol=tol)
+    torch.testing.assert_close(compiled.cache.v, eager.cache.v, rtol=tol, atol=tol)
