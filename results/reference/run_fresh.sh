@@ -35,6 +35,7 @@ for what in "$@"; do
       cat results/calibration/.*.log > "$OUT/${what}_child.log" 2>/dev/null ;;
     fresh|fresh_main)
       clean
+      rm -rf results/gqa_vs_mha-* results/optuna.db  # a study of an earlier call would skip its designs
       timed fresh_main timeout "${MAIN_TIMEOUT:-400}" python3 -m sweep +experiment=gqa_vs_mha
       cp results/gqa_vs_mha-*/trials.csv "$OUT/fresh_main_trials.csv" 2>/dev/null
       grep -h "calibration:" "$OUT/fresh_main.log" > "$OUT/fresh_main_calibration.txt" 2>/dev/null

@@ -1,6 +1,7 @@
 """Regression check between two result sets of the same designs: ``python -m sweep.cli.compare OLD NEW``.
 
-OLD and NEW are study folders (holding ``trials.parquet``) or parquet files. Trials are matched on
+OLD and NEW are study folders (holding ``trials.parquet``), parquet files or CSV files (a study's
+``trials.csv``, as ``results/reference/main_job/`` keeps the main job's rows per GPU). Trials are matched on
 their design and workload fields; for each metric a regression is flagged when NEW is worse than
 OLD by more than ``--threshold`` (relative, default 5%) **and** outside OLD's spread: for times,
 NEW's fastest repeat is slower than OLD's p90 (the spreads do not overlap). Exit code 1 if any
@@ -24,16 +25,16 @@ METRICS = {c: (COLUMNS[c].direction == "max", spread_of(c)) for c in REGRESSION}
 
 
 def load(path: str | Path) -> pd.DataFrame:
-    """Completed trials of a study folder or parquet file.
+    """Completed trials of a study folder, a parquet file or a CSV file.
 
     Raises:
-        FileNotFoundError: neither a study folder nor a trials parquet file (named)."""
+        FileNotFoundError: neither a study folder nor a trials file (named)."""
     p = Path(path)
     f = p / "trials.parquet" if p.is_dir() else p
     if not f.is_file():
         raise FileNotFoundError(f"{path}: no study folder (with trials.parquet) or trials parquet "
-                                "file there")
-    df = pd.read_parquet(f)
+                                "or CSV file there")
+    df = pd.read_csv(f) if f.suffix == ".csv" else pd.read_parquet(f)
     return df[df["state"] == "COMPLETE"] if "state" in df else df
 
 
