@@ -166,31 +166,40 @@ def candidates(kernel: str, variant: str, device: str, most: int = 4) -> list:
 
 
 def save() -> list[Path]:
-    """Merge this process's new choices into ``<dir>/<device>.json`` (atomically; a kernel's
-    choices of another fingerprint are replaced). Returns the files written; none without
-    ``configure``."""
+    """Merge this process's new choices into ``<dir>/<device>.json`` (atomically, holding the
+    file's lock: two processes saving at once both keep their choices; a kernel's choices of
+    another fingerprint are replaced). Returns the files written; none without ``configure``."""
     if _dir is None or not _new:
         return []
+    from filelock import FileLock
+
     _dir.mkdir(parents=True, exist_ok=True)
     out = []
     for device, kernels in _new.items():
         path = _dir / f"{slug(device)}.json"
-        try:
-            data = json.loads(path.read_text()) if path.exists() else {}
-        except (OSError, ValueError):
-            data = {}
-        data["device"] = device
-        secs = data.setdefault("kernels", {})
-        for kernel, choices in kernels.items():
-            fp = kernel_fingerprint(kernel)
-            if secs.get(kernel, {}).get("fingerprint") != fp:
-                secs[kernel] = {"fingerprint": fp, "choices": {}}
-            secs[kernel]["choices"].update(choices)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, path)
-        out.append(path)
+        with FileLock(str(path.with_name(path.name + ".lock"))):  # read, merge, write: one process
+            out.append(_merge_into(path, device, kernels))
     return out
+
+
+def _merge_into(path: Path, device: str, kernels: dict) -> Path:
+    """Merge ``kernels``' choices into the file at ``path`` (atomically; a kernel's choices of
+    another fingerprint are replaced); returns ``path``."""
+    try:
+        data = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        data = {}  # a damaged file: rewritten with this process's choices
+    data["device"] = device
+    secs = data.setdefault("kernels", {})
+    for kernel, choices in kernels.items():
+        fp = kernel_fingerprint(kernel)
+        if secs.get(kernel, {}).get("fingerprint") != fp:
+            secs[kernel] = {"fingerprint": fp, "choices": {}}
+        secs[kernel]["choices"].update(choices)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+    return path
 
 
 def ship(source: str | Path, shipped_dir: str | Path | None = None) -> Path:

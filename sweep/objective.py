@@ -15,7 +15,6 @@ import os
 import socket
 import subprocess
 import time
-from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
@@ -29,6 +28,7 @@ from .analysis import predict as perf
 from .common import row as R
 from .common.env import REPO
 from .measure.child import child_failure, run_child, trial_spec
+from .report.tables import cut_off
 from .space import WORKLOAD_KEYS, suggest, violations
 from .storage import duplicate_of, finished, requeue
 
@@ -280,14 +280,15 @@ def given_calibration(path: str | None, spec=None):
     ``spec``'s GPU (``sweep.analysis.calibrations``), as it is: ``sweep.analysis.targets``
     decides how it applies to the target. None without either (roofline x stated
     efficiencies)."""
-    from .analysis import calibration as cal
+    from .analysis import calibration_store as store
 
     if path:
-        have = cal.load("", where=Path(path))
-        if have is None:
-            return None, f"{path}: no calibration (.json + .parquet) there"
-        return perf.Calibrated(have[1], have[0]), ""
-    have = cal.shipped_for(spec) if spec is not None else None
+        try:
+            meta, table = store.load_file(path)
+        except (OSError, ValueError) as e:
+            return None, str(e)
+        return perf.Calibrated(table, meta), ""
+    have = store.shipped_for(spec) if spec is not None else None
     if have is None:
         return None, ("no calibration given (calibration=FILE.json) nor shipped for this target: "
                       "roofline x stated efficiencies")
@@ -304,15 +305,13 @@ def model_calibration(plan, ceilings: dict, progress=None):
     on this host, ``sweep.analysis.calibration.host_costs``). Never raises: without
     one, rows carry roofline predictions and the reason."""
     from .analysis import calibration as cal
+    from .analysis import calibration_store as store
     from .report.progress import TaskProgress
     from .space import study_designs
 
     try:
         if plan.calibration:
-            have = cal.load("", where=Path(plan.calibration))
-            if have is None:
-                raise OSError(f"{plan.calibration}: no calibration (.json + .parquet) there")
-            meta, table = have
+            meta, table = store.load_file(plan.calibration)
             if meta.get("device") == plan.device["name"]:  # this device's own: used as it is
                 return perf.Calibrated(table, meta), ""
             # another device's: its GPU entries transferred, the fixed costs this host's
@@ -338,9 +337,10 @@ def _finished_twin(trial: optuna.Trial):
     mine = trial.params
     if not mine:
         return None
+    gone = cut_off(trial.study.get_trials(deepcopy=False))
     for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
                                                             TrialState.PRUNED, TrialState.FAIL)):
-        if (t.number != trial.number and t.params == mine and not t.user_attrs.get("interrupted")
+        if (t.number != trial.number and t.params == mine and t.number not in gone
                 and t.user_attrs.get("duplicate_of") is None
                 and not t.user_attrs.get("spare")):
             return t

@@ -181,7 +181,7 @@ def plan_from_config(cfg) -> Plan:
         ident["predict"] = True
     if c.get("calibration"):
         ident["calibration"] = str(Path(c["calibration"]).resolve())
-        from .analysis.calibration import load_file
+        from .analysis.calibration_store import load_file
 
         try:
             load_file(c["calibration"])  # both files there, the .json a calibration's

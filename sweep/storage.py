@@ -2,7 +2,11 @@
 
 The storage is SQLite by default (one worker), a JournalStorage file for several workers on one
 host, or any RDB URL (PostgreSQL for several hosts). A trial left RUNNING by a process that died is
-marked FAIL (``interrupted``) and its design queued again, so no design is lost.
+marked FAIL (``interrupted``) and its design queued again, so no design is lost: on this host when
+its process is gone (``recover_interrupted``), and on an RDB storage from any host when its
+worker's heartbeat stopped (Optuna's heartbeat: a running trial beats every ``HEARTBEAT_S``; one
+silent for ``GRACE_S`` is failed by the next process that starts a trial, and ``retry_dead``
+queues its design again, the new trial naming it in ``retry_of``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,33 @@ from optuna.trial import TrialState
 
 from .common.atomic import write_json
 from .report.labels import metric_name
+from .report.tables import cut_off
 from .space import make_sampler
+
+HEARTBEAT_S, GRACE_S = 30, 120  # a measured trial's parent beats while its child measures
+
+
+def retry_dead(study: optuna.Study, t) -> None:
+    """Optuna's stale-trial callback: queue the design of trial ``t`` (failed because its worker
+    stopped beating) again; the new trial's ``retry_of`` names ``t``."""
+    params = t.system_attrs.get("fixed_params", t.params)
+    if params:
+        study.enqueue_trial(params, skip_if_exists=False, user_attrs={
+            "retry_of": t.number, "retry_why": f"its worker stopped beating for {GRACE_S} s"})
+
+
+def _rdb_storage(url: str, engine_kwargs: dict):
+    """An ``RDBStorage`` with the heartbeat (``HEARTBEAT_S``, ``GRACE_S``, ``retry_dead``)."""
+    import inspect
+
+    params = inspect.signature(optuna.storages.RDBStorage).parameters
+    callback = ("heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in params
+                else "failed_trial_callback")  # its name before Optuna 4.x
+    with warnings.catch_warnings():  # the heartbeat is experimental in name since Optuna 2.9
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs,
+                                          heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
+                                          **{callback: retry_dead})
 
 
 def get_storage(url: str):
@@ -40,7 +70,7 @@ def get_storage(url: str):
         kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite:") else {}
         for attempt in range(5):  # another process may be creating the same tables right now
             try:  # (sqlite: writers of several processes wait for the lock)
-                return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+                return _rdb_storage(url, kwargs)
             except Exception as e:  # noqa: BLE001 - retried only when the schema is being made
                 if attempt == 4 or not any(k in str(e) for k in ("already exists", "UNIQUE")):
                     raise
@@ -152,9 +182,10 @@ def finished(study: optuna.Study) -> int:
     """Designs finished (COMPLETE, FAIL, PRUNED), not counting trials cut off by a killed run,
     a worker's spare trial, nor a sampler's second proposal of a design (``duplicate_of``: see
     ``Objective``)."""
-    return sum(1 for t in study.get_trials(deepcopy=False) if t.state.is_finished()
-               and not t.user_attrs.get("interrupted") and not t.user_attrs.get("spare")
-               and t.user_attrs.get("duplicate_of") is None)
+    trials = study.get_trials(deepcopy=False)
+    gone = cut_off(trials)
+    return sum(1 for t in trials if t.state.is_finished() and t.number not in gone
+               and not t.user_attrs.get("spare") and t.user_attrs.get("duplicate_of") is None)
 
 
 
@@ -216,9 +247,10 @@ def _canonical(url: str) -> str:
 def taken_params(study: optuna.Study) -> set[str]:
     """The designs (params as canonical JSON) the storage holds in any state but a worker's
     spare trial or an interrupted one (whose design is queued again)."""
+    trials = study.get_trials(deepcopy=False)
+    gone = cut_off(trials)
     return {json.dumps(t.system_attrs.get("fixed_params", t.params), sort_keys=True)
-            for t in study.get_trials(deepcopy=False)
-            if not t.user_attrs.get("spare") and not t.user_attrs.get("interrupted")}
+            for t in trials if not t.user_attrs.get("spare") and t.number not in gone}
 
 
 def enqueue_next(study: optuna.Study, grid: dict) -> bool:
@@ -243,10 +275,11 @@ def duplicate_of(study: optuna.Study, number: int) -> int | None:
     with the higher trial number steps back, and a design queued twice runs once.
     """
     trials = study.get_trials(deepcopy=False)
+    gone = cut_off(trials)
     me = next(t for t in trials if t.number == number)
     mine = me.system_attrs.get("fixed_params", me.params)
     for t in trials:
-        if t.number == number or t.user_attrs.get("spare") or t.user_attrs.get("interrupted"):
+        if t.number == number or t.user_attrs.get("spare") or t.number in gone:
             continue
         if t.system_attrs.get("fixed_params", t.params) != mine:
             continue

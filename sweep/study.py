@@ -100,7 +100,7 @@ def shadow_predictions(plan) -> list:
     ``<results>/predicted_<target>.csv``; a short table printed. Returns the files written."""
     import pandas as pd
 
-    from .analysis import calibration as cal
+    from .analysis import calibration_store as store
     from .analysis.hardware import load_spec
     from .analysis.predict import Calibrated
     from .analysis.targets import predict_designs
@@ -117,9 +117,9 @@ def shadow_predictions(plan) -> list:
         except KeyError as e:
             print(f"predicted designs: {e}", flush=True)
             continue
-        have = cal.shipped_for(spec)
-        cal = Calibrated(have[1], have[0]) if have else None
-        df = pd.DataFrame(predict_designs(items, spec, cal, sh["constraints"]))
+        have = store.shipped_for(spec)
+        priced = Calibrated(have[1], have[0]) if have else None
+        df = pd.DataFrame(predict_designs(items, spec, priced, sh["constraints"]))
         path = write_atomic(plan.results / f"predicted_{spec.name}.csv",
                             lambda p, df=df: df.to_csv(p, index=False))
         out.append(path)

@@ -93,12 +93,12 @@ def test_weight_formats_count_their_bits_and_are_predicted_only():
 
 
 def test_a_quantized_design_is_priced_on_its_bytes():
-    from sweep.analysis import calibration as cal
+    from sweep.analysis import calibration_store as store
     from sweep.analysis.hardware import load_spec
     from sweep.analysis.predict import Calibrated, predict
     from zoo import ModelConfig
 
-    have = cal.shipped("NVIDIA H100 80GB HBM3")
+    have = store.shipped("NVIDIA H100 80GB HBM3")
     c = Calibrated(have[1], have[0])
     wl = {"batch": 1, "prompt_len": 512, "new_tokens": 128}
     bf = ModelConfig.from_name("llama3_1_8b", kernels="triton")

@@ -14,6 +14,7 @@ import yaml
 
 from kernels import switches, tuning
 from sweep.analysis import calibration as cal
+from sweep.analysis import calibration_store as store
 from sweep.analysis import predict as perf
 from sweep.common.env import REPO, detect_device
 from sweep.space import study_designs
@@ -77,7 +78,7 @@ def test_a_changed_kernel_is_measured_again_or_flagged(cpu_cal, monkeypatch, tmp
     d, items, _, _ = cpu_cal
     for p in d.iterdir():
         shutil.copy(p, tmp_path / p.name)
-    table = cal.load("cpu", cal_dir=tmp_path)[1]
+    table = store.load("cpu", cal_dir=tmp_path)[1]
     real = cal.fingerprints
 
     def changed(device, sw):
@@ -305,7 +306,7 @@ def test_without_a_gpu_the_real_designs_are_priced_on_the_h100(tmp_path):
     done = pred[pred.state == "COMPLETE"].sort_values("n_kv_heads")
     assert len(done) == 6 and (done.decode_tok_s > 0).all()
     assert done.decode_tok_s.iloc[0] > done.decode_tok_s.iloc[-1]  # GQA: fewer KV bytes, faster
-    shipped = list(cal.SHIPPED_DIR.glob("nvidia_h100*.json"))
+    shipped = list(store.SHIPPED_DIR.glob("nvidia_h100*.json"))
     assert done.basis_kind.eq("calibrated" if shipped else "roofline").all()
 
 

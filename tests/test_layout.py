@@ -177,3 +177,26 @@ def test_the_row_is_declared_once():
         assert R.upgrade({"old_tpot_ms": 2.0}) == {R.TIME["decode"]: 2.0}
     finally:
         del R.RENAMES["old_tpot_ms"]
+
+
+def test_one_percentile_definition():
+    """Every percentile of the project is ``sweep.common.stats.percentile`` (numpy's default,
+    Hyndman & Fan type 7): no module computes one its own way."""
+    import re
+
+    import numpy as np
+
+    from sweep.common.stats import percentile
+    from sweep.measure.timing import spread
+
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 5, 10, 33):
+        xs = rng.random(n).tolist()
+        for q in (0, 10, 50, 90, 100):
+            assert percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)), abs=1e-12)
+        assert spread(xs)["p90"] == percentile(xs, 90)
+    with pytest.raises(ValueError):
+        percentile([1.0], 101)
+    own = [f"{p.relative_to(REPO)}" for p in CODE
+           if re.search(r"np\.(percentile|quantile)|\.quantile\(", p.read_text())]
+    assert not own, own

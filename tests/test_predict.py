@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from sweep.analysis import calibration as cal
+from sweep.analysis import calibration_store as store
 from sweep.analysis import power
 from sweep.analysis import predict as perf
 from sweep.analysis.hardware import load_spec
@@ -207,13 +208,13 @@ def test_decode_attention_price_is_monotone_in_group_and_continuous_in_length(ca
     shape changes (a longer context never much cheaper: the old nearest-shape correction stepped
     by the ratios' spread there; checked on the committed CPU calibration of ``predict_cpu``,
     since a live one's ratios carry this machine's noise)."""
-    from sweep.analysis import calibration as cal
+    from sweep.analysis import calibration_store as store
 
     c = perf.Calibrated(calibration[1], calibration[0])
     k = next(k for k in perf.kernel_list(TINY, 2, 1, 65, "torch") if k.kind == "decode_attn")
     by_group = [c.decode_attn(dict(k.shape, G=g), k.bytes)[0] for g in range(1, 33)]
     assert all(b >= a for a, b in zip(by_group, by_group[1:])), by_group
-    meta, table = cal.load("", where=REF / "predict_cpu/calibration_cpu.json")
+    meta, table = store.load("", where=REF / "predict_cpu/calibration_cpu.json")
     fixed = perf.Calibrated(table, meta)
     per_pos = k.bytes / k.shape["S"]
     by_len = [fixed.decode_attn(dict(k.shape, S=s), per_pos * s)[0] for s in range(16, 1024, 4)]
@@ -236,9 +237,9 @@ def test_decode_attention_price_on_the_h100_calibration_has_no_steps(impl, kv):
     """On the committed H100 calibration (v7): context 256 .. 16k at batch 8, 8 KV heads, group
     4, head_dim 128 never gets cheaper by more than 0.5% per 64 positions (the nearest-shape
     correction dropped 2.2% in one step there), and groups 1 .. 32 never get cheaper."""
-    from sweep.analysis import calibration as cal
+    from sweep.analysis import calibration_store as store
 
-    meta, table = cal.load("", where=REF / "calibration_h100.json")
+    meta, table = store.load("", where=REF / "calibration_h100.json")
     c = perf.Calibrated(table, meta)
     per_pos = 2 * 8 * 8 * 128 * (2 if kv == "bf16" else 1)
     sh = dict(impl=impl, kv_dtype=kv, B=8, Hkv=8, G=4, S=512, D=128)
@@ -456,7 +457,7 @@ def test_power_limit_slows_a_long_stages_compute_bound_kernels_only():
     unchanged; without the sustained figures (a CPU, an older cache) nothing changes."""
     import json
 
-    meta, table = cal.shipped("NVIDIA H100 80GB HBM3")
+    meta, table = store.shipped("NVIDIA H100 80GB HBM3")
     c = perf.Calibrated(table, meta)
     ceil = json.loads((REF / "heldout_h100/ceilings.json").read_text())
     hot = dict(ceil, gemm_flops_bf16_sustained=ceil["gemm_flops_bf16"] / 1.11, power_onset_s=0.075)
@@ -490,7 +491,7 @@ def test_a_graphed_decode_step_is_never_below_the_hosts_floor():
     prices as before."""
     import pandas as pd
 
-    meta, table = cal.shipped("NVIDIA H100 80GB HBM3")
+    meta, table = store.shipped("NVIDIA H100 80GB HBM3")
     table = table[~((table.kind == "launch") & table.op.astype(str).str.startswith("graph_step"))]
     hw = load_spec("h100_sxm")
     small = ModelConfig.from_name("llama3_2_1b", n_layers=2, d_model=512, n_heads=8,

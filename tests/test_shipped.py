@@ -12,7 +12,7 @@ import json
 import pytest
 
 from kernels import tuning
-from sweep.analysis.calibration import SHIPPED_DIR
+from sweep.analysis.calibration_store import SHIPPED_DIR
 
 STALE = {  # (device file, kernel): why its shipped choices predate the code
     ("nvidia_h200", "decode_attention"): "the merge by group size (2026-11-26, issue 34) was "

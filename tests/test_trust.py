@@ -409,13 +409,13 @@ def test_command_lines_refuse_bad_options_before_any_work(tmp_path, capsys):
 def test_advise_without_the_designs_entries_prices_the_roofline_and_says_why():
     """A calibration that cannot price the design (here: no GEMM of its dtype) is not a crash:
     the advisor falls back to the roofline and its basis says why."""
-    from sweep.analysis import calibration as cal
+    from sweep.analysis import calibration_store as store
     from sweep.analysis.advice import advise
     from sweep.analysis.hardware import load_spec
     from sweep.analysis.predict import Calibrated
     from zoo import ModelConfig
 
-    meta, table = cal.shipped("NVIDIA H100 80GB HBM3")
+    meta, table = store.shipped("NVIDIA H100 80GB HBM3")
     c = Calibrated(table[table.kind != "gemm"], meta)
     cfg = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
     r = advise(cfg, dict(batch=1, prompt_len=512, new_tokens=64), load_spec("h100_sxm"), c)

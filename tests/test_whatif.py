@@ -73,10 +73,10 @@ def test_predictions_follow_the_switches_on_every_basis():
     layer, so the step is slower (calibrated on the H100, transferred to the H200, and roofline
     x stated launch cost on an A100 with no calibration); prefill does not change."""
     from kernels.switches import Switches
-    from sweep.analysis import calibration as cal
+    from sweep.analysis import calibration_store as store
     from sweep.analysis.predict import Calibrated
 
-    meta, table = cal.shipped("NVIDIA H100 80GB HBM3")
+    meta, table = store.shipped("NVIDIA H100 80GB HBM3")
     h100 = Calibrated(table, meta)
     cfg = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
     assert cfg.kernels == "triton"

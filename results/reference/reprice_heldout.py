@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from kernels.switches import Switches  # noqa: E402
-from sweep.analysis import calibration as cal  # noqa: E402
+from sweep.analysis import calibration_store as store  # noqa: E402
 from sweep.analysis import predict as perf  # noqa: E402
 from sweep.analysis.hardware import load_spec  # noqa: E402
 from sweep.cli.validate import items, load_set, price, read_measured  # noqa: E402
@@ -44,9 +44,9 @@ def main() -> int:
     s = load_set(a.set)
     ceilings = json.loads(Path(a.ceilings).read_text())
     device = ceilings.get("env", {}).get("device") or a.hardware
-    meta, table = cal.load("", where=Path(a.calibration))
+    meta, table = store.load("", where=Path(a.calibration))
     if a.host_calibration:  # that host's fixed costs, the GPU entries of --calibration
-        host = cal.load("", where=Path(a.host_calibration))[1]
+        host = store.load("", where=Path(a.host_calibration))[1]
         table = pd.concat([table[table.family != "launch"], host[host.family == "launch"]],
                           ignore_index=True)
     c = perf.Calibrated(table, meta)

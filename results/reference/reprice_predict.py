@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from sweep.analysis import calibration as cal  # noqa: E402
+from sweep.analysis import calibration_store as store  # noqa: E402
 from sweep.analysis.hardware import load_spec  # noqa: E402
 from sweep.analysis.predict import row_predictions  # noqa: E402
 from sweep.analysis.pricing import Calibrated  # noqa: E402
@@ -70,8 +70,8 @@ def _h200(run: Path):
     its anchors: ``(Calibrated, spec, ceilings, [(set, rows csv)])``."""
     from sweep.analysis.anchors import transfer
 
-    meta, table = cal.load("", where=ROOT / "sweep/analysis/calibrations/nvidia_h100_80gb_hbm3.json")
-    host = cal.load("", where=run / "calibration.json")
+    meta, table = store.load("", where=ROOT / "sweep/analysis/calibrations/nvidia_h100_80gb_hbm3.json")
+    host = store.load("", where=run / "calibration.json")
     if host is None or "family" not in host[1]:
         raise SystemExit(f"{run}/calibration.json (+ .parquet): no host calibration with families")
     host = host[1]
@@ -99,7 +99,7 @@ def main() -> None:
         v3 = a.v3
         where = ROOT / "sweep/analysis/calibrations/nvidia_h100_80gb_hbm3.json" if v3 else \
             REF / "calibration_h100.json"
-        meta, table = cal.load("", where=where)
+        meta, table = store.load("", where=where)
         c, spec, ceilings = Calibrated(table, meta), load_spec("h100_sxm"), meta["ceilings"]
         sets = [(w, REF / f"predict_h100{'_v3' if v3 else ''}/rows_{w}.csv") for w in WORKLOADS]
     plans, out = {}, {"rows": []}

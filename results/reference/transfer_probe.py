@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from kernels.switches import Switches  # noqa: E402
-from sweep.analysis import calibration as cal  # noqa: E402
+from sweep.analysis import calibration_store as store  # noqa: E402
 from sweep.common.env import detect_device, environment  # noqa: E402
 from sweep.measure import calibration_run, ceilings  # noqa: E402
 
@@ -40,7 +40,7 @@ def sample(table):
 def main() -> int:
     out = Path(sys.argv[1])
     dev = detect_device("cuda")
-    meta, table = cal.shipped(SRC)
+    meta, table = store.shipped(SRC)
     gemm, gemv = sample(table)
     t0 = time.time()
     ceil = [ceilings.measure("cuda")]

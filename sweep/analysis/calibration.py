@@ -39,19 +39,19 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import platform
 import time
 from pathlib import Path
 
 from kernels.tuning import fingerprint
 
-from ..common.atomic import write_atomic, write_json
-from ..common.env import REPO, environment, slug, triton_interpret, versions
+from ..common.env import REPO, environment, triton_interpret, versions
+from ..common.locks import cache_lock
+from . import calibration_store as store
+from .calibration_store import CAL_DIR, VERSION, load, paths, shipped
 from .needs import KEYS, MOST, attn_grid, grid_needs, merge, missing, needs  # noqa: F401
 
-CAL_DIR = REPO / "results" / "calibration"
-SHIPPED_DIR = Path(__file__).resolve().parent / "calibrations"
-VERSION = 8  # of the table's columns and families: a cache of another version is measured again
 POLICIES = ("auto", "frozen")
 
 _KERNELS = REPO / "kernels"
@@ -120,72 +120,6 @@ def _spec(device_type: str, quick: bool, switches, want: dict, base: list, grid:
                                                                                    [])]}
 
 
-# ---- the cache ---------------------------------------------------------------------------
-
-def paths(device_name: str, cal_dir: Path | None = None) -> tuple[Path, Path]:
-    """``(<device>.json, <device>.parquet)`` in ``cal_dir`` (default ``results/calibration``)."""
-    base = (cal_dir or CAL_DIR) / slug(device_name)
-    return base.with_suffix(".json"), base.with_suffix(".parquet")
-
-
-def shipped(device_name: str):
-    """``(meta, table)`` of the calibration shipped with the package for ``device_name`` (of this
-    ``VERSION``, with its fingerprints), or None."""
-    have = load(device_name, where=paths(device_name, SHIPPED_DIR)[0])
-    if have is None or have[0].get("version") != VERSION or not have[0].get("fingerprints") \
-            or "family" not in have[1]:
-        return None
-    return have
-
-
-def shipped_for(spec):
-    """``(meta, table)`` of the shipped calibration of the GPU a hardware ``spec`` describes (one
-    whose device name the spec's ``match`` patterns match), or None."""
-    import re
-
-    for meta_p in sorted(SHIPPED_DIR.glob("*.json")):
-        meta = json.loads(meta_p.read_text())
-        if any(re.search(p, meta.get("device", "")) for p in spec.match or []):
-            return shipped(meta["device"])
-    return None
-
-
-def load(device_name: str, where: Path | None = None, cal_dir: Path | None = None):
-    """``(meta, table)`` of a cached calibration of ``device_name`` (or of the files at
-    ``where``, a ``.json`` path), or None."""
-    import pandas as pd
-
-    meta_p, tab_p = (Path(where), Path(where).with_suffix(".parquet")) if where else \
-        paths(device_name, cal_dir)
-    if not meta_p.exists() or not tab_p.exists():
-        return None
-    return json.loads(meta_p.read_text()), pd.read_parquet(tab_p)
-
-
-def load_file(path) -> tuple[dict, object]:
-    """``(meta, table)`` of the calibration a user named (``--calibration FILE.json``, its table
-    the ``.parquet`` beside it).
-
-    Raises:
-        FileNotFoundError: either file is missing (both named). ValueError: the ``.json`` is not a
-            calibration's (not JSON, or not an object).
-    """
-    meta_p = Path(path)
-    tab_p = meta_p.with_suffix(".parquet")
-    if meta_p.suffix != ".json" or not meta_p.is_file() or not tab_p.is_file():
-        raise FileNotFoundError(f"{path}: no calibration here (a .json and the .parquet beside "
-                                f"it: {meta_p.with_suffix('.json').name}, {tab_p.name})")
-    try:
-        meta = json.loads(meta_p.read_text())
-    except ValueError as e:
-        raise ValueError(f"{path}: not a calibration's .json ({e})") from None
-    if not isinstance(meta, dict):
-        raise ValueError(f"{path}: not a calibration's .json (not an object)")
-    import pandas as pd
-
-    return meta, pd.read_parquet(tab_p)
-
-
 def stale_families(meta: dict, current: dict) -> list[str]:
     """The families whose recorded fingerprint differs from ``current`` (``fingerprints``); every
     family of a calibration without fingerprints (measured before they were kept)."""
@@ -212,13 +146,24 @@ def ensure(device: dict, items, switches, ceilings: dict | None = None,
         ValueError: an unknown ``policy``. RuntimeError: the measurement failed (the child's
             error tail in the message).
     """
-    import pandas as pd
-
     if policy not in POLICIES:
         raise ValueError(f"calibration_policy={policy!r} is not one of {', '.join(POLICIES)}")
+    # one process at a time reads, measures into and writes this device's cache: another
+    # process's entries are found here, not measured twice nor written over
+    with cache_lock(paths(device["name"], cal_dir)[1], f"the calibration of {device['name']}",
+                    log):
+        return _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quick,
+                       full, timeout_s, on_line, log, from_shipped)
+
+
+def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quick, full,
+            timeout_s, on_line, log, from_shipped):
+    import pandas as pd
+
     quick = device["type"] != "cuda" if quick is None else quick
     meta_p, tab_p = paths(device["name"], cal_dir)
-    have = load(device["name"], cal_dir=cal_dir)
+    have = load(device["name"], cal_dir=cal_dir,
+                on_error=lambda why: log(f"calibration: the cache {why}: measured again"))
     if have is None or have[0].get("version") != VERSION:
         have = shipped(device["name"]) if from_shipped else None
         if have is not None:
@@ -255,7 +200,7 @@ def ensure(device: dict, items, switches, ceilings: dict | None = None,
     what = [f"{k} {len(v)}" for k, v in todo.items() if v] + [f"group {g}" for g in base]
     log(f"calibration: measuring {n_todo} entries on {device['name']} ({', '.join(what)})")
     t0 = time.time()
-    out = tab_p.with_name(f".{tab_p.stem}.new.parquet")
+    out = tab_p.with_name(f".{tab_p.stem}.{os.getpid()}.new.parquet")  # one per process
     part = out.with_name(out.name + ".partial")
     failed = None
     try:
@@ -302,8 +247,7 @@ def _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings, wal
                    "gemm_flops_bf16_sustained", "power_onset_s")}
     if cl:
         meta["ceilings"] = cl
-    write_atomic(tab_p, lambda p: table.to_parquet(p, index=False))
-    write_json(meta_p, meta)
+    store.write(meta_p, tab_p, meta, table)
     return meta, table
 
 

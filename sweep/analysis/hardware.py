@@ -128,21 +128,27 @@ def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300
         ``{"copy_bytes_s", "gemm_flops_<dtype>", ..., "env": {...}}``; ``{"error": reason}`` if the
         measurement failed, so figures against it become NaN with that reason.
     """
+    from ..common.locks import cache_lock
     from ..measure import ceilings
 
     cache_dir = cache_dir or CEILINGS_DIR
     path = cache_dir / f"{slug(device['name'])}.json"
-    if path.exists() and not refresh:
-        have = json.loads(path.read_text())
-        if device["type"] != "cuda" or "power_onset_s" in have:
-            return have
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        res = ceilings.run(device["type"], timeout_s, on_line=on_line)
-    except RuntimeError as e:
-        return {"error": str(e)}
-    write_json(path, res)
-    return res
+    say = on_line or (lambda m: print(m, flush=True))
+    with cache_lock(path, f"the ceilings of {device['name']}", say):  # one measurement at a time
+        if path.exists() and not refresh:
+            try:
+                have = json.loads(path.read_text())
+            except ValueError as e:  # a truncated or empty file: measured again, saying so
+                say(f"ceilings: the cache {path} is unreadable ({e}): measured again")
+                have = None
+            if isinstance(have, dict) and (device["type"] != "cuda" or "power_onset_s" in have):
+                return have
+        try:
+            res = ceilings.run(device["type"], timeout_s, on_line=on_line)
+        except RuntimeError as e:
+            return {"error": str(e)}
+        write_json(path, res)
+        return res
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..common import row as R
 from ..common.env import REPO
+from ..common.stats import percentile
 
 DATA = REPO / "conf" / "public"
 # the published figures a row may hold: per-sequence rates (tokens/s) and per-token times (ms)
@@ -355,7 +356,7 @@ def family_fits(rows: list[Row], chips: dict, models: dict, table: list[dict]) -
                           "dequant_bytes_per_weight": float(c[2]), "rows": n,
                           "chips": sorted({r.group for r in members}),
                           "sources": sorted({r.source for r in members}),
-                          "loo_error_pct": [float(np.percentile(errs, 10)),
-                                            float(np.percentile(errs, 90))] if errs else None}
+                          "loo_error_pct": [percentile(errs, 10),
+                                            percentile(errs, 90)] if errs else None}
     return out
 

@@ -46,19 +46,19 @@ def _calibration(plan, path: str | None, device: dict):
     (this device's cache when the target is this device, else the one shipped for the target's
     GPU), else this device's transferred to an NVIDIA target when it has the ceilings a transfer
     needs (a CPU's calibration has no bf16 GEMM ceiling: never transferred to a GPU)."""
-    from ..analysis import calibration as cal
+    from ..analysis import calibration_store as store
     from ..analysis.predict import transfer
     from ..analysis.pricing import Calibrated
     from ..analysis.targets import _is_device, target_ceilings
 
     if path:
-        have = cal.load_file(path)
+        have = store.load_file(path)
     elif _is_device(plan.spec, device.get("name")):
-        have = cal.load(device["name"], cal_dir=plan.cache("calibration")) or \
-            cal.shipped(device["name"])
+        have = store.load(device["name"], cal_dir=plan.cache("calibration")) or \
+            store.shipped(device["name"])
     else:
-        have = cal.shipped_for(plan.spec) or cal.load(device.get("name", ""),
-                                                  cal_dir=plan.cache("calibration"))
+        have = store.shipped_for(plan.spec) or store.load(device.get("name", ""),
+                                                      cal_dir=plan.cache("calibration"))
     if have is None:
         return None
     c = Calibrated(have[1], have[0])

@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     from kernels import tuning
 
     from ..analysis import calibration as cal
+    from ..analysis import calibration_store as store
     from ..analysis.hardware import measure_ceilings
     from ..report.progress import TaskProgress
     from ..space import shipped_items
@@ -52,17 +53,17 @@ def main(argv: list[str] | None = None) -> int:
                                     refresh=a.refresh, quick=a.quick or None, ceilings=ceilings,
                                     cal_dir=root / "calibration", on_line=bar.on_line,
                                     tuning_dir=root / "tuning", timeout_s=a.timeout)
-    meta_p, tab_p = cal.paths(dev["name"], root / "calibration")
+    meta_p, tab_p = store.paths(dev["name"], root / "calibration")
     print(f"{meta['device']}: {len(table)} entries ({meta['kinds']}), {meta['measured_now']} "
           f"measured now in {meta.get('wall_s')} s; {meta_p}")
     if a.ship:
-        cal.SHIPPED_DIR.mkdir(parents=True, exist_ok=True)
+        store.SHIPPED_DIR.mkdir(parents=True, exist_ok=True)
         for p in (meta_p, tab_p):
-            shutil.copy(p, cal.SHIPPED_DIR / p.name)
+            shutil.copy(p, store.SHIPPED_DIR / p.name)
         tuned = root / "tuning" / f"{tuning.slug(dev['name'])}.json"
         if tuned.exists():  # merged: the choices of kernels not measured again are kept
             tuning.ship(tuned)
-        print(f"shipped: {cal.SHIPPED_DIR / meta_p.name}"
+        print(f"shipped: {store.SHIPPED_DIR / meta_p.name}"
               + (f", {tuning.SHIPPED_DIR / tuned.name}" if tuned.exists() else ""))
     return 0
 

@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     from kernels.switches import Switches
 
     from ..analysis import calibration as cal
+    from ..analysis import calibration_store as store
     from ..analysis import predict as perf
     from ..analysis.hardware import load_spec, measure_ceilings
     from ..common.atomic import write_atomic, write_json, write_text
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     dev = detect_device(a.device)
     # an unknown spec is refused before any work
     spec = load_spec(a.hardware, dev["name"]) if a.hardware == "auto" else load_spec(a.hardware)
-    given = cal.load_file(a.calibration) if a.calibration else None  # refused before any work
+    given = store.load_file(a.calibration) if a.calibration else None  # refused before any work
     chosen = items(s, dev["type"], a.only)
     if not chosen:
         raise ValueError(f"no pair of {s['name']} is named {a.only}")
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             if here:
                 write_json(out / "anchors.json", here)
     elif a.measured:  # priced where it was measured: that device's cached calibration
-        have = cal.load(dev["name"], cal_dir=root / "calibration") or cal.shipped(dev["name"])
+        have = store.load(dev["name"], cal_dir=root / "calibration") or store.shipped(dev["name"])
         if have is None:
             raise FileNotFoundError(f"no calibration of {dev['name']} under {root}")
         c = perf.Calibrated(have[1], have[0])

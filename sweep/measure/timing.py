@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import torch
 
+from ..common.stats import percentile
+
 
 class Timer:
     """Times callables on ``device`` (``cuda`` or ``cpu``). All results are in seconds."""
@@ -60,11 +62,8 @@ class Timer:
 
 
 def spread(ts: list[float]) -> dict:
-    """Median, min, p10, p90 and max of ``ts`` (same unit as ``ts``)."""
+    """Median, min, p10, p90 and max of ``ts`` (same unit as ``ts``; the percentiles of
+    ``sweep.common.stats``)."""
     s = sorted(ts)
-
-    def q(p):
-        return s[min(len(s) - 1, max(0, round(p * (len(s) - 1))))]
-
-    return {"median": statistics.median(s), "min": s[0], "p10": q(0.1), "p90": q(0.9),
-            "max": s[-1], "n": len(s)}
+    return {"median": statistics.median(s), "min": s[0], "p10": percentile(s, 10),
+            "p90": percentile(s, 90), "max": s[-1], "n": len(s)}

@@ -110,7 +110,7 @@ def advice(meta: dict, front: pd.DataFrame, cal_dir: Path | None = None) -> str:
     in the first objective) on the study's hardware spec, priced from the study device's
     calibration where one is cached in ``cal_dir`` (else roofline prices, said so). Its rules are
     the GPU's (tensor cores, tiles, waves): a study on a CPU spec gets none."""
-    from ..analysis import calibration as cal
+    from ..analysis import calibration_store as store
     from ..analysis.advice import AdviseConf, advise
     from ..analysis.hardware import HardwareSpec
     from ..analysis.pricing import Calibrated
@@ -126,7 +126,7 @@ def advice(meta: dict, front: pd.DataFrame, cal_dir: Path | None = None) -> str:
                 "design on a GPU.</p>")
     try:
         row = front.iloc[0]
-        have = cal.load(str(meta.get("env", {}).get("device", "")), cal_dir=cal_dir)
+        have = store.load(str(meta.get("env", {}).get("device", "")), cal_dir=cal_dir)
         c = Calibrated(have[1], have[0]) if have else None
         wl = {k: int(meta["workload"][k]) for k in ("batch", "prompt_len", "new_tokens")}
         r = advise(config_of(row), wl, HardwareSpec(**meta["hardware_spec"]), c,

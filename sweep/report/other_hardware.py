@@ -41,11 +41,11 @@ from .tables import design_label, load_study
 def _calibration(meta: dict, given: tuple | None, study_dir: Path) -> Calibrated | None:
     """``given`` (``--calibration``'s file, loaded: ``(meta, table)``), else the study device's
     (its cache beside the study, else the one shipped for it), or None."""
-    from ..analysis import calibration as cal
+    from ..analysis import calibration_store as store
 
     dev = meta.get("device") or (meta.get("env") or {}).get("device", "")
     have = given if given is not None else (
-        cal.load(dev, cal_dir=study_dir.parent / "calibration") or cal.shipped(dev))
+        store.load(dev, cal_dir=study_dir.parent / "calibration") or store.shipped(dev))
     if have is None:
         return None
     m, t = have
@@ -56,9 +56,9 @@ def for_target(spec, calibration: Calibrated | None) -> Calibrated | None:
     """The calibration to price ``spec`` from: the one shipped for that GPU when there is one
     (its own measurement beats a transfer), else ``calibration`` where ``predict_on`` can use it
     (its own device, or an NVIDIA GPU's with the ceilings a transfer needs: never a CPU's)."""
-    from ..analysis import calibration as cal
+    from ..analysis import calibration_store as store
 
-    if spec.kind == "gpu" and (own := cal.shipped_for(spec)) is not None:
+    if spec.kind == "gpu" and (own := store.shipped_for(spec)) is not None:
         return Calibrated(own[1], own[0])
     if calibration is None:
         return None
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown hardware {', '.join(bad)}; known: {', '.join(available())}",
               file=sys.stderr)
         return 2
-    from ..analysis.calibration import load_file
+    from ..analysis.calibration_store import load_file
 
     given = load_file(a.calibration) if a.calibration else None  # refused before any work
     for s in a.studies:

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..common.row import TIME, error, pred
+from ..common.stats import percentile
 from .tables import design_label, load_study
 
 STAGES = TIME  # stage -> its measured time column
@@ -40,7 +41,7 @@ def summary(df: pd.DataFrame) -> dict:
                           ("roofline", f"{st}_pred_error_pct_roofline")):
             e = done[col].astype(float).dropna() if col in done else pd.Series(dtype=float)
             out[st][kind] = {"median_abs_pct": float(np.median(e.abs())) if len(e) else None,
-                             "p90_abs_pct": float(np.percentile(e.abs(), 90)) if len(e) else None,
+                             "p90_abs_pct": percentile(e.abs(), 90) if len(e) else None,
                              "mean_signed_pct": float(e.mean()) if len(e) else None,
                              "n": int(len(e))}
         why = done.get(f"{st}_pred_reason", pd.Series(dtype=object)).dropna()

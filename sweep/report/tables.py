@@ -14,11 +14,26 @@ SUMMARY_COLUMNS = list(R.SUMMARY)
 _INTERNAL = {"design"}
 
 
+def cut_off(trials) -> dict[int, str]:
+    """``{number: why}`` of the trials whose design was cut off and queued again: stopped
+    (``interrupted``: Ctrl-C, SIGTERM, a dead process of this host), or failed by Optuna's
+    heartbeat (another trial's ``retry_of`` names it: ``sweep.storage.retry_dead``)."""
+    out = {t.number: t.user_attrs.get("fail_reason", "interrupted") for t in trials
+           if t.user_attrs.get("interrupted")}
+    for t in trials:
+        if (n := t.user_attrs.get("retry_of")) is not None:
+            out.setdefault(n, f"interrupted: {t.user_attrs.get('retry_why', 'its worker died')}; "
+                              f"the design was queued again (trial {t.number})")
+    return out
+
+
 def trials_frame(study) -> pd.DataFrame:
     """One row per trial: ``number``, ``state``, the sampled ``param_*``, every user attribute
     (design, workload, environment, measured and derived figures) and ``fail_reason``."""
     rows = []
-    for t in study.get_trials(deepcopy=False):
+    trials = study.get_trials(deepcopy=False)
+    gone = cut_off(trials)  # a trial failed by the heartbeat carries no reason of its own
+    for t in trials:
         if t.user_attrs.get("spare"):  # asked by a worker after the queue ran dry; never run
             continue
         row = {"number": t.number, "state": t.state.name}
@@ -26,6 +41,9 @@ def trials_frame(study) -> pd.DataFrame:
         row.update({k: v for k, v in t.user_attrs.items() if k not in _INTERNAL})
         if isinstance(row.get("row"), str):  # a predict-only trial keeps its row as one JSON
             row.update(json.loads(row.pop("row")))
+        if t.number in gone:
+            row.setdefault("interrupted", True)
+            row.setdefault("fail_reason", gone[t.number])
         row.setdefault("fail_reason", "")
         if t.datetime_start:
             row["trial_start"] = t.datetime_start.isoformat()

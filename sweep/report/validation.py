@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..common.row import STAGES, TIME, error, pred
+from ..common.stats import percentile
 
 # the targets of the held-out issue: stage -> (median, p90) |error| in %
 TARGETS = {"decode": (3.0, 8.0), "prefill": (5.0, 10.0)}
@@ -41,7 +42,7 @@ def abs_stats(x: pd.Series) -> dict:
     a = x.dropna().abs().to_numpy(float)
     if not a.size:
         return {"n": 0}
-    return {"n": int(a.size), "median": float(np.median(a)), "p90": float(np.percentile(a, 90)),
+    return {"n": int(a.size), "median": float(np.median(a)), "p90": percentile(a, 90),
             "max": float(a.max())}
 
 

@@ -1,0 +1,128 @@
+"""The calibration store: where a device's calibration lives, and reading and writing it.
+
+A calibration is two files, ``<device>.json`` (the meta: device, versions, fingerprints, history)
+and ``<device>.parquet`` (the table of entries), kept per device in ``results/calibration`` (or a
+study's ``cache_dir``) and shipped for the GPUs we measured in ``sweep/analysis/calibrations/``.
+The table's file also holds the meta (parquet key-value metadata): one atomic write replaces both,
+so a reader never pairs a new table with an old meta; the ``.json`` is the same meta for people
+and for files shipped before. A truncated or empty file is reported and read as none there.
+What the entries are and how they are measured: ``sweep.analysis.calibration``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..common.atomic import write_atomic, write_json
+from ..common.env import REPO, slug
+
+CAL_DIR = REPO / "results" / "calibration"
+SHIPPED_DIR = Path(__file__).resolve().parent / "calibrations"
+VERSION = 8  # of the table's columns and families: a cache of another version is measured again
+
+
+def paths(device_name: str, cal_dir: Path | None = None) -> tuple[Path, Path]:
+    """``(<device>.json, <device>.parquet)`` in ``cal_dir`` (default ``results/calibration``)."""
+    base = (cal_dir or CAL_DIR) / slug(device_name)
+    return base.with_suffix(".json"), base.with_suffix(".parquet")
+
+
+def shipped(device_name: str):
+    """``(meta, table)`` of the calibration shipped with the package for ``device_name`` (of this
+    ``VERSION``, with its fingerprints), or None."""
+    have = load(device_name, where=paths(device_name, SHIPPED_DIR)[0])
+    if have is None or have[0].get("version") != VERSION or not have[0].get("fingerprints") \
+            or "family" not in have[1]:
+        return None
+    return have
+
+
+def shipped_for(spec):
+    """``(meta, table)`` of the shipped calibration of the GPU a hardware ``spec`` describes (one
+    whose device name the spec's ``match`` patterns match), or None."""
+    import re
+
+    for meta_p in sorted(SHIPPED_DIR.glob("*.json")):
+        meta = json.loads(meta_p.read_text())
+        if any(re.search(p, meta.get("device", "")) for p in spec.match or []):
+            return shipped(meta["device"])
+    return None
+
+
+def load(device_name: str, where: Path | None = None, cal_dir: Path | None = None,
+         on_error=None):
+    """``(meta, table)`` of a cached calibration of ``device_name`` (or of the files at
+    ``where``, a ``.json`` path), or None: none there, or unreadable (a truncated or empty file;
+    ``on_error`` is told which and why, so the caller can say it measures again)."""
+    meta_p, tab_p = (Path(where), Path(where).with_suffix(".parquet")) if where else \
+        paths(device_name, cal_dir)
+    if not meta_p.exists() or not tab_p.exists():
+        return None
+    try:
+        return _read(meta_p, tab_p)
+    except ValueError as e:
+        if on_error is not None:
+            on_error(str(e))
+        return None
+
+
+META_KEY = b"designzoo_calibration_meta"  # the meta inside the table's file: one atomic write
+
+
+def _read(meta_p: Path, tab_p: Path) -> tuple[dict, object]:
+    """``(meta, table)``; the meta kept inside the parquet file where it is (``_save``), else the
+    ``.json`` (a shipped or older file).
+
+    Raises:
+        ValueError: either file unreadable (named, with the cause)."""
+    import pyarrow.parquet as pq
+
+    try:
+        t = pq.read_table(tab_p)
+    except Exception as e:  # noqa: BLE001 - pyarrow's errors: truncated, empty, not parquet
+        raise ValueError(f"{tab_p}: unreadable ({type(e).__name__}: {e})") from None
+    embedded = (t.schema.metadata or {}).get(META_KEY)
+    try:
+        meta = json.loads(embedded if embedded is not None else meta_p.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{meta_p}: unreadable ({e})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{meta_p}: not a calibration's meta (not a JSON object)")
+    return meta, t.to_pandas()
+
+
+def load_file(path) -> tuple[dict, object]:
+    """``(meta, table)`` of the calibration a user named (``--calibration FILE.json``, its table
+    the ``.parquet`` beside it).
+
+    Raises:
+        FileNotFoundError: either file is missing (both named). ValueError: either file is not a
+            calibration's (not JSON, not an object, not a parquet table).
+    """
+    meta_p = Path(path)
+    tab_p = meta_p.with_suffix(".parquet")
+    if meta_p.suffix != ".json" or not meta_p.is_file() or not tab_p.is_file():
+        raise FileNotFoundError(f"{path}: no calibration here (a .json and the .parquet beside "
+                                f"it: {meta_p.with_suffix('.json').name}, {tab_p.name})")
+    try:
+        json.loads(meta_p.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path}: not a calibration's .json ({e})") from None
+    return _read(meta_p, tab_p)
+
+
+def write(meta_p: Path, tab_p: Path, meta: dict, table) -> None:
+    """Write ``table`` (a DataFrame) to ``tab_p`` with ``meta`` inside (one atomic write: a reader
+    sees both old or both new), then ``meta`` again as ``meta_p`` (``.json``) beside it, for
+    people and the shipped layout."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pa.Table.from_pandas(table, preserve_index=False)
+    text = json.dumps(meta, default=str).encode()
+    t = t.replace_schema_metadata({**(t.schema.metadata or {}), META_KEY: text})
+    write_atomic(tab_p, lambda p: pq.write_table(t, p))
+    write_json(meta_p, meta)
+
+

@@ -1,0 +1,124 @@
+"""Device caches under many processes: the calibration, the tile choices and the ceilings are
+read, topped up and written back one process at a time (``sweep.common.locks``), written in one
+atomic step, and a damaged cache is measured again with a line naming the file."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pandas as pd
+
+from sweep.analysis import calibration as cal
+from sweep.analysis import calibration_store as store
+from sweep.common.env import REPO
+
+# One process topping up the CPU calibration with its own five GEMM shapes: the measurement
+# child replaced by rows written after a pause, long enough for the other process to come in
+TOP_UP = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    import pandas as pd
+    from kernels.switches import Switches
+    from sweep.analysis import calibration as cal
+    from sweep.measure import calibration_run as run_cal
+
+    tag, d = int(sys.argv[1]), Path(sys.argv[2])
+
+    def fake_run(spec, out, timeout_s, on_line=None):
+        rows = [dict(kind="gemm", M=m, N=n, K=k, dtype="fp32", time_s=1e-6, time_s_min=1e-6,
+                     time_s_p90=1e-6) for m, n, k in spec["gemm"]]
+        rows += [dict(kind="launch", op=g, time_s=1e-6, time_s_min=1e-6, time_s_p90=1e-6)
+                 for g in spec["base"]]
+        time.sleep(1.5)
+        pd.DataFrame(rows).to_parquet(out)
+        return 0, ""
+
+    run_cal.run = fake_run
+    cal.needs = lambda items, device_type: {
+        "gemm": [(100 * tag + i, 64, 64, "fp32") for i in range(5)]}
+    cal.attn_grid = lambda *a, **k: []
+    cal.ensure({"type": "cpu", "name": "cpu"}, [], Switches(), cal_dir=d, quick=True)
+""")
+
+
+def test_two_processes_top_up_one_calibration_at_once(tmp_path):
+    """Two processes add their own entries to one cache at the same moment: both sets are kept
+    (the second waits for the first and adds only its own), the table and its meta agree, and
+    the meta travels inside the table's file (one atomic write)."""
+    procs = [subprocess.Popen([sys.executable, "-c", TOP_UP, str(tag), str(tmp_path)], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for tag in (1, 2)]
+    logs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), logs
+    assert any("waiting for another process" in log for log in logs), logs
+    meta, table = store.load("cpu", cal_dir=tmp_path)
+    gemm = table[table.kind == "gemm"]
+    assert sorted(gemm.M) == [100, 101, 102, 103, 104, 200, 201, 202, 203, 204]
+    assert meta["entries"] == len(table)
+    assert json.loads(store.paths("cpu", tmp_path)[0].read_text())["entries"] == len(table)
+    assert not list(tmp_path.glob(".*.tmp")) and not list(tmp_path.glob(".*.new.parquet"))
+
+
+def test_a_damaged_calibration_cache_is_measured_again_saying_so(tmp_path, monkeypatch):
+    from kernels.switches import Switches
+    from sweep.measure import calibration_run as run_cal
+
+    meta_p, tab_p = store.paths("cpu", tmp_path)
+    meta_p.write_text("{}")
+    tab_p.write_bytes(b"PAR1 truncated")
+    measured = []
+
+    def fake_run(spec, out, timeout_s, on_line=None):
+        measured.append(spec)
+        pd.DataFrame([dict(kind="gemm", M=1, N=64, K=64, dtype="fp32", time_s=1e-6,
+                           time_s_min=1e-6, time_s_p90=1e-6)]).to_parquet(out)
+        return 0, ""
+
+    monkeypatch.setattr(run_cal, "run", fake_run)
+    monkeypatch.setattr(cal, "needs", lambda items, t: {"gemm": [(1, 64, 64, "fp32")]})
+    monkeypatch.setattr(cal, "attn_grid", lambda *a, **k: [])
+    lines = []
+    meta, table = cal.ensure({"type": "cpu", "name": "cpu"}, [], Switches(), cal_dir=tmp_path,
+                             quick=True, log=lines.append)
+    assert measured and len(table) == 1
+    said = [m for m in lines if "unreadable" in m]
+    assert said and str(tab_p) in said[0] and "measured again" in said[0], lines
+    assert store.load("cpu", cal_dir=tmp_path)[1].equals(table)
+
+
+SAVE = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from kernels import tuning
+
+    tag, d = int(sys.argv[1]), Path(sys.argv[2])
+    tuning.kernel_fingerprint = lambda k: "fp"
+    tuning.configure(d)
+    for i in range(40):
+        tuning.record("gemv", (tag, i), {"BLOCK_N": 16}, "DEV")
+        tuning.save()
+""")
+
+
+def test_two_processes_saving_tile_choices_keep_both(tmp_path):
+    procs = [subprocess.Popen([sys.executable, "-c", SAVE, str(tag), str(tmp_path)], cwd=REPO)
+             for tag in (1, 2)]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    data = json.loads((tmp_path / "dev.json").read_text())
+    keys = set(data["kernels"]["gemv"]["choices"])
+    assert keys == {f"{t}|{i}" for t in (1, 2) for i in range(40)}
+
+
+def test_a_damaged_ceilings_cache_is_measured_again(tmp_path, monkeypatch):
+    from sweep.analysis import hardware
+    from sweep.measure import ceilings
+
+    (tmp_path / "cpu.json").write_text('{"copy_bytes_s": 1')  # cut off mid-write
+    monkeypatch.setattr(ceilings, "run", lambda *a, **k: {"copy_bytes_s": 2.0e9})
+    lines = []
+    got = hardware.measure_ceilings({"type": "cpu", "name": "cpu"}, cache_dir=tmp_path,
+                                    on_line=lines.append)
+    assert got == {"copy_bytes_s": 2.0e9}
+    assert any("unreadable" in m and "cpu.json" in m for m in lines), lines
+    assert json.loads((tmp_path / "cpu.json").read_text()) == got
