@@ -509,3 +509,18 @@ def test_a_graphed_decode_step_is_never_below_the_hosts_floor():
     assert "host-bound step" in b["decode_pred_basis"]
     assert perf.predict(big, wl, hw, with_floor)["decode_pred_ms"] == pytest.approx(
         perf.predict(big, wl, hw, without)["decode_pred_ms"], rel=1e-9)
+
+
+def test_a_wider_ffn_never_prices_a_faster_prefill():
+    """GEMM shapes the calibration holds at another M only: a wider FFN of the 8B shape was
+    priced 7x slower at 6144 than at 12288 (an (N, K) measured at M = 8192 alone priced its
+    M = 512 GEMM at the M = 8192 time); now the nearest (N, K) calibrated around the M prices it,
+    and TTFT and TPOT grow with ffn_dim."""
+    meta, table = store.shipped("NVIDIA H100 80GB HBM3")
+    c = perf.Calibrated(table, meta)
+    wl = {"batch": 1, "prompt_len": 512, "new_tokens": 128}
+    rows = [perf.predict(ModelConfig.from_name("llama3_1_8b", ffn_dim=f, kernels="triton"), wl,
+                         load_spec("h100_sxm"), c) for f in (4096, 6144, 8192, 12288, 16384)]
+    for st in ("prefill", "decode"):
+        t = [r[f"{st}_pred_ms_calibrated"] for r in rows]
+        assert all(a < b for a, b in zip(t, t[1:])), (st, t)

@@ -24,6 +24,11 @@ from zoo.formats import DTYPE_BYTES
 SHEPARD_FLOOR = 0.1
 
 
+def _covers(rows, m: float) -> bool:
+    """Whether calibrated GEMM ``rows`` (one ``(N, K)``) hold an M at or around ``m``."""
+    return len(rows) > 0 and rows.M.min() <= m <= rows.M.max()
+
+
 def _interp_log(x: float, xs: np.ndarray, ys: np.ndarray) -> tuple[float, bool]:
     """Piecewise-linear interpolation of log y over log x; ``(y, inside)``: outside the range the
     nearest end is extended along the last segment's slope and ``inside`` is False."""
@@ -60,8 +65,9 @@ class Calibrated:
 
     def gemm(self, s: dict) -> tuple[float, str]:
         """``(time s, basis)`` of one ``[M, K] x [K, N]`` GEMM (``s``: ``M``, ``N``, ``K``,
-        ``dtype``): the calibrated entries of this ``(N, K)`` interpolated in log M, or the
-        nearest calibrated ``(N, K)``'s achieved FLOP/s on this GEMM's FLOPs (noted). A transfer
+        ``dtype``): the calibrated entries of this ``(N, K)`` interpolated in log M; where they
+        do not reach this M, the nearest ``(N, K)`` calibrated around it, its achieved FLOP/s on
+        this GEMM's FLOPs (noted); a shape measured at one M only is scaled by M. A transfer
         scales a compute-bound GEMM by the compute ratio, a memory-bound one's non-fixed part by
         the memory ratio.
 
@@ -73,16 +79,25 @@ class Calibrated:
             raise KeyError(f"no {s['dtype']} GEMM in the calibration")
         same = g[(g.N == s["N"]) & (g.K == s["K"])]
         basis = f"gemm N={s['N']} K={s['K']}"
-        if same.empty:  # the nearest calibrated (N, K), its achieved FLOP/s at this M
-            dist = (np.log(g.N) - math.log(s["N"])) ** 2 + (np.log(g.K) - math.log(s["K"])) ** 2
-            nn = g.loc[dist.idxmin()]
-            same = g[(g.N == nn.N) & (g.K == nn.K)]
-            basis = f"gemm N={int(nn.N)} K={int(nn.K)} (nearest; scaled by FLOPs)"
-            self._note(f"GEMM N={s['N']} K={s['K']} not calibrated: scaled from "
-                       f"N={int(nn.N)} K={int(nn.K)}")
+        if not _covers(same, s["M"]):  # the nearest (N, K) calibrated around this M, scaled
+            cover = g.groupby(["N", "K"]).M.agg(["min", "max"])
+            cover = cover[(cover["min"] <= s["M"]) & (cover["max"] >= s["M"])]
+            pool = cover.reset_index() if len(cover) else g[["N", "K"]].drop_duplicates()
+            if not same.empty and not len(cover):
+                pool = same[["N", "K"]].drop_duplicates()  # its own shape, at another M
+            dist = ((np.log(pool.N) - math.log(s["N"])) ** 2
+                    + (np.log(pool.K) - math.log(s["K"])) ** 2)
+            nn = pool.loc[dist.idxmin()]
+            if (nn.N, nn.K) != (s["N"], s["K"]):
+                same = g[(g.N == nn.N) & (g.K == nn.K)]
+                basis = f"gemm N={int(nn.N)} K={int(nn.K)} (nearest; scaled by FLOPs)"
+                self._note(f"GEMM N={s['N']} K={s['K']} not calibrated: scaled from "
+                           f"N={int(nn.N)} K={int(nn.K)} (calibrated around M={s['M']})")
         nk = float(same.N.iloc[0] * same.K.iloc[0])
         same = same.groupby("M", as_index=False).time_s.median()
         t, inside = _interp_log(s["M"], same.M.to_numpy(float), same.time_s.to_numpy(float))
+        if not inside and len(same) == 1:  # one M measured: its achieved FLOP/s at this M
+            t = max(t * s["M"] / float(same.M.iloc[0]), self._gemm_fixed(s["dtype"]))
         if "nearest" in basis:  # the same achieved FLOP/s on this GEMM's FLOPs
             t *= s["N"] * s["K"] / nk
         if not inside:
