@@ -219,3 +219,22 @@ def test_a_worker_never_runs_an_unqueued_design(tmp_path):
     assert t.state == optuna.trial.TrialState.PRUNED and t.user_attrs["spare"] is True
     assert finished(study) == 0 and tables.trials_frame(study).empty
     assert not (plan.results / "trials").exists()
+
+
+def test_compare_tells_apart_designs_that_differ_in_weight_format_or_a_switch():
+    """Two rows of one shape that differ only in ``weight_dtype`` or a kernel switch are two
+    designs: ``compare`` matches each with its own (it matched them as one before)."""
+    import pandas as pd
+
+    from sweep.report.regression import compare
+
+    base = {"n_heads": 8, "n_kv_heads": 2, "head_dim": 16, "d_model": 128, "n_layers": 2,
+            "ffn_dim": 352, "batch": 2, "prompt_len": 16, "new_tokens": 4, "mode": "eager",
+            "state": "COMPLETE", "switch_pdl": True, "weight_dtype": "auto"}
+    rows = [dict(base, decode_tpot_ms=1.0), dict(base, weight_dtype="int4_g128",
+                                                 decode_tpot_ms=0.5),
+            dict(base, switch_pdl=False, decode_tpot_ms=2.0)]
+    old, new = pd.DataFrame(rows), pd.DataFrame(rows)
+    res = compare(old, new)
+    t = res[res.metric == "decode_tpot_ms"]
+    assert len(t) == 3 and (t.old == t.new).all() and not t.regression.any()

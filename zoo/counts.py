@@ -172,6 +172,28 @@ def kv_bytes_per_token(cfg: ModelConfig) -> int:
     return 2 * cfg.n_layers * cfg.n_kv_heads * (cfg.head_dim * DTYPE_BYTES[cfg.kv_dtype] + scale)
 
 
+def memory_need(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int,
+                scores: bool = False) -> dict:
+    """Bytes a run of the workload holds at its peak, by part (an estimate from the shapes, no
+    allocator): ``weights`` (every parameter, a tied embedding once), ``kv_cache`` (the static
+    cache of ``prompt_len + new_tokens`` positions per sequence), ``activations`` (the prefill's
+    live tensors per token: residual stream, normed input and attention output (3 d), the qkv
+    projection (H + 2 Hkv) D, the FFN hidden 2F (SwiGLU: gate and up) and activation F, in the model
+    dtype, and one row of float32 logits per sequence), ``scores`` (with ``scores``: the prefill's
+    full ``H x T x T`` float32 score matrix of one layer, what an attention without a fused kernel,
+    the CPU's, materializes), and ``total``."""
+    b = DTYPE_BYTES[cfg.dtype]
+    T = prompt_len
+    hidden = 2 if cfg.ffn_type == "swiglu" else 1
+    per_token = (3 * cfg.d_model + cfg.q_dim + 2 * cfg.kv_dim + (hidden + 1) * cfg.ffn_dim) * b
+    out = {"weights": params(cfg).total * b,
+           "kv_cache": kv_bytes_per_token(cfg) * batch * (prompt_len + new_tokens),
+           "activations": batch * T * per_token + batch * cfg.vocab_size * 4,
+           "scores": batch * cfg.n_heads * T * T * 4 if scores else 0}
+    out["total"] = sum(out.values())
+    return out
+
+
 def summary(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int) -> dict:
     """Flat dict of the analytic figures for one design and workload (the results-row names)."""
     p = params(cfg)
@@ -183,6 +205,7 @@ def summary(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int) -> d
         "weight_bytes": pf.bytes["weights"],
         # the static cache a workload allocates: every position of every sequence
         "kv_cache_bytes": kv_bytes_per_token(cfg) * batch * (prompt_len + new_tokens),
+        "memory_need_bytes": memory_need(cfg, batch, prompt_len, new_tokens)["total"],
     }
     for name, st in (("prefill", pf), ("decode", dc)):
         row[f"{name}_flops"] = st.matmul_flops

@@ -26,11 +26,13 @@ power limit; NaN where no TDP is stated),
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
 from kernels.switches import Switches
 from zoo import ModelConfig, counts
+from zoo.config import DESIGN_FIELDS
 
 from ..common.row import MODULES, RATE, TIME, energy, pred, pred_module
 from .predict import Calibrated, kernel_list, predict, transfer
@@ -116,7 +118,7 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
     kind = basis.split(" ")[0]
     ttft, tpot = row[pred("prefill")], row[pred("decode")]
     s = analytic or counts.summary(cfg, B, T, N)
-    need = s["weight_bytes"] + s["kv_cache_bytes"]
+    need = s["memory_need_bytes"]  # weights, KV cache, prefill activations (zoo.counts)
     mods = {m: row.get(pred_module("decode", m), 0.0) for m in MODULES}
     dc = counts.decode_mean(cfg, B, T, N)
     t_mem = dc.min_bytes / ceil["copy_bytes_s"] * 1e3
@@ -179,10 +181,6 @@ def _fitted(cfg: ModelConfig, workload: dict, spec, ceil: dict) -> dict:
     return row
 
 
-DESIGN_FIELDS = ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
-                 "vocab_size", "ffn_type", "norm", "dtype", "kv_dtype", "weight_dtype", "kernels",
-                 "qkv_bias",
-                 "tie_embeddings", "rope_theta", "max_seq_len", "norm_eps")
 
 
 def config_of(row) -> ModelConfig:
@@ -232,6 +230,7 @@ def predict_designs(items, spec, calibration: Calibrated | None = None,
         B, T, N = wl["batch"], wl["prompt_len"], wl["new_tokens"]
         analytic = counts.summary(cfg, B, T, N)
         row = {k: getattr(cfg, k) for k in DESIGN_FIELDS}
+        row["rope_scaling"] = json.dumps(cfg.rope_scaling) if cfg.rope_scaling else ""  # as measured rows
         row.update(model=cfg.name, batch=B, prompt_len=T, new_tokens=N, mode=mode,
                    predicted=True, **{k: analytic[k] for k in (
                        "params_non_embedding", "params_total", "kv_bytes_per_token")})

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..common.row import COLUMNS, REGRESSION, spread_of
+from ..common.row import COLUMNS, CONTENDED, REGRESSION, spread_of
+from .tables import row_keys
 
-KEYS = ["n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers", "ffn_dim", "ffn_type",
-        "vocab_size", "dtype", "kv_dtype", "kernels", "mode", "batch", "prompt_len", "new_tokens"]
 # metric -> (higher is better, spread columns (min, p90) of the underlying time or None)
 METRICS = {c: (COLUMNS[c].direction == "max", spread_of(c)) for c in REGRESSION}
 
@@ -38,12 +37,19 @@ def load(path: str | Path) -> pd.DataFrame:
     return df[df["state"] == "COMPLETE"] if "state" in df else df
 
 
+def _contended(v) -> bool:
+    return v is True or (isinstance(v, str) and v.lower() == "true")
+
+
 def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> pd.DataFrame:
     """One row per (design, metric) present in both: old, new, ``better_pct`` (the relative
     change in the metric's good direction: positive is better, whichever way the number moved),
     ``change`` in words (``12.3% better``), and ``regression`` (bool) by the rule in the module
     docstring."""
-    keys = [k for k in KEYS if k in old.columns and k in new.columns]
+    keys = row_keys(old, new)
+    old, new = (d if CONTENDED in d else  # a record from before the flag: measured alone
+                pd.concat([d, pd.Series(False, index=d.index, name=CONTENDED)], axis=1)
+                for d in (old, new))
     m = old.merge(new, on=keys, suffixes=("_old", "_new"))
     rows = []
     for r in m.to_dict(orient="records"):  # keeps each column's type (iterrows casts to float)
@@ -60,11 +66,14 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> pd
                 new_min, old_p90 = r.get(f"{spread[0]}_new"), r.get(f"{spread[1]}_old")
                 if new_min is not None and old_p90 is not None and not pd.isna(new_min):
                     worse = new_min > old_p90
+            shared = [w for w in ("old", "new") if _contended(r.get(f"{CONTENDED}_{w}"))]
+            if shared:  # measured beside another job: not judged, said so
+                worse = False
             rows.append({"design": design, "metric": metric, "old": a, "new": b,
                          "better_pct": 100 * change,
                          "change": f"{abs(100 * change):.1f}% {'better' if change >= 0 else 'worse'}"
                                    f" ({'higher' if higher else 'lower'} is better)",
-                         "regression": bool(worse)})
+                         "regression": bool(worse), CONTENDED: ",".join(shared)})
     return pd.DataFrame(rows)
 
 
@@ -87,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(res.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     bad = res[res.regression]
+    shared = res[res[CONTENDED] != ""]
+    if len(shared):
+        print(f"\n{shared.design.nunique()} design(s) measured while another process used the "
+              "device (contended): not judged; measure them again alone")
     print(f"\n{len(bad)} regression(s) beyond {a.threshold:.0%} and the spread")
     return 1 if len(bad) else 0
 

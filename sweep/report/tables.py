@@ -14,6 +14,17 @@ SUMMARY_COLUMNS = list(R.SUMMARY)
 _INTERNAL = {"design"}
 
 
+def row_keys(*frames: pd.DataFrame) -> list[str]:
+    """The columns that tell one design's rows from another's, those every frame holds: the
+    design fields (``zoo.config.DESIGN_FIELDS``), the workload, the decode mode and the kernel
+    switches (``switch_<name>``)."""
+    from kernels.switches import names as switch_names
+    from zoo.config import DESIGN_FIELDS
+
+    keys = [*DESIGN_FIELDS, *R.WORKLOAD, "mode", *(f"switch_{n}" for n in switch_names())]
+    return [k for k in keys if all(k in f.columns for f in frames)]
+
+
 def cut_off(trials) -> dict[int, str]:
     """``{number: why}`` of the trials whose design was cut off and queued again: stopped
     (``interrupted``: Ctrl-C, SIGTERM, a dead process of this host), or failed by Optuna's
@@ -61,16 +72,22 @@ def load_study(study_dir: str | Path) -> tuple[dict, pd.DataFrame]:
     """``(study.json, trials table)`` of a study folder written by ``python -m sweep``.
 
     Raises:
-        FileNotFoundError: not a study folder (names what is missing).
+        FileNotFoundError: not a study folder (names what is missing). ValueError: its files
+            are unreadable (truncated, empty).
     """
     d = Path(study_dir)
     for f in ("study.json", "trials.parquet"):
         if not (d / f).exists():
             raise FileNotFoundError(f"{d}: no {f} (not a study folder written by python -m sweep)")
-    df = pd.read_parquet(d / "trials.parquet")
+    try:
+        df = pd.read_parquet(d / "trials.parquet")
+        meta = json.loads((d / "study.json").read_text())
+    except (OSError, ValueError) as e:  # pyarrow's errors are ValueErrors (ArrowInvalid)
+        raise ValueError(f"{d}: its trials.parquet or study.json is unreadable (truncated or "
+                         f"empty?): {str(e).splitlines()[0]}") from None
     # a study of an earlier day: its columns under today's names (sweep.common.row.RENAMES)
     df = df.rename(columns={o: n for o, n in R.RENAMES.items() if o in df and n not in df})
-    return json.loads((d / "study.json").read_text()), df
+    return meta, df
 
 
 def write_table(df: pd.DataFrame, out_dir: Path) -> None:
@@ -142,6 +159,11 @@ def predicted_summary(df: pd.DataFrame, objectives: list[str] | None = None,
     if df.empty:
         return "(no designs)"
     done = df[df.get("state", "COMPLETE") == "COMPLETE"] if "state" in df else df
+    if done.empty:
+        why = sorted(df["fail_reason"].dropna().astype(str).unique())[:3] \
+            if "fail_reason" in df else []
+        return (f"(none of the {len(df)} designs priced: " + ("; ".join(why) or "see the file")
+                + ")")
     cols = [c for c in PREDICTED_COLUMNS if c in df.columns
             and (c not in PREDICTED_COLUMNS[:8] or df[c].nunique() > 1)]
     out = done.sort_values(R.RATE["decode"], ascending=False)[cols].copy() if len(done) else done

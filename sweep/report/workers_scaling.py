@@ -23,10 +23,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..common.row import TIME, spread_of
-from .tables import load_study
+from .tables import load_study, row_keys
 
-DESIGN = ["n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers", "ffn_dim", "dtype",
-          "kv_dtype", "kernels", "mode", "batch", "prompt_len", "new_tokens"]
 FIGURES = {TIME[st]: spread_of(TIME[st]) for st in ("decode", "prefill")}
 
 
@@ -35,7 +33,7 @@ def check(one: Path, many: Path, min_speedup: float = 1.6, tolerance: float = 0.
     ``isolation``, ``agreement`` (per design and figure) and ``ok`` per check."""
     m1, d1 = load_study(one)
     mn, dn = load_study(many)
-    keys = [k for k in DESIGN if k in d1.columns and k in dn.columns]
+    keys = row_keys(d1, dn)
     r1 = len(d1[d1.state != "RUNNING"]) / m1["run_wall_s"]
     rn = len(dn[dn.state != "RUNNING"]) / mn["run_wall_s"]
     out = {"one": str(one), "many": str(many), "workers": mn.get("workers"),
