@@ -9,6 +9,7 @@ study (``sweep.study``) and prints the trials table. Results: ``results/<study>/
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -24,7 +25,7 @@ def main(cfg: DictConfig) -> None:
 
     from .plan import plan_from_config
     from .report.tables import summary_table
-    from .storage import is_storage_error, storage_error
+    from .storage import is_storage_error, shown, storage_error
     from .study import run
 
     try:
@@ -35,7 +36,7 @@ def main(cfg: DictConfig) -> None:
     try:
         study, df = run(plan)
     except KeyboardInterrupt as e:
-        print(f"interrupted ({e or 'Ctrl-C'}): every finished design is kept in {plan.storage} "
+        print(f"interrupted ({str(e) or 'Ctrl-C'}): every finished design is kept in {shown(plan.storage)} "
               f"and {plan.results}/; the design that was running is queued again; re-run the same "
               "command to resume", file=sys.stderr)
         sys.exit(130)
@@ -52,10 +53,23 @@ def main(cfg: DictConfig) -> None:
     files = sorted(p.name for p in plan.results.iterdir() if p.is_file()
                    and not p.name.startswith(".") and p.suffix != ".pkl")
     caches = [n for n in ("calibration", "ceilings", "tuning") if plan.cache(n).exists()]
-    print(f"\nresults: {plan.results}/ ({', '.join(files)}; trials/ holds each trial's logs)"
-          f"\nstudy:   {plan.name} in {plan.storage} (optuna-dashboard {plan.storage})"
+    logs = "; trials/ holds each trial's logs" if (plan.results / "trials").is_dir() else ""
+    print(f"\nresults: {plan.results}/ ({', '.join(files)}{logs})"
+          f"\nstudy:   {plan.name} in {shown(plan.storage)} (optuna-dashboard "
+          f"{shown(plan.storage)})"
           + (f"\ncaches:  {plan.cache_root}/{{{','.join(caches)}}}/ (this device's "
              "calibration, ceilings, tile choices)" if caches else ""))
+    if no_design_completed(df):
+        states = df["state"].value_counts().to_dict() if df is not None and "state" in df else {}
+        counted = ", ".join(f"{n} {s}" for s, n in states.items()) or "none ran"
+        print(f"error: no design of the study completed ({counted}): see each row's fail_reason "
+              "above", file=sys.stderr)
+        sys.exit(1)
+
+
+def no_design_completed(df) -> bool:
+    """Whether a study's trials table holds no COMPLETE design (then the command exits 1)."""
+    return df is None or df.empty or "state" not in df or not (df["state"] == "COMPLETE").any()
 
 
 def refuse_bad_overrides(argv: list[str]) -> None:
@@ -69,11 +83,19 @@ def refuse_bad_overrides(argv: list[str]) -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from .common.atomic import writable_dir
     from .common.env import REPO
 
     try:
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-            compose(config_name="config", overrides=list(argv))
+            cfg = compose(config_name="config", overrides=list(argv))
+        for key in ("results_dir", "cache_dir"):  # Hydra makes its run folder there first
+            if cfg.get(key):
+                p = Path(cfg[key])
+                writable_dir(p if p.is_absolute() else REPO / p, key)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     except (HydraException, OmegaConfBaseException) as e:
         why = str(e).strip()
         cause = str(e.__cause__ or "").strip().splitlines()

@@ -25,9 +25,12 @@ from . import measure
 from .analysis import derived, diagnosis
 from .analysis import module_shares as modules
 from .analysis import predict as perf
+from .analysis.memory import check_fits
 from .common import row as R
 from .common.env import REPO
+from .measure import contention
 from .measure.child import child_failure, run_child, trial_spec
+from .plan import check_mode
 from .report.tables import cut_off
 from .space import WORKLOAD_KEYS, suggest, violations
 from .storage import duplicate_of, finished, requeue
@@ -132,6 +135,11 @@ class Objective:
             row.update({k: analytic[k] for k in plan.constraints})
             if broken:
                 return self._prune(trial, "pruned: " + "; ".join(broken), label, t0, row)
+        if not plan.predict:  # a design that cannot fit the device: pruned before any work
+            try:
+                check_fits(cfg, wl, plan.device)
+            except DesignError as e:
+                return self._prune(trial, f"pruned: {e}", label, t0, row)
         if plan.predict:
             row["design"] = json.dumps(overrides)
             return self._predicted(trial, cfg, wl, mode, row, label, t0)
@@ -147,11 +155,9 @@ class Objective:
                           fault=_fault_for(plan.fault, trial.number),
                           env={"DESIGNZOO_NVTX": "1"} if plan.profile.get("nvtx") else {})
         self.progress.start(label)
-        res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0), on_line=self.progress.on_line)
-        if res.get("status") == "ok" and derived.noisy_stages(res["measured"]):
-            row["remeasured"] = True  # measured once more before it is accepted
-            res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0),
-                            on_line=self.progress.on_line)
+        with contention.measuring(plan.device, self.progress.line) as use:
+            res = self._measure(spec, trial_dir, wl, row, cfg)
+        row.update(use)  # the device's lock held; whether another process shared it
         row.update(res.get("env") or {})
         if res.get("status") != "ok":
             return self._fail(trial, child_failure(res), label, t0, row)
@@ -164,8 +170,7 @@ class Objective:
                    remeasured=row.get("remeasured", False))
         if errors := derived.physical_limit_errors(row):
             return self._fail(trial, "measurement error: " + "; ".join(errors), label, t0, row)
-        for profiler in measure.profilers(plan.profile):
-            row.update(profiler.profile_trial(spec, trial_dir, cfg, wl, self.ceilings))
+        row.update(res.get("profiles") or {})
         row.update(modules.module_check(row))
         row.update(diagnosis.diagnose(row))
         row["trial_dir"] = str(trial_dir.relative_to(REPO) if trial_dir.is_relative_to(REPO)
@@ -188,6 +193,22 @@ class Objective:
         values = self._values(trial, row, label, t0, "measured")
         self.progress.done(f"{label} {row[R.RATE['decode']]:.0f} tok/s")
         return values
+
+    def _measure(self, spec: dict, trial_dir, wl: dict, row: dict, cfg) -> dict:
+        """The trial child's result (measured once more when noisy) and, when it measured, the
+        profilers' runs (``res["profiles"]``): everything that uses the device, in one block."""
+        res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0), on_line=self.progress.on_line)
+        if res.get("status") == "ok" and derived.noisy_stages(res["measured"]):
+            row["remeasured"] = True  # measured once more before it is accepted
+            res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0),
+                            on_line=self.progress.on_line)
+        if res.get("status") == "ok" and not derived.physical_limit_errors(
+                {**row, **res["measured"]}):
+            profiles: dict = {}
+            for profiler in measure.profilers(self.plan.profile):
+                profiles.update(profiler.profile_trial(spec, trial_dir, cfg, wl, self.ceilings))
+            res["profiles"] = profiles
+        return res
 
     def _top_up(self, cfg, wl, mode) -> None:
         """Before measuring a design of a large space (its calibration covered a lattice):
@@ -354,21 +375,6 @@ def _from_queue(trial: optuna.Trial) -> bool:
         if t.number == trial.number:
             return "fixed_params" in t.system_attrs
     return False
-
-
-def check_mode(mode: str, device: dict) -> None:
-    """Refuse a decode ``mode`` this device cannot run (before any GPU work).
-
-    Raises:
-        DesignError: unknown mode, or ``cudagraph``/``compile`` without a CUDA device.
-    """
-    from zoo.generate import MODES
-
-    if mode not in MODES:
-        raise DesignError(f"mode={mode!r} is not one of {', '.join(MODES)}")
-    if mode != "eager" and device["type"] != "cuda":
-        raise DesignError(f"mode={mode} needs a CUDA GPU (this run is on {device['type']})")
-
 
 
 def _fault_for(fault: str | None, number: int) -> str | None:

@@ -13,10 +13,12 @@ from kernels.switches import Switches
 from zoo import DesignError, ModelConfig, presets
 
 from .analysis.hardware import HardwareSpec, load_spec
+from .analysis.memory import check_fits
 from .common import row
+from .common.atomic import writable_dir
 from .common.env import REPO, detect_device, slug, triton_interpret
 from .schema import WorkloadConf
-from .space import SAMPLERS
+from .space import SAMPLERS, check_space
 
 ROW_OBJECTIVES = set(row.OBJECTIVES)  # what a study may optimize (sweep.common.row)
 
@@ -84,8 +86,10 @@ def plan_from_config(cfg) -> Plan:
     space = exp.get("space") or {}
     constraints = exp.get("constraints") or {}
     model_over, wl_over = model_overrides(model), workload_overrides(wl)
-    ModelConfig.from_dict(model).validate()  # the design as configured, checked as on a GPU
+    configured = ModelConfig.from_dict(model).validate()  # as configured, checked as on a GPU
+    check_space(space, configured)  # the real space (priced on the CPU fallback too)
     predict = bool(c["study"].get("predict"))
+    here = device  # this machine's device: a predict-only study on a GPU prices it by default
     if predict:  # nothing runs here: the design is checked as on the target, no CPU fallback
         device = {"type": "predict", "name": "predicted (no device)"}
     shadow = None
@@ -96,6 +100,11 @@ def plan_from_config(cfg) -> Plan:
         hw_name = c["hardware"].get("name", "auto")
         if hw_name not in ("auto", "cpu") and hw_name not in targets:
             targets.append(hw_name)
+        for t in targets:  # each GPU the real designs are priced on, refused before any work
+            try:
+                load_spec(t)
+            except KeyError as e:
+                raise ValueError(f"cpu.predict_on: {e.args[0] if e.args else e}") from None
         shadow = {"base": ModelConfig.from_dict(model).resolved("cuda"), "workload": dict(wl),
                   "space": space, "constraints": constraints, "targets": targets,
                   "mode": "cudagraph" if c["mode"] == "auto" else c["mode"]}
@@ -122,6 +131,7 @@ def plan_from_config(cfg) -> Plan:
             constraints = exp["constraints_cpu"]
     base = ModelConfig.from_dict(model)
     base.validate(None if predict else device)
+    check_space(space, base)
     check_workload(wl, base, space)
     check_weights(c.get("weights"))
     if c["study"]["n_trials"] is not None and c["study"]["n_trials"] < 1:
@@ -161,14 +171,20 @@ def plan_from_config(cfg) -> Plan:
     mode = c["mode"]
     if mode == "auto":
         mode = "cudagraph" if device["type"] in ("cuda", "predict") else "eager"
+    check_mode(mode, device)
     hw = c["hardware"].get("name", "auto")
-    if predict and hw == "auto":
+    if predict and hw == "auto" and here["type"] != "cuda":
         raise ValueError("study.predict=true needs a hardware spec to predict on: hardware=<name> "
-                         "(conf/hardware/*.yaml)")
-    spec = load_spec(hw, device["name"]) if hw == "auto" else HardwareSpec(**c["hardware"])
+                         "(conf/hardware/*.yaml); hardware=auto prices this machine's GPU, and "
+                         "there is none")
+    spec = (load_spec(hw, (here if predict else device)["name"]) if hw == "auto"
+            else HardwareSpec(**c["hardware"]))
     # kernels=auto: the fastest correct path where the study runs (a predicted study: its target)
     base = base.resolved("cuda" if device["type"] == "cuda"
                          or (predict and spec.kind == "gpu") else "cpu")
+    base.validate(None if predict else device)  # with its kernels resolved (int8 KV on a CPU)
+    if not predict and not space:  # one design: refused here; a space's are pruned one by one
+        check_fits(base, wl, device)
     switches = Switches.from_dict(c.get("switches"))
     policy = c.get("calibration_policy", "auto")
     from .analysis.calibration import POLICIES
@@ -191,8 +207,9 @@ def plan_from_config(cfg) -> Plan:
         exp.get("name", "baseline"), base.name, spec.name,
         f"b{wl['batch']}-p{wl['prompt_len']}-n{wl['new_tokens']}", mode]
         + (["predicted"] if predict else []) + [identity_hash(ident)])
-    results_root = _in_repo(c["results_dir"])
-    cache_root = _in_repo(c.get("cache_dir") or c["results_dir"])
+    results_root = writable_dir(_in_repo(c["results_dir"]), "results_dir")
+    cache_root = writable_dir(_in_repo(c.get("cache_dir") or c["results_dir"]),
+                              "cache_dir" if c.get("cache_dir") else "results_dir")
     workers = int(c["sweep"]["workers"])
     if workers < 1:
         raise ValueError(f"sweep.workers={workers} must be at least 1")
@@ -261,6 +278,21 @@ def identity_hash(ident: dict) -> str:
 
 # ---- checks before any work ----------------------------------------------------------------
 
+def check_mode(mode: str, device: dict) -> None:
+    """Refuse a decode ``mode`` this device cannot run (before any GPU work).
+
+    Raises:
+        DesignError: unknown mode, or ``cudagraph``/``compile`` without a CUDA device.
+    """
+    from zoo.generate import MODES
+
+    if mode not in MODES:
+        raise DesignError(f"mode={mode!r} is not one of auto, {', '.join(MODES)}")
+    if mode != "eager" and device["type"] not in ("cuda", "predict"):
+        raise DesignError(f"mode={mode} needs a CUDA GPU (this run is on the {device['type']}; "
+                          "mode=eager or mode=auto runs there)")
+
+
 def model_overrides(model: dict) -> dict:
     """The fields of a composed ``model`` group that differ from its preset (the user's
     ``model.X=...`` and ``+model.X=...`` overrides); all of them for a model that is no preset."""
@@ -283,10 +315,16 @@ def check_workload(wl: dict, base: ModelConfig, space: dict) -> None:
     """Refuse a workload no trial could run, once for the whole design space.
 
     Raises:
-        ValueError: ``batch``, ``prompt_len``, ``new_tokens`` or ``repeats`` below 1,
+        ValueError: an unknown field; ``batch``, ``prompt_len``, ``new_tokens`` or ``repeats`` below 1,
             ``warmup`` below 0, ``timeout_s`` not positive, or ``prompt_len + new_tokens`` over
             the design's ``max_seq_len`` (the largest of the space's choices checked).
     """
+    import dataclasses
+
+    unknown = sorted(set(wl) - {f.name for f in dataclasses.fields(WorkloadConf)})
+    if unknown:
+        raise ValueError(f"unknown workload field(s): {', '.join(unknown)} (known: "
+                         f"{', '.join(f.name for f in dataclasses.fields(WorkloadConf))})")
     for key, low in (("batch", 1), ("prompt_len", 1), ("new_tokens", 1), ("repeats", 1),
                      ("warmup", 0)):
         if not isinstance(wl[key], int) or isinstance(wl[key], bool) or wl[key] < low:

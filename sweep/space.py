@@ -23,12 +23,53 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def divisors_of(base: ModelConfig, key: str, sp: dict) -> list[int]:
+    """The divisors of the base design's field ``sp["divisors_of"]`` (space entry ``key``).
+
+    Raises:
+        ValueError: the field is not an integer field of the design (named).
+    """
+    field = sp["divisors_of"]
+    value = getattr(base, field, None) if isinstance(field, str) else None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"experiment.space.{key}.divisors_of={field!r}: not a positive integer "
+                         f"field of the design (e.g. n_heads, d_model)")
+    return divisors(value)
+
+
+def check_space(space: dict, base: ModelConfig) -> None:
+    """Refuse a space no study could walk, before any work: an entry that is not a mapping of
+    ``choices`` (not empty), ``divisors_of`` or ``low``/``high``, a key that is no design or
+    workload field nor a bundle's label, or a ``divisors_of`` naming no integer field (each
+    named).
+
+    Raises:
+        ValueError: the first bad entry, named.
+    """
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(ModelConfig)} | set(WORKLOAD_KEYS + RUN_KEYS)
+    for key, sp in space.items():
+        if not isinstance(sp, dict) or not ("choices" in sp or sp.get("divisors_of")
+                                            or ("low" in sp and "high" in sp)):
+            raise ValueError(f"experiment.space.{key}: needs choices, divisors_of, or low/high; "
+                             f"got {sp!r}")
+        bundle = isinstance(sp.get("choices"), dict)  # labels of field bundles
+        if not bundle and key not in fields:
+            raise ValueError(f"experiment.space.{key}: not a design field, workload field "
+                             f"({', '.join(WORKLOAD_KEYS)}) or mode, nor a bundle of them")
+        if "choices" in sp and not sp["choices"]:
+            raise ValueError(f"experiment.space.{key}.choices is empty")
+        if sp.get("divisors_of"):
+            divisors_of(base, key, sp)
+
+
 def grid_of(space: dict, base: ModelConfig) -> dict | None:
     """The space as an Optuna grid ``{param: [values]}``, or None if a parameter is continuous."""
     grid = {}
     for key, sp in space.items():
         if sp.get("divisors_of"):
-            grid[key] = divisors(getattr(base, sp["divisors_of"]))
+            grid[key] = divisors_of(base, key, sp)
         elif "choices" in sp:
             grid[key] = list(sp["choices"])
         elif sp.get("step") and isinstance(sp.get("low"), int):
@@ -48,7 +89,7 @@ def suggest(trial: optuna.Trial, space: dict, base: ModelConfig) -> tuple[dict, 
     model, workload = {}, {}
     for key, sp in space.items():
         if sp.get("divisors_of"):
-            value = trial.suggest_categorical(key, divisors(getattr(base, sp["divisors_of"])))
+            value = trial.suggest_categorical(key, divisors_of(base, key, sp))
         elif "choices" in sp:
             choices = sp["choices"]
             value = trial.suggest_categorical(key, list(choices))
@@ -123,11 +164,11 @@ def violations(constraints: dict, analytic: dict) -> list[str]:
 
 
 
-def _axis(sp: dict, base: ModelConfig) -> list:
+def _axis(sp: dict, base: ModelConfig, key: str = "") -> list:
     """The values of one space entry: its choices, the divisors, or a continuous range's low,
     middle and high (on its step, in log for ``log``)."""
     if sp.get("divisors_of"):
-        return divisors(getattr(base, sp["divisors_of"]))
+        return divisors_of(base, key, sp)
     if "choices" in sp:
         return list(sp["choices"])
     lo, hi, step = sp["low"], sp["high"], sp.get("step")
@@ -165,7 +206,7 @@ def study_designs(space: dict, base: ModelConfig, workload: dict, mode: str,
 
     if not space:
         return [(base, dict(workload), mode)]
-    axes = {key: _axis(sp, base) for key, sp in space.items()}
+    axes = {key: _axis(sp, base, key) for key, sp in space.items()}
     k = max(len(v) for v in axes.values())
     while k > 1 and math.prod(min(len(v), k) for v in axes.values()) > most:
         k -= 1

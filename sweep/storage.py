@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 import warnings
@@ -79,13 +80,20 @@ def get_storage(url: str):
         raise RuntimeError(storage_error(url, e, "cannot open study storage")) from e
 
 
+def shown(url: str) -> str:
+    """A storage URL as it may be printed or written: its password masked
+    (``postgresql://user:***@host/db``)."""
+    return re.sub(r"(://[^:/@\s]+):[^@/\s]*@", r"\1:***@", str(url))
+
+
 def storage_error(url: str, exc: BaseException, what: str = "study storage failed") -> str:
     """One line naming the storage and the root cause of ``exc`` (the driver's own message, not
     the wrapper Optuna raises around it), and what a damaged database file still leaves."""
     root = exc
     while root.__cause__ is not None or root.__context__ is not None:
         root = root.__cause__ or root.__context__
-    text = f"{what} {url!r}: {type(root).__name__}: {str(root).splitlines()[0] if str(root) else ''}"
+    cause = shown(str(root).splitlines()[0]) if str(root) else ""
+    text = f"{what} {shown(url)!r}: {type(root).__name__}: {cause}"
     if any(k in str(root).lower() for k in ("malformed", "not a database", "corrupt")):
         text += (" (the database file is damaged: restore it from a copy, or choose another "
                  "study.storage; the finished designs' rows are also in results/<study>/trials.csv)")
@@ -207,7 +215,7 @@ def check_identity(study: optuna.Study, plan) -> None:
     if old is not None and old != new:
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         raise RuntimeError(
-            f"study {plan.name!r} in {plan.storage} was run with another {', '.join(diff)}; "
+            f"study {plan.name!r} in {shown(plan.storage)} was run with another {', '.join(diff)}; "
             "its rows would describe other designs than this command's. Choose another "
             "study.name, or leave study.name unset: the default name carries the identity")
     if old is None:
@@ -227,10 +235,14 @@ def claim_results(plan) -> None:
     if owner.exists():
         have = json.loads(owner.read_text())
         if have != me:
+            hint = (f"; to continue that study here, pass study.storage={have['storage']} (with "
+                    "sweep.workers > 1 the default storage is a journal file, with one worker "
+                    "SQLite)" if have.get("study") == plan.name else "")
             raise RuntimeError(
                 f"{plan.results} holds the outputs of study {have['study']!r} in "
-                f"{have['storage']}; this is study {plan.name!r} in {me['storage']}. Choose "
-                "another study.name or results_dir: outputs are never overwritten by another study")
+                f"{have['storage']}; this is study {plan.name!r} in {me['storage']}{hint}. Or "
+                "choose another study.name or results_dir: outputs are never overwritten by "
+                "another study")
         return
     write_json(owner, me)
 
@@ -241,7 +253,7 @@ def _canonical(url: str) -> str:
         return "sqlite:///" + str(Path(url.removeprefix("sqlite:///")).resolve())
     if url.startswith("journal:") or url.endswith(".journal"):
         return str(Path(url.removeprefix("journal:")).resolve())
-    return url
+    return shown(url)  # never a password on disk
 
 
 def taken_params(study: optuna.Study) -> set[str]:

@@ -24,7 +24,7 @@ from .report import html_report, plots, tables
 from .report.progress import StudyProgress, TaskProgress
 from .runs import run_predicted, run_trials
 from .space import distinct_designs, study_grid
-from .storage import claim_results, finished, open_study, recover_interrupted
+from .storage import claim_results, finished, open_study, recover_interrupted, shown
 from .worker import run_workers
 
 
@@ -44,8 +44,8 @@ def run(plan):
         ``(study, trials DataFrame)``.
     """
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # we print each trial ourselves
+    study = open_study(plan)  # a bad storage URL is refused first, by its own error
     claim_results(plan)
-    study = open_study(plan)
     recovered = recover_interrupted(study)
     grid = study_grid(plan)  # queued design by design only when the sampler is the grid
     grid_size = math.prod(map(len, grid.values())) if grid else None
@@ -56,7 +56,7 @@ def run(plan):
         target = min(target, n)
     todo = max(0, target - finished(study))
     if not plan.quiet:
-        print(f"study {plan.name} ({plan.storage}): {finished(study)} designs done, "
+        print(f"study {plan.name} ({shown(plan.storage)}): {finished(study)} designs done, "
               f"{todo} to run" + (f", {recovered} interrupted trial(s) queued again"
                                   if recovered else "")
               + (f", {plan.workers} workers" if plan.workers > 1 else ""), flush=True)
@@ -79,7 +79,7 @@ def run(plan):
     df = tables.trials_frame(study)
     tables.write_table(df, plan.results)
     write_json(plan.results / "study.json", {
-        "study": plan.name, "storage": plan.storage, "experiment": plan.experiment,
+        "study": plan.name, "storage": shown(plan.storage), "experiment": plan.experiment,
         "objectives": plan.objectives, "directions": plan.directions, "workload": plan.workload,
         "base_model": plan.base.to_dict(), "space": plan.space, "constraints": plan.constraints,
         "mode": plan.mode, "workers": plan.workers, "run_wall_s": time.time() - t0,

@@ -142,7 +142,7 @@ def test_every_entry_answers_help_and_a_missing_path_without_a_traceback(entry, 
 
     mod = importlib.import_module(entry)
     main = mod.main
-    from sweep.cli import entry as run
+    from sweep.common.entry import entry as run
 
     with pytest.raises(SystemExit) as e:
         run(lambda: main(["--help"]))

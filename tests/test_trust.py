@@ -193,7 +193,9 @@ def test_interrupt_of_a_study_with_workers(tmp_path):
     cut = [t for t in trials if t.user_attrs.get("interrupted")]
     assert trials[1] in cut and all(t.state.name == "FAIL" for t in cut)
     waiting = [t.system_attrs["fixed_params"] for t in trials if t.state.name == "WAITING"]
-    assert all(t.params in waiting for t in cut)  # each queued again
+    assert all(t.params in waiting for t in cut), (  # each queued again
+        [(t.number, t.state.name, t.params, t.user_attrs.get("fail_reason")) for t in trials],
+        out[-2000:], err[-2000:])
     _, study, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha", "study.name=hang")
     assert sorted(df[df.state == "COMPLETE"].n_kv_heads) == [1, 2, 4, 8]  # nothing lost
 
@@ -370,10 +372,10 @@ def test_command_lines_refuse_bad_options_before_any_work(tmp_path, capsys):
     output folder exists), a named calibration file that is missing or not a calibration (advise,
     whatif, validate and a study), a negative regression threshold, an advisor band outside
     [0, 1) or ``--top 0``, a calibration timeout that is not positive."""
-    from sweep.cli import entry
     from sweep.cli.advise import main as advise
     from sweep.cli.calibrate import main as calibrate
     from sweep.cli.validate import main as validate
+    from sweep.common.entry import entry
     from sweep.report.other_hardware import main as whatif
     from sweep.report.regression import main as compare
 

@@ -47,7 +47,7 @@ from pathlib import Path
 from kernels.tuning import fingerprint
 
 from ..common.env import REPO, environment, triton_interpret, versions
-from ..common.locks import cache_lock
+from ..common.locks import cache_lock, device_lock
 from . import calibration_store as store
 from .calibration_store import CAL_DIR, VERSION, load, paths, shipped
 from .needs import KEYS, MOST, attn_grid, grid_needs, merge, missing, needs  # noqa: F401
@@ -204,7 +204,8 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
     part = out.with_name(out.name + ".partial")
     failed = None
     try:
-        rc, tail = run_cal.run(spec, out, timeout_s, on_line)
+        with device_lock(device, log):  # no trial of another study measures meanwhile
+            rc, tail = run_cal.run(spec, out, timeout_s, on_line)
         if rc != 0 or not out.exists():
             failed = f"calibration failed: {tail}"
     except run_cal.ChildTimeout as e:
@@ -271,8 +272,9 @@ def host_costs(device: dict, meta: dict, table, switches, tuning_dir: Path | Non
         f"another host: measuring this host's ({platform.node()})")
     from ..measure.calibration_run import measure_in_child
 
-    new = measure_in_child(_spec(device["type"], device["type"] != "cuda", switches, {},
-                                 ["launch"], [], tuning_dir), "fixed costs", timeout_s)
+    with device_lock(device, log):
+        new = measure_in_child(_spec(device["type"], device["type"] != "cuda", switches, {},
+                                     ["launch"], [], tuning_dir), "fixed costs", timeout_s)
     new["family"] = "launch"
     table = pd.concat([table[table.family != "launch"], new], ignore_index=True)
     meta = dict(meta, fingerprints=dict(meta.get("fingerprints") or {}, launch=current),

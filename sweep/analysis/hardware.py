@@ -128,7 +128,7 @@ def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300
         ``{"copy_bytes_s", "gemm_flops_<dtype>", ..., "env": {...}}``; ``{"error": reason}`` if the
         measurement failed, so figures against it become NaN with that reason.
     """
-    from ..common.locks import cache_lock
+    from ..common.locks import cache_lock, device_lock
     from ..measure import ceilings
 
     cache_dir = cache_dir or CEILINGS_DIR
@@ -144,7 +144,8 @@ def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300
             if isinstance(have, dict) and (device["type"] != "cuda" or "power_onset_s" in have):
                 return have
         try:
-            res = ceilings.run(device["type"], timeout_s, on_line=on_line)
+            with device_lock(device, say):
+                res = ceilings.run(device["type"], timeout_s, on_line=on_line)
         except RuntimeError as e:
             return {"error": str(e)}
         write_json(path, res)

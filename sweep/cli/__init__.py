@@ -8,17 +8,6 @@ each a thin entry to the layer that does the work:
   ``workers_check``: the reports of ``sweep.report`` and the design advisor.
 
 May import: everything below it. ``install`` imports the standard library only (it runs before
-anything is installed).
+anything is installed). Each command ends on bad input as ``sweep.common.entry`` says.
 """
 
-
-def entry(main) -> int:
-    """Run a command's ``main()``: a missing or wrong input (a path that is not a study folder, a
-    bad value) ends with one ``error:`` line and exit code 2, never a traceback."""
-    import sys
-
-    try:
-        return main()
-    except (FileNotFoundError, NotADirectoryError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2

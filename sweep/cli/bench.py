@@ -3,8 +3,8 @@ its roofline (``sweep.measure.benchmark``)."""
 
 import sys
 
+from ..common.entry import entry
 from ..measure.benchmark import main
-from . import entry
 
 if __name__ == "__main__":
     sys.exit(entry(main))

@@ -3,8 +3,8 @@
 
 import sys
 
+from ..common.entry import entry
 from ..report.fronts import main
-from . import entry
 
 if __name__ == "__main__":
     sys.exit(entry(main))

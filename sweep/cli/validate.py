@@ -224,6 +224,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from . import entry
+    from ..common.entry import entry
 
     sys.exit(entry(main))

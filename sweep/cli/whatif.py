@@ -4,7 +4,7 @@ against public measurements and fitted on them (``sweep.report.public_check``)."
 
 import sys
 
-from . import entry
+from ..common.entry import entry
 
 PUBLIC = {"--check-public", "--fit-public"}
 

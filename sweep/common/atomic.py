@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 
 def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
-    """Call ``write(tmp)`` on a temporary path beside ``path``, then rename it to ``path``."""
+    """Call ``write(tmp)`` on a temporary path beside ``path`` (its folder made if missing), then
+    rename it to ``path``."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # one per writing process
     write(tmp)
     os.replace(tmp, path)
@@ -36,3 +39,19 @@ def _json_default(o):
     if isinstance(o, (set, tuple)):
         return list(o)
     return str(o)
+
+
+def writable_dir(path: Path, key: str) -> Path:
+    """``path``, made if missing, once a file can be written there.
+
+    Raises:
+        ValueError: naming ``key`` and the cause (not a folder, no permission, a read-only or
+            virtual file system such as ``/proc``).
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+            pass
+    except OSError as e:
+        raise ValueError(f"{key}={path}: cannot write there ({e.strerror or e})") from None
+    return path

@@ -39,6 +39,10 @@ def _nvml_device(index: int = 0) -> dict | None:
 
 
 @cache
+class NoDevice(RuntimeError, ValueError):
+    """The device asked for is not there (bad input for a command: exit code 2)."""
+
+
 def detect_device(requested: str = "auto") -> dict:
     """Facts about the device a trial will run on, read without creating a CUDA context.
 
@@ -49,7 +53,8 @@ def detect_device(requested: str = "auto") -> dict:
         ``{"type": "cuda"|"cpu", "name", "compute_capability", "driver", "memory_bytes"}``.
 
     Raises:
-        RuntimeError: ``cuda`` requested but no GPU is visible. ValueError: ``requested`` is not
+        NoDevice (a RuntimeError and a ValueError): ``cuda`` requested but no GPU is
+            visible. ValueError: ``requested`` is not
             auto, cuda or cpu.
     """
     if requested not in ("auto", "cuda", "cpu"):
@@ -66,7 +71,7 @@ def detect_device(requested: str = "auto") -> dict:
         if dev is not None:
             return dev
         if requested == "cuda":
-            raise RuntimeError("device=cuda but no CUDA GPU is visible")
+            raise NoDevice("device=cuda but no CUDA GPU is visible")
     return {"type": "cpu", "name": "cpu", "compute_capability": None,
             "driver": None, "memory_bytes": None, "processor": platform.processor() or
             platform.machine()}

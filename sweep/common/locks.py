@@ -31,3 +31,33 @@ def cache_lock(path: str | Path, what: str, log=print):
         yield
     finally:
         lock.release()
+
+
+def device_lock_path(device: dict) -> Path:
+    """The machine-wide lock file of one device (``<tmp>/designzoo-locks/``: every study,
+    results folder and worker of this machine sees it): ``gpu<index>`` or ``cpu``."""
+    import tempfile
+
+    key = f"gpu{device.get('index', 0)}" if device.get("type") == "cuda" else "cpu"
+    folder = Path(tempfile.gettempdir()) / "designzoo-locks"
+    folder.mkdir(mode=0o1777, exist_ok=True)
+    return folder / f"{key}.lock"
+
+
+@contextlib.contextmanager
+def device_lock(device: dict, log=print):
+    """One measurement at a time on ``device`` across every process of this machine (two
+    studies, a worker of each): hold its lock for the ``with`` block, saying once through
+    ``log`` when another process holds it."""
+    path = device_lock_path(device)
+    lock = FileLock(str(path), mode=0o666)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log(f"waiting for the {device.get('name', device.get('type'))}: another process "
+            f"measures on it ({path})")
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()

@@ -69,6 +69,9 @@ def energy(stage: str) -> str:
 
 
 PEAK_MEM = "peak_mem_bytes"  # the allocator's peak over the trial (bytes)
+# a row measured while another process used the device (``sweep.measure.contention``), with the
+# evidence in ``contended_evidence``: compare and compare_fronts mark it and judge nothing on it
+CONTENDED = "contended"
 
 
 def spread(col: str, which: str) -> str:
@@ -141,7 +144,7 @@ REPORT = ("number", "state", "mode", "n_heads", "n_kv_heads", "head_dim", "d_mod
           spread(TIME["decode"], "p90"), RATE["decode"], RATE["prefill"],
           mfu("prefill"), mbu("decode"), energy("decode"), "decode_dram_bytes_over_min",
           PEAK_MEM, "prefill_bound", "decode_bound",
-          "noisy", "worker_gpu", "fail_reason")
+          "noisy", CONTENDED, "worker_gpu", "fail_reason")
 REPORT_PREDICTED = (TIME["prefill"], pred("prefill", "calibrated"), error("prefill"),
                     pred("prefill", "roofline"), TIME["decode"], pred("decode", "calibrated"),
                     error("decode"), pred("decode", "roofline"),

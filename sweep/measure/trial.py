@@ -57,6 +57,16 @@ def _inject(fault: str | None, where: str) -> None:
         launch_broken("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def cpu_threads() -> int:
+    """The CPU threads a trial measures with: the cores this process may run on."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def decode_linear_path(model, batch: int, mode: str) -> str:
     """How the measured decode step ran its linear layers: per layer the Triton GEMV (``triton``,
     ``kernels.gemv``) or ``cublas``, as ``kernels.decode_linear`` chose by timing both, or the
@@ -119,6 +129,8 @@ def measure(spec: dict) -> dict:
     B, T, N = wl["batch"], wl["prompt_len"], wl["new_tokens"]
     cfg = ModelConfig.from_dict(spec["model"])
     torch.manual_seed(spec.get("seed", 0))
+    if device == "cpu":  # the cores this process may use, said in the row (torch_threads)
+        torch.set_num_threads(cpu_threads())
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
         if options(spec).get("memory_snapshot"):
@@ -227,6 +239,7 @@ def measure(spec: dict) -> dict:
         "kv_cache_alloc_bytes": gen.model.cache.nbytes(),
         "build_s": build_s, "compile_s": compile_s, "measure_s": measure_s,
         "decode_linear": decode_linear_path(model, B, gen.mode),
+        "torch_threads": torch.get_num_threads(),
     }
     if sampler is not None:
         out.update(sampler.summary({"prefill": B * T * wl["repeats"],

@@ -31,6 +31,7 @@ import pandas as pd
 
 from ..common.atomic import write_text
 from ..common.env import REPO, slug
+from ..common.row import CONTENDED
 from .labels import label as words
 from .plots import write_html
 from .tables import design_label, front_rows, load_study
@@ -125,6 +126,7 @@ def compare(studies: list[tuple[str, dict, pd.DataFrame]], objectives: list[str]
         rows.append({"study": r["study"], "design": r["design"],
                      **{o: float(r[o]) for o in objectives},
                      "on_combined_front": on_combined,
+                     CONTENDED: bool(r.get(CONTENDED) is True or r.get(CONTENDED) == "True"),
                      "dominated_by": "; ".join(f"{union.at[j, 'study']}: {union.at[j, 'design']}"
                                                for j in dom)})
     table = pd.DataFrame(rows)
@@ -140,6 +142,12 @@ def compare(studies: list[tuple[str, dict, pd.DataFrame]], objectives: list[str]
     if len(set(workloads.values())) > 1:
         warnings.append("studies ran different workloads: " + "; ".join(
             f"{k}: {v}" for k, v in workloads.items()))
+    shared = table[table[CONTENDED]] if len(table) else table
+    if len(shared):
+        warnings.append(f"{len(shared)} front design(s) measured while another process used the "
+                        "device (contended: their figures are another job's too; measure them "
+                        "again): " + "; ".join(f"{r.study}: {r.design}"
+                                               for r in shared.itertuples()))
     summary["warnings"] = warnings
     summary["devices"] = devices
     return table, summary

@@ -179,6 +179,7 @@ def write_report(study_dir: str | Path) -> Path:
         + ", ".join(f"{v} {k.lower()}" for k, v in states.items()) + "); objectives "
         + ", ".join(f"{o} ({dd})" for o, dd in zip(objs, dirs)) + "</p>",
         f"<p class='note'>{html.escape(caption(df)) if not df.empty else ''}</p>",
+        *predicted_sections(d),
         "<h2>Hardware and software</h2>",
         _kv_table({k: env.get(k) for k in ("device", "torch", "triton", "cuda", "driver",
                                            "python", "git_sha", "timestamp") if k in env}),
@@ -218,6 +219,28 @@ def write_report(study_dir: str | Path) -> Path:
     return write_text(d / "report.html", page)
 
 
+def predicted_sections(d: Path) -> list[str]:
+    """The real designs of a study run without a GPU, priced on each GPU of ``cpu.predict_on``
+    (``predicted_<target>.csv`` beside the trials): a heading and a table per target, first in
+    the report, since they are such a study's answer; none for a study that wrote no such file."""
+    files = sorted(d.glob("predicted_*.csv"))
+    if not files:
+        return []
+    out = ["<h2>The real designs, predicted</h2>",
+           "<p class='note'>No GPU ran this study: the tiny model's rows below measure the "
+           "study's mechanics. The experiment's real designs are priced on each GPU from the "
+           "calibration shipped for it (sweep.analysis.predict): predicted, never measured "
+           "here; each row says its basis.</p>"]
+    for f in files:
+        t = pd.read_csv(f)
+        cols = [c for c in R.PREDICTED_SUMMARY if c in t.columns and
+                (c not in R.PREDICTED_SUMMARY[:8] or t[c].nunique() > 1)]
+        out += [f"<h3>{html.escape(f.stem.removeprefix('predicted_'))} ({len(t)} designs, "
+                f"<a href='{html.escape(f.name)}'>{html.escape(f.name)}</a>)</h3>",
+                _frame(t[cols])]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -237,4 +260,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ..common.entry import entry
+
+    sys.exit(entry(main))

@@ -4,7 +4,8 @@ Both read as a person expects: axes in words with units (``sweep.report.labels``
 with the device, workload and kernels/mode, error bars from the measured spread of the repeats
 (min..p90), points numbered by trial with a key beside the plot (no overlapping labels), and
 flagged rows (``noisy``) drawn hollow. The interactive page loads plotly.js from a file written
-once into the same folder (``plotly.min.js``), so it opens without internet access.
+once into the folder above (``results/plotly.min.js``, shared by its studies), so it opens
+without internet access.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], 
                 title: str = "") -> list[Path]:
     """Plot the completed trials in the plane of the first two objectives, Pareto front marked.
 
-    Writes ``pareto.png`` (matplotlib) and ``pareto.html`` (plotly, with ``plotly.min.js`` beside
+    Writes ``pareto.png`` (matplotlib) and ``pareto.html`` (plotly, with ``plotly.min.js`` above
     it). With one objective the second axis is ``params_non_embedding``. With three or more the
     front is the one over all of them (a design on it may look dominated in this plane), its
     points marked, not joined. Points are numbered with a key only up to ``LABELLED_MOST``;
@@ -157,9 +158,15 @@ def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], 
 
 
 def write_html(fig, path: Path) -> Path:
-    """Write a plotly figure as a page that loads ``plotly.min.js`` from its own folder (written
-    there once), so it opens offline; atomically."""
-    return write_atomic(path, lambda p: fig.write_html(p, include_plotlyjs="directory"))
+    """Write a plotly figure as a page that loads ``plotly.min.js`` from the folder above its
+    own (``results/``: one copy of its 4.8 MB for every study there, written once), so it opens
+    offline; atomically."""
+    js = path.parent.parent / "plotly.min.js"
+    if not js.exists():
+        from plotly.offline import get_plotlyjs
+
+        write_atomic(js, lambda p: p.write_text(get_plotlyjs()))
+    return write_atomic(path, lambda p: fig.write_html(p, include_plotlyjs="../plotly.min.js"))
 
 
 def roofline_plot(df: pd.DataFrame, out_dir: Path, title: str = "") -> Path | None:

@@ -92,14 +92,15 @@ def main(argv: list[str] | None = None) -> int:
         if str(s).endswith(".csv"):  # the COMPLETE rows of an earlier check
             frames.append(pd.read_csv(s).assign(state="COMPLETE"))
             continue
-        try:
-            meta, df = load_study(s)
-        except FileNotFoundError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+        meta, df = load_study(s)  # a path that is no study: one line, exit 2 (common.entry)
         df = df.assign(study=meta["study"], design=[design_label(r) for _, r in df.iterrows()])
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
+    measured = [st for st, m in STAGES.items() if m in df and df[m].notna().any()
+                and error(st) in df and df[error(st)].notna().any()]
+    if not measured:  # a predict-only study: its figures are the predictions themselves
+        raise ValueError(f"{', '.join(map(str, a.studies))}: no measured row with a prediction "
+                         "to check (a predict-only study's figures are predictions)")
     res = {"studies": [str(s) for s in a.studies], "summary": summary(df), "modules": modules(df),
            "prediction_basis": sorted(df.get("prediction_basis", pd.Series(dtype=str))
                                       .dropna().unique().tolist())}
@@ -121,4 +122,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ..common.entry import entry
+
+    sys.exit(entry(main))

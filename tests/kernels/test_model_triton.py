@@ -6,6 +6,10 @@ import torch
 from tests.kernels.conftest import DEVICE
 from zoo import Generator, ModelConfig, Transformer
 
+# decode steps compared: the interpreter runs every Triton program on the CPU, a step of the tiny
+# model costing seconds there; a GPU runs them all
+STEPS = 8 if DEVICE == "cuda" else 4
+
 
 def _logits(cfg, prompt, steps, mode="eager"):
     m = Transformer.build(cfg, DEVICE, seed=0)
@@ -24,8 +28,8 @@ def test_triton_path_matches_torch_path(over):
     cfg = ModelConfig.from_name("tiny", dtype=dtype, kv_dtype=dtype, **over)
     prompt = torch.randint(0, cfg.vocab_size, (2, 13), device=DEVICE,
                            generator=torch.Generator(DEVICE).manual_seed(0))
-    ref = _logits(cfg, prompt, 8)
-    got = _logits(cfg.replace(kernels="triton"), prompt, 8)
+    ref = _logits(cfg, prompt, STEPS)
+    got = _logits(cfg.replace(kernels="triton"), prompt, STEPS)
     tol = 3e-2 if dtype == "bf16" else 1e-4
     torch.testing.assert_close(got, ref, rtol=tol, atol=tol)
 
@@ -39,8 +43,8 @@ def test_quantized_kv_cache_logits_stay_close(kv_dtype):
     cfg = ModelConfig.from_name("tiny", dtype=dtype, kv_dtype=dtype, kernels="triton")
     prompt = torch.randint(0, cfg.vocab_size, (2, 13), device=DEVICE,
                            generator=torch.Generator(DEVICE).manual_seed(0))
-    ref = _logits(cfg, prompt, 8)
-    got = _logits(cfg.replace(kv_dtype=kv_dtype), prompt, 8)
+    ref = _logits(cfg, prompt, STEPS)
+    got = _logits(cfg.replace(kv_dtype=kv_dtype), prompt, STEPS)
     # prefill attends to the fresh bf16 k/v: identical; decode reads the quantized cache
     torch.testing.assert_close(got[0], ref[0], rtol=0, atol=0)
     rel = ((got[1:] - ref[1:]).norm() / ref[1:].norm()).item()
@@ -109,7 +113,7 @@ def test_compiled_triton_decode_step_matches_eager(over):
     step = torch.compile(lambda tok, pos: compiled(tok, pos, kv_len=16, masked=True),
                          backend=backend, fullgraph=True)
     torch._dynamo.reset()
-    for p in range(9, 12):
+    for p in range(9, 9 + STEPS // 2):
         tok = torch.randint(0, cfg.vocab_size, (B, 1), device=DEVICE,
                             generator=torch.Generator(DEVICE).manual_seed(p))
         pos = torch.tensor([p], device=DEVICE)
