@@ -26,6 +26,20 @@ def tiny_overrides(tmp_path, *extra: str) -> list[str]:
             *([f"cache_dir={CACHE}"] if CACHE else []), *extra]
 
 
+def sweep_cli(tmp_path, *over, timeout=300, env=None):
+    """``python -m sweep`` on a tiny CPU study in ``tmp_path`` (``tiny_overrides`` + ``over``), in
+    a child process with ``env`` (default: this one's, the repository on ``PYTHONPATH``): the
+    ``CompletedProcess`` with its text output."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    env = env if env is not None else dict(os.environ, PYTHONPATH=str(repo))
+    return subprocess.run([sys.executable, "-m", "sweep", *tiny_overrides(tmp_path), *over],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def run_tiny(tmp_path, *extra):
     """Plan and run a tiny CPU study (``tiny_overrides`` + ``extra``): ``(plan, study, df)``."""
     from sweep.plan import plan_from_config

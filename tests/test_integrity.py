@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests import helpers
 from tests.helpers import tiny_overrides
 
 REPO = Path(__file__).resolve().parent.parent
@@ -20,8 +21,7 @@ ENV = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHO
 
 
 def sweep_cli(tmp_path, *over, timeout=300):
-    return subprocess.run([sys.executable, "-m", "sweep", *tiny_overrides(tmp_path), *over],
-                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout)
+    return helpers.sweep_cli(tmp_path, *over, timeout=timeout, env=ENV)
 
 
 @pytest.mark.parametrize("override,message", [

@@ -15,16 +15,11 @@ import pytest
 
 from sweep.plan import plan_from_config
 from tests.conftest import project_processes
-from tests.helpers import compose_cfg, run_tiny, tiny_overrides
+from tests.helpers import compose_cfg, run_tiny, sweep_cli, tiny_overrides
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, PYTHONPATH=str(REPO))
 pytestmark = pytest.mark.slow
-
-
-def sweep_cli(tmp_path, *over, timeout=300):
-    return subprocess.run([sys.executable, "-m", "sweep", *tiny_overrides(tmp_path), *over],
-                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout)
 
 
 # ---- no silent overrides -----------------------------------------------------------------
