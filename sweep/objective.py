@@ -29,7 +29,7 @@ from .analysis.memory import check_fits
 from .common import row as R
 from .common.env import REPO
 from .measure import contention
-from .measure.child import child_failure, run_child, trial_spec
+from .measure.child import child_failure, interrupts_allowed, run_child, trial_spec
 from .plan import check_mode
 from .report.tables import cut_off
 from .space import WORKLOAD_KEYS, suggest, violations
@@ -76,7 +76,8 @@ class Objective:
 
     def __call__(self, trial: optuna.Trial):
         try:
-            return self._run(trial)
+            with interrupts_allowed():  # one held while Optuna's ask ran is raised here
+                return self._run(trial)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM (``run_trials``): the design is queued again
             trial.set_user_attr("interrupted", True)
             trial.set_user_attr("fail_reason", "interrupted: the study was stopped (Ctrl-C or "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import optuna
 from optuna.trial import TrialState
 
+from .measure.child import deferred_interrupts
 from .objective import Objective, TrialFailed
 from .storage import enqueue_next, finished, queued
 
@@ -32,7 +33,8 @@ def run_trials(study: optuna.Study, objective: Objective, grid: dict | None, tar
             if grid is not None and not queued(study) and not enqueue_next(study, grid):
                 break
             before = finished(study)
-            study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=True)
+            with deferred_interrupts():  # never a RUNNING trial without its worker
+                study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=True)
             twins = twins + 1 if finished(study) == before else 0
             n += 1
             if after:

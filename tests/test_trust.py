@@ -218,6 +218,48 @@ def test_an_interrupt_swallowed_while_a_child_starts_still_ends_it(tmp_path, mon
     assert started and started[0].poll() is not None  # killed, not left running
 
 
+def test_a_signal_inside_optunas_ask_leaves_no_trial_running():
+    """A SIGTERM landing inside ``study.ask`` (the queued trial already RUNNING, the objective not
+    yet started) is held until the objective runs, which records it and queues the design again;
+    no trial is left RUNNING with no worker (seen on CI: a design held by such a trial was lost).
+    A second signal while one is held is raised at once."""
+    from optuna.trial import TrialState
+
+    from sweep.measure import child
+
+    study = optuna.create_study()
+    study.enqueue_trial({"x": 1.0})
+    ask, seen = study.ask, []
+
+    def ask_then_signal(*a, **kw):
+        trial = ask(*a, **kw)
+        child.interrupt_handler(signal.SIGTERM, None)  # lands before the objective starts
+        return trial
+
+    def objective(trial):
+        try:
+            with child.interrupts_allowed():
+                seen.append("ran")
+                return trial.suggest_float("x", 0, 2)
+        except KeyboardInterrupt:
+            seen.append("recorded")
+            study.enqueue_trial(trial.params or {"x": 1.0})
+            raise
+
+    study.ask = ask_then_signal
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        with child.deferred_interrupts():
+            study.optimize(objective, n_trials=1)
+    assert seen == ["recorded"]  # raised on entry, before the body
+    states = [t.state for t in study.trials]
+    assert states == [TrialState.FAIL, TrialState.WAITING]
+    with pytest.raises(KeyboardInterrupt):  # two signals: the second is not held
+        with child.deferred_interrupts():
+            child.interrupt_handler(signal.SIGINT, None)
+            child.interrupt_handler(signal.SIGINT, None)
+    assert child._DEFERRED == [False, None]
+
+
 def test_kill_9_of_the_study_leaves_no_trial_running(tmp_path):
     proc, _ = _start_hanging_study(tmp_path)
     proc.send_signal(signal.SIGKILL)  # the study process only, not its group

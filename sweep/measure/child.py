@@ -7,6 +7,7 @@ touches one trial only). Every profiler that needs another run of the trial (``n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from ..common.env import REPO
 
 PARENT_PID = "DESIGNZOO_PARENT_PID"  # the process a child must not outlive
 _INTERRUPTS = [0]  # SIGINT / SIGTERM seen by interrupt_handler in this process
+_DEFERRED = [False, None]  # [inside deferred_interrupts, the held signal's message or None]
 
 
 def interrupt_handler(signum, frame) -> None:
@@ -32,8 +34,52 @@ def interrupt_handler(signum, frame) -> None:
         KeyboardInterrupt: always.
     """
     _INTERRUPTS[0] += 1
-    raise KeyboardInterrupt("" if signum == signal.SIGINT else
-                            f"signal {signal.Signals(signum).name}")
+    why = "" if signum == signal.SIGINT else f"signal {signal.Signals(signum).name}"
+    if _DEFERRED[0] and _DEFERRED[1] is None:  # inside Optuna's ask/tell: raised once it is done
+        _DEFERRED[1] = why
+        return
+    _DEFERRED[1] = None
+    raise KeyboardInterrupt(why)
+
+
+@contextlib.contextmanager
+def deferred_interrupts():
+    """Hold a SIGINT / SIGTERM that lands in this block until it ends (then ``KeyboardInterrupt``
+    is raised), except inside ``interrupts_allowed``, where it is raised at once. ``run_trials``
+    wraps ``study.optimize`` in it: a signal landing inside Optuna's ``ask`` (the trial already
+    RUNNING, before the objective has written its worker) or ``tell`` would leave a RUNNING trial
+    no one owns, its design held and never measured (seen with two workers stopped together). A
+    second signal while one is held is raised at once (a storage that hangs can still be left).
+
+    Raises:
+        KeyboardInterrupt: on leaving the block, when a signal was held."""
+    old = _DEFERRED[0]
+    _DEFERRED[0] = True
+    try:
+        yield
+    finally:
+        _DEFERRED[0] = old
+    if not old and _DEFERRED[1] is not None:
+        why, _DEFERRED[1] = _DEFERRED[1], None
+        raise KeyboardInterrupt(why)
+
+
+@contextlib.contextmanager
+def interrupts_allowed():
+    """Inside ``deferred_interrupts``: raise a held signal now and any new one at once (the
+    objective's body, which records an interrupted trial and queues its design again).
+
+    Raises:
+        KeyboardInterrupt: on entry, when a signal was held."""
+    old = _DEFERRED[0]
+    _DEFERRED[0] = False
+    try:
+        if _DEFERRED[1] is not None:
+            why, _DEFERRED[1] = _DEFERRED[1], None
+            raise KeyboardInterrupt(why)
+        yield
+    finally:
+        _DEFERRED[0] = old
 
 
 def child_env() -> dict:
