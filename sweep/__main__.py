@@ -24,15 +24,16 @@ def main(cfg: DictConfig) -> None:
     from zoo import DesignError
 
     from .plan import plan_from_config
-    from .report.tables import summary_table
-    from .storage import is_storage_error, shown, storage_error
-    from .study import run
 
-    try:
+    try:  # before torch, pandas and the storage load: bad input is answered in about a second
         plan = plan_from_config(cfg)
     except (DesignError, ValueError, KeyError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    from .report.tables import summary_table
+    from .storage import is_storage_error, shown, storage_error
+    from .study import run
+
     try:
         study, df = run(plan)
     except KeyboardInterrupt as e:

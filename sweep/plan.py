@@ -284,7 +284,7 @@ def check_mode(mode: str, device: dict) -> None:
     Raises:
         DesignError: unknown mode, or ``cudagraph``/``compile`` without a CUDA device.
     """
-    from zoo.generate import MODES
+    from zoo.modes import MODES
 
     if mode not in MODES:
         raise DesignError(f"mode={mode!r} is not one of auto, {', '.join(MODES)}")

@@ -8,9 +8,51 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+_WORKER_TMP = [None]  # this xdist worker's temporary folder, removed when it ends
+
+
+def _xdist_worker_alone() -> None:
+    """Under ``pytest -n N`` (pytest-xdist) on a machine without a GPU: give this worker its
+    own share of the cores (``sched_setaffinity``, inherited by every study, trial child and
+    calibration it starts: ``sweep.measure.trial.cpu_threads`` reads it) and its own temporary
+    folder (``TMPDIR``: the machine-wide device locks of ``sweep.common.locks`` live there), so
+    the workers' tests run side by side instead of queueing on one CPU lock. Within a worker the
+    lock still serializes its processes (the tests of two studies at once run both in one
+    worker). Rows measured while the other worker runs are flagged ``contended``, as they
+    should be; no test judges a figure across workers."""
+    import tempfile
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or torch.cuda.is_available():
+        return
+    i, n = int(worker[2:]), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        share = cores[i % len(cores)::n] or cores
+        os.sched_setaffinity(0, share)
+        torch.set_num_threads(len(share))
+    tmp = os.path.join(tempfile.gettempdir(), f"designzoo-tests-{os.getppid()}-{worker}")
+    os.makedirs(tmp, exist_ok=True)
+    os.environ["TMPDIR"] = _WORKER_TMP[0] = tmp
+    tempfile.tempdir = None
+
+
+_xdist_worker_alone()
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
     config.addinivalue_line("markers", "slow: spawns measurement child processes")
+
+
+def pytest_unconfigure(config):
+    """A worker's own temporary folder (``_xdist_worker_alone``) goes with it."""
+    import shutil
+    import tempfile
+
+    if _WORKER_TMP[0]:
+        shutil.rmtree(_WORKER_TMP[0], ignore_errors=True)
+        tempfile.tempdir = None
 
 
 def pytest_collection_modifyitems(config, items):

@@ -47,6 +47,23 @@ def test_a_design_that_cannot_fit_is_refused_naming_its_bytes(tmp_path):
     assert not (tmp_path / "optuna.db").exists()
 
 
+def test_bad_input_is_answered_before_torch_loads(tmp_path):
+    """The checks of ``sweep.plan`` need no torch, pandas or storage: a design that cannot fit
+    and a mode that does not exist are refused with torch, triton and pandas never imported
+    (their import was most of the 6.7 s an H100 host took to refuse a 2.1 TB design)."""
+    code = ("import runpy, sys\n"
+            "try:\n    runpy.run_module('sweep', run_name='__main__', alter_sys=True)\n"
+            "except SystemExit as e:\n"
+            "    print('exit', e.code, sorted(m for m in ('torch', 'triton', 'pandas') "
+            "if m in sys.modules))\n")
+    for bad in ("model.n_layers=100000", "mode=turbo"):
+        r = subprocess.run([sys.executable, "-c", code, *tiny_overrides(tmp_path, bad)],
+                           cwd=REPO, capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert r.stdout.strip().splitlines()[-1] == "exit 2 []", (bad, r.stdout, r.stderr)
+        assert r.stderr.startswith("error: "), r.stderr
+
+
 @pytest.mark.slow
 def test_a_study_whose_every_design_failed_exits_non_zero(tmp_path):
     r = sweep_cli(tmp_path, "fault=measure:raise")

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 # parts of the set-up lines this suite cannot run inside itself: the environment they make is
 # the one running it (CI ran them), and the test command is this suite
 SET_UP = ("python3 -m venv .venv", ". .venv/bin/activate", "python -m sweep.cli.install",
-          "python -m pytest -q")
+          "python -m pytest -q -n 2")
 
 
 def readme_commands() -> list[str]:
@@ -36,7 +36,7 @@ def readme_commands() -> list[str]:
 def test_the_readme_lists_its_commands():
     cmds = readme_commands()
     assert cmds[:4] == [*SET_UP[:3], "python -m sweep +experiment=gqa_vs_mha"]
-    assert "python -m pytest -q" in cmds and any("optuna-dashboard" in c for c in cmds)
+    assert "python -m pytest -q -n 2" in cmds and any("optuna-dashboard" in c for c in cmds)
     assert sum(c.startswith("python -m sweep") for c in cmds) >= 10
 
 

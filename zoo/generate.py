@@ -27,9 +27,9 @@ from __future__ import annotations
 import torch
 
 from .model import Transformer
+from .modes import MODES  # noqa: F401 - the generator's modes, said torch-free in zoo.modes
 from .nvtx import annotate
 
-MODES = ("eager", "cudagraph", "compile")
 GRAPH_BUCKET = 64
 PREFILL_GRAPH_MAX_TOKENS = 16384
 
