@@ -3,6 +3,7 @@ overrides on the CPU fallback, stale resumes, Ctrl-C / SIGTERM and kill -9 (no d
 process left), output clashes, concurrent runs, bad workloads, corrupted storage, CPU OOM,
 noisy and impossible measurements. (Checkpoint round trips: tests/test_hf_parity.py.)"""
 
+import json
 import os
 import signal
 import subprocess
@@ -164,7 +165,8 @@ def test_interrupt_requeues_the_running_design(tmp_path, sig):
     assert trials[1].user_attrs["fail_reason"].startswith("interrupted")
     waiting = [t for t in trials if t.state.name == "WAITING"]
     assert [t.system_attrs["fixed_params"] for t in waiting] == [trials[1].params]
-    assert trials[1].user_attrs["n_kv_heads"] == trials[1].params["n_kv_heads"]  # its design said
+    said = json.loads(trials[1].user_attrs["row"])  # the trial's row, one JSON attribute
+    assert said["n_kv_heads"] == trials[1].params["n_kv_heads"]  # its design said
     _, study, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha", "study.name=hang")
     assert sorted(df[df.state == "COMPLETE"].n_kv_heads) == [1, 2, 4, 8]  # nothing lost
     cut = df[df.fail_reason.astype(str).str.startswith("interrupted")]

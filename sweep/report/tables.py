@@ -50,7 +50,7 @@ def trials_frame(study) -> pd.DataFrame:
         row = {"number": t.number, "state": t.state.name}
         row.update({f"param_{k}": v for k, v in t.params.items()})
         row.update({k: v for k, v in t.user_attrs.items() if k not in _INTERNAL})
-        if isinstance(row.get("row"), str):  # a predict-only trial keeps its row as one JSON
+        if isinstance(row.get("row"), str):  # the results row, stored as one JSON attribute
             row.update(json.loads(row.pop("row")))
         if t.number in gone:
             row.setdefault("interrupted", True)
