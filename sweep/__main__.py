@@ -14,12 +14,13 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from .common.env import CONF
 from .schema import register
 
 register()
 
 
-@hydra.main(version_base=None, config_path="../conf", config_name="config")
+@hydra.main(version_base=None, config_path=str(CONF), config_name="config")
 def main(cfg: DictConfig) -> None:
     from zoo import DesignError
 
@@ -85,15 +86,15 @@ def refuse_bad_overrides(argv: list[str]) -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     from .common.atomic import writable_dir
-    from .common.env import REPO
+    from .common.env import CONF, WORK
 
     try:
-        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
             cfg = compose(config_name="config", overrides=list(argv))
         for key in ("results_dir", "cache_dir"):  # Hydra makes its run folder there first
             if cfg.get(key):
                 p = Path(cfg[key])
-                writable_dir(p if p.is_absolute() else REPO / p, key)
+                writable_dir(p if p.is_absolute() else WORK / p, key)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -16,7 +16,7 @@ from .analysis.hardware import HardwareSpec, load_spec
 from .analysis.memory import check_fits
 from .common import row
 from .common.atomic import writable_dir
-from .common.env import REPO, detect_device, slug, triton_interpret
+from .common.env import CONF, WORK, detect_device, slug, triton_interpret
 from .schema import WorkloadConf
 from .space import SAMPLERS, check_space
 
@@ -56,8 +56,8 @@ class Plan:
     predict: bool = False  # predict-only: no model built, figures from the performance model
     switches: Switches = field(default_factory=Switches)  # kernel switches (kernels.switches)
     calibration_policy: str = "auto"  # sweep.analysis.calibration.POLICIES
-    results_root: Path = REPO / "results"
-    cache_root: Path = REPO / "results"  # the caches (calibration, ceilings, tuning) live here
+    results_root: Path = WORK / "results"
+    cache_root: Path = WORK / "results"  # the caches (calibration, ceilings, tuning) live here
     # on the CPU fallback: the configured (real) base, workload, space, constraints, mode and the
     # GPU specs to price them on (``sweep.study.shadow_predictions``)
     shadow: dict | None = None
@@ -243,9 +243,10 @@ def plan_from_config(cfg) -> Plan:
 
 
 def _in_repo(path: str) -> Path:
-    """A configured folder: as given when absolute, else under the repository."""
+    """A configured folder: as given when absolute, else under the repository (``WORK``: the
+    folder a non-editable install is started from)."""
     p = Path(path)
-    return p if p.is_absolute() else REPO / p
+    return p if p.is_absolute() else WORK / p
 
 
 def identity(base: ModelConfig, wl: dict, mode: str, weights: str | None, spec: HardwareSpec,
@@ -306,7 +307,7 @@ def workload_overrides(wl: dict) -> dict:
     (``conf/workload/<name>.yaml`` over ``WorkloadConf``'s defaults): the user's overrides."""
     import yaml
 
-    path = REPO / "conf" / "workload" / f"{wl.get('name')}.yaml"
+    path = CONF / "workload" / f"{wl.get('name')}.yaml"
     group = dict(vars(WorkloadConf()), **(yaml.safe_load(path.read_text()) if path.exists() else {}))
     return {k: v for k, v in wl.items() if k != "name" and group.get(k) != v}
 

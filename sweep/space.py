@@ -244,10 +244,10 @@ def shipped_items(cpu: bool = False) -> list[tuple[ModelConfig, dict, str]]:
     ``space_cpu`` spaces at the CPU workload, eagerly."""
     import yaml
 
-    from .common.env import REPO
+    from .common.env import CONF
     from .schema import CpuFallbackConf, WorkloadConf
 
-    conf = REPO / "conf"
+    conf = CONF
     keys = ("batch", "prompt_len", "new_tokens")
 
     def workload(name):

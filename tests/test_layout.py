@@ -200,3 +200,24 @@ def test_one_percentile_definition():
     own = [f"{p.relative_to(REPO)}" for p in CODE
            if re.search(r"np\.(percentile|quantile)|\.quantile\(", p.read_text())]
     assert not own, own
+
+
+def test_the_packaged_tree_is_the_source_tree():
+    """``pyproject.toml`` lists its packages (conf/ is mapped to ``sweep.conf``): the list is every
+    Python package of zoo/, kernels/ and sweep/ plus ``sweep.conf``, and the package data covers
+    every file of conf/, so ``pip install .`` (not editable) ships what a source tree reads."""
+    import fnmatch
+    import tomllib
+
+    from setuptools import find_packages
+
+    st = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = set(find_packages(str(REPO), include=["zoo*", "kernels*", "sweep*"]))
+    assert set(st["packages"]) == found | {"sweep.conf"}
+    assert st["package-dir"] == {"sweep.conf": "conf"}
+    globs = st["package-data"]["sweep.conf"]
+    conf = REPO / "conf"
+    missed = [str(p.relative_to(conf)) for p in conf.rglob("*") if p.is_file()
+              and not any(fnmatch.fnmatch(str(p.relative_to(conf)), g) and
+                          str(p.relative_to(conf)).count("/") == g.count("/") for g in globs)]
+    assert not missed, f"conf/ files the package would leave out: {missed}"

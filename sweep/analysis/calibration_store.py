@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 
 from ..common.atomic import write_atomic, write_json
-from ..common.env import REPO, slug
+from ..common.env import WORK, slug
 
-CAL_DIR = REPO / "results" / "calibration"
+CAL_DIR = WORK / "results" / "calibration"
 SHIPPED_DIR = Path(__file__).resolve().parent / "calibrations"
 VERSION = 8  # of the table's columns and families: a cache of another version is measured again
 

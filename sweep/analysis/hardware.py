@@ -21,10 +21,10 @@ from pathlib import Path
 import yaml
 
 from ..common.atomic import write_json
-from ..common.env import REPO, slug
+from ..common.env import CONF, WORK, slug
 
-HW_DIR = REPO / "conf" / "hardware"
-CEILINGS_DIR = REPO / "results" / "ceilings"
+HW_DIR = CONF / "hardware"
+CEILINGS_DIR = WORK / "results" / "ceilings"
 DTYPE_PEAK_KEY = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
 
 

@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 
 from ..common import row as R
-from ..common.env import REPO
+from ..common.env import CONF
 from ..common.stats import percentile
 
-DATA = REPO / "conf" / "public"
+DATA = CONF / "public"
 # the published figures a row may hold: per-sequence rates (tokens/s) and per-token times (ms)
 DECODE_FIGURES = (R.RATE["decode"], "tpot_ms")
 PREFILL_FIGURES = (R.RATE["prefill"], R.TIME["prefill"])

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..analysis.advice import AdviseConf, advise
 from ..common.atomic import write_json, write_text
-from ..common.env import REPO, slug
+from ..common.env import CONF, WORK, slug
 from ..common.row import TIME, spread_of
 
 
@@ -36,7 +36,7 @@ def _plan(overrides: list[str]):
     from ..schema import register
 
     register()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = compose(config_name="config", overrides=[*overrides, "quiet=true"])
     return plan_from_config(cfg)
 
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         r = advise(plan.base, plan.workload, plan.spec, cal, conf)
         r["benched_shapes"] = benched
     label = slug("_".join(f"{k}{v}" for k, v in r["design"].items()))
-    out = Path(a.out) if a.out else REPO / "results" / "advise" / label
+    out = Path(a.out) if a.out else WORK / "results" / "advise" / label
     out.mkdir(parents=True, exist_ok=True)
     if a.measure and r["alternatives"]:
         first = r["alternatives"][0]

@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..common.env import REPO, detect_device
+from ..common.env import WORK, detect_device
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if not a.timeout > 0:
         raise ValueError(f"--timeout={a.timeout}: seconds, more than 0")
     root = Path(a.results_dir)
-    root = root if root.is_absolute() else REPO / root
+    root = root if root.is_absolute() else WORK / root
     dev = detect_device(a.device)
     with TaskProgress("measuring the device's ceilings") as bar:
         ceilings = measure_ceilings(dev, cache_dir=root / "ceilings", on_line=bar.on_line)

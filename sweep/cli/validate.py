@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from ..common.env import REPO, slug
+from ..common.env import CONF, WORK, slug
 from ..common.row import TIME
 
 WARMUP, REPEATS = 2, 5
@@ -36,9 +36,9 @@ def load_set(name: str) -> dict:
     Raises:
         FileNotFoundError: no such set. ValueError: a pair without a name, model or workload.
     """
-    p = Path(name) if name.endswith(".yaml") else REPO / "conf" / "validation" / f"{name}.yaml"
+    p = Path(name) if name.endswith(".yaml") else CONF / "validation" / f"{name}.yaml"
     if not p.exists():
-        known = sorted(q.stem for q in (REPO / "conf" / "validation").glob("*.yaml"))
+        known = sorted(q.stem for q in (CONF / "validation").glob("*.yaml"))
         raise FileNotFoundError(f"no validation set {name!r}; known: {', '.join(known)}")
     s = yaml.safe_load(p.read_text())
     for i, pair in enumerate(s.get("pairs", [])):
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = items(s, dev["type"], a.only)
     if not chosen:
         raise ValueError(f"no pair of {s['name']} is named {a.only}")
-    root = Path(a.results_dir) if Path(a.results_dir).is_absolute() else REPO / a.results_dir
+    root = Path(a.results_dir) if Path(a.results_dir).is_absolute() else WORK / a.results_dir
     out = Path(a.out) if a.out else root / "validate" / f"{s['name']}-{slug(dev['name'])}"
     out.mkdir(parents=True, exist_ok=True)
     ceilings = measure_ceilings(dev, cache_dir=root / "ceilings")

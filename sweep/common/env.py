@@ -10,7 +10,13 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]  # the source tree, or site-packages when installed
+# A source tree (a clone, an editable install) keeps conf/ and results/ at its root. An installed
+# designzoo (``pip install .``) has the configuration as package data (``sweep/conf``, mapped from
+# conf/ in pyproject.toml) and writes results/ under the folder it is started from.
+SOURCE_TREE = (REPO / "pyproject.toml").is_file() and (REPO / "conf").is_dir()
+CONF = REPO / "conf" if SOURCE_TREE else Path(__file__).resolve().parents[1] / "conf"
+WORK = REPO if SOURCE_TREE else Path.cwd()  # relative output folders (results/) live under it
 
 
 def _nvml_device(index: int = 0) -> dict | None:

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..common.atomic import write_text
-from ..common.env import REPO, slug
+from ..common.env import WORK, slug
 from ..common.row import CONTENDED
 from .labels import label as words
 from .plots import write_html
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
               "directions": directions}
     key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:8]
     out = Path(a.out) if a.out else \
-        REPO / "results" / "fronts" / f"{slug('-vs-'.join(labels))[:80]}-{key}"
+        WORK / "results" / "fronts" / f"{slug('-vs-'.join(labels))[:80]}-{key}"
     prev = out / "fronts.json"
     if prev.exists():  # another comparison's outputs are never overwritten
         old = json.loads(prev.read_text())

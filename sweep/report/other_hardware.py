@@ -32,7 +32,7 @@ from ..analysis.hardware import available, load_spec
 from ..analysis.pricing import Calibrated
 from ..analysis.targets import config_of, predict_on, switches_of
 from ..common.atomic import write_atomic, write_text
-from ..common.env import REPO, slug
+from ..common.env import WORK, slug
 from ..common.row import COLUMNS, RATE, STAGES, TIME, pred
 from .fronts import compare, plot
 from .tables import design_label, load_study
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {s}: {e}", file=sys.stderr)
             return 2
         out = Path(a.out) / slug(Path(s).name) if a.out and len(a.studies) > 1 else \
-            Path(a.out) if a.out else REPO / "results" / "whatif" / slug(Path(s).name)
+            Path(a.out) if a.out else WORK / "results" / "whatif" / slug(Path(s).name)
         out.mkdir(parents=True, exist_ok=True)
         ranks = rank_table(w, a.hardware)
         changes = rank_changes(w, a.hardware, meta["objectives"][0])

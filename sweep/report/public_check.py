@@ -24,7 +24,7 @@ import yaml
 from ..analysis import public as P
 from ..analysis.hardware import HW_DIR, available, load_spec
 from ..common.atomic import write_atomic, write_text
-from ..common.env import REPO
+from ..common.env import REPO, WORK
 from .validation import abs_stats
 
 KIND_WORDS = {"loo": "fitted, leave-one-chip-out", "newest": "fitted on older generations",
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {f}")
         return 0
     df, s = run_check(data)
-    out = Path(a.out) if a.out else REPO / "results" / "whatif_public"
+    out = Path(a.out) if a.out else WORK / "results" / "whatif_public"
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "whatif_public.csv", lambda p: df.to_csv(p, index=False))
     write_text(out / "whatif_public.md", markdown(df, s))
