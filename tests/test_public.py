@@ -67,6 +67,44 @@ def test_leave_one_chip_out_never_sees_the_chip_and_runs_fast():
     after = [t for t in P.check(rows, chips, models) if t["chip"] == chip]
     assert [t["pred_loo_s"] for t in before] == pytest.approx([t["pred_loo_s"] for t in after])
     assert [t["published_s"] for t in before] != pytest.approx([t["published_s"] for t in after])
+    # each priced point has an interval re-centred on it; they hold >= 80% of the decode figures
+    priced = df[df.pred_loo_s.notna() & df.loo_half_width_pct.notna()]
+    assert (priced.pred_loo_lo_s < priced.pred_loo_s).all()
+    assert (priced.pred_loo_s < priced.pred_loo_hi_s).all()
+    assert priced.pred_loo_s.to_numpy() == pytest.approx(
+        (priced.pred_loo_lo_s * priced.pred_loo_hi_s).to_numpy() ** 0.5)
+    iv = s["decode"]["interval"]
+    assert iv["n"] >= 100 and iv["coverage"] >= 0.8 and 0 < iv["median_half_width_pct"] < 100
+
+
+def test_an_interval_never_sees_its_chip():
+    """A chip's interval is drawn from fits that left it out (and left out the chip they
+    priced): its own figures changed tenfold leave its point and interval as they were, while
+    another chip's interval moves. On the rows of six chips of one family, to stay fast."""
+    rows, chips, models = P.load()
+    fam = max({r.family for r in rows}, key=lambda f: len({r.group for r in rows
+                                                         if r.family == f}))
+    groups = sorted({r.group for r in rows if r.family == fam})[:6]
+    rows = [r for r in rows if r.group in groups]
+    chip = groups[0]
+
+    def intervals():
+        return {(t["chip"], t["model"], t["figure"], t["batch"], t["value"]): (
+            t["pred_loo_s"], t["pred_loo_lo_s"], t["pred_loo_hi_s"])
+            for t in P.check(rows, chips, models, intervals=True)}
+
+    before = intervals()
+    for r in rows:
+        if r.group == chip:
+            r.value *= 10
+    after = intervals()
+    own = [k for k in before if any(r.chip == k[0] and r.group == chip for r in rows)]
+    assert own
+    for k in own:  # its value is the key: the row is found again by its other fields
+        k2 = next(a for a in after if a[:4] == k[:4] and a[0] == k[0])
+        assert after[k2] == pytest.approx(before[k], nan_ok=True)
+    others = [k for k in before if k not in own and math.isfinite(before[k][1])]
+    assert any(after[k] != pytest.approx(before[k]) for k in others)
 
 
 def test_fitted_specs_price_a_design_with_their_basis_and_band(tmp_path, monkeypatch):

@@ -159,8 +159,9 @@ def fitted_step(f: dict, stage: str, cfg, st, bandwidth: float, peak: float) -> 
 def _fitted(cfg: ModelConfig, workload: dict, spec, ceil: dict) -> dict:
     """The ``predict`` row of a design priced by the spec's ``fitted`` block: each stage's
     time from ``fitted_step`` (its modules the roofline's shares of it, the fixed part
-    as ``launch_overhead``) and its interval from the fit's leave-one-chip-out error band (a
-    stage without a fit keeps the roofline x stated efficiencies)."""
+    as ``launch_overhead``) and its interval ``[t / (1 + w), t x (1 + w)]``, re-centred on it,
+    ``w`` the fit's leave-one-chip-out half-width (``loo_half_width_pct``; a stage without a
+    fit keeps the roofline x stated efficiencies)."""
     B, T, N = workload["batch"], workload["prompt_len"], workload["new_tokens"]
     row = predict(cfg, workload, spec, None, ceilings=ceil)
     for stage, st in (("prefill", counts.prefill(cfg, B, T)),
@@ -175,9 +176,11 @@ def _fitted(cfg: ModelConfig, workload: dict, spec, ceil: dict) -> dict:
         for m, v in mods.items():
             row[pred_module(stage, m)] = fixed if m == "launch_overhead" else v / rest * (t - fixed)
         row[pred(stage)] = t
-        lo, hi = f.get("loo_error_pct") or (math.nan, math.nan)
-        # the band of the error (%, predicted / published rate - 1): a published time t (1 + e)
-        row[pred(stage, "lo")], row[pred(stage, "hi")] = t * (1 + lo / 100), t * (1 + hi / 100)
+        w = f.get("loo_half_width_pct")
+        w = 1 + w / 100 if w is not None else math.nan
+        # re-centred on the point: [t / (1 + w), t x (1 + w)] held 80% of the published figures
+        # of the fit's rows, each priced without its chip (sweep.analysis.public.COVERAGE)
+        row[pred(stage, "lo")], row[pred(stage, "hi")] = t / w, t * w
     return row
 
 

@@ -126,6 +126,24 @@ def rank_table(w: pd.DataFrame, targets: list[str]) -> pd.DataFrame:
     return t.reindex(columns=targets).reset_index()
 
 
+def figures_table(w: pd.DataFrame, targets: list[str]) -> pd.DataFrame:
+    """One row per design and target: each stage's predicted time (ms) with its interval,
+    ``"3.09 (2.67-3.57)"``, or the point alone where its basis has none (roofline x stated
+    efficiencies), and the basis kind."""
+    def shown(r, st):
+        t, lo, hi = (r.get(pred(st, k)) for k in (None, "lo", "hi"))
+        if t is None or not math.isfinite(t):
+            return ""
+        ok = all(v is not None and math.isfinite(v) for v in (lo, hi))
+        return f"{t:.3g} ({lo:.3g}-{hi:.3g})" if ok else f"{t:.3g}"
+
+    rows = [{"design": r["design"], "target": r["target"],
+             "TPOT ms": shown(r, "decode"), "TTFT ms": shown(r, "prefill"),
+             "basis": r.get("basis_kind", "")}
+            for r in w.to_dict(orient="records") if r["target"] in targets]
+    return pd.DataFrame(rows, columns=["design", "target", "TPOT ms", "TTFT ms", "basis"])
+
+
 def _stage_of(objective: str) -> str | None:
     return next((st for st in STAGES if objective in (TIME[st], RATE[st])), None)
 
@@ -240,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         write_text(out / "fronts.json", json.dumps(summary, indent=1, default=str))
         with pd.option_context("display.width", 200, "display.max_colwidth", 40):
             print(ranks.to_string(index=False))
+            print("\npredicted per design and target, with the interval (80% of public figures "
+                  "held leave-one-chip-out, where the basis is a public fit):")
+            print(figures_table(w, a.hardware).to_string(index=False))
         for t, why in left.items():
             print(f"not on the plots: {t} ({why})")
         if not changes.empty:

@@ -42,6 +42,15 @@ def summary(table: list[dict]) -> dict:
         both = rows.dropna()
         out[st] = {k: abs_stats(rows[f"err_{k}_pct"]) for k in P.KINDS}
         out[st]["paired"] = {k: abs_stats(both[f"err_{k}_pct"]) for k in P.KINDS}
+        ivl = [t for t in table if t["stage"] == st and t.get("covered_loo") is not None]
+        widths = sorted(t["loo_half_width_pct"] for t in ivl)
+        at_claim = [t["covered_loo_at_claim"] for t in ivl if t["covered_loo_at_claim"] is not None]
+        out[st]["interval"] = {  # leave-one-chip-out: neither point nor interval saw the chip
+            "level": P.COVERAGE, "quantile": P.QUANTILE, "n": len(ivl),
+            "coverage": sum(t["covered_loo"] for t in ivl) / len(ivl) if ivl else None,
+            "median_half_width_pct": float(pd.Series(widths).median()) if widths else None,
+            "coverage_at_quantile_equal_to_level": sum(at_claim) / len(at_claim) if at_claim
+            else None}
     return out
 
 
@@ -50,7 +59,7 @@ def run_check(data: Path | None = None) -> tuple[pd.DataFrame, dict]:
     with ``same_engine``: the summary over the rows priced by a fit of their own engine."""
     rows, chips, models = P.load(data)
     specs = {c: load_spec(d["spec"]) for c, d in chips.items() if d.get("spec")}
-    table = P.check(rows, chips, models, specs)
+    table = P.check(rows, chips, models, specs, intervals=True)
     s = summary(table)
     s["same_engine"] = summary([t for t in table if t["fit_loo"] in (t["family"], t["engine"])])
     s["newest_of_line"] = summary([t for t in table if t["newest_of_line"]])
@@ -139,7 +148,7 @@ def fitted_blocks(data: Path | None = None) -> dict:
                 if f and f["rows"] >= 3 and len(f["chips"]) >= 2:
                     block[st] = {"family": key, **{k: _g(f[k]) for k in (
                         "per_layer_s", "fraction", "dequant_bytes_per_weight", "rows",
-                        "loo_error_pct")}, "chips": f["chips"]}
+                        "loo_error_pct", "loo_half_width_pct")}, "chips": f["chips"]}
                     block.setdefault("sources", set()).update(f["sources"])
                     break
         if "decode" in block:
@@ -205,6 +214,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{st}: " + "; ".join(
             f"{KIND_WORDS[k]} median {_f(s[st][k].get('median'))}% p90 "
             f"{_f(s[st][k].get('p90'))}% (n={s[st][k]['n']})" for k in P.KINDS))
+    for st in ("decode", "prefill"):
+        iv = s[st]["interval"]
+        if iv["n"]:
+            print(f"{st} intervals ({iv['level']:.0%} claimed, the {iv['quantile']:.2f} quantile "
+                  f"of the nested errors; leave-one-chip-out): coverage {iv['coverage']:.2f}, "
+                  f"median half-width {iv['median_half_width_pct']:.1f}% (n={iv['n']}; at the "
+                  f"{iv['level']:.2f} quantile: {iv['coverage_at_quantile_equal_to_level']:.2f})")
     print(f"wrote {out}/whatif_public.csv, whatif_public.md, summary.json")
     return 0
 
