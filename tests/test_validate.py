@@ -33,7 +33,7 @@ def test_the_frozen_sets_load_and_hold_what_they_promise():
     cats = {c for p in s["pairs"] for c in p["cat"]}
     assert len(s["pairs"]) >= 40 and {"depth", "head_dim", "kv_int8", "kv_fp8", "torch", "eager",
                                       "context", "qwen", "mistral", "odd_heads", "ffn"} <= cats
-    assert "for checking only" in (V.REPO / "conf/validation/heldout.yaml").read_text().lower()
+    assert "for checking only" in (V.CONF / "validation/heldout.yaml").read_text().lower()
     chosen = V.items(s, "cuda")
     assert {c.head_dim for _, c, _, _ in chosen} >= {64, 80, 96, 128, 256}
     assert min(c.n_layers for _, c, _, _ in chosen) <= 2 and max(
