@@ -10,6 +10,7 @@ import time
 import pytest
 
 from sweep.analysis import public as P
+from sweep.analysis import public_loo as L
 from sweep.analysis.hardware import HW_DIR as REAL_HW_DIR
 from sweep.analysis.hardware import load_spec
 from sweep.analysis.targets import predict_on
@@ -60,11 +61,11 @@ def test_leave_one_chip_out_never_sees_the_chip_and_runs_fast():
     # a chip's own figures changed tenfold leave its leave-one-out prediction unchanged
     rows, chips, models = P.load()
     chip = "NVIDIA GeForce RTX 3090"
-    before = [t for t in P.check(rows, chips, models) if t["chip"] == chip]
+    before = [t for t in L.check(rows, chips, models) if t["chip"] == chip]
     for r in rows:
         if r.chip == chip:
             r.value *= 10
-    after = [t for t in P.check(rows, chips, models) if t["chip"] == chip]
+    after = [t for t in L.check(rows, chips, models) if t["chip"] == chip]
     assert [t["pred_loo_s"] for t in before] == pytest.approx([t["pred_loo_s"] for t in after])
     assert [t["published_s"] for t in before] != pytest.approx([t["published_s"] for t in after])
     # each priced point has an interval re-centred on it; they hold >= 80% of the decode figures
@@ -91,7 +92,7 @@ def test_an_interval_never_sees_its_chip():
     def intervals():
         return {(t["chip"], t["model"], t["figure"], t["batch"], t["value"]): (
             t["pred_loo_s"], t["pred_loo_lo_s"], t["pred_loo_hi_s"])
-            for t in P.check(rows, chips, models, intervals=True)}
+            for t in L.check(rows, chips, models, intervals=True)}
 
     before = intervals()
     for r in rows:

@@ -179,7 +179,7 @@ def _fitted(cfg: ModelConfig, workload: dict, spec, ceil: dict) -> dict:
         w = f.get("loo_half_width_pct")
         w = 1 + w / 100 if w is not None else math.nan
         # re-centred on the point: [t / (1 + w), t x (1 + w)] held 80% of the published figures
-        # of the fit's rows, each priced without its chip (sweep.analysis.public.COVERAGE)
+        # of the fit's rows, each priced without its chip (sweep.analysis.public_loo.COVERAGE)
         row[pred(stage, "lo")], row[pred(stage, "hi")] = t / w, t * w
     return row
 

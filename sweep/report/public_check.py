@@ -22,6 +22,7 @@ import pandas as pd
 import yaml
 
 from ..analysis import public as P
+from ..analysis import public_loo as L
 from ..analysis.hardware import HW_DIR, available, load_spec
 from ..common.atomic import write_atomic, write_text
 from ..common.env import REPO, WORK
@@ -38,15 +39,15 @@ def summary(table: list[dict]) -> dict:
     out: dict = {}
     for st in ("decode", "prefill"):
         rows = pd.DataFrame([t for t in table if t["stage"] == st],
-                            columns=[f"err_{k}_pct" for k in P.KINDS], dtype=float)
+                            columns=[f"err_{k}_pct" for k in L.KINDS], dtype=float)
         both = rows.dropna()
-        out[st] = {k: abs_stats(rows[f"err_{k}_pct"]) for k in P.KINDS}
-        out[st]["paired"] = {k: abs_stats(both[f"err_{k}_pct"]) for k in P.KINDS}
+        out[st] = {k: abs_stats(rows[f"err_{k}_pct"]) for k in L.KINDS}
+        out[st]["paired"] = {k: abs_stats(both[f"err_{k}_pct"]) for k in L.KINDS}
         ivl = [t for t in table if t["stage"] == st and t.get("covered_loo") is not None]
         widths = sorted(t["loo_half_width_pct"] for t in ivl)
         at_claim = [t["covered_loo_at_claim"] for t in ivl if t["covered_loo_at_claim"] is not None]
         out[st]["interval"] = {  # leave-one-chip-out: neither point nor interval saw the chip
-            "level": P.COVERAGE, "quantile": P.QUANTILE, "n": len(ivl),
+            "level": L.COVERAGE, "quantile": L.QUANTILE, "n": len(ivl),
             "coverage": sum(t["covered_loo"] for t in ivl) / len(ivl) if ivl else None,
             "median_half_width_pct": float(pd.Series(widths).median()) if widths else None,
             "coverage_at_quantile_equal_to_level": sum(at_claim) / len(at_claim) if at_claim
@@ -55,11 +56,11 @@ def summary(table: list[dict]) -> dict:
 
 
 def run_check(data: Path | None = None) -> tuple[pd.DataFrame, dict]:
-    """``(table, summary)`` of the dataset (``sweep.analysis.public.check``, ``summary``),
+    """``(table, summary)`` of the dataset (``sweep.analysis.public_loo.check``, ``summary``),
     with ``same_engine``: the summary over the rows priced by a fit of their own engine."""
     rows, chips, models = P.load(data)
     specs = {c: load_spec(d["spec"]) for c, d in chips.items() if d.get("spec")}
-    table = P.check(rows, chips, models, specs, intervals=True)
+    table = L.check(rows, chips, models, specs, intervals=True)
     s = summary(table)
     s["same_engine"] = summary([t for t in table if t["fit_loo"] in (t["family"], t["engine"])])
     s["newest_of_line"] = summary([t for t in table if t["newest_of_line"]])
@@ -88,7 +89,7 @@ def markdown(df: pd.DataFrame, s: dict) -> str:
                        ("priced by every kind", {st: s[st]["paired"] for st in ("decode",
                                                                                  "prefill")})):
         for st in ("decode", "prefill"):
-            for k in P.KINDS:
+            for k in L.KINDS:
                 v = sub[st][k]
                 lines.append(f"| {st} | {scope} | {KIND_WORDS[k]} | {v['n']} | "
                              f"{_f(v.get('median'))}% | {_f(v.get('p90'))}% | "
@@ -137,8 +138,8 @@ def fitted_blocks(data: Path | None = None) -> dict:
     vendor and kind's, then its kind's where the family has fewer than 3 rows of 2 chips), the
     rows, chips and sources it rests on and its leave-one-chip-out error band."""
     rows, chips, models = P.load(data)
-    table = P.check(rows, chips, models)
-    fits = P.family_fits(rows, chips, models, table)
+    table = L.check(rows, chips, models)
+    fits = L.family_fits(rows, chips, models, table)
     out = {}
     for name, fam in spec_families(chips, rows).items():
         block = {}
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     for st in ("decode", "prefill"):
         print(f"{st}: " + "; ".join(
             f"{KIND_WORDS[k]} median {_f(s[st][k].get('median'))}% p90 "
-            f"{_f(s[st][k].get('p90'))}% (n={s[st][k]['n']})" for k in P.KINDS))
+            f"{_f(s[st][k].get('p90'))}% (n={s[st][k]['n']})" for k in L.KINDS))
     for st in ("decode", "prefill"):
         iv = s[st]["interval"]
         if iv["n"]:
