@@ -55,7 +55,24 @@ def pytest_unconfigure(config):
         tempfile.tempdir = None
 
 
+# calls in a test's own code that start processes: a study's trial children, the CLI, a worker
+STARTS_CHILDREN = ("run_tiny(", "sweep_cli(", "subprocess.", "Popen(", "_start_hanging_study(",
+                   "run_child(", "check_output(")
+
+
 def pytest_collection_modifyitems(config, items):
+    """A test whose code starts processes (``STARTS_CHILDREN``) is marked ``slow`` whether or
+    not its module says so: ``-m "not slow"`` is the in-process lane. Without a GPU, ``gpu``
+    tests are skipped."""
+    import inspect
+
+    for item in items:
+        try:
+            src = inspect.getsource(item.function)
+        except (AttributeError, OSError, TypeError):
+            continue
+        if any(s in src for s in STARTS_CHILDREN):
+            item.add_marker(pytest.mark.slow)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; none is visible")
