@@ -199,9 +199,22 @@ def _epilogue(acc, ss, b_ptr, y_ptr, offs_m, offs_n, omask, nmask, s_ym, K, eps,
 _M1 = [(bn, bk, sk, w, st) for bn, bk, w, st in ((4, 1024, 4, 2), (8, 512, 4, 3), (8, 1024, 4, 2),
                                                  (16, 256, 4, 3), (16, 512, 4, 2), (32, 256, 4, 3))
        for sk in (1, 4)]
+# The dot path's 128-row tiles (8 warps for 128 x 128) came from a sweep of 76 tiles over the
+# 1B / 8B batch-8 projections (results/reference/gemv_probe/): on an H200 the MLP's w13 went from
+# 71% to 84% of the copy bandwidth, the 8B's w13 / w2 from 80 / 77% to 93 / 88%.
 _DOT = [(bn, bk, sk, w, st) for bn, bk, w, st in ((64, 128, 4, 4), (64, 256, 4, 3), (32, 128, 4, 4),
-                                                  (16, 256, 4, 3), (128, 64, 4, 4))
+                                                  (16, 256, 4, 3), (128, 64, 4, 4),
+                                                  (128, 128, 8, 4), (128, 128, 4, 4),
+                                                  (128, 64, 8, 4))
         for sk in (1, 4, 8)]
+# Tried on every new dot-path shape beside the configs chosen for the kernel's other shapes
+# (``tuning.candidates``): one per shape class of that sweep (a wide N in one split, a short N
+# split 4 or 8), so the first shapes tuned on a device do not bound the later ones to tiles that
+# suit only them (the shipped H100 choices had collapsed to two 64-row tiles that way).
+_SEEDS = [dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk, PREFETCH_X=0, W_AHEAD=0, num_warps=w,
+               num_stages=st)
+          for bn, bk, sk, w, st in ((128, 128, 1, 8, 4), (128, 128, 4, 8, 4), (128, 128, 8, 4, 4),
+                                    (128, 64, 8, 4, 4), (64, 128, 4, 4, 4))]
 _CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk, "PREFETCH_X": px,
                            "W_AHEAD": wa},
                           num_warps=w, num_stages=st)
@@ -226,7 +239,8 @@ def _prune(configs, nargs, **kw):
     out = [c for c in configs if (c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.kwargs["SPLIT_K"],
                                   c.num_warps, c.num_stages) in keep
            and (px or not c.kwargs["PREFETCH_X"]) and (wa or not c.kwargs["W_AHEAD"])]
-    bounded = [c for c in out if tuning.config_dict(c) in _ALLOWED]
+    seeds = [] if one or not _ALLOWED else _SEEDS
+    bounded = [c for c in out if tuning.config_dict(c) in _ALLOWED + seeds]
     return bounded or out
 
 

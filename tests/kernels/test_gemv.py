@@ -138,6 +138,27 @@ def test_gemv_weights_ahead_on_the_dot_path(split_k, prologue):
     _switch_is_exact(5, split_k, prologue, 11 * split_k, "W_AHEAD", 16)
 
 
+def test_a_new_dot_path_shape_tries_the_seed_tiles_beside_the_chosen_ones():
+    """With configs chosen for other shapes (``_ALLOWED``), a new dot-path shape's autotuning is
+    bounded to them plus ``_SEEDS`` (one tile per shape class), every seed a tile of the space;
+    the one-row path stays bounded to the chosen configs alone."""
+    from kernels import tuning
+
+    chosen = tuning.config_dict(next(c for c in gemv._CONFIGS if c.kwargs["BLOCK_N"] == 16
+                                     and c.kwargs["BLOCK_K"] == 256 and c.kwargs["SPLIT_K"] == 1
+                                     and c.num_warps == 4 and c.num_stages == 3
+                                     and not c.kwargs["W_AHEAD"] and not c.kwargs["PREFETCH_X"]))
+    gemv._ALLOWED[:] = [chosen]
+    try:
+        dot = [tuning.config_dict(c) for c in gemv._prune(gemv._CONFIGS, {"BLOCK_M": 16})]
+        one = [tuning.config_dict(c) for c in gemv._prune(gemv._CONFIGS, {"BLOCK_M": 1})]
+    finally:
+        gemv._ALLOWED.clear()
+    assert chosen in dot and all(s in dot for s in gemv._SEEDS)
+    assert len(dot) == len(gemv._SEEDS) + 1
+    assert one == [chosen]
+
+
 def test_autotune_space_prefetches_one_row_only():
     """PREFETCH_X is tuned for one row (beside every unprefetched tile) and never for the dot
     path; W_AHEAD for the dot path only; ``switches.gemv_prefetch=False`` and
