@@ -221,3 +221,31 @@ def test_the_packaged_tree_is_the_source_tree():
               and not any(fnmatch.fnmatch(str(p.relative_to(conf)), g) and
                           str(p.relative_to(conf)).count("/") == g.count("/") for g in globs)]
     assert not missed, f"conf/ files the package would leave out: {missed}"
+
+
+def _literal_tuples(names: set[str]) -> list[str]:
+    """Where a tuple, list or set of string literals holding every one of ``names`` is written in
+    the package's code (``zoo``, ``kernels``, ``sweep``, ``bench``)."""
+    found = []
+    for pkg in ("zoo", "kernels", "sweep", "bench"):
+        for p in sorted((REPO / pkg).rglob("*.py")):
+            for n in ast.walk(ast.parse(p.read_text())):
+                if isinstance(n, (ast.Tuple, ast.List, ast.Set)):
+                    vals = {e.value for e in n.elts if isinstance(e, ast.Constant)}
+                    if names <= vals:
+                        found.append(f"{p.relative_to(REPO)}:{n.lineno}")
+    return found
+
+
+def test_the_module_kinds_and_design_keys_are_spelled_once():
+    """The module kinds of a step are written down once (``zoo.counts.MODULES``: the counts, the
+    predictor, the profiler's modules and the row read it), and a design's identity nowhere as a
+    literal: every key list that tells designs apart holds the fields that set a figure beside
+    the shape (``weight_dtype``, ``norm``) and comes from the dataclass
+    (``zoo.config.DESIGN_FIELDS``). Display orders (a table's first columns) are not key lists."""
+    from zoo import config
+
+    assert _literal_tuples({"qkv", "out_proj", "ffn", "lm_head"}) == ["zoo/counts.py:41"]
+    assert _literal_tuples({"n_kv_heads", "head_dim", "weight_dtype"}) == []
+    assert _literal_tuples({"n_kv_heads", "kv_dtype", "norm"}) == []
+    assert {"weight_dtype", "norm", "qkv_bias", "kv_dtype"} <= set(config.DESIGN_FIELDS)

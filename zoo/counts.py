@@ -35,7 +35,11 @@ from dataclasses import asdict, dataclass
 from .config import ModelConfig
 from .formats import DTYPE_BYTES
 
-KINDS = ("qkv", "attn", "out_proj", "ffn", "lm_head")
+# The module kinds of a forward step, spelled here once: the counts' FLOPs, the performance model's
+# prices (with its launch overhead), the profiler ranges' modules and the row's columns all name
+# them so. ``KINDS``: the kinds with matmul FLOPs (every one but the norms and elementwise ops).
+MODULES = ("qkv", "attention", "out_proj", "ffn", "lm_head", "norms_elementwise")
+KINDS = MODULES[:5]
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,7 @@ def stage(cfg: ModelConfig, batch: int, new: int, context: int, logits_per_seq: 
     N = batch * new
     flops = {
         "qkv": L * 2 * N * d * (H + 2 * Hkv) * D,
-        "attn": L * 4 * batch * H * D * new * context,
+        "attention": L * 4 * batch * H * D * new * context,
         "out_proj": L * 2 * N * H * D * d,
         "ffn": L * 2 * N * d * F * (3 if cfg.ffn_type == "swiglu" else 2),
         "lm_head": 2 * batch * logits_per_seq * d * V,

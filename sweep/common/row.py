@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from zoo.counts import MODULES as ZOO_MODULES
+
 STAGES = ("prefill", "decode")
 TIME = {"prefill": "ttft_ms", "decode": "decode_tpot_ms"}  # the stage's measured median time
 RATE = {"prefill": "prefill_tok_s", "decode": "decode_tok_s"}  # batch x tokens / that time
 WORKLOAD = ("batch", "prompt_len", "new_tokens")
-# the performance model's module kinds (sweep.analysis.predict prices each)
-MODULES = ("qkv", "attention", "out_proj", "ffn", "lm_head", "norms_elementwise", "launch_overhead")
+# the performance model's module kinds (sweep.analysis.predict prices each): the zoo's
+# (``zoo.counts.MODULES``, also the profiler's) and the step's launch overhead
+MODULES = (*ZOO_MODULES, "launch_overhead")
 PRED_KINDS = ("roofline", "calibrated", "lo", "hi")
 SPREADS = ("min", "p90")  # of a measured time over its repeats
 
@@ -161,8 +164,9 @@ def spread_of(col: str) -> tuple[str, str] | None:
     c = COLUMNS.get(col)
     return (spread(c.time, "min"), spread(c.time, "p90")) if c and c.time == col else None
 
-# names a record of an earlier day used, and today's name (none renamed yet: add here first)
-RENAMES: dict[str, str] = {}
+# names a record of an earlier day used, and today's name (add here first)
+RENAMES: dict[str, str] = {f"{st}_flops_attn": f"{st}_flops_attention"  # 2026-11-27: one spelling
+                           for st in STAGES}
 
 
 def upgrade(row: dict) -> dict:

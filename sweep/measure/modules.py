@@ -28,10 +28,11 @@ import math
 import re
 from pathlib import Path
 
+from zoo.counts import MODULES  # the module kinds, spelled once
+
 from ..common.atomic import write_json
 from .child import child_failure, run_child
 
-MODULES = ("qkv", "attention", "out_proj", "ffn", "lm_head", "norms_elementwise")
 MODULE_OF = {"qkv": "qkv", "attention": "attention", "out_proj": "out_proj", "w13": "ffn",
              "w2": "ffn", "lm_head": "lm_head"}  # every other range: norms_elementwise
 GEMM_RANGES = ("qkv", "out_proj", "w13", "w2", "lm_head")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..common import row as R
 from ..common.row import COLUMNS, CONTENDED, REGRESSION, spread_of
 from .tables import row_keys
 
@@ -34,6 +35,7 @@ def load(path: str | Path) -> pd.DataFrame:
         raise FileNotFoundError(f"{path}: no study folder (with trials.parquet) or trials parquet "
                                 "or CSV file there")
     df = pd.read_csv(f) if f.suffix == ".csv" else pd.read_parquet(f)
+    df = df.rename(columns={o: n for o, n in R.RENAMES.items() if o in df and n not in df})
     return df[df["state"] == "COMPLETE"] if "state" in df else df
 
 
