@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job's regression gate on a GPU: the README's main job with every cache removed
-# (results/reference/run_fresh.sh fresh_main), then its rows against this GPU's record,
+# (bench/reference/run_fresh.sh fresh_main), then its rows against this GPU's record,
 # results/reference/main_job/<device>.csv, by `python -m sweep.cli.compare`: exit 1 when a design
 # is more than 5% worse (and outside the record's spread), 3 when this GPU has no record.
 # A record is replaced (the new rows copied over it) only with the reason written in
@@ -9,7 +9,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-bash results/reference/run_fresh.sh fresh_main
+bash bench/reference/run_fresh.sh fresh_main
 slug=$(python3 -c "import torch; from kernels.tuning import slug; print(slug(torch.cuda.get_device_name()))")
 new=$(ls -dt results/gqa_vs_mha-* | head -n 1)
 python3 -m bench.main_job_summary "$new/trials.csv" | tee "$OUT/main_job_summary.md"

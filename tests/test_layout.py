@@ -249,3 +249,11 @@ def test_the_module_kinds_and_design_keys_are_spelled_once():
     assert _literal_tuples({"n_kv_heads", "head_dim", "weight_dtype"}) == []
     assert _literal_tuples({"n_kv_heads", "kv_dtype", "norm"}) == []
     assert {"weight_dtype", "norm", "qkv_bias", "kv_dtype"} <= set(config.DESIGN_FIELDS)
+
+
+def test_results_hold_records_not_code():
+    """``results/`` holds records (tables, logs, notes): the scripts that made them live in
+    ``bench/`` (``bench/reference/``), where the import graph and the tests see them."""
+    code = sorted(str(p.relative_to(REPO)) for p in (REPO / "results").rglob("*")
+                  if p.suffix in (".py", ".sh"))
+    assert code == [], code

@@ -49,7 +49,7 @@ def test_command_is_an_argument_list():
 
 def test_parses_a_real_h100_report():
     """The prefill window of the Llama-3.2-1B shape (batch 1, prompt 512, torch kernels), from
-    `bash results/reference/run_ncu.sh` on an H100 (ncu 2025.3.1), 2026-11-22."""
+    `bash bench/reference/run_ncu.sh` on an H100 (ncu 2025.3.1), 2026-11-22."""
     import gzip
     from pathlib import Path
 
@@ -69,7 +69,7 @@ def test_parses_a_real_h100_report():
 
 def test_real_h100_decode_step_bytes_near_the_analytic_minimum():
     """One decode step of the Llama-3.2-1B shape (GQA-8, batch 8, prompt 2048, Triton kernels)
-    under ncu on an H100 (`bash results/reference/run_profiling.sh ncu`, 2026-11-22): the memory
+    under ncu on an H100 (`bash bench/reference/run_profiling.sh ncu`, 2026-11-22): the memory
     set over every kernel of step 2, the detail set over layer 0 and the LM head."""
     import gzip
     from pathlib import Path

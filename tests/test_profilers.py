@@ -146,7 +146,7 @@ def test_cublaslt_unreadable_line_names_it():
 
 def test_cublaslt_parses_a_real_h100_log():
     """Lines of the cuBLASLt log of the Llama-3.2-1B shape (batch 1, prompt 512, torch kernels)
-    from `bash results/reference/run_profiling.sh torch` on an H100, 2026-11-22: PyTorch's
+    from `bash bench/reference/run_profiling.sh torch` on an H100, 2026-11-22: PyTorch's
     aten::mm reaches cuBLASLt as cublasLtTSTMatmul."""
     calls = cublaslt.parse_log((FIX / "cublaslt_llama3_2_1b_b1_h100.log").read_text())
     assert len(calls) == 22
