@@ -14,12 +14,7 @@ import pytest
 from kernels import tuning
 from sweep.analysis.calibration_store import SHIPPED_DIR
 
-STALE = {  # (device file, kernel): why its shipped choices predate the code
-    ("nvidia_h200", "decode_attention"): "the merge by group size (2026-11-26, issue 34) was "
-                                         "measured and shipped on the H100 only",
-    ("nvidia_h200", "gemv"): "the dot path's 128-row tiles and seeds (2026-11-27, issue 34) were "
-                             "tuned and shipped on the H100; the H200's call of the reship was "
-                             "cut off in its attention entries and the next ran on an H100",
+STALE: dict = {  # (device file, kernel): why its shipped choices predate the code (none today)
 }
 
 
