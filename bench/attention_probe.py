@@ -166,36 +166,23 @@ def cmd_child(variant, hkv):
     torch.cuda.cudart().cudaProfilerStop()
 
 
-def _raw_rows(text):
-    lines = text.splitlines()
-    start = next(i for i, ln in enumerate(lines) if ln.startswith('"ID"'))
-    rows = list(csv.reader(lines[start:]))
-    header = rows[0]
-    return [dict(zip(header, r)) for r in rows[1:] if len(r) == len(header) and r[0].strip()]
-
-
 def cmd_ncu(out_dir, variants):
     from sweep.measure import ncu
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    extra = ("dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,"
-             "launch__registers_per_thread,sm__maximum_warps_per_active_cycle_pct")
+    extra = ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "launch__grid_size",
+             "launch__registers_per_thread", "sm__maximum_warps_per_active_cycle_pct")
     rows = []
     for variant in variants:
         for hkv in (32, 8, 1):
             csv_path = out / f"ncu_{variant}_g{32 // hkv}.csv"
-            wrap = ncu.command(csv_path, "detail")
-            i = wrap.index("--metrics") + 1
-            wrap[i] = wrap[i] + "," + extra
+            wrap = ncu.command(csv_path, "detail", extra=extra)
             subprocess.run(wrap + [sys.executable, "-m", "bench.attention_probe", "child", variant,
                                    str(hkv)],
                            check=False, timeout=300)
-            text = csv_path.read_text()
-            raw = _raw_rows(text)
-            for r, d in zip(ncu.parse_csv(text), raw):
-                rows.append({"variant": variant, "G": 32 // hkv, **r,
-                             **{m: d.get(m) for m in extra.split(",")}})
+            for r in ncu.parse_csv(csv_path.read_text(), extra):
+                rows.append({"variant": variant, "G": 32 // hkv, **r})
     keys = sorted({k for r in rows for k in r})
     with open(out / "ncu_summary.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys)

@@ -1,7 +1,7 @@
 """The decode GEMV at 2-16 rows: which tile reaches the copy bandwidth, per shape (issue 34).
 
     python -m bench.gemv_probe time OUT.csv        # every shape x tile, the shipped choice, cuBLAS
-    python -m bench.gemv_probe ncu OUT_DIR         # ncu on the flagship w13 / w2: shipped vs best
+    python -m bench.gemv_probe ncu OUT_DIR SHAPE:TILE...  # ncu on one call of each pair
     python -m bench.gemv_probe child SHAPE CFG     # one call, bracketed for ncu
     python -m bench.gemv_probe prefetch OUT.csv    # the seed tiles with / without PREFETCH_X
 
@@ -17,7 +17,6 @@ kernel (the cuBLAS path of ``kernels.decode_linear``).
 from __future__ import annotations
 
 import csv
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ import torch
 from kernels import gemv as G
 from kernels import switches
 from kernels.graph_timing import time_ms
+from sweep.measure.ceilings import copy_rate
 
 # name, M, N, K, prologue: the main job's batch-8 projections (Llama-3.2-1B shape, n_kv_heads 1
 # and 8) and the 8B's at batch 8
@@ -73,30 +73,17 @@ def call(M, N, K, prologue, cfg):
     kw = {}
     if prologue == "norm":
         kw = dict(norm_weight=nw, residual=r)
-    if cfg == "cublas":
+    if cfg == "cublas":  # the zoo's prologue numerics as torch kernels, then F.linear
         def run():
-            if prologue == "norm":
-                h = x + r
-                a = nw * (h.float() * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True)
-                                                   + 1e-5)).to(x.dtype)
-            elif prologue == "swiglu":
-                g, u = x.chunk(2, dim=-1)
-                a = torch.nn.functional.silu(g) * u
-            else:
-                a = x
-            return torch.nn.functional.linear(a, w)
+            out = G.reference(x, w, None, prologue, nw, 1e-5, r if prologue == "norm" else None)
+            return out[0] if isinstance(out, tuple) else out
         return run, (x, w, nw, r)
     return (lambda: G.gemv(x, w, prologue=prologue, config=cfg, **kw)), (x, w, nw, r)
 
 
 def copy_bytes_s() -> float:
-    """The copy bandwidth as ``sweep.measure.ceilings`` measures it (float32 elements: a byte
-    copy runs at two thirds of it on an H200), bytes/s, read + write counted."""
-    n = 1 << 30
-    src = torch.empty(n // 4, dtype=torch.float32, device="cuda")
-    dst = torch.empty_like(src)
-    ms = [time_ms(lambda: dst.copy_(src), reps=3, cold=False) for _ in range(5)]
-    return 2 * n / (statistics.median(ms) / 1e3)
+    """The copy bandwidth (bytes/s, read + write counted), ``sweep.measure.ceilings``' method."""
+    return copy_rate("cuda")["copy_bytes_s"]
 
 
 def _time(name, M, N, K, prologue, label, cfg, bw, ref):
@@ -194,31 +181,35 @@ def child(shape: str, cfg: str) -> None:
     torch.cuda.cudart().cudaProfilerStop()
 
 
+# beside sweep.measure.ncu's detail set (time, DRAM bytes, occupancy, stalls per issue): the
+# launch's shape and what limits its occupancy, and the stalls as shares of active warps
+EXTRA = ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "launch__grid_size",
+         "launch__occupancy_limit_shared_mem", "launch__registers_per_thread",
+         "smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct",
+         "smsp__warp_issue_stalled_barrier_per_warp_active.pct",
+         "smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct",
+         "smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct")
+
+
 def ncu(out_dir: str, pairs: list[str]) -> None:
+    """ncu on one call of each ``SHAPE:TILE`` pair (``child``): ``<pair>.csv`` (ncu's raw page)
+    per pair and ``ncu_summary.csv``, one row per kernel (``sweep.measure.ncu``'s columns and
+    ``EXTRA``)."""
+    from sweep.measure import ncu as N
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    metrics = ",".join([
-        "gpu__time_duration.sum", "dram__bytes_read.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-        "sm__warps_active.avg.pct_of_peak_sustained_active", "launch__grid_size",
-        "launch__occupancy_limit_shared_mem", "launch__registers_per_thread",
-        "smsp__average_warp_latency_issue_stalled_long_scoreboard",
-        "smsp__average_warp_latency_issue_stalled_barrier",
-        "smsp__average_warp_latency_issue_stalled_wait",
-        "smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct",
-        "smsp__warp_issue_stalled_barrier_per_warp_active.pct",
-        "smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct",
-        "smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct",
-        "lts__t_sector_hit_rate.pct"])
+    rows = []
     for p in pairs:
         shape, cfg = p.split(":")
-        tag = f"{shape}_{cfg.replace('/', '-')}"
-        cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--metrics",
-               metrics, "--csv", "-k", "regex:_gemv", sys.executable, "-m", "bench.gemv_probe",
-               "child", shape, cfg]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
-        (out / f"{tag}.csv").write_text(r.stdout + r.stderr[-3000:])
-        print(tag, "rc", r.returncode, flush=True)
-
+        csv_path = out / f"{shape}_{cfg.replace('/', '-')}.csv"
+        subprocess.run(N.command(csv_path, "detail", extra=EXTRA)
+                       + [sys.executable, "-m", "bench.gemv_probe", "child", shape, cfg],
+                       check=False, timeout=240)
+        rows += [{"shape": shape, "tile": cfg, **r}
+                 for r in N.parse_csv(csv_path.read_text(), EXTRA) if "gemv" in r["kernel"]]
+        print(p, "kernels", len(rows), flush=True)
+    _write(str(out / "ncu_summary.csv"), rows)
 
 if __name__ == "__main__":
     switches.set_current(switches.Switches())

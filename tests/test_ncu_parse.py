@@ -47,6 +47,21 @@ def test_command_is_an_argument_list():
     assert "dram__bytes_read.sum" in cmd[cmd.index("--metrics") + 1]
 
 
+def test_a_probes_extra_metrics_are_collected_and_read_back():
+    """``command(extra=...)`` asks ncu for a probe's own metrics beside the set's, and
+    ``parse_csv(text, extra)`` returns them under their ncu names (NaN where not reported)."""
+    extra = ("launch__grid_size", "launch__registers_per_thread")
+    cmd = ncu.command("/tmp/x.csv", "memory", extra=extra)
+    names = cmd[cmd.index("--metrics") + 1].split(",")
+    assert names == [ncu.METRICS[k] for k in ncu.METRIC_SETS["memory"]] + list(extra)
+    text = _csv([("gemv_bf16", dict(time_ns=1000))]).replace(
+        '"Kernel Name",', '"Kernel Name","launch__grid_size",').replace(
+        '"0","1","gemv_bf16",', '"0","1","gemv_bf16","1,024",').replace('"","","",', '"","","","",', 1)
+    row = ncu.parse_csv(text, extra)[0]
+    assert row["launch__grid_size"] == 1024 and math.isnan(row["launch__registers_per_thread"])
+    assert row["time_ns"] == 1000
+
+
 def test_parses_a_real_h100_report():
     """The prefill window of the Llama-3.2-1B shape (batch 1, prompt 512, torch kernels), from
     `bash bench/reference/run_ncu.sh` on an H100 (ncu 2025.3.1), 2026-11-22."""

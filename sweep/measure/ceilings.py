@@ -143,6 +143,15 @@ def sustained_profile(calls: list[float], flop: float, burst_flops: float) -> di
     return out
 
 
+def copy_rate(device: str, n_bytes: int = 1 << 30) -> dict:
+    """``{"copy_bytes_s", "copy_bytes_s_spread", "copy_bytes_s_readings"}`` (bytes/s, read +
+    write counted) of ``dst.copy_(src)`` over ``n_bytes`` of float32 on ``device``, measured here
+    as ``measure`` does (no ramp first): for probes that report against the copy bandwidth."""
+    from .timing import Timer
+
+    return _copy_rate(Timer(device), n_bytes, device)
+
+
 def _copy_rate(timer, n_bytes: int, device: str) -> dict:
     import torch
 

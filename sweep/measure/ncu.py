@@ -56,19 +56,22 @@ _PREFIX = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 METRIC_SETS = {"memory": ("time_ns", "dram_read", "dram_write"), "detail": tuple(METRICS)}
 
 
-def command(csv_path: str | Path, metrics: str = "detail", ncu: str = "ncu") -> list[str]:
+def command(csv_path: str | Path, metrics: str = "detail", ncu: str = "ncu",
+            extra: tuple[str, ...] = ()) -> list[str]:
     """The ``ncu`` argument list to put before the child's own command.
 
     Args:
         csv_path: where ncu writes its log and the raw-page CSV.
         metrics: a key of ``METRIC_SETS``.
+        extra: more ncu metric names to collect (a probe's own; ``parse_csv(extra=...)`` reads
+            them back under these names).
 
     Raises:
         ValueError: unknown metric set.
     """
     if metrics not in METRIC_SETS:
         raise ValueError(f"ncu metric set {metrics!r} is not one of {', '.join(METRIC_SETS)}")
-    names = ",".join(METRICS[k] for k in METRIC_SETS[metrics])
+    names = ",".join([METRICS[k] for k in METRIC_SETS[metrics]] + list(extra))
     return [ncu, "--clock-control", "none", "--profile-from-start", "off",
             "--target-processes", "all", "--metrics", names,
             "--csv", "--page", "raw", "--print-units", "base", "--log-file", str(csv_path)]
@@ -94,9 +97,10 @@ def _num(text: str, unit: str = "") -> float:
     return v
 
 
-def parse_csv(text: str) -> list[dict]:
+def parse_csv(text: str, extra: tuple[str, ...] = ()) -> list[dict]:
     """Per-kernel rows from ``ncu --csv --page raw`` output (tool lines before the header and the
-    units row after it are skipped). Each row: ``kernel``, ``id`` and the ``METRICS`` keys.
+    units row after it are skipped). Each row: ``kernel``, ``id``, the ``METRICS`` keys and each
+    ncu metric name in ``extra`` (NaN where ncu did not report it).
 
     Raises:
         ValueError: no CSV header (``"ID"``) in the text, e.g. ncu refused to profile; the
@@ -119,7 +123,7 @@ def parse_csv(text: str) -> list[dict]:
             continue
         d = dict(zip(header, r))
         row = {"id": int(d["ID"]), "kernel": d.get("Kernel Name", "")}
-        for key, metric in METRICS.items():
+        for key, metric in [*METRICS.items(), *((m, m) for m in extra)]:
             row[key] = _num(d[metric], units.get(metric, "")) if metric in d else float("nan")
         out.append(row)
     return out
