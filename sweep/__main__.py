@@ -9,7 +9,6 @@ study (``sweep.study``) and prints the trials table. Results: ``results/<study>/
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -86,15 +85,14 @@ def refuse_bad_overrides(argv: list[str]) -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     from .common.atomic import writable_dir
-    from .common.env import CONF, WORK
+    from .common.env import CONF, work_path
 
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base=None):
             cfg = compose(config_name="config", overrides=list(argv))
         for key in ("results_dir", "cache_dir"):  # Hydra makes its run folder there first
             if cfg.get(key):
-                p = Path(cfg[key])
-                writable_dir(p if p.is_absolute() else WORK / p, key)
+                writable_dir(work_path(cfg[key]), key)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -16,7 +16,7 @@ from .analysis.hardware import HardwareSpec, load_spec
 from .analysis.memory import check_fits
 from .common import row
 from .common.atomic import writable_dir
-from .common.env import CONF, WORK, detect_device, slug, triton_interpret
+from .common.env import CONF, WORK, detect_device, slug, triton_interpret, work_path
 from .schema import WorkloadConf
 from .space import SAMPLERS, check_space
 
@@ -207,8 +207,8 @@ def plan_from_config(cfg) -> Plan:
         exp.get("name", "baseline"), base.name, spec.name,
         f"b{wl['batch']}-p{wl['prompt_len']}-n{wl['new_tokens']}", mode]
         + (["predicted"] if predict else []) + [identity_hash(ident)])
-    results_root = writable_dir(_in_repo(c["results_dir"]), "results_dir")
-    cache_root = writable_dir(_in_repo(c.get("cache_dir") or c["results_dir"]),
+    results_root = writable_dir(work_path(c["results_dir"]), "results_dir")
+    cache_root = writable_dir(work_path(c.get("cache_dir") or c["results_dir"]),
                               "cache_dir" if c.get("cache_dir") else "results_dir")
     workers = int(c["sweep"]["workers"])
     if workers < 1:
@@ -240,13 +240,6 @@ def plan_from_config(cfg) -> Plan:
                 calibration=c.get("calibration"), predict=predict, switches=switches,
                 calibration_policy=policy, results_root=results_root, cache_root=cache_root,
                 shadow=shadow)
-
-
-def _in_repo(path: str) -> Path:
-    """A configured folder: as given when absolute, else under the repository (``WORK``: the
-    folder a non-editable install is started from)."""
-    p = Path(path)
-    return p if p.is_absolute() else WORK / p
 
 
 def identity(base: ModelConfig, wl: dict, mode: str, weights: str | None, spec: HardwareSpec,

@@ -172,6 +172,8 @@ def test_the_row_is_declared_once():
              if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names]
     assert not found, found
     assert R.upgrade({"x": 1}) == {"x": 1}
+    assert R.renamed(["decode_flops_attn", "x"]) == {"decode_flops_attn": "decode_flops_attention"}
+    assert R.renamed(["decode_flops_attn", "decode_flops_attention"]) == {}  # today's wins
     R.RENAMES["old_tpot_ms"] = R.TIME["decode"]  # a record of another day loads under today's
     try:
         assert R.upgrade({"old_tpot_ms": 2.0}) == {R.TIME["decode"]: 2.0}

@@ -12,9 +12,8 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-from pathlib import Path
 
-from ..common.env import WORK, detect_device
+from ..common.env import detect_device, work_path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,8 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if not a.timeout > 0:
         raise ValueError(f"--timeout={a.timeout}: seconds, more than 0")
-    root = Path(a.results_dir)
-    root = root if root.is_absolute() else WORK / root
+    root = work_path(a.results_dir)
     dev = detect_device(a.device)
     with TaskProgress("measuring the device's ceilings") as bar:
         ceilings = measure_ceilings(dev, cache_dir=root / "ceilings", on_line=bar.on_line)

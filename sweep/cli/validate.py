@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from ..common.env import CONF, WORK, slug
+from ..common.env import CONF, slug, work_path
 from ..common.row import TIME
 
 WARMUP, REPEATS = 2, 5
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = items(s, dev["type"], a.only)
     if not chosen:
         raise ValueError(f"no pair of {s['name']} is named {a.only}")
-    root = Path(a.results_dir) if Path(a.results_dir).is_absolute() else WORK / a.results_dir
+    root = work_path(a.results_dir)
     out = Path(a.out) if a.out else root / "validate" / f"{s['name']}-{slug(dev['name'])}"
     out.mkdir(parents=True, exist_ok=True)
     ceilings = measure_ceilings(dev, cache_dir=root / "ceilings")

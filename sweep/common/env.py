@@ -19,6 +19,14 @@ CONF = REPO / "conf" if SOURCE_TREE else Path(__file__).resolve().parents[1] / "
 WORK = REPO if SOURCE_TREE else Path.cwd()  # relative output folders (results/) live under it
 
 
+def work_path(path: str | Path) -> Path:
+    """A configured folder (``results_dir``, ``cache_dir``, ``--results-dir``): as given when
+    absolute, else under ``WORK`` (the source tree, or the folder an installed designzoo is
+    started from)."""
+    p = Path(path)
+    return p if p.is_absolute() else WORK / p
+
+
 def _nvml_device(index: int = 0) -> dict | None:
     try:
         import pynvml

@@ -169,10 +169,16 @@ RENAMES: dict[str, str] = {f"{st}_flops_attn": f"{st}_flops_attention"  # 2026-1
                            for st in STAGES}
 
 
+def renamed(names) -> dict[str, str]:
+    """``{old: today's}`` for the names among ``names`` (a row's keys, a table's columns) that an
+    earlier day used (``RENAMES``), where today's is not there too (today's win)."""
+    have = set(names)
+    return {old: new for old, new in RENAMES.items() if old in have and new not in have}
+
+
 def upgrade(row: dict) -> dict:
-    """A row (or record) of an earlier day with today's names (``RENAMES``); today's win."""
+    """A row (or record) of an earlier day with today's names (``renamed``)."""
     out = dict(row)
-    for old, new in RENAMES.items():
-        if old in out and new not in out:
-            out[new] = out.pop(old)
+    for old, new in renamed(row).items():
+        out[new] = out.pop(old)
     return out

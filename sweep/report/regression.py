@@ -35,7 +35,7 @@ def load(path: str | Path) -> pd.DataFrame:
         raise FileNotFoundError(f"{path}: no study folder (with trials.parquet) or trials parquet "
                                 "or CSV file there")
     df = pd.read_csv(f) if f.suffix == ".csv" else pd.read_parquet(f)
-    df = df.rename(columns={o: n for o, n in R.RENAMES.items() if o in df and n not in df})
+    df = df.rename(columns=R.renamed(df.columns))
     return df[df["state"] == "COMPLETE"] if "state" in df else df
 
 

@@ -86,7 +86,7 @@ def load_study(study_dir: str | Path) -> tuple[dict, pd.DataFrame]:
         raise ValueError(f"{d}: its trials.parquet or study.json is unreadable (truncated or "
                          f"empty?): {str(e).splitlines()[0]}") from None
     # a study of an earlier day: its columns under today's names (sweep.common.row.RENAMES)
-    df = df.rename(columns={o: n for o, n in R.RENAMES.items() if o in df and n not in df})
+    df = df.rename(columns=R.renamed(df.columns))
     return meta, df
 
 
