@@ -59,6 +59,7 @@ def check(rows: list[Row], chips: dict, models: dict, specs: dict | None = None,
     lines = _generations(chips)
     without = {g: _fit_on(prepared, lambda o, g=g: o.group != g) for g in {r.group for r in rows}}
     spread = _nested_spread(prepared) if intervals else {}
+    by_older: dict = {}  # one fit per set of older generations, not one per row of the newest
     out = []
     for r, f, obs, reason in prepared:
         x = f[1]
@@ -67,8 +68,10 @@ def check(rows: list[Row], chips: dict, models: dict, specs: dict | None = None,
         h = _half_width(spread[r.group], r) if intervals and math.isfinite(t_loo) else math.nan
         older = lines.get(r.chip)
         if older is not None and math.isfinite(x):
-            t_new, _, basis_new = _price(r, f, _fit_on(prepared,
-                                                       lambda o, old=older: o.chip in old))
+            key_old = tuple(older)
+            if key_old not in by_older:
+                by_older[key_old] = _fit_on(prepared, lambda o, old=older: o.chip in old)
+            t_new, _, basis_new = _price(r, f, by_older[key_old])
         else:
             t_new, basis_new = t_loo, basis
         spec = (specs or {}).get(r.chip)
