@@ -21,7 +21,9 @@ Hopper programmatic dependent launch (PDL, CUDA 12 ``griddepcontrol``; Triton's
 kernel's memory before its first load and lets the next kernel launch once its main loop is done,
 so inside a CUDA graph a kernel's launch overlaps its predecessor's tail. (Triggering at the
 program's start instead let chains of small kernels sit resident on the SMs and measured
-slower.) It needs compute capability >= 9 and a Triton with ``launch_pdl``.
+slower.) On the dot path the activations' addresses depend on the wait (``_gdc_wait_dep``), so no
+schedule of the compiler's can load them before it. It needs compute capability >= 9 and a
+Triton with ``launch_pdl``.
 
 Minimum DRAM traffic per call: ``N * K * bytes(W)`` (plus ``M * (K + N)`` activations). The
 decode step calls it through ``kernels.decode_linear.linear``, which picks, per shape and
@@ -83,8 +85,12 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
         offs_k = k_start + tl.arange(0, BLOCK_K)
         w_next = tl.load(w_rows + offs_k[None, :], mask=nmask[:, None] & (offs_k < k_end)[None, :],
                          other=0.0)
-    if PDL:  # now wait for the previous kernel's writes (our activations)
+    if PDL == 1:  # now wait for the previous kernel's writes (our activations)
         tl.extra.cuda.gdc_wait()
+    elif PDL == 2:  # the same wait, with the activations' addresses depending on it
+        dep = _gdc_wait_dep(pid_n) * 16  # 0; a multiple of 16 keeps the 16-byte vector loads
+        x_ptr += dep
+        r_ptr += dep
     if PREFETCH_X:
         p0_next, p1_next, nw_next = _act_load(x_ptr, r_ptr, nw_ptr, offs_m, k_start
                                               + tl.arange(0, BLOCK_K), mmask, k_end, K, s_xm,
@@ -129,7 +135,7 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
             acc = tl.dot(w, tl.trans(a), acc, input_precision="ieee")
         else:
             acc = tl.dot(w, tl.trans(a), acc)
-    if PDL:  # the main loop is done: let the next kernel's programs take the free SMs
+    if PDL > 0:  # the main loop is done: let the next kernel's programs take the free SMs
         tl.extra.cuda.gdc_launch_dependents()
     omask = nmask[:, None] & mmask[None, :]
     if SPLIT_K > 1:  # partial sums into the float32 workspace; the column's last program ends it
@@ -159,6 +165,17 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
     else:
         _epilogue(acc, ss, b_ptr, y_ptr, offs_m, offs_n, omask, nmask, s_ym, K, eps, dt,
                   PROLOGUE, HAS_BIAS)
+
+
+@triton.jit
+def _gdc_wait_dep(like):
+    """``griddepcontrol.wait`` (as ``gdc_wait``) returning an int32 0 that the compiler cannot
+    see through: addresses offset by it cannot be loaded before the wait, whatever the schedule.
+    Triton's software pipelining does not treat ``gdc_wait`` as a barrier (triton-lang/triton
+    #11905: a dependent ``tl.dot`` operand loaded ahead of a wait inside the loop).
+    ``like``: any int32 scalar (the asm's operand)."""
+    return tl.inline_asm_elementwise("griddepcontrol.wait;\n\tmov.u32 $0, 0;", "=r,r", [like],
+                                     dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -223,6 +240,10 @@ _CONFIGS = [triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk, "PREFETC
             for wa in ((0, 1) if (bn, bk, sk, w, st) in _DOT else (0,))]
 _FIXED = {"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 1, "PREFETCH_X": 0, "W_AHEAD": 0,
           "num_warps": 4, "num_stages": 3}
+# How the dot path (2-16 rows) launches under ``switches.pdl``: 2, waiting through
+# ``_gdc_wait_dep``; 0 without PDL (the path of 2026-11-24 to 27: bench.pdl_probe's before);
+# 1 waiting through ``gdc_wait`` (the one-row path's; bench.pdl_probe's race check)
+DOT_PDL = 2
 _ALLOWED: list = []  # the configs a new shape's autotuning is bounded to (``tuning.candidates``)
 
 
@@ -329,27 +350,29 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     r2 = residual.reshape(-1, K).contiguous() if has_res else x2
     h = torch.empty_like(r2) if has_res else y
     interp = _interpreted(x)
-    # PDL on the one-row path only: on the dot path (2-16 rows) the compiler's software
-    # pipelining may issue the first activation loads ahead of ``gdc_wait`` (it does not treat
-    # the wait as a barrier), reading the previous kernel's output before it is written: on the
-    # H200 the 1B shape's batch-8 decode logits differed from a launch without PDL by up to 6.8,
-    # and a 768-wide design's were NaN (results/reference/heldout_h200/probe/pdl_check.json)
-    pdl = (pdl_supported(x.device) if pdl is None else pdl) and not interp and M == 1
+    # The dot path (2-16 rows) waits through ``_gdc_wait_dep``. It ran without PDL from
+    # 2026-11-24: a 768-wide design's batch-8 decode logits were NaN under PDL on an H200
+    # (results/reference/heldout_h200/probe/), blamed on activation loads pipelined ahead of
+    # ``gdc_wait``. On today's kernels no dot-path tile reads early with either wait against a
+    # producer that lets it launch, then writes 300 us later, and the logits of 7 designs are
+    # bit-identical with and without PDL (H100 and H200: results/reference/pdl_probe/)
+    pdl = (pdl_supported(x.device) if pdl is None else pdl) and not interp
+    pdl_mode = (1 if M == 1 else DOT_PDL) if pdl else 0
     ws, ssw, cnt = _workspace(x.device, M, N)
     args = (x2, r2, norm_weight if norm_weight is not None else weight,
             h, weight, bias if bias is not None else weight, y, ws, ssw, cnt, M, N, K, eps,
             x2.stride(0), r2.stride(0), h.stride(0), weight.stride(0), y.stride(0))
     meta = dict(PROLOGUE=PROLOGUES.index(prologue), HAS_RES=has_res, HAS_BIAS=bias is not None,
-                BLOCK_M=1 if M == 1 else 16, PDL=pdl, F32=interp,
+                BLOCK_M=1 if M == 1 else 16, PDL=pdl_mode, F32=interp,
                 IEEE=weight.dtype == torch.float32)
-    launch = {"launch_pdl": True} if pdl else {}
+    launch = {"launch_pdl": True} if pdl_mode else {}
     if config or interp or not switches.current().autotune:
         cfg = {"PREFETCH_X": 0, "W_AHEAD": 0, **(config or _FIXED)}
         grid = (triton.cdiv(N, cfg["BLOCK_N"]), cfg["SPLIT_K"])
         _gemv_kernel[grid](*args, **meta, **cfg, **launch)
     else:  # tuned once per shape and device (kernels.tuning); the tile space is every prologue's
         sw = switches.current()
-        path = (meta["BLOCK_M"], str(weight.dtype).removeprefix("torch."), int(pdl),
+        path = (meta["BLOCK_M"], str(weight.dtype).removeprefix("torch."), pdl_mode,
                 int(sw.gemv_prefetch), int(sw.gemv_w_ahead), int(sw.cold_tune))
         tuning.launch("gemv", _gemv_kernel, _tuned,
                       lambda m: (triton.cdiv(N, m["BLOCK_N"]), m["SPLIT_K"]), args,

@@ -28,8 +28,8 @@ class Switches:
             one-row decode GEMV's autotune space (``kernels.gemv``).
         gemv_w_ahead: ``W_AHEAD`` (weight tiles loaded a step ahead by hand) in the 2-16-row
             GEMV's autotune space.
-        pdl: programmatic dependent launch between the decode kernels (Hopper and later; the
-            GEMV on its one-row path only, see ``kernels.gemv``).
+        pdl: programmatic dependent launch between the decode kernels (Hopper and later;
+            ``kernels.gemv``).
         rope_in_attention: a Triton decode step's RoPE and K/V cache write inside the
             decode-attention launch (``kernels.decode_attention``), not a kernel of their own.
     """

@@ -424,7 +424,8 @@ k = gemv._gemv_kernel
 sig = dict(zip(k.arg_names, ["*bf16"] * 7 + ["*fp32", "*fp32", "*i32", "i32", "i32", "i32",
                                                "fp32"] + ["i32"] * 5))
 const = dict(PROLOGUE={prologue}, HAS_RES={prologue == 1}, HAS_BIAS=False, BLOCK_M={block_m},
-             BLOCK_N=64, BLOCK_K=128, SPLIT_K=4, PREFETCH_X=0, W_AHEAD=0, PDL=False, F32=False, IEEE=False)
+             BLOCK_N=64, BLOCK_K=128, SPLIT_K=4, PREFETCH_X=0, W_AHEAD=0, PDL=False,
+             F32=False, IEEE=False)
 sig.update(dict.fromkeys(const, "constexpr"))
 src = ASTSource(fn=k, signature=sig,
                 constexprs={{(k.arg_names.index(n),): v for n, v in const.items()}})
@@ -442,3 +443,85 @@ print(triton.compile(src, target=GPUTarget("cuda", 90, 32),
     zeroes = [i for i, ln in enumerate(tail) if re.search(r"\bst\.global\.(v\d\.)?b32", ln)]
     assert loads and zeroes
     assert any(max(loads) < i < min(zeroes) for i, ln in enumerate(tail) if "bar.sync" in ln)
+
+
+def test_the_dot_path_loads_no_activation_before_its_pdl_wait():
+    """The dot path (2-16 rows) under PDL, compiled for an H100/H200 (sm_90; no GPU needed): no
+    global load before ``griddepcontrol.wait`` (its activations' addresses depend on the wait:
+    ``gemv._gdc_wait_dep``), ``griddepcontrol.launch_dependents`` after it. A load before the wait
+    reads the previous kernel's output before it is written (``bench.pdl_probe race``)."""
+    import re
+    import subprocess
+    import sys
+
+    code = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kernels import gemv
+k = gemv._gemv_kernel
+sig = dict(zip(k.arg_names, ["*bf16"] * 7 + ["*fp32", "*fp32", "*i32", "i32", "i32", "i32",
+                                               "fp32"] + ["i32"] * 5))
+const = dict(PROLOGUE=1, HAS_RES=True, HAS_BIAS=False, BLOCK_M=16, BLOCK_N=128, BLOCK_K=128,
+             SPLIT_K=4, PREFETCH_X=0, W_AHEAD=0, PDL=gemv.DOT_PDL, F32=False, IEEE=False)
+sig.update(dict.fromkeys(const, "constexpr"))
+src = ASTSource(fn=k, signature=sig,
+                constexprs={(k.arg_names.index(n),): v for n, v in const.items()})
+print(triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                     options=dict(num_warps=8, num_stages=4)).asm["ptx"])
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ptx = out.stdout
+    wait = ptx.find("griddepcontrol.wait")
+    assert wait > 0 and ptx.find("griddepcontrol.launch_dependents") > wait
+    assert not re.findall(r"\b(ld\.global|cp\.async)", ptx[:wait])
+    assert re.findall(r"\b(ld\.global|cp\.async)", ptx[wait:])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("prologue", ["norm", "none", "swiglu"])
+def test_the_dot_path_under_pdl_reads_what_the_kernel_before_it_wrote(prologue):
+    """A producer lets its dependents launch at once, sleeps 300 us, then writes the GEMV's
+    input over NaNs; the GEMV follows it with ``launch_pdl``, on the seed tiles
+    (``gemv._SEEDS``) with and without ``W_AHEAD``: its output is the one computed after the
+    producer finished. The control, a dependent that does not wait, reads NaN (the window is
+    real). On an H200 a 768-wide design's decode logits were NaN under PDL on 2026-11-24."""
+    from bench import pdl_probe as P
+
+    if not gemv._pdl_cuda(torch.cuda.current_device()):
+        pytest.skip("PDL needs compute capability >= 9")
+    torch.manual_seed(0)
+    M, N, K = 8, 1280, 768
+    src = torch.randn(M, 2 * K if prologue == "swiglu" else K, device="cuda",
+                      dtype=torch.bfloat16)
+    x = torch.empty_like(src)
+    w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) * 0.02
+    nw = torch.ones(K, device="cuda", dtype=torch.bfloat16)
+    r = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    y, h = torch.empty(M, N, device="cuda", dtype=torch.bfloat16), torch.empty_like(r)
+    ctl = torch.zeros_like(src)
+    grid = (-(-src.numel() // 4096),)
+    for a in (src, x):  # compiled first (with the same arguments' specialization), then timed
+        P._produce(src, x)
+        P._no_wait_copy[grid](a, ctl, src.numel(), BLOCK=4096, launch_pdl=True)
+        torch.cuda.synchronize()
+    assert not torch.isfinite(ctl.float()).all()
+    bad = []
+    for seed in gemv._SEEDS:
+        for wa in (0, 1):
+            cfg = {k: v for k, v in seed.items() if k != "PREFETCH_X"} | {"W_AHEAD": wa}
+            x.copy_(src)
+            P._gemv_launch(x, w, nw, r, y, h, prologue, cfg, 0)
+            torch.cuda.synchronize()
+            want = y.float().clone()
+            for _ in range(2):  # the first compiles
+                y.zero_()
+                P._produce(src, x)
+                P._gemv_launch(x, w, nw, r, y, h, prologue, cfg, gemv.DOT_PDL)
+                torch.cuda.synchronize()
+            if not torch.isfinite(y.float()).all() or (y.float() - want).abs().max() > 0.05:
+                bad.append(cfg)
+    assert not bad, bad
