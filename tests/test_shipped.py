@@ -14,9 +14,7 @@ import pytest
 from kernels import tuning
 from sweep.analysis.calibration_store import SHIPPED_DIR
 
-STALE: dict = {  # (device file, kernel): why its shipped choices predate the code
-    ("nvidia_h200", "gemv"): "the dot path under PDL (2026-11-27): the H200 reship follows",
-    ("nvidia_h200", "decode_linear"): "its fingerprint holds the GEMV's code: as gemv",
+STALE: dict = {  # (device file, kernel): why its shipped choices predate the code (none today)
 }
 
 
