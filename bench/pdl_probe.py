@@ -2,6 +2,7 @@
 
     python -m bench.pdl_probe race OUT.csv [WORKERS]   # every dot-path tile against a slow producer
     python -m bench.pdl_probe step OUT.csv             # decode steps, dot path with / without PDL
+    python -m bench.pdl_probe boundary OUT.csv         # which boundary of the step gains or loses
 
 ``race``: a producer kernel lets its dependents launch at once (``gdc_launch_dependents`` first),
 sleeps 200 us, then writes the GEMV's input over NaNs; the GEMV follows it on the stream with
@@ -92,7 +93,8 @@ def _gemv_launch(x, w, nw, r, y, h, prologue, cfg, mode):
     return G._gemv_kernel[grid](
         x, r, nw, h, w, w, y, ws, ssw, cnt, M, N, K, 1e-5, x.stride(0), r.stride(0),
         h.stride(0), w.stride(0), y.stride(0), PROLOGUE=G.PROLOGUES.index(prologue),
-        HAS_RES=has_res, HAS_BIAS=False, BLOCK_M=16, PDL=mode, F32=False, IEEE=False,
+        HAS_RES=has_res, HAS_BIAS=False, BLOCK_M=16, PDL=mode, TRIGGER=True, F32=False,
+        IEEE=False,
         PREFETCH_X=0, num_warps=nwarps, num_stages=nstages,
         **({"launch_pdl": True} if mode else {}), **meta)
 
@@ -276,6 +278,60 @@ def step(out_csv: str) -> None:
         torch.cuda.empty_cache()
 
 
+BOUNDARY_VARIANTS = {  # (kernels.gemv.DOT_PDL, attention launched with PDL, out_proj with PDL)
+    "all": (2, True, True), "attn_not_early": (2, False, True), "out_proj_no_pdl": (2, True, False),
+    "no_dot_pdl": (0, True, True)}
+BOUNDARY_DESIGNS = [d for d in DESIGNS if d[0].endswith("_4k")] + [
+    ("g2_b8_4k", "llama3_2_1b", {"n_kv_heads": 16}, 8, 4096)]
+
+
+def boundary(out_csv: str) -> None:
+    """Which boundary of the batch-8 step gains or loses under PDL: the main job's designs with
+    the dot path under PDL (``all``), the decode attention launched without the PDL attribute
+    (so it starts when the qkv GEMV ends: ``attn_not_early``), the out_proj GEMV launched without
+    PDL (``out_proj_no_pdl``), the dot path without PDL (``no_dot_pdl``); ms per step as ``step``."""
+    from kernels import decode_linear, tuning
+    from zoo import ModelConfig, Transformer
+
+    state = {"attn": True, "out": True}
+    launch, gemv = tuning.launch, decode_linear.gemv
+
+    def launch_(name, kernel, tuner, grid, args, kwargs, *rest):
+        if name == "decode_attention" and not state["attn"]:
+            kwargs = {k: v for k, v in kwargs.items() if k != "launch_pdl"}
+        return launch(name, kernel, tuner, grid, args, kwargs, *rest)
+
+    def gemv_(x, w, b=None, prologue="none", *a, **kw):  # out_proj: the one GEMV without prologue
+        if prologue == "none" and not state["out"]:
+            kw["pdl"] = False
+        return gemv(x, w, b, prologue, *a, **kw)
+
+    tuning.launch, decode_linear.gemv = launch_, gemv_
+    rows = []
+    for name, preset, over, B, T in BOUNDARY_DESIGNS:
+        cfg = ModelConfig.from_name(preset, **over).resolved("cuda")
+        model = Transformer.build(cfg, "cuda", seed=0)
+        times = {v: [] for v in BOUNDARY_VARIANTS}
+        for rnd in range(2):
+            for v, (mode, attn, out) in BOUNDARY_VARIANTS.items():
+                G.DOT_PDL, state["attn"], state["out"] = mode, attn, out
+                ms, _ = _decode(model, B, T, 32, 5 if rnd else 1)
+                if rnd:
+                    times[v] += ms
+        G.DOT_PDL, state["attn"], state["out"] = 2, True, True
+        row = dict(design=name, batch=B, prompt=T)
+        for v, t in times.items():
+            row[f"ms_{v}"] = round(sorted(t)[len(t) // 2], 4)
+        for v, t in times.items():
+            row[f"ms_all_{v}"] = json.dumps([round(x, 4) for x in t])
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if "all" not in k or k == "ms_all"}),
+              flush=True)
+        _write(out_csv, rows)
+        del model
+        torch.cuda.empty_cache()
+
+
 def _write(out_csv, rows):
     if not rows:
         return
@@ -294,5 +350,7 @@ if __name__ == "__main__":
         race_part(args[0], int(args[1]), int(args[2]))
     elif cmd == "step":
         step(args[0])
+    elif cmd == "boundary":
+        boundary(args[0])
     else:
         raise SystemExit(__doc__)

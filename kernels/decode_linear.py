@@ -76,7 +76,8 @@ def cublas_linear(x, weight, bias=None, prologue="none", norm_weight=None, eps=1
 
 
 def linear(x: torch.Tensor, layer: torch.nn.Linear, prologue: str = "none",
-           norm: torch.nn.Module | None = None, residual: torch.Tensor | None = None):
+           norm: torch.nn.Module | None = None, residual: torch.Tensor | None = None,
+           pdl_trigger: bool = True):
     """A decode linear layer with its prologue, on the faster of ``kernels.gemv`` and cuBLAS.
 
     The two round the norm at different points (see ``kernels.gemv``'s module doc): outputs agree to the
@@ -86,13 +87,13 @@ def linear(x: torch.Tensor, layer: torch.nn.Linear, prologue: str = "none",
     ``weight``/``eps`` the ``norm`` prologue uses. Returns what ``gemv`` returns, except that the
     ``norm`` prologue always returns ``(y, h)``: ``h = x + residual``, or ``x`` without a residual
     (the residual stream either way). On cuBLAS the prologue runs as its own Triton kernel
-    (``kernels.rmsnorm`` / ``kernels.swiglu``) first.
+    (``kernels.rmsnorm`` / ``kernels.swiglu``) first. ``pdl_trigger``: ``kernels.gemv.gemv``'s.
     """
     w, b = layer.weight, layer.bias
     nw, eps = (norm.weight, norm.eps) if norm is not None else (None, 1e-5)
 
     def fused():
-        return gemv(x, w, b, prologue, nw, eps, residual)
+        return gemv(x, w, b, prologue, nw, eps, residual, pdl_trigger=pdl_trigger)
 
     def cublas():
         return cublas_linear(x, w, b, prologue, nw, eps, residual)

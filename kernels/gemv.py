@@ -53,7 +53,8 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
                  PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  SPLIT_K: tl.constexpr, PREFETCH_X: tl.constexpr, W_AHEAD: tl.constexpr,
-                 PDL: tl.constexpr, F32: tl.constexpr, IEEE: tl.constexpr):
+                 PDL: tl.constexpr, TRIGGER: tl.constexpr, F32: tl.constexpr,
+                 IEEE: tl.constexpr):
     # PROLOGUE: 0 none, 1 (residual add +) RMSNorm, 2 SwiGLU of a stacked [M, 2K] input.
     # The tile is computed transposed, acc [BLOCK_N, BLOCK_M] = W_tile @ x^T ("swap AB": the
     # weight rows fill the tensor core's M dimension, the few activation rows its N).
@@ -135,8 +136,8 @@ def _gemv_kernel(x_ptr, r_ptr, nw_ptr, h_ptr, w_ptr, b_ptr, y_ptr, ws_ptr, ss_pt
             acc = tl.dot(w, tl.trans(a), acc, input_precision="ieee")
         else:
             acc = tl.dot(w, tl.trans(a), acc)
-    if PDL > 0:  # the main loop is done: let the next kernel's programs take the free SMs
-        tl.extra.cuda.gdc_launch_dependents()
+    if PDL > 0 and TRIGGER:  # the main loop is done: let the next kernel's programs take the
+        tl.extra.cuda.gdc_launch_dependents()  # free SMs (without TRIGGER: when this one ends)
     omask = nmask[:, None] & mmask[None, :]
     if SPLIT_K > 1:  # partial sums into the float32 workspace; the column's last program ends it
         wsp = ws_ptr + offs_m[None, :] * N + offs_n[:, None]
@@ -308,7 +309,7 @@ def _pdl_cuda(index: int) -> bool:
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
          prologue: str = "none", norm_weight: torch.Tensor | None = None, eps: float = 1e-5,
          residual: torch.Tensor | None = None, pdl: bool | None = None,
-         config: dict | None = None):
+         config: dict | None = None, pdl_trigger: bool = True):
     """``y = prologue(x) @ weight.T (+ bias)`` for ``M <= 16`` rows, one Triton launch.
 
     Args:
@@ -318,6 +319,10 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
         prologue: ``none``, ``norm`` (RMSNorm with ``norm_weight [K]`` and ``eps``, after adding
             ``residual`` if given) or ``swiglu``.
         pdl: launch with programmatic dependent launch (default: ``pdl_supported``).
+        pdl_trigger: under PDL, let the next kernel launch once this one's main loop is done
+            (False: when this one ends). The decode step's qkv GEMV passes False: its successor,
+            decode attention, launched early lost 5% of the step at 2-4 query heads per KV head
+            on an H200 (results/reference/pdl_probe/). Not part of the tuning key.
         config: a fixed tile config (``BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages``,
             optionally ``PREFETCH_X``: the next activation tiles loaded a step ahead, one row
             only; ``W_AHEAD``: the weight tiles loaded a step ahead by hand on the dot path, as
@@ -363,7 +368,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
             h, weight, bias if bias is not None else weight, y, ws, ssw, cnt, M, N, K, eps,
             x2.stride(0), r2.stride(0), h.stride(0), weight.stride(0), y.stride(0))
     meta = dict(PROLOGUE=PROLOGUES.index(prologue), HAS_RES=has_res, HAS_BIAS=bias is not None,
-                BLOCK_M=1 if M == 1 else 16, PDL=pdl_mode, F32=interp,
+                BLOCK_M=1 if M == 1 else 16, PDL=pdl_mode, TRIGGER=pdl_trigger, F32=interp,
                 IEEE=weight.dtype == torch.float32)
     launch = {"launch_pdl": True} if pdl_mode else {}
     if config or interp or not switches.current().autotune:

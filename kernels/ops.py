@@ -153,40 +153,41 @@ def _layers(weight, bias, norm_weight, eps):
 
 @torch.library.custom_op("designzoo::decode_linear", mutates_args=())
 def _linear_op(x: Tensor, weight: Tensor, bias: Tensor | None, prologue: str,
-               norm_weight: Tensor | None, eps: float) -> Tensor:
+               norm_weight: Tensor | None, eps: float, pdl_trigger: bool) -> Tensor:
     layer, norm = _layers(weight, bias, norm_weight, eps)
-    out = _linear.linear(x, layer, prologue, norm)
+    out = _linear.linear(x, layer, prologue, norm, pdl_trigger=pdl_trigger)
     return out[0] if prologue == "norm" else out
 
 
 @_linear_op.register_fake
-def _(x, weight, bias, prologue, norm_weight, eps):
+def _(x, weight, bias, prologue, norm_weight, eps, pdl_trigger):
     return x.new_empty(*x.shape[:-1], weight.shape[0])
 
 
 @torch.library.custom_op("designzoo::decode_linear_residual", mutates_args=())
 def _linear_residual_op(x: Tensor, weight: Tensor, bias: Tensor | None, norm_weight: Tensor,
-                        eps: float, residual: Tensor) -> tuple[Tensor, Tensor]:
+                        eps: float, residual: Tensor, pdl_trigger: bool) -> tuple[Tensor, Tensor]:
     layer, norm = _layers(weight, bias, norm_weight, eps)
-    y, h = _linear.linear(x, layer, "norm", norm, residual)
+    y, h = _linear.linear(x, layer, "norm", norm, residual, pdl_trigger=pdl_trigger)
     return y, h
 
 
 @_linear_residual_op.register_fake
-def _(x, weight, bias, norm_weight, eps, residual):
+def _(x, weight, bias, norm_weight, eps, residual, pdl_trigger):
     return x.new_empty(*x.shape[:-1], weight.shape[0]), torch.empty_like(x)
 
 
 def linear(x: Tensor, layer: torch.nn.Linear, prologue: str = "none",
-           norm: torch.nn.Module | None = None, residual: Tensor | None = None):
+           norm: torch.nn.Module | None = None, residual: Tensor | None = None,
+           pdl_trigger: bool = True):
     """``kernels.decode_linear.linear`` (a decode step's linear layer with its prologue, on the
     faster of the Triton GEMV and cuBLAS; ``norm`` returns ``(y, h)``), as an op under
     ``torch.compile``."""
     if not _compiling():
-        return _linear.linear(x, layer, prologue, norm, residual)
+        return _linear.linear(x, layer, prologue, norm, residual, pdl_trigger=pdl_trigger)
     w, b = layer.weight, layer.bias
     nw, eps = (norm.weight, norm.eps) if norm is not None else (None, 1e-5)
     if prologue == "norm" and residual is not None:
-        return _linear_residual_op(x, w, b, nw, eps, residual)
-    y = _linear_op(x, w, b, prologue, nw, eps)
+        return _linear_residual_op(x, w, b, nw, eps, residual, pdl_trigger)
+    y = _linear_op(x, w, b, prologue, nw, eps, pdl_trigger)
     return (y, x) if prologue == "norm" else y

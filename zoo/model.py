@@ -138,8 +138,9 @@ class Block(nn.Module):
         """
         attn, ffn = self.attention, self.feed_forward
         with annotate("attn"):
-            with annotate("qkv"):
-                qkv, h = ops.linear(x, attn.wqkv, "norm", self.attention_norm, residual)
+            with annotate("qkv"):  # decode attention launches when it ends (kernels.gemv)
+                qkv, h = ops.linear(x, attn.wqkv, "norm", self.attention_norm, residual,
+                                    pdl_trigger=False)
             y = attn.attend(qkv, rope, input_pos)
             with annotate("out_proj"):
                 o = ops.linear(y, attn.wo)

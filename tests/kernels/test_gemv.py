@@ -424,7 +424,7 @@ k = gemv._gemv_kernel
 sig = dict(zip(k.arg_names, ["*bf16"] * 7 + ["*fp32", "*fp32", "*i32", "i32", "i32", "i32",
                                                "fp32"] + ["i32"] * 5))
 const = dict(PROLOGUE={prologue}, HAS_RES={prologue == 1}, HAS_BIAS=False, BLOCK_M={block_m},
-             BLOCK_N=64, BLOCK_K=128, SPLIT_K=4, PREFETCH_X=0, W_AHEAD=0, PDL=False,
+             BLOCK_N=64, BLOCK_K=128, SPLIT_K=4, PREFETCH_X=0, W_AHEAD=0, PDL=False, TRIGGER=True,
              F32=False, IEEE=False)
 sig.update(dict.fromkeys(const, "constexpr"))
 src = ASTSource(fn=k, signature=sig,
@@ -448,8 +448,9 @@ print(triton.compile(src, target=GPUTarget("cuda", 90, 32),
 def test_the_dot_path_loads_no_activation_before_its_pdl_wait():
     """The dot path (2-16 rows) under PDL, compiled for an H100/H200 (sm_90; no GPU needed): no
     global load before ``griddepcontrol.wait`` (its activations' addresses depend on the wait:
-    ``gemv._gdc_wait_dep``), ``griddepcontrol.launch_dependents`` after it. A load before the wait
-    reads the previous kernel's output before it is written (``bench.pdl_probe race``)."""
+    ``gemv._gdc_wait_dep``), ``griddepcontrol.launch_dependents`` after it, and none with
+    ``TRIGGER`` off. A load before the wait reads the previous kernel's output before it is
+    written (``bench.pdl_probe race``)."""
     import re
     import subprocess
     import sys
@@ -462,23 +463,29 @@ from kernels import gemv
 k = gemv._gemv_kernel
 sig = dict(zip(k.arg_names, ["*bf16"] * 7 + ["*fp32", "*fp32", "*i32", "i32", "i32", "i32",
                                                "fp32"] + ["i32"] * 5))
-const = dict(PROLOGUE=1, HAS_RES=True, HAS_BIAS=False, BLOCK_M=16, BLOCK_N=128, BLOCK_K=128,
-             SPLIT_K=4, PREFETCH_X=0, W_AHEAD=0, PDL=gemv.DOT_PDL, F32=False, IEEE=False)
-sig.update(dict.fromkeys(const, "constexpr"))
-src = ASTSource(fn=k, signature=sig,
-                constexprs={(k.arg_names.index(n),): v for n, v in const.items()})
-print(triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                     options=dict(num_warps=8, num_stages=4)).asm["ptx"])
+for trigger in (True, False):
+    const = dict(PROLOGUE=1, HAS_RES=True, HAS_BIAS=False, BLOCK_M=16, BLOCK_N=128, BLOCK_K=128,
+                 SPLIT_K=4, PREFETCH_X=0, W_AHEAD=0, PDL=gemv.DOT_PDL, TRIGGER=trigger,
+                 F32=False, IEEE=False)
+    sig.update(dict.fromkeys(const, "constexpr"))
+    src = ASTSource(fn=k, signature=sig,
+                    constexprs={(k.arg_names.index(n),): v for n, v in const.items()})
+    print(triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                         options=dict(num_warps=8, num_stages=4)).asm["ptx"])
+    print("@@@@")
 """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    ptx = out.stdout
+    ptx, untriggered = out.stdout.split("@@@@")[:2]
     wait = ptx.find("griddepcontrol.wait")
     assert wait > 0 and ptx.find("griddepcontrol.launch_dependents") > wait
     assert not re.findall(r"\b(ld\.global|cp\.async)", ptx[:wait])
     assert re.findall(r"\b(ld\.global|cp\.async)", ptx[wait:])
+    # pdl_trigger=False (the qkv GEMV's): it waits, and lets the next kernel launch at its end
+    assert "griddepcontrol.wait" in untriggered
+    assert "griddepcontrol.launch_dependents" not in untriggered
 
 
 @pytest.mark.gpu
