@@ -355,12 +355,9 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     r2 = residual.reshape(-1, K).contiguous() if has_res else x2
     h = torch.empty_like(r2) if has_res else y
     interp = _interpreted(x)
-    # The dot path (2-16 rows) waits through ``_gdc_wait_dep``. It ran without PDL from
-    # 2026-11-24: a 768-wide design's batch-8 decode logits were NaN under PDL on an H200
-    # (results/reference/heldout_h200/probe/), blamed on activation loads pipelined ahead of
-    # ``gdc_wait``. On today's kernels no dot-path tile reads early with either wait against a
-    # producer that lets it launch, then writes 300 us later, and the logits of 7 designs are
-    # bit-identical with and without PDL (H100 and H200: results/reference/pdl_probe/)
+    # The dot path (2-16 rows) waits through ``_gdc_wait_dep``; it ran without PDL 2026-11-24 to
+    # 27 (NaN logits on an H200 then; none of its tiles reads early now, with either wait:
+    # results/reference/pdl_probe/)
     pdl = (pdl_supported(x.device) if pdl is None else pdl) and not interp
     pdl_mode = (1 if M == 1 else DOT_PDL) if pdl else 0
     ws, ssw, cnt = _workspace(x.device, M, N)
