@@ -10,6 +10,7 @@ seconds); ``Transformer``, ``Generator`` and ``generate`` import torch on first 
 import sys
 import types
 
+from . import ffn  # noqa: F401 - registers the FFN kinds a design's ffn_type names
 from .config import TINY, DesignError, ModelConfig, presets
 
 __all__ = ["TINY", "DesignError", "Generator", "ModelConfig", "Transformer", "generate", "presets"]

@@ -19,8 +19,9 @@ from .formats import DTYPE_BYTES, DTYPES, KV_DTYPES, WEIGHT_FORMATS  # noqa: F40
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
-FFN_TYPES = ("swiglu", "gelu")
 NORMS = ("rmsnorm", "layernorm")
+# the registered FFN kinds' names (``zoo.ffn.register`` adds each; the package imports zoo.ffn)
+FFN_TYPES: list[str] = []
 KERNELS = ("auto", "torch", "triton")
 
 
@@ -130,7 +131,7 @@ class ModelConfig:
         _check_rope_scaling(self.rope_scaling)
         _choice("dtype", self.dtype, DTYPES)
         _choice("kv_dtype", self.kv_dtype, KV_DTYPES)
-        _choice("ffn_type", self.ffn_type, FFN_TYPES)
+        _choice("ffn_type", self.ffn_type, tuple(FFN_TYPES))
         _choice("norm", self.norm, NORMS)
         _choice("kernels", self.kernels, KERNELS)
         _choice("weight_dtype", self.weight_dtype, tuple(WEIGHT_FORMATS))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from . import ffn as ffn_kinds
 from .config import ModelConfig
 from .formats import DTYPE_BYTES
 
@@ -62,7 +63,7 @@ def params(cfg: ModelConfig) -> Params:
     d, V = cfg.d_model, cfg.vocab_size
     qkv = d * (cfg.q_dim + 2 * cfg.kv_dim) + (cfg.q_dim + 2 * cfg.kv_dim) * cfg.qkv_bias
     out = cfg.q_dim * d
-    ffn = (3 if cfg.ffn_type == "swiglu" else 2) * d * cfg.ffn_dim
+    ffn = ffn_kinds.kind(cfg).params(cfg)
     norm = d if cfg.norm == "rmsnorm" else 2 * d
     per_layer = qkv + out + ffn + 2 * norm
     emb = V * d
@@ -111,20 +112,20 @@ def stage(cfg: ModelConfig, batch: int, new: int, context: int, logits_per_seq: 
             decode at cache length ``L``: ``L + 1``).
         logits_per_seq: positions per sequence whose logits are computed.
     """
-    d, F, V, L = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.n_layers
+    d, V, L = cfg.d_model, cfg.vocab_size, cfg.n_layers
     H, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     N = batch * new
     flops = {
         "qkv": L * 2 * N * d * (H + 2 * Hkv) * D,
         "attention": L * 4 * batch * H * D * new * context,
         "out_proj": L * 2 * N * H * D * d,
-        "ffn": L * 2 * N * d * F * (3 if cfg.ffn_type == "swiglu" else 2),
+        "ffn": L * ffn_kinds.kind(cfg).flops(cfg, N),
         "lm_head": 2 * batch * logits_per_seq * d * V,
     }
     elementwise = L * (5 * batch * H * new * context          # softmax
                        + 2 * 4 * N * d                        # two norms
                        + 3 * N * (H + Hkv) * D                # RoPE on q and k
-                       + 5 * N * F                            # activation (and gate product)
+                       + ffn_kinds.kind(cfg).elementwise_flops(cfg, N)  # activation
                        + 2 * N * d)                           # residual adds
     wb, kvb = DTYPE_BYTES[cfg.dtype], DTYPE_BYTES[cfg.kv_dtype]
     p = params(cfg)
@@ -188,8 +189,8 @@ def memory_need(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int,
     the CPU's, materializes), and ``total``."""
     b = DTYPE_BYTES[cfg.dtype]
     T = prompt_len
-    hidden = 2 if cfg.ffn_type == "swiglu" else 1
-    per_token = (3 * cfg.d_model + cfg.q_dim + 2 * cfg.kv_dim + (hidden + 1) * cfg.ffn_dim) * b
+    per_token = (3 * cfg.d_model + cfg.q_dim + 2 * cfg.kv_dim
+                 + ffn_kinds.kind(cfg).hidden_per_token(cfg)) * b
     out = {"weights": params(cfg).total * b,
            "kv_cache": kv_bytes_per_token(cfg) * batch * (prompt_len + new_tokens),
            "activations": batch * T * per_token + batch * cfg.vocab_size * 4,

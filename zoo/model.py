@@ -23,6 +23,7 @@ from torch import nn
 
 from kernels import decode_attention, gemv, ops
 
+from . import ffn
 from .attention import Attention
 from .cache import TORCH_DTYPES, KVCache
 from .config import ModelConfig
@@ -61,32 +62,50 @@ def make_norm(cfg: ModelConfig) -> nn.Module:
 
 
 class FeedForward(nn.Module):
-    """SwiGLU (Shazeer 2020, arXiv:2002.05202): ``w2(silu(x W1) * (x W3))``; or GELU: ``w2(gelu(x W1))``.
+    """A dense FFN of ``zoo.ffn.DenseFFN`` kind: SwiGLU (Shazeer 2020, arXiv:2002.05202:
+    ``w2(silu(x W1) * (x W3))``, gate and up stacked in ``w13``) or GELU (``w2(gelu(x W1))``).
 
-    x: ``[B, T, d_model]`` -> ``[B, T, d_model]``; hidden width ``ffn_dim``.
+    x: ``[B, T, d_model]`` -> ``[B, T, d_model]``; hidden width ``ffn_dim``. A kind of another
+    activation subclasses it and overrides ``act`` (and ``skinny`` if its ``w2`` has no GEMV
+    prologue for it).
     """
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        n_in = 2 if cfg.ffn_type == "swiglu" else 1
-        self.w13 = nn.Linear(cfg.d_model, n_in * cfg.ffn_dim, bias=False)
+        self.kind = ffn.kind(cfg)
+        self.w13 = nn.Linear(cfg.d_model, self.kind.n_in * cfg.ffn_dim, bias=False)
         self.w2 = nn.Linear(cfg.ffn_dim, cfg.d_model, bias=False)
+
+    def act(self, h: torch.Tensor) -> torch.Tensor:
+        """The activation of ``w13``'s output ``[..., n_in * ffn_dim]`` -> ``[..., ffn_dim]``."""
+        if self.cfg.ffn_type == "swiglu" and self.cfg.kernels == "triton":
+            return ops.swiglu(h)
+        if self.cfg.ffn_type == "swiglu":
+            gate, up = h.chunk(2, dim=-1)
+            return F.silu(gate) * up
+        return F.gelu(h)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [B, T, d_model]`` -> ``[B, T, d_model]`` through a ``[B, T, ffn_dim]`` hidden."""
         with annotate("w13"):
             h = self.w13(x)
         with annotate("act"):
-            if self.cfg.ffn_type == "swiglu" and self.cfg.kernels == "triton":
-                h = ops.swiglu(h)
-            elif self.cfg.ffn_type == "swiglu":
-                gate, up = h.chunk(2, dim=-1)
-                h = F.silu(gate) * up
-            else:
-                h = F.gelu(h)
+            h = self.act(h)
         with annotate("w2"):
             return self.w2(h)
+
+    def skinny(self, o: torch.Tensor, norm: nn.Module, residual: torch.Tensor):
+        """The decode step's FFN on the GEMV path (``Block.skinny``): ``w13`` with ``norm`` and
+        the residual add in its prologue, then ``w2`` with the activation in its prologue where
+        the kind has one (``DenseFFN.w2_prologue``), else after the activation's own kernel.
+        o, residual: ``[B, 1, d_model]``; returns ``(ffn_out, h)``, ``h = o + residual``."""
+        with annotate("w13"):
+            g, h = ops.linear(o, self.w13, "norm", norm, residual)
+        with annotate("w2"):
+            if self.kind.w2_prologue:
+                return ops.linear(g, self.w2, self.kind.w2_prologue), h
+            return ops.linear(self.act(g), self.w2), h
 
 
 class Block(nn.Module):
@@ -98,7 +117,7 @@ class Block(nn.Module):
         self.attention_norm = make_norm(cfg)
         self.attention = Attention(cfg, layer)
         self.ffn_norm = make_norm(cfg)
-        self.feed_forward = FeedForward(cfg)
+        self.feed_forward = ffn.kind(cfg).build(cfg)
 
     def forward(self, x, rope, input_pos, kv_len, mask, residual=None):
         """``x [B, T, d_model]`` -> ``[B, T, d_model]``. On the fused path, returns
@@ -131,12 +150,13 @@ class Block(nn.Module):
 
         qkv GEMV with the attention norm and the residual add in its prologue; decode attention
         (splits merged in-kernel) with RoPE and the K/V cache write in its launch (or one kernel
-        before it); out_proj GEMV; w13 GEMV with the FFN norm and residual add in its prologue;
-        w2 GEMV with SwiGLU in its prologue. Each GEMV runs ``kernels.gemv`` or cuBLAS, whichever
+        before it); out_proj GEMV; the FFN's kernels (``FeedForward.skinny``: a w13 GEMV with the
+        FFN norm and residual add in its prologue, a w2 GEMV with SwiGLU in its prologue, for the
+        shipped kinds of ``zoo.ffn``). Each GEMV runs ``kernels.gemv`` or cuBLAS, whichever
         measured faster for its shape (``kernels.decode_linear``). Returns ``(ffn_out, h)`` like
         ``forward`` on the fused path. x, residual: ``[B, 1, d_model]``.
         """
-        attn, ffn = self.attention, self.feed_forward
+        attn = self.attention
         with annotate("attn"):
             with annotate("qkv"):  # decode attention launches when it ends (kernels.gemv)
                 qkv, h = ops.linear(x, attn.wqkv, "norm", self.attention_norm, residual,
@@ -145,12 +165,7 @@ class Block(nn.Module):
             with annotate("out_proj"):
                 o = ops.linear(y, attn.wo)
         with annotate("ffn"):
-            with annotate("w13"):
-                g, h = ops.linear(o, ffn.w13, "norm", self.ffn_norm, h)
-            with annotate("w2"):
-                if ffn.cfg.ffn_type == "swiglu":
-                    return ops.linear(g, ffn.w2, "swiglu"), h
-                return ops.linear(F.gelu(g), ffn.w2), h
+            return self.feed_forward.skinny(o, self.ffn_norm, h)
 
 
 @contextlib.contextmanager

@@ -28,30 +28,20 @@ bandwidth, fixed costs unchanged (``sweep.analysis.anchors.transfer``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 from kernels import decode_attention
-from kernels.gemv import MAX_M as GEMV_MAX_M
 from kernels.switches import Switches
-from zoo import ModelConfig
+from zoo import ModelConfig, ffn
 from zoo.counts import mean_decode_context
 from zoo.formats import DTYPE_BYTES
 from zoo.generate import PREFILL_GRAPH_MAX_TOKENS
+from zoo.launches import Kernel, Stage
 
 from ..common.row import MODULES, STAGES, TIME, error, pred, pred_module
 from .anchors import transfer, transfer_here  # noqa: F401  (the model's transfer, here)
 from .power import DEFAULT_REPEATS, DEFAULT_WARMUP, POWER_UNCERTAINTY, power_limit, sustained_fraction
 from .pricing import Calibrated
 
-# kernels each op launches (ATen ops of the torch path, one fused kernel of the Triton path);
-# counted from zoo/model.py and zoo/attention.py, for the launch cost
-TORCH_KERNELS = {"rmsnorm": 7, "rope": 14, "kv_write": 2, "residual": 1, "swiglu": 2,
-                 "decode_attn": 7, "prefill_attn": 1, "gemm": 1, "embedding": 1}
-# Triton: RoPE and the K/V cache write are one kernel (``rope_kv_write_``), decode attention one or
-# two (``kernels.decode_attention.launches``); on the decode GEMV path (``Block.skinny``: a step of
-# <= 16 sequences, RMSNorm) the norms and SwiGLU run in the GEMVs' prologues, no launch of their own
-TRITON_KERNELS = {"rmsnorm": 1, "rope": 1, "kv_write": 0, "swiglu": 1, "decode_attn": 1,
-                  "prefill_attn": 1, "gemm": 1, "embedding": 1}
 STEP_EAGER_OPS = 2  # per decode step beside the graph: token copy, position fill (the logits'
 # clone and argmax are the ``sample`` kernel)
 # The interval of a prediction (``{stage}_pred_ms_lo`` .. ``_hi``): each kernel's own uncertainty
@@ -70,21 +60,6 @@ MEASUREMENT_FLOOR = {"prefill": 0.07, "decode": 0.04}
 CONFIDENCE = ((0.06, "high"), (0.15, "medium"))  # half-width / prediction, else "low"
 
 
-@dataclass
-class Kernel:
-    """One kernel (or fused op) of a stage: ``module`` kind, ``kind`` of calibration entry,
-    its shape, matmul FLOPs and minimum bytes, and how many launches it takes."""
-
-    module: str
-    kind: str
-    op: str
-    flops: float
-    bytes: float
-    shape: dict = field(default_factory=dict)
-    launches: int = 1
-    repeat: int = 1  # identical kernels in the stage (one per layer)
-
-
 def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: str,
                 fold: bool = True) -> list[Kernel]:
     """The kernels of one forward of ``new`` tokens per sequence over ``context`` positions
@@ -92,55 +67,32 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     (``switches.rope_in_attention``, as the model reads it) folds a Triton decode step's RoPE and
     cache write into its attention kernel. A Triton decode step of at most
     ``kernels.gemv.MAX_M`` sequences runs its linear layers as ``gemv`` kernels (the norm or
-    SwiGLU in their prologue: ``kernels.decode_linear``)."""
-    d, F, V, L = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.n_layers
+    activation in their prologue: ``kernels.decode_linear``); the FFN's kernels are its kind's
+    (``zoo.ffn``)."""
+    st = Stage(cfg, batch, new, context, kernels)
+    d, V = cfg.d_model, cfg.vocab_size
     H, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     wb, kvb = DTYPE_BYTES[cfg.dtype], DTYPE_BYTES[cfg.kv_dtype]
-    M = batch * new
-    fused = kernels == "triton"
-    n = TRITON_KERNELS if fused else TORCH_KERNELS
-    impl = "triton" if fused else "torch"
-    skinny = fused and new == 1 and batch <= GEMV_MAX_M and cfg.norm == "rmsnorm"
-
-    wbits = cfg.weight_bits  # a quantized weight format (predicted only) reads fewer bytes
-
-    def gemm(module, op, N, K, m=M, rep=L, prologue="none"):
-        shape = {"M": m, "N": N, "K": K, "dtype": cfg.dtype}
-        if wbits != 8 * wb:
-            shape["weight_bits"] = wbits
-        nbytes = N * K * wbits / 8 + (m * K + m * N) * wb
-        if skinny:  # the decode GEMV (or cuBLAS after its prologue), as the model runs it
-            return Kernel(module, "gemv", op, 2 * m * N * K, nbytes,
-                          dict(shape, prologue=prologue), 1, rep)
-        return Kernel(module, "gemm", op, 2 * m * N * K, nbytes, shape, 1, rep)
-
-    def elem(op, nbytes, rep=L, launches=None):
-        if skinny and (op == "rmsnorm" or (op == "swiglu" and cfg.ffn_type == "swiglu")):
-            # in the GEMV's prologue: no kernel (a GELU still runs its own)
-            return None
-        return Kernel("norms_elementwise", "elementwise", op, 0, nbytes,
-                      {"op": op, "impl": impl, "bytes": nbytes},
-                      n[op] if launches is None else launches, rep)
-
+    M, fused, impl, L = st.M, st.fused, st.impl, cfg.n_layers
     norm_bytes = (4 if fused else 2) * M * d * wb  # fused: residual read and written too
     rope_bytes, kv_bytes = 2 * M * (H + Hkv) * D * wb, 2 * M * Hkv * D * (wb + kvb)
     out = [Kernel("norms_elementwise", "elementwise", "embedding", 0, 2 * M * d * wb,
                   {"op": "embedding", "impl": "torch", "bytes": 2 * M * d * wb}, 1, 1),
-           elem("rmsnorm", norm_bytes),
-           gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d,
-                prologue="norm+res" + ("+bias" if cfg.qkv_bias else ""))]
+           st.elem("rmsnorm", norm_bytes, in_prologue=True),
+           st.gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d,
+                   prologue="norm+res" + ("+bias" if cfg.qkv_bias else ""))]
     if fused and new == 1 and fold:
         pass  # folded into the decode attention launch (zoo.attention; its bytes are a token's)
     elif fused:  # one kernel: RoPE and the cache write (priced on their bytes together)
-        out.append(elem("rope", rope_bytes + kv_bytes))
+        out.append(st.elem("rope", rope_bytes + kv_bytes))
     else:
-        out += [elem("rope", rope_bytes), elem("kv_write", kv_bytes)]
+        out += [st.elem("rope", rope_bytes), st.elem("kv_write", kv_bytes)]
     if new == 1:
         kv_read = 2 * batch * Hkv * context * (D * kvb + (4 if kvb == 1 else 0))
         # Triton: the splits merged in the same launch or in a kernel of their own
         # (kernels.decode_attention.launches)
         n_attn = (decode_attention.launches(batch, Hkv, H // Hkv, context, kvb == 1) if fused
-                  else n["decode_attn"])
+                  else st.launches("decode_attn"))
         out.append(Kernel("attention", "decode_attn", "decode_attention", 4 * batch * H * D * context,
                           kv_read, {"impl": impl, "kv_dtype": cfg.kv_dtype, "bytes": kv_read,
                                     "B": batch, "Hkv": Hkv, "G": H // Hkv, "S": context, "D": D},
@@ -149,16 +101,13 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
         out.append(Kernel("attention", "prefill_attn", "sdpa", 2 * batch * H * D * new * context,
                           2 * M * (H + 2 * Hkv) * D * wb,
                           {"B": batch, "H": H, "T": new, "D": D, "G": H // Hkv, "impl": impl},
-                          n["prefill_attn"], L))
-    swi = cfg.ffn_type == "swiglu"
-    out += [gemm("out_proj", "wo", d, cfg.q_dim), elem("rmsnorm", norm_bytes),
-            gemm("ffn", "w13", (2 if swi else 1) * F, d, prologue="norm+res"),
-            elem("swiglu", 3 * M * F * wb), gemm("ffn", "w2", d, F,
-                                                 prologue="swiglu" if swi else "none")]
+                          st.launches("prefill_attn"), L))
+    out += [st.gemm("out_proj", "wo", d, cfg.q_dim), st.elem("rmsnorm", norm_bytes, in_prologue=True),
+            *ffn.kind(cfg).kernels(st)]
     if not fused:
-        out.append(elem("residual", 2 * 3 * M * d * wb, launches=2))
-    out += [elem("rmsnorm", 2 * batch * d * wb, rep=1),
-            gemm("lm_head", "output", V, d, m=batch, rep=1, prologue="norm+res"),
+        out.append(st.elem("residual", 2 * 3 * M * d * wb, launches=2))
+    out += [st.elem("rmsnorm", 2 * batch * d * wb, rep=1, in_prologue=True),
+            st.gemm("lm_head", "output", V, d, m=batch, rep=1, prologue="norm+res"),
             # the last position's logits [batch, vocab] cloned out of the graph and sampled
             Kernel("norms_elementwise", "elementwise", "sample", 0, 3 * batch * V * wb,
                    {"op": "sample", "impl": "torch", "bytes": 3 * batch * V * wb}, 2, 1)]

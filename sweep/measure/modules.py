@@ -5,7 +5,7 @@ ranges (``zoo.nvtx``: ``qkv``, ``rope``, ``kv_write``, ``attention``, ``out_proj
 ``act``, ``w2``, ``norm``, ``lm_head``, ...) emitted as ``torch.profiler`` ``record_function``
 ranges (``DESIGNZOO_NVTX=torch``). Every GPU kernel is attributed to the innermost range around
 the host call that launched it (the runtime launch event with the kernel's correlation id), and
-the range to a module kind of the performance model (``MODULE_OF``): ``qkv``, ``attention``,
+the range to a module kind of the performance model (``_module_of``): ``qkv``, ``attention``,
 ``out_proj``, ``ffn`` (the FFN GEMMs), ``lm_head``, ``norms_elementwise`` (norms, RoPE, KV write,
 the activation, residual adds, embedding). In a GEMM range only GEMM kernels count for the GEMM's
 module (a layout copy beside it is elementwise work).
@@ -29,35 +29,48 @@ import re
 from pathlib import Path
 
 from zoo.counts import MODULES  # the module kinds, spelled once
+from zoo.ffn import ranges as ffn_ranges
 
 from ..common.atomic import write_json
 from .child import child_failure, run_child
 
-MODULE_OF = {"qkv": "qkv", "attention": "attention", "out_proj": "out_proj", "w13": "ffn",
-             "w2": "ffn", "lm_head": "lm_head"}  # every other range: norms_elementwise
-GEMM_RANGES = ("qkv", "out_proj", "w13", "w2", "lm_head")
-RANGES = set(MODULE_OF) | {"rope", "kv_write", "act", "norm", "attn", "ffn", "prefill",
-                           "decode"}
+_FIXED = {"qkv": "qkv", "attention": "attention", "out_proj": "out_proj", "lm_head": "lm_head"}
+
+
+def _module_of() -> dict[str, str]:
+    """Range -> module kind of every leaf range: the attention's and LM head's, and each
+    registered FFN kind's (``zoo.ffn``: read when asked, so a kind registered later counts)."""
+    return {**_FIXED, **ffn_ranges()}
+
+
+def _gemm_ranges() -> set[str]:
+    """The leaf ranges of linear layers (where only GEMM kernels count for the module)."""
+    return {r for r, m in _module_of().items() if m not in ("norms_elementwise", "attention")}
+
+
 _GEMM = re.compile(r"gemm|gemv|nvjet|cutlass|xmma|cublas|splitKreduce|sm90_|matmul|_mm_|"
                    r"addmm|linear|::(add)?b?mm\b", re.I)  # gemv: kernels.gemv's _gemv_kernel
 _LAUNCH = re.compile(r"Launch|cudaGraphLaunch", re.I)
 
 
 def _is_range(name: str) -> bool:
-    return name in RANGES or (name.startswith("layer") and name[5:].isdigit())
+    return (name in _module_of() or name in _GROUPS
+            or (name.startswith("layer") and name[5:].isdigit()))
 
 
-LEAVES = set(MODULE_OF) | {"rope", "kv_write", "act", "norm"}
+_ELEMENTWISE_LEAVES = {"rope", "kv_write", "norm"}  # leaf ranges of elementwise kernels
+_GROUPS = _ELEMENTWISE_LEAVES | {"attn", "ffn", "prefill", "decode"}  # every other range
 
 
 def module_of(ranges: list[str], kernel: str) -> str:
     """Module kind of a kernel named ``kernel`` launched inside ``ranges`` (outermost first): its
-    innermost leaf range's (``MODULE_OF``), ``norms_elementwise`` outside every leaf (residual
+    innermost leaf range's (``_module_of``), ``norms_elementwise`` outside every leaf (residual
     adds, embedding) and for a non-GEMM kernel in a GEMM's range."""
-    inner = next((r for r in reversed(ranges) if r in LEAVES), None)
-    if inner in GEMM_RANGES and not _GEMM.search(kernel):
+    leaves = _module_of()
+    inner = next((r for r in reversed(ranges) if r in leaves or r in _ELEMENTWISE_LEAVES), None)
+    if inner in _gemm_ranges() and not _GEMM.search(kernel):
         return "norms_elementwise"
-    return MODULE_OF.get(inner, "norms_elementwise")
+    return leaves.get(inner, "norms_elementwise")
 
 
 def _enclosing(t: float, thread: int, spans: list[tuple[float, float, int, str]]) -> list[str]:

@@ -84,8 +84,8 @@ def decode_linear_path(model, batch: int, mode: str) -> str:
     from kernels.decode_linear import chosen
 
     attn, ffn = model.layers[0].attention, model.layers[0].feed_forward
-    layers = {"qkv": (attn.wqkv, "norm"), "out_proj": (attn.wo, "none"), "w13": (ffn.w13, "norm"),
-              "w2": (ffn.w2, "swiglu" if cfg.ffn_type == "swiglu" else "none"),
+    layers = {"qkv": (attn.wqkv, "norm"), "out_proj": (attn.wo, "none"),
+              **{name: (lin, pro) for name, lin, pro in ffn.kind.decode_linears(ffn)},
               "lm_head": (model.output, "norm")}
     return ", ".join(f"{name} {chosen(batch, lin.weight, pro) or 'triton (not timed)'}"
                      for name, (lin, pro) in layers.items())
