@@ -69,10 +69,12 @@ class Stage:
 
     @property
     def impl(self) -> str:
+        """``triton`` or ``torch``: the implementation an elementwise entry is priced for."""
         return "triton" if self.fused else "torch"
 
     @property
     def skinny(self) -> bool:
+        """Whether the linear layers run on the decode GEMV path (see the class doc)."""
         return (self.fused and self.new == 1 and self.batch <= GEMV_MAX_M
                 and self.cfg.norm == "rmsnorm")
 
