@@ -17,7 +17,7 @@ class ReluSquaredFFN(FeedForward):
         return torch.relu(h).square()
 
 
-# one projection in, the activation in a kernel of its own (priced as the SwiGLU entry: the same
-# three elements per hidden unit), 2 FLOP per hidden unit
-KIND = DenseFFN("relu2", 1, act_flops=2, module=f"{__name__}:ReluSquaredFFN")
+# one projection in, the activation two kernels of its own (relu, square; priced as the SwiGLU
+# entry: the same three elements per hidden unit), 2 FLOP per hidden unit
+KIND = DenseFFN("relu2", 1, act_flops=2, act_launches=2, module=f"{__name__}:ReluSquaredFFN")
 register(KIND)

@@ -39,6 +39,8 @@ class DenseFFN:
             bytes: ``3 M ffn_dim`` elements).
         w2_prologue: the decode GEMV prologue that applies the activation while ``w2`` reads its
             input (``kernels.gemv``: ``swiglu``), or None: the activation runs a kernel of its own.
+        act_launches: kernels the activation launches (None: ``act_op``'s count in
+            ``zoo.launches``; GELU: one ATen kernel).
         module: ``"package.module:Class"`` of its ``nn.Module`` (``build``), which has ``w13``
             and ``w2`` and a ``skinny`` decode step.
         ranges: its profiler ranges (``zoo.nvtx.annotate``) and the module kind each times.
@@ -49,6 +51,7 @@ class DenseFFN:
     act_flops: int = 5
     act_op: str = "swiglu"
     w2_prologue: str | None = None
+    act_launches: int | None = None
     module: str = "zoo.model:FeedForward"
     ranges: tuple = (("w13", "ffn"), ("act", "norms_elementwise"), ("w2", "ffn"))
 
@@ -74,7 +77,8 @@ class DenseFFN:
         one), ``w2``."""
         F, d = st.cfg.ffn_dim, st.cfg.d_model
         out = [st.gemm("ffn", "w13", self.n_in * F, d, prologue="norm+res"),
-               st.elem(self.act_op, 3 * st.M * F * st.wb, in_prologue=self.w2_prologue is not None),
+               st.elem(self.act_op, 3 * st.M * F * st.wb, launches=self.act_launches,
+                       in_prologue=self.w2_prologue is not None),
                st.gemm("ffn", "w2", d, F, prologue=self.w2_prologue or "none")]
         return [k for k in out if k is not None]
 
@@ -122,4 +126,4 @@ def ranges() -> dict[str, str]:
 
 
 register(DenseFFN("swiglu", 2, w2_prologue="swiglu"))
-register(DenseFFN("gelu", 1))
+register(DenseFFN("gelu", 1, act_launches=1))

@@ -75,12 +75,17 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     wb, kvb = DTYPE_BYTES[cfg.dtype], DTYPE_BYTES[cfg.kv_dtype]
     M, fused, impl, L = st.M, st.fused, st.impl, cfg.n_layers
     norm_bytes = (4 if fused else 2) * M * d * wb  # fused: residual read and written too
+    nl = 1 if cfg.norm == "layernorm" else None  # LayerNorm: one ATen kernel (priced as RMSNorm)
     rope_bytes, kv_bytes = 2 * M * (H + Hkv) * D * wb, 2 * M * Hkv * D * (wb + kvb)
+    # the torch path also gathers its positions' RoPE rows (cos, sin) once per forward, and a
+    # decode step as its graph runs it builds the position mask: launches of their own (counted
+    # with the embedding's gather; their few bytes priced there)
+    gathers = 1 + (0 if fused else 2 + (new == 1))
     out = [Kernel("norms_elementwise", "elementwise", "embedding", 0, 2 * M * d * wb,
-                  {"op": "embedding", "impl": "torch", "bytes": 2 * M * d * wb}, 1, 1),
-           st.elem("rmsnorm", norm_bytes, in_prologue=True),
-           st.gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d,
-                   prologue="norm+res" + ("+bias" if cfg.qkv_bias else ""))]
+                  {"op": "embedding", "impl": "torch", "bytes": 2 * M * d * wb}, gathers, 1)]
+    out += [st.elem("rmsnorm", norm_bytes, launches=nl, in_prologue=True),
+            st.gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d,
+                    prologue="norm+res" + ("+bias" if cfg.qkv_bias else ""))]
     if fused and new == 1 and fold:
         pass  # folded into the decode attention launch (zoo.attention; its bytes are a token's)
     elif fused:  # one kernel: RoPE and the cache write (priced on their bytes together)
@@ -102,11 +107,12 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
                           2 * M * (H + 2 * Hkv) * D * wb,
                           {"B": batch, "H": H, "T": new, "D": D, "G": H // Hkv, "impl": impl},
                           st.launches("prefill_attn"), L))
-    out += [st.gemm("out_proj", "wo", d, cfg.q_dim), st.elem("rmsnorm", norm_bytes, in_prologue=True),
+    out += [st.gemm("out_proj", "wo", d, cfg.q_dim),
+            st.elem("rmsnorm", norm_bytes, launches=nl, in_prologue=True),
             *ffn.kind(cfg).kernels(st)]
     if not fused:
         out.append(st.elem("residual", 2 * 3 * M * d * wb, launches=2))
-    out += [st.elem("rmsnorm", 2 * batch * d * wb, rep=1, in_prologue=True),
+    out += [st.elem("rmsnorm", 2 * batch * d * wb, rep=1, launches=nl, in_prologue=True),
             st.gemm("lm_head", "output", V, d, m=batch, rep=1, prologue="norm+res"),
             # the last position's logits [batch, vocab] cloned out of the graph and sampled
             Kernel("norms_elementwise", "elementwise", "sample", 0, 3 * batch * V * wb,
