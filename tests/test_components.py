@@ -33,10 +33,10 @@ def test_a_registered_ffn_kind_is_counted_priced_and_run_on_the_cpu():
     out, the predictor lists and prices its kernels (its activation a kernel of its own on the
     decode GEMV path, unlike SwiGLU's), and the model generates on the CPU through its
     activation."""
-    from tests.relu2_ffn import KIND  # registers relu2
     from sweep.analysis import calibration_store as store
     from sweep.analysis.hardware import load_spec
     from sweep.analysis.predict import Calibrated, kernel_list, predict
+    from tests.relu2_ffn import KIND  # registers relu2
     from zoo import TINY, Transformer, counts, generate
     from zoo.ffn import kind
 

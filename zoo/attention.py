@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import nn
 
+from kernels import ops
 from kernels.ops import decode_attention, rope_kv_write_
 from kernels.rope import apply_rope, rope_
 
@@ -65,6 +66,17 @@ class Attention(nn.Module):
                                                    enable_gqa=cfg.n_kv_heads != cfg.n_heads)
         with annotate("out_proj"):
             return self.wo(y.transpose(1, 2).reshape(B, T, cfg.q_dim))
+
+    def skinny(self, x, norm, residual, rope, input_pos):
+        """The decode step's attention on the GEMV path (``zoo.model.Block.skinny``): the qkv
+        GEMV with ``norm`` and the residual add in its prologue (under PDL it lets decode
+        attention launch only when it ends: ``kernels.gemv``), ``attend``, the out_proj GEMV.
+        x, residual: ``[B, 1, d_model]``; returns ``(attention out, h)``, ``h = x + residual``."""
+        with annotate("qkv"):
+            qkv, h = ops.linear(x, self.wqkv, "norm", norm, residual, pdl_trigger=False)
+        y = self.attend(qkv, rope, input_pos)
+        with annotate("out_proj"):
+            return ops.linear(y, self.wo), h
 
     def attend(self, qkv, rope, input_pos):
         """Decode attention from the fused qkv output ``[B, 1, q_dim + 2 kv_dim]``: RoPE with the

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from . import attn as attn_kinds
 from . import ffn as ffn_kinds
 from .config import ModelConfig
 from .formats import DTYPE_BYTES
@@ -61,11 +62,9 @@ class Params:
 def params(cfg: ModelConfig) -> Params:
     """Parameter counts of the zoo model for ``cfg`` (equal to ``sum(p.numel())`` of the module)."""
     d, V = cfg.d_model, cfg.vocab_size
-    qkv = d * (cfg.q_dim + 2 * cfg.kv_dim) + (cfg.q_dim + 2 * cfg.kv_dim) * cfg.qkv_bias
-    out = cfg.q_dim * d
-    ffn = ffn_kinds.kind(cfg).params(cfg)
     norm = d if cfg.norm == "rmsnorm" else 2 * d
-    per_layer = qkv + out + ffn + 2 * norm
+    per_layer = (attn_kinds.kind(cfg).params(cfg) + ffn_kinds.kind(cfg).params(cfg)
+                 + 2 * norm)
     emb = V * d
     head = 0 if cfg.tie_embeddings else V * d
     total = emb + head + cfg.n_layers * per_layer + norm
@@ -113,26 +112,20 @@ def stage(cfg: ModelConfig, batch: int, new: int, context: int, logits_per_seq: 
         logits_per_seq: positions per sequence whose logits are computed.
     """
     d, V, L = cfg.d_model, cfg.vocab_size, cfg.n_layers
-    H, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     N = batch * new
-    flops = {
-        "qkv": L * 2 * N * d * (H + 2 * Hkv) * D,
-        "attention": L * 4 * batch * H * D * new * context,
-        "out_proj": L * 2 * N * H * D * d,
-        "ffn": L * ffn_kinds.kind(cfg).flops(cfg, N),
-        "lm_head": 2 * batch * logits_per_seq * d * V,
-    }
-    elementwise = L * (5 * batch * H * new * context          # softmax
-                       + 2 * 4 * N * d                        # two norms
-                       + 3 * N * (H + Hkv) * D                # RoPE on q and k
-                       + ffn_kinds.kind(cfg).elementwise_flops(cfg, N)  # activation
-                       + 2 * N * d)                           # residual adds
-    wb, kvb = DTYPE_BYTES[cfg.dtype], DTYPE_BYTES[cfg.kv_dtype]
+    att, ffn = attn_kinds.kind(cfg), ffn_kinds.kind(cfg)
+    flops = {k: L * v for k, v in att.flops(cfg, batch, new, context).items()}
+    flops["ffn"] = L * ffn.flops(cfg, N)
+    flops["lm_head"] = 2 * batch * logits_per_seq * d * V
+    elementwise = L * (att.elementwise_flops(cfg, batch, new, context)  # softmax, RoPE
+                       + 2 * 4 * N * d                                # two norms
+                       + ffn.elementwise_flops(cfg, N)                # activation
+                       + 2 * N * d)                                   # residual adds
+    wb = DTYPE_BYTES[cfg.dtype]
     p = params(cfg)
     # gathered embedding rows, at most the whole table; tied: the LM head reads it all anyway
     emb_rows = 0 if cfg.tie_embeddings else min(N, V) * d
-    kv_scale = 4 if cfg.kv_dtype in ("int8", "fp8_e4m3") else 0  # one fp32 scale per token, head
-    kv_tok = 2 * L * Hkv * (D * kvb + kv_scale)
+    kv_tok = kv_bytes_per_token(cfg)
     b = {
         # weights at their format's bits (cfg.weight_bits: 16 for bf16, 4.5 for q4_0, ...)
         "weights": (p.non_embedding + p.lm_head + emb_rows) * cfg.weight_bits / 8,
@@ -173,8 +166,7 @@ def decode_mean(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int) 
 def kv_bytes_per_token(cfg: ModelConfig) -> int:
     """KV-cache bytes per token per sequence: ``2 n_layers n_kv_heads head_dim bytes(kv_dtype)``
     (plus one fp32 scale per layer, K/V and head for quantized caches)."""
-    scale = 4 if cfg.kv_dtype in ("int8", "fp8_e4m3") else 0
-    return 2 * cfg.n_layers * cfg.n_kv_heads * (cfg.head_dim * DTYPE_BYTES[cfg.kv_dtype] + scale)
+    return cfg.n_layers * attn_kinds.kind(cfg).kv_bytes_per_token(cfg)
 
 
 def memory_need(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int,
@@ -189,7 +181,7 @@ def memory_need(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int,
     the CPU's, materializes), and ``total``."""
     b = DTYPE_BYTES[cfg.dtype]
     T = prompt_len
-    per_token = (3 * cfg.d_model + cfg.q_dim + 2 * cfg.kv_dim
+    per_token = (3 * cfg.d_model + attn_kinds.kind(cfg).hidden_per_token(cfg)
                  + ffn_kinds.kind(cfg).hidden_per_token(cfg)) * b
     out = {"weights": params(cfg).total * b,
            "kv_cache": kv_bytes_per_token(cfg) * batch * (prompt_len + new_tokens),

@@ -23,8 +23,7 @@ from torch import nn
 
 from kernels import decode_attention, gemv, ops
 
-from . import ffn
-from .attention import Attention
+from . import attn, ffn
 from .cache import TORCH_DTYPES, KVCache
 from .config import ModelConfig
 from .nvtx import annotate
@@ -115,7 +114,7 @@ class Block(nn.Module):
         super().__init__()
         self.fused_norm = cfg.kernels == "triton" and cfg.norm == "rmsnorm"
         self.attention_norm = make_norm(cfg)
-        self.attention = Attention(cfg, layer)
+        self.attention = attn.kind(cfg).build(cfg, layer)
         self.ffn_norm = make_norm(cfg)
         self.feed_forward = ffn.kind(cfg).build(cfg)
 
@@ -148,22 +147,17 @@ class Block(nn.Module):
         """The decode step's block (Triton, ``B * T <= 16`` rows, RMSNorm): five launches (six with
         ``switches.rope_in_attention=false``).
 
-        qkv GEMV with the attention norm and the residual add in its prologue; decode attention
-        (splits merged in-kernel) with RoPE and the K/V cache write in its launch (or one kernel
-        before it); out_proj GEMV; the FFN's kernels (``FeedForward.skinny``: a w13 GEMV with the
-        FFN norm and residual add in its prologue, a w2 GEMV with SwiGLU in its prologue, for the
-        shipped kinds of ``zoo.ffn``). Each GEMV runs ``kernels.gemv`` or cuBLAS, whichever
-        measured faster for its shape (``kernels.decode_linear``). Returns ``(ffn_out, h)`` like
-        ``forward`` on the fused path. x, residual: ``[B, 1, d_model]``.
+        The attention's kernels (``Attention.skinny``: a qkv GEMV with the attention norm and the
+        residual add in its prologue; decode attention with RoPE and the K/V cache write in its
+        launch, or one kernel before it; an out_proj GEMV), then the FFN's
+        (``FeedForward.skinny``: a w13 GEMV with the FFN norm and residual add in its prologue, a
+        w2 GEMV with SwiGLU in its prologue, for the shipped kinds of ``zoo.ffn``). Each GEMV runs
+        ``kernels.gemv`` or cuBLAS, whichever measured faster for its shape
+        (``kernels.decode_linear``). Returns ``(ffn_out, h)`` like ``forward`` on the fused path.
+        x, residual: ``[B, 1, d_model]``.
         """
-        attn = self.attention
         with annotate("attn"):
-            with annotate("qkv"):  # decode attention launches when it ends (kernels.gemv)
-                qkv, h = ops.linear(x, attn.wqkv, "norm", self.attention_norm, residual,
-                                    pdl_trigger=False)
-            y = attn.attend(qkv, rope, input_pos)
-            with annotate("out_proj"):
-                o = ops.linear(y, attn.wo)
+            o, h = self.attention.skinny(x, self.attention_norm, residual, rope, input_pos)
         with annotate("ffn"):
             return self.feed_forward.skinny(o, self.ffn_norm, h)
 

@@ -31,9 +31,8 @@ import math
 
 from kernels import decode_attention
 from kernels.switches import Switches
-from zoo import ModelConfig, ffn
+from zoo import ModelConfig, attn, ffn
 from zoo.counts import mean_decode_context
-from zoo.formats import DTYPE_BYTES
 from zoo.generate import PREFILL_GRAPH_MAX_TOKENS
 from zoo.launches import Kernel, Stage
 
@@ -67,16 +66,12 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     (``switches.rope_in_attention``, as the model reads it) folds a Triton decode step's RoPE and
     cache write into its attention kernel. A Triton decode step of at most
     ``kernels.gemv.MAX_M`` sequences runs its linear layers as ``gemv`` kernels (the norm or
-    activation in their prologue: ``kernels.decode_linear``); the FFN's kernels are its kind's
-    (``zoo.ffn``)."""
+    activation in their prologue: ``kernels.decode_linear``); the attention's and the FFN's
+    kernels are their kinds' (``zoo.attn``, ``zoo.ffn``)."""
     st = Stage(cfg, batch, new, context, kernels)
-    d, V = cfg.d_model, cfg.vocab_size
-    H, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-    wb, kvb = DTYPE_BYTES[cfg.dtype], DTYPE_BYTES[cfg.kv_dtype]
-    M, fused, impl, L = st.M, st.fused, st.impl, cfg.n_layers
+    d, V, wb, M, fused = cfg.d_model, cfg.vocab_size, st.wb, st.M, st.fused
     norm_bytes = (4 if fused else 2) * M * d * wb  # fused: residual read and written too
     nl = 1 if cfg.norm == "layernorm" else None  # LayerNorm: one ATen kernel (priced as RMSNorm)
-    rope_bytes, kv_bytes = 2 * M * (H + Hkv) * D * wb, 2 * M * Hkv * D * (wb + kvb)
     # the torch path also gathers its positions' RoPE rows (cos, sin) once per forward, and a
     # decode step as its graph runs it builds the position mask: launches of their own (counted
     # with the embedding's gather; their few bytes priced there)
@@ -84,30 +79,7 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     out = [Kernel("norms_elementwise", "elementwise", "embedding", 0, 2 * M * d * wb,
                   {"op": "embedding", "impl": "torch", "bytes": 2 * M * d * wb}, gathers, 1)]
     out += [st.elem("rmsnorm", norm_bytes, launches=nl, in_prologue=True),
-            st.gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d,
-                    prologue="norm+res" + ("+bias" if cfg.qkv_bias else ""))]
-    if fused and new == 1 and fold:
-        pass  # folded into the decode attention launch (zoo.attention; its bytes are a token's)
-    elif fused:  # one kernel: RoPE and the cache write (priced on their bytes together)
-        out.append(st.elem("rope", rope_bytes + kv_bytes))
-    else:
-        out += [st.elem("rope", rope_bytes), st.elem("kv_write", kv_bytes)]
-    if new == 1:
-        kv_read = 2 * batch * Hkv * context * (D * kvb + (4 if kvb == 1 else 0))
-        # Triton: the splits merged in the same launch or in a kernel of their own
-        # (kernels.decode_attention.launches)
-        n_attn = (decode_attention.launches(batch, Hkv, H // Hkv, context, kvb == 1) if fused
-                  else st.launches("decode_attn"))
-        out.append(Kernel("attention", "decode_attn", "decode_attention", 4 * batch * H * D * context,
-                          kv_read, {"impl": impl, "kv_dtype": cfg.kv_dtype, "bytes": kv_read,
-                                    "B": batch, "Hkv": Hkv, "G": H // Hkv, "S": context, "D": D},
-                          n_attn, L))
-    else:
-        out.append(Kernel("attention", "prefill_attn", "sdpa", 2 * batch * H * D * new * context,
-                          2 * M * (H + 2 * Hkv) * D * wb,
-                          {"B": batch, "H": H, "T": new, "D": D, "G": H // Hkv, "impl": impl},
-                          st.launches("prefill_attn"), L))
-    out += [st.gemm("out_proj", "wo", d, cfg.q_dim),
+            *attn.kind(cfg).kernels(st, fold, decode_attention.launches),
             st.elem("rmsnorm", norm_bytes, launches=nl, in_prologue=True),
             *ffn.kind(cfg).kernels(st)]
     if not fused:

@@ -28,19 +28,19 @@ import math
 import re
 from pathlib import Path
 
+from zoo.attn import ranges as attn_ranges
 from zoo.counts import MODULES  # the module kinds, spelled once
 from zoo.ffn import ranges as ffn_ranges
 
 from ..common.atomic import write_json
 from .child import child_failure, run_child
 
-_FIXED = {"qkv": "qkv", "attention": "attention", "out_proj": "out_proj", "lm_head": "lm_head"}
-
 
 def _module_of() -> dict[str, str]:
-    """Range -> module kind of every leaf range: the attention's and LM head's, and each
-    registered FFN kind's (``zoo.ffn``: read when asked, so a kind registered later counts)."""
-    return {**_FIXED, **ffn_ranges()}
+    """Range -> module kind of every leaf range: each registered attention and FFN kind's
+    (``zoo.attn``, ``zoo.ffn``: read when asked, so a kind registered later counts) and the LM
+    head's."""
+    return {**attn_ranges(), **ffn_ranges(), "lm_head": "lm_head"}
 
 
 def _gemm_ranges() -> set[str]:

@@ -82,10 +82,11 @@ def decode_linear_path(model, batch: int, mode: str) -> str:
     if cfg.norm != "rmsnorm":
         return f"cuBLAS GEMMs (norm={cfg.norm}; the GEMV prologue is RMSNorm)"
     from kernels.decode_linear import chosen
+    from zoo import attn as attn_kinds
 
     attn, ffn = model.layers[0].attention, model.layers[0].feed_forward
-    layers = {"qkv": (attn.wqkv, "norm"), "out_proj": (attn.wo, "none"),
-              **{name: (lin, pro) for name, lin, pro in ffn.kind.decode_linears(ffn)},
+    layers = {**{name: (lin, pro) for name, lin, pro in
+                 attn_kinds.kind(cfg).decode_linears(attn) + ffn.kind.decode_linears(ffn)},
               "lm_head": (model.output, "norm")}
     return ", ".join(f"{name} {chosen(batch, lin.weight, pro) or 'triton (not timed)'}"
                      for name, (lin, pro) in layers.items())

@@ -1,0 +1,143 @@
+"""Attention kinds: each says once what the rest of the project reads of a design's attention.
+
+A kind declares, beside its ``nn.Module``: its parameters, matmul and elementwise FLOPs, the
+activations it holds and the KV-cache bytes per token (``zoo.counts``), the kernels a stage
+launches (``kernels``: ``sweep.analysis.predict.kernel_list``), its profiler ranges and their
+module kinds (``sweep.measure.modules``), and its linear layers on the decode GEMV path
+(``sweep.measure.trial``). The same pattern as ``zoo.ffn`` (torchtitan's model spec).
+
+Shipped: ``gqa`` (``GQA``): grouped-query attention (Ainslie et al. 2023, arXiv:2305.13245) with
+RoPE and a static KV cache, which covers MHA (``n_kv_heads == n_heads``) and MQA (1). Every design
+is ``gqa`` today (``kind``); the attention kinds of the next family (sliding windows, sinks,
+latent attention) register here with a config field that names them. Torch-free.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from .config import ModelConfig
+from .formats import DTYPE_BYTES
+from .launches import Kernel, Stage
+
+_KINDS: dict = {}
+
+
+def kv_scale_bytes(cfg: ModelConfig) -> int:
+    """Bytes of a quantized cache's scale per token and KV head (one float32 for K, one for V:
+    this counts one), 0 for a cache in an activation dtype."""
+    return 4 if cfg.kv_dtype in ("int8", "fp8_e4m3") else 0
+
+
+@dataclass(frozen=True)
+class GQA:
+    """Grouped-query attention: ``wqkv [(n_heads + 2 n_kv_heads) head_dim, d_model]`` (q, k, v
+    stacked, optional bias), RoPE on q and k, the K/V cache written, scores over ``context``
+    positions, ``wo [d_model, n_heads head_dim]``.
+
+    Attributes:
+        name: the kind's name.
+        module: ``"package.module:Class"`` of its ``nn.Module`` (``build``).
+        ranges: its profiler ranges (``zoo.nvtx.annotate``) and the module kind each times.
+    """
+
+    name: str = "gqa"
+    module: str = "zoo.attention:Attention"
+    ranges: tuple = (("qkv", "qkv"), ("attention", "attention"), ("out_proj", "out_proj"))
+
+    def params(self, cfg: ModelConfig) -> int:
+        """Parameters per layer: ``wqkv`` (and its bias) and ``wo``."""
+        n = cfg.q_dim + 2 * cfg.kv_dim
+        return cfg.d_model * n + n * cfg.qkv_bias + cfg.q_dim * cfg.d_model
+
+    def flops(self, cfg: ModelConfig, batch: int, new: int, context: int) -> dict:
+        """Matmul FLOP per layer for ``new`` tokens per sequence over ``context`` positions:
+        ``qkv = 2 N d (H + 2 Hkv) D``, ``attention = 4 B H D new context`` (``Q K^T`` and ``P V``),
+        ``out_proj = 2 N H D d`` (``N = B new``)."""
+        d, H, Hkv, D, N = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, batch * new
+        return {"qkv": 2 * N * d * (H + 2 * Hkv) * D, "attention": 4 * batch * H * D * new * context,
+                "out_proj": 2 * N * H * D * d}
+
+    def elementwise_flops(self, cfg: ModelConfig, batch: int, new: int, context: int) -> int:
+        """Per layer (estimate): softmax about 5 FLOP per score, RoPE 3 per q / k channel."""
+        H, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        return 5 * batch * H * new * context + 3 * batch * new * (H + Hkv) * D
+
+    def kv_bytes_per_token(self, cfg: ModelConfig) -> int:
+        """KV-cache bytes per token per sequence and layer: ``2 Hkv (D bytes(kv_dtype) +
+        scale)``."""
+        return 2 * cfg.n_kv_heads * (cfg.head_dim * DTYPE_BYTES[cfg.kv_dtype] + kv_scale_bytes(cfg))
+
+    def hidden_per_token(self, cfg: ModelConfig) -> int:
+        """Elements a prefill holds per token of its own: the qkv projection."""
+        return cfg.q_dim + 2 * cfg.kv_dim
+
+    def kernels(self, st: Stage, fold: bool, launches_decode) -> list[Kernel]:
+        """The attention's kernels in stage ``st`` after its norm: the qkv projection (the norm
+        and residual add in its prologue on the GEMV path), RoPE and the cache write (one Triton
+        kernel, or in the decode attention's launch with ``fold``; two torch ops), the attention
+        (decode: one token against the cache, ``launches_decode(B, Hkv, G, S, quantized)`` Triton
+        launches; prefill: SDPA), the output projection."""
+        cfg, M, batch, new, context = st.cfg, st.M, st.batch, st.new, st.context
+        d, H, Hkv, D, L = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.n_layers
+        wb, kvb = st.wb, DTYPE_BYTES[cfg.kv_dtype]
+        rope_bytes, kv_bytes = 2 * M * (H + Hkv) * D * wb, 2 * M * Hkv * D * (wb + kvb)
+        out = [st.gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d,
+                       prologue="norm+res" + ("+bias" if cfg.qkv_bias else ""))]
+        if st.fused and new == 1 and fold:
+            pass  # folded into the decode attention launch (zoo.attention; its bytes are a token's)
+        elif st.fused:  # one kernel: RoPE and the cache write (priced on their bytes together)
+            out.append(st.elem("rope", rope_bytes + kv_bytes))
+        else:
+            out += [st.elem("rope", rope_bytes), st.elem("kv_write", kv_bytes)]
+        if new == 1:
+            kv_read = 2 * batch * Hkv * context * (D * kvb + (4 if kvb == 1 else 0))
+            n = (launches_decode(batch, Hkv, H // Hkv, context, kvb == 1) if st.fused
+                 else st.launches("decode_attn"))
+            out.append(Kernel("attention", "decode_attn", "decode_attention",
+                              4 * batch * H * D * context, kv_read,
+                              {"impl": st.impl, "kv_dtype": cfg.kv_dtype, "bytes": kv_read,
+                               "B": batch, "Hkv": Hkv, "G": H // Hkv, "S": context, "D": D},
+                              n, L))
+        else:
+            out.append(Kernel("attention", "prefill_attn", "sdpa",
+                              2 * batch * H * D * new * context, 2 * M * (H + 2 * Hkv) * D * wb,
+                              {"B": batch, "H": H, "T": new, "D": D, "G": H // Hkv,
+                               "impl": st.impl}, st.launches("prefill_attn"), L))
+        out.append(st.gemm("out_proj", "wo", d, cfg.q_dim))
+        return out
+
+    def decode_linears(self, attn) -> list[tuple]:
+        """``(range, nn.Linear, prologue)`` of the module ``attn``'s layers on the decode GEMV
+        path."""
+        return [("qkv", attn.wqkv, "norm"), ("out_proj", attn.wo, "none")]
+
+    def build(self, cfg: ModelConfig, layer: int):
+        """The attention's ``nn.Module`` for ``cfg`` at block ``layer`` (its class imported now)."""
+        mod, cls = self.module.split(":")
+        return getattr(importlib.import_module(mod), cls)(cfg, layer)
+
+
+def register(k) -> None:
+    """Register attention kind ``k`` under ``k.name``.
+
+    Raises:
+        ValueError: a kind of that name is registered already.
+    """
+    if k.name in _KINDS and _KINDS[k.name] != k:
+        raise ValueError(f"attention kind {k.name!r} is registered already")
+    _KINDS[k.name] = k
+
+
+def kind(cfg: ModelConfig):
+    """The attention kind of design ``cfg`` (every design is ``gqa`` today)."""
+    return _KINDS["gqa"]
+
+
+def ranges() -> dict[str, str]:
+    """Every registered kind's profiler ranges -> module kind."""
+    return {r: m for k in _KINDS.values() for r, m in k.ranges}
+
+
+register(GQA())
