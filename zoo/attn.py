@@ -14,14 +14,14 @@ latent attention) register here with a config field that names them. Torch-free.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 from .config import ModelConfig
 from .formats import DTYPE_BYTES
+from .kinds import Kinds, module_class
 from .launches import Kernel, Stage
 
-_KINDS: dict = {}
+_KINDS = Kinds("attention kind")
 
 
 def kv_scale_bytes(cfg: ModelConfig) -> int:
@@ -115,29 +115,26 @@ class GQA:
 
     def build(self, cfg: ModelConfig, layer: int):
         """The attention's ``nn.Module`` for ``cfg`` at block ``layer`` (its class imported now)."""
-        mod, cls = self.module.split(":")
-        return getattr(importlib.import_module(mod), cls)(cfg, layer)
+        return module_class(self.module)(cfg, layer)
 
 
 def register(k) -> None:
     """Register attention kind ``k`` under ``k.name``.
 
     Raises:
-        ValueError: a kind of that name is registered already.
+        ValueError: another kind of that name is registered already.
     """
-    if k.name in _KINDS and _KINDS[k.name] != k:
-        raise ValueError(f"attention kind {k.name!r} is registered already")
-    _KINDS[k.name] = k
+    _KINDS.register(k)
 
 
 def kind(cfg: ModelConfig):
     """The attention kind of design ``cfg`` (every design is ``gqa`` today)."""
-    return _KINDS["gqa"]
+    return _KINDS.get("gqa")
 
 
 def ranges() -> dict[str, str]:
     """Every registered kind's profiler ranges -> module kind."""
-    return {r: m for k in _KINDS.values() for r, m in k.ranges}
+    return _KINDS.ranges()
 
 
 register(GQA())

@@ -15,13 +15,13 @@ package imports it, so ``zoo.config`` checks ``ffn_type`` against the registered
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 from .config import FFN_TYPES, ModelConfig
+from .kinds import Kinds, module_class
 from .launches import Kernel, Stage
 
-_KINDS: dict = {}
+_KINDS = Kinds("ffn_type")
 
 
 @dataclass(frozen=True)
@@ -89,26 +89,23 @@ class DenseFFN:
 
     def build(self, cfg: ModelConfig):
         """The FFN's ``nn.Module`` for ``cfg`` (its class imported now)."""
-        mod, cls = self.module.split(":")
-        return getattr(importlib.import_module(mod), cls)(cfg)
+        return module_class(self.module)(cfg)
 
 
 def register(k) -> None:
     """Register FFN kind ``k`` under ``k.name`` (a design's ``ffn_type``).
 
     Raises:
-        ValueError: a kind of that name is registered already.
+        ValueError: another kind of that name is registered already.
     """
-    if k.name in _KINDS and _KINDS[k.name] != k:
-        raise ValueError(f"ffn_type {k.name!r} is registered already")
-    _KINDS[k.name] = k
+    _KINDS.register(k)
     if k.name not in FFN_TYPES:
         FFN_TYPES.append(k.name)  # what zoo.config checks a design's ffn_type against
 
 
 def names() -> tuple[str, ...]:
     """The registered ``ffn_type`` names."""
-    return tuple(_KINDS)
+    return _KINDS.names()
 
 
 def kind(cfg: ModelConfig):
@@ -117,12 +114,12 @@ def kind(cfg: ModelConfig):
     Raises:
         KeyError: ``cfg.ffn_type`` is not registered.
     """
-    return _KINDS[cfg.ffn_type]
+    return _KINDS.get(cfg.ffn_type)
 
 
 def ranges() -> dict[str, str]:
     """Every registered kind's profiler ranges -> module kind."""
-    return {r: m for k in _KINDS.values() for r, m in k.ranges}
+    return _KINDS.ranges()
 
 
 register(DenseFFN("swiglu", 2, w2_prologue="swiglu"))
