@@ -190,7 +190,8 @@ def test_interrupt_of_a_study_with_workers(tmp_path):
     cut = [t for t in trials if t.user_attrs.get("interrupted")]
     assert trials[1] in cut and all(t.state.name == "FAIL" for t in cut)
     waiting = [t.system_attrs["fixed_params"] for t in trials if t.state.name == "WAITING"]
-    assert all(t.params in waiting for t in cut), (  # each queued again
+    # a trial's design: its queued params (a worker stopped inside Optuna's ask has sampled none)
+    assert all(t.system_attrs.get("fixed_params", t.params) in waiting for t in cut), (
         [(t.number, t.state.name, t.params, t.user_attrs.get("fail_reason")) for t in trials],
         out[-2000:], err[-2000:])
     _, study, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha", "study.name=hang")
