@@ -92,8 +92,9 @@ class GQA:
         else:
             out += [st.elem("rope", rope_bytes), st.elem("kv_write", kv_bytes)]
         if new == 1:
-            kv_read = 2 * batch * Hkv * context * (D * kvb + (4 if kvb == 1 else 0))
-            n = (launches_decode(batch, Hkv, H // Hkv, context, kvb == 1) if st.fused
+            scale = kv_scale_bytes(cfg)  # > 0: a quantized cache
+            kv_read = 2 * batch * Hkv * context * (D * kvb + scale)
+            n = (launches_decode(batch, Hkv, H // Hkv, context, scale > 0) if st.fused
                  else st.launches("decode_attn"))
             out.append(Kernel("attention", "decode_attn", "decode_attention",
                               4 * batch * H * D * context, kv_read,

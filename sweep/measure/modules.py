@@ -43,9 +43,9 @@ def _module_of() -> dict[str, str]:
     return {**attn_ranges(), **ffn_ranges(), "lm_head": "lm_head"}
 
 
-def _gemm_ranges() -> set[str]:
-    """The leaf ranges of linear layers (where only GEMM kernels count for the module)."""
-    return {r for r, m in _module_of().items() if m not in ("norms_elementwise", "attention")}
+def _gemm_range(leaves: dict[str, str], r: str | None) -> bool:
+    """Whether leaf range ``r`` is a linear layer's (only GEMM kernels count for its module)."""
+    return leaves.get(r) not in (None, "norms_elementwise", "attention")
 
 
 _GEMM = re.compile(r"gemm|gemv|nvjet|cutlass|xmma|cublas|splitKreduce|sm90_|matmul|_mm_|"
@@ -68,7 +68,7 @@ def module_of(ranges: list[str], kernel: str) -> str:
     adds, embedding) and for a non-GEMM kernel in a GEMM's range."""
     leaves = _module_of()
     inner = next((r for r in reversed(ranges) if r in leaves or r in _ELEMENTWISE_LEAVES), None)
-    if inner in _gemm_ranges() and not _GEMM.search(kernel):
+    if _gemm_range(leaves, inner) and not _GEMM.search(kernel):
         return "norms_elementwise"
     return leaves.get(inner, "norms_elementwise")
 
