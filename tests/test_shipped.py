@@ -14,12 +14,7 @@ import pytest
 from kernels import tuning
 from sweep.analysis.calibration_store import SHIPPED_DIR
 
-STALE: dict = {  # (device file, kernel): why its shipped choices predate the code
-    ("nvidia_h200", "gemv"): "2026-11-27: the qkv GEMV's PDL trigger (pdl_trigger) came after "
-                             "the H200's reship, in a session out of device time; next: "
-                             "bash bench/reference/run_session_reship.sh on an H200",
-    ("nvidia_h200", "decode_linear"): "its fingerprint holds the GEMV's code: as gemv",
-}
+STALE: dict = {}  # (device file, kernel): why its shipped choices predate the code
 
 
 @pytest.mark.parametrize("path", sorted(tuning.SHIPPED_DIR.glob("*.json")), ids=lambda p: p.stem)
