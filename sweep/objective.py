@@ -224,11 +224,10 @@ class Objective:
         if not any(cal.missing(self.calibration.t, cal.needs(item, plan.device["type"])).values()):
             return
         try:
-            meta, table = cal.ensure(plan.device, item, plan.switches, self.ceilings,
-                                     cal_dir=plan.cache("calibration"),
-                                     tuning_dir=plan.cache("tuning"), on_line=self.progress.on_line,
-                                     log=self.progress.line)
-            self.calibration = perf.Calibrated(table, meta)
+            self.calibration = perf.Calibrated(cal.ensure(
+                plan.device, item, plan.switches, self.ceilings, cal_dir=plan.cache("calibration"),
+                tuning_dir=plan.cache("tuning"), on_line=self.progress.on_line,
+                log=self.progress.line))
         except (RuntimeError, OSError) as e:
             self.progress.line(f"calibration of this design's shapes failed ({e}); its prediction "
                                "rests on the nearest calibrated shapes")
@@ -301,15 +300,14 @@ def given_calibration(path: str | None, spec=None):
 
     if path:
         try:
-            meta, table = store.load_file(path)
+            return perf.Calibrated(store.load_file(path)), ""
         except (OSError, ValueError) as e:
             return None, str(e)
-        return perf.Calibrated(table, meta), ""
     have = store.shipped_for(spec) if spec is not None else None
     if have is None:
         return None, ("no calibration given (calibration=FILE.json) nor shipped for this target: "
                       "roofline x stated efficiencies")
-    return perf.Calibrated(have[1], have[0]), ""
+    return perf.Calibrated(have), ""
 
 
 def model_calibration(plan, ceilings: dict, progress=None):
@@ -328,22 +326,20 @@ def model_calibration(plan, ceilings: dict, progress=None):
 
     try:
         if plan.calibration:
-            meta, table = store.load_file(plan.calibration)
-            if meta.get("device") == plan.device["name"]:  # this device's own: used as it is
-                return perf.Calibrated(table, meta), ""
+            given = store.load_file(plan.calibration)
+            if given.device == plan.device["name"]:  # this device's own: used as it is
+                return perf.Calibrated(given), ""
             # another device's: its GPU entries transferred, the fixed costs this host's
-            meta, table = cal.host_costs(plan.device, meta, table, plan.switches,
-                                         plan.cache("tuning"))
-            return perf.transfer_here(plan.device, meta, table, ceilings, plan.base.dtype,
+            given = cal.host_costs(plan.device, given, plan.switches, plan.cache("tuning"))
+            return perf.transfer_here(plan.device, given, ceilings, plan.base.dtype,
                                       plan.switches, plan.cache("tuning"))[0], ""
         items = study_designs(plan.space, plan.base, plan.workload, plan.mode)
         log = (lambda m: None) if plan.quiet else (progress.line if progress else print)
         with TaskProgress("calibration", quiet=plan.quiet) as bar:
-            meta, table = cal.ensure(plan.device, items, plan.switches, ceilings,
-                                     cal_dir=plan.cache("calibration"),
-                                     tuning_dir=plan.cache("tuning"),
-                                     policy=plan.calibration_policy, on_line=bar.on_line, log=log)
-        return perf.Calibrated(table, meta), ""
+            got = cal.ensure(plan.device, items, plan.switches, ceilings,
+                             cal_dir=plan.cache("calibration"), tuning_dir=plan.cache("tuning"),
+                             policy=plan.calibration_policy, on_line=bar.on_line, log=log)
+        return perf.Calibrated(got), ""
     except (RuntimeError, OSError, KeyError, ValueError, subprocess.TimeoutExpired) as e:
         return None, f"no calibration: {e}"[:500]
 

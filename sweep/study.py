@@ -118,7 +118,7 @@ def shadow_predictions(plan) -> list:
             print(f"predicted designs: {e}", flush=True)
             continue
         have = store.shipped_for(spec)
-        priced = Calibrated(have[1], have[0]) if have else None
+        priced = Calibrated(have) if have else None
         df = pd.DataFrame(predict_designs(items, spec, priced, sh["constraints"]))
         path = write_atomic(plan.results / f"predicted_{spec.name}.csv",
                             lambda p, df=df: df.to_csv(p, index=False))

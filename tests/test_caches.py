@@ -52,7 +52,8 @@ def test_two_processes_top_up_one_calibration_at_once(tmp_path):
     logs = [p.communicate(timeout=120)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), logs
     assert any("waiting for another process" in log for log in logs), logs
-    meta, table = store.load("cpu", cal_dir=tmp_path)
+    got = store.load("cpu", cal_dir=tmp_path)
+    meta, table = got.meta, got.table
     gemm = table[table.kind == "gemm"]
     assert sorted(gemm.M) == [100, 101, 102, 103, 104, 200, 201, 202, 203, 204]
     assert meta["entries"] == len(table)
@@ -79,12 +80,12 @@ def test_a_damaged_calibration_cache_is_measured_again_saying_so(tmp_path, monke
     monkeypatch.setattr(cal, "needs", lambda items, t: {"gemm": [(1, 64, 64, "fp32")]})
     monkeypatch.setattr(cal, "attn_grid", lambda *a, **k: [])
     lines = []
-    meta, table = cal.ensure({"type": "cpu", "name": "cpu"}, [], Switches(), cal_dir=tmp_path,
-                             quick=True, log=lines.append)
+    table = cal.ensure({"type": "cpu", "name": "cpu"}, [], Switches(), cal_dir=tmp_path,
+                       quick=True, log=lines.append).table
     assert measured and len(table) == 1
     said = [m for m in lines if "unreadable" in m]
     assert said and str(tab_p) in said[0] and "measured again" in said[0], lines
-    assert store.load("cpu", cal_dir=tmp_path)[1].equals(table)
+    assert store.load("cpu", cal_dir=tmp_path).table.equals(table)
 
 
 SAVE = textwrap.dedent("""

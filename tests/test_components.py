@@ -64,7 +64,7 @@ def test_a_registered_ffn_kind_is_counted_priced_and_run_on_the_cpu():
                       n_layers=16, vocab_size=128256, dtype="bf16", kv_dtype="bf16",
                       kernels="triton")
     p = predict(big, {"batch": 8, "prompt_len": 512, "new_tokens": 64}, load_spec("h100_sxm"),
-                Calibrated(have[1], have[0]))
+                Calibrated(have))
     assert math.isfinite(p["decode_pred_ms_calibrated"]) and p["decode_pred_ms_ffn"] > 0
 
 

@@ -99,7 +99,7 @@ def test_a_quantized_design_is_priced_on_its_bytes():
     from zoo import ModelConfig
 
     have = store.shipped("NVIDIA H100 80GB HBM3")
-    c = Calibrated(have[1], have[0])
+    c = Calibrated(have)
     wl = {"batch": 1, "prompt_len": 512, "new_tokens": 128}
     bf = ModelConfig.from_name("llama3_1_8b", kernels="triton")
     a = predict(bf, wl, load_spec("h100_sxm"), c)

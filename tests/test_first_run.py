@@ -48,9 +48,9 @@ def cpu_cal(tmp_path_factory):
     """A quick CPU calibration of two tiny designs, in a folder of its own."""
     d = tmp_path_factory.mktemp("cal")
     items = [(TINY, WL, "eager")]
-    meta, table = cal.ensure(detect_device("cpu"), items, switches.Switches(), cal_dir=d,
-                             quick=True, log=lambda m: None)
-    return d, items, meta, table
+    got = cal.ensure(detect_device("cpu"), items, switches.Switches(), cal_dir=d,
+                     quick=True, log=lambda m: None)
+    return d, items, got.meta, got.table
 
 
 def test_a_second_study_measures_only_what_it_adds(cpu_cal):
@@ -59,12 +59,12 @@ def test_a_second_study_measures_only_what_it_adds(cpu_cal):
         "gemm", "launch", "decode_attn/torch"}
     dev = detect_device("cpu")
     again = cal.ensure(dev, items, switches.Switches(), cal_dir=d, quick=True, log=lambda m: None)
-    assert again[0]["measured_now"] == 0 and len(again[1]) == len(table)
+    assert again.meta["measured_now"] == 0 and len(again.table) == len(table)
     wider = TINY.replace(d_model=192, n_heads=6, n_kv_heads=2, ffn_dim=384)
-    meta2, table2 = cal.ensure(dev, items + [(wider, WL, "eager")], switches.Switches(),
-                               cal_dir=d, quick=True, log=lambda m: None)
-    new = table2.iloc[len(table):]
-    assert 0 < meta2["measured_now"] == len(new) < len(table)  # its own shapes, no groups again
+    more = cal.ensure(dev, items + [(wider, WL, "eager")], switches.Switches(),
+                      cal_dir=d, quick=True, log=lambda m: None)
+    new = more.table.iloc[len(table):]
+    assert 0 < more.meta["measured_now"] == len(new) < len(table)  # its own shapes, no groups again
     assert set(new.kind) <= {"gemm", "decode_attn", "prefill_attn"}
     assert ((new.kind == "gemm") & (new.K == 192)).any()
 
@@ -78,7 +78,7 @@ def test_a_changed_kernel_is_measured_again_or_flagged(cpu_cal, monkeypatch, tmp
     d, items, _, _ = cpu_cal
     for p in d.iterdir():
         shutil.copy(p, tmp_path / p.name)
-    table = store.load("cpu", cal_dir=tmp_path)[1]
+    table = store.load("cpu", cal_dir=tmp_path).table
     real = cal.fingerprints
 
     def changed(device, sw):
@@ -87,21 +87,23 @@ def test_a_changed_kernel_is_measured_again_or_flagged(cpu_cal, monkeypatch, tmp
 
     monkeypatch.setattr(cal, "fingerprints", changed)
     dev = detect_device("cpu")
-    frozen, ftab = cal.ensure(dev, items, switches.Switches(), cal_dir=tmp_path, quick=True,
-                              policy="frozen", log=lambda m: None)
-    assert frozen["stale"] == ["decode_attn/torch"] and frozen["measured_now"] == 0
-    row = perf.predict(TINY, WL, _cpu_spec(), perf.Calibrated(ftab, frozen), mode="eager")
+    frozen = cal.ensure(dev, items, switches.Switches(), cal_dir=tmp_path, quick=True,
+                        policy="frozen", log=lambda m: None)
+    assert frozen.meta["stale"] == ["decode_attn/torch"] and frozen.meta["measured_now"] == 0
+    row = perf.predict(TINY, WL, _cpu_spec(), perf.Calibrated(frozen), mode="eager")
     assert row["prediction_stale"] is True
     assert row["prediction_notes"].startswith("stale calibration: decode_attn/torch")
-    fresh, tab = cal.ensure(dev, items, switches.Switches(), cal_dir=tmp_path, quick=True,
-                            log=lambda m: None)
+    fresh = cal.ensure(dev, items, switches.Switches(), cal_dir=tmp_path, quick=True,
+                       log=lambda m: None)
+    tab = fresh.table
     n_attn = int((table.family == "decode_attn/torch").sum())
     n_new = int((tab.family == "decode_attn/torch").sum())  # those these designs need, again
-    assert 0 < n_new <= n_attn and fresh["measured_now"] == n_new and fresh["stale"] == []
+    assert 0 < n_new <= n_attn and fresh.meta["measured_now"] == n_new \
+        and fresh.meta["stale"] == []
     assert len(tab) - n_new == len(table) - n_attn  # every other family kept as it was
     assert json.loads((tmp_path / "cpu.json").read_text())["fingerprints"][
         "decode_attn/torch"] == "0" * 12
-    row = perf.predict(TINY, WL, _cpu_spec(), perf.Calibrated(tab, fresh), mode="eager")
+    row = perf.predict(TINY, WL, _cpu_spec(), perf.Calibrated(fresh), mode="eager")
     assert row["prediction_stale"] is False
 
 
@@ -153,15 +155,16 @@ def test_fixed_costs_are_the_hosts(monkeypatch, tmp_path):
     from sweep.measure import calibration_run
 
     monkeypatch.setattr(calibration_run, "run", fake_run)
-    m2, t2 = cal.host_costs(dev, meta, table, sw, log=lambda *_: None)
+    here = cal.host_costs(dev, store.Calibration(meta, table), sw, log=lambda *_: None)
+    m2, t2 = here.meta, here.table
     assert runs and runs[0]["base"] == ["launch"] and not runs[0]["gemm"]
     assert m2["fingerprints"]["launch"] == b["launch"]
     assert m2["fingerprints"]["gemm"] == a["gemm"]
     got = t2.set_index("op").time_s
     assert got["eager_layer_torch"] == 9e-4 and got["graph_kernel"] == 2e-6
     assert (t2.kind == "gemm").sum() == 1 and len(t2) == 3
-    m3, t3 = cal.host_costs(dev, m2, t2, sw, log=lambda *_: None)  # measured here: as it is
-    assert len(runs) == 1 and t3 is t2
+    again = cal.host_costs(dev, here, sw, log=lambda *_: None)  # measured here: as it is
+    assert len(runs) == 1 and again is here
 
 
 def _code(src: str) -> str:

@@ -458,8 +458,8 @@ def test_advise_without_the_designs_entries_prices_the_roofline_and_says_why():
     from sweep.analysis.predict import Calibrated
     from zoo import ModelConfig
 
-    meta, table = store.shipped("NVIDIA H100 80GB HBM3")
-    c = Calibrated(table[table.kind != "gemm"], meta)
+    have = store.shipped("NVIDIA H100 80GB HBM3")
+    c = Calibrated(have.with_(table=have.table[have.table.kind != "gemm"]))
     cfg = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
     r = advise(cfg, dict(batch=1, prompt_len=512, new_tokens=64), load_spec("h100_sxm"), c)
     assert r["basis"].startswith("roofline") and "no bf16 GEMM in the calibration" in r["basis"]

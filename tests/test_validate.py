@@ -22,10 +22,10 @@ def measured(tmp_path_factory):
     s = V.load_set("heldout_cpu")
     dev = detect_device("cpu")
     chosen = V.items(s, "cpu")
-    meta, table = cal.ensure(dev, [(c, w, m) for _, c, w, m in chosen], Switches(),
-                             cal_dir=tmp / "calibration", quick=True, log=lambda m: None)
+    got = cal.ensure(dev, [(c, w, m) for _, c, w, m in chosen], Switches(),
+                     cal_dir=tmp / "calibration", quick=True, log=lambda m: None)
     return (chosen, V.measure(chosen, dev, tmp, Switches(), tmp / "tuning"),
-            Calibrated(table, meta), tmp)
+            Calibrated(got), tmp)
 
 
 def test_the_frozen_sets_load_and_hold_what_they_promise():

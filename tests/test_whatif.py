@@ -76,8 +76,7 @@ def test_predictions_follow_the_switches_on_every_basis():
     from sweep.analysis import calibration_store as store
     from sweep.analysis.predict import Calibrated
 
-    meta, table = store.shipped("NVIDIA H100 80GB HBM3")
-    h100 = Calibrated(table, meta)
+    h100 = Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
     cfg = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
     assert cfg.kernels == "triton"
     wl = dict(batch=1, prompt_len=512, new_tokens=64)

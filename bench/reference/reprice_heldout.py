@@ -44,12 +44,13 @@ def main() -> int:
     s = load_set(a.set)
     ceilings = json.loads(Path(a.ceilings).read_text())
     device = ceilings.get("env", {}).get("device") or a.hardware
-    meta, table = store.load("", where=Path(a.calibration))
+    given = store.load("", where=Path(a.calibration))
+    meta, table = given.meta, given.table
     if a.host_calibration:  # that host's fixed costs, the GPU entries of --calibration
-        host = store.load("", where=Path(a.host_calibration))[1]
+        host = store.load("", where=Path(a.host_calibration)).table
         table = pd.concat([table[table.family != "launch"], host[host.family == "launch"]],
                           ignore_index=True)
-    c = perf.Calibrated(table, meta)
+    c = perf.Calibrated(given.with_(table=table))
     if meta.get("device") != device:
         c = perf.transfer(c, meta["ceilings"], dict(ceilings, device=device), "bf16",
                           anchors=json.loads(Path(a.anchors).read_text()) if a.anchors else None)

@@ -70,15 +70,16 @@ def _h200(run: Path):
     its anchors: ``(Calibrated, spec, ceilings, [(set, rows csv)])``."""
     from sweep.analysis.anchors import transfer
 
-    meta, table = store.load("", where=ROOT / "sweep/analysis/calibrations/nvidia_h100_80gb_hbm3.json")
+    h100 = store.load("", where=ROOT / "sweep/analysis/calibrations/nvidia_h100_80gb_hbm3.json")
     host = store.load("", where=run / "calibration.json")
-    if host is None or "family" not in host[1]:
+    if host is None or "family" not in host.table:
         raise SystemExit(f"{run}/calibration.json (+ .parquet): no host calibration with families")
-    host = host[1]
+    host, table = host.table, h100.table
     table = pd.concat([table[table.family != "launch"], host[host.family == "launch"]],
                       ignore_index=True)
     ceilings = json.loads((run / "ceilings.json").read_text())
-    c = transfer(Calibrated(table, meta), meta["ceilings"], dict(ceilings, device="NVIDIA H200"),
+    c = transfer(Calibrated(h100.with_(table=table)), h100.meta["ceilings"],
+                 dict(ceilings, device="NVIDIA H200"),
                  "bf16", anchors=json.loads((run / "anchors.json").read_text()))
     return c, load_spec("h200"), ceilings, [("b1", REF / "predict_h200_from_h100_v3/rows_h200.csv")]
 
@@ -99,8 +100,8 @@ def main() -> None:
         v3 = a.v3
         where = ROOT / "sweep/analysis/calibrations/nvidia_h100_80gb_hbm3.json" if v3 else \
             REF / "calibration_h100.json"
-        meta, table = store.load("", where=where)
-        c, spec, ceilings = Calibrated(table, meta), load_spec("h100_sxm"), meta["ceilings"]
+        have = store.load("", where=where)
+        c, spec, ceilings = Calibrated(have), load_spec("h100_sxm"), have.meta["ceilings"]
         sets = [(w, REF / f"predict_h100{'_v3' if v3 else ''}/rows_{w}.csv") for w in WORKLOADS]
     plans, out = {}, {"rows": []}
     for w, rows in sets:

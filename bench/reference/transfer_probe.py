@@ -40,7 +40,8 @@ def sample(table):
 def main() -> int:
     out = Path(sys.argv[1])
     dev = detect_device("cuda")
-    meta, table = store.shipped(SRC)
+    shipped = store.shipped(SRC)
+    meta, table = shipped.meta, shipped.table
     gemm, gemv = sample(table)
     t0 = time.time()
     ceil = [ceilings.measure("cuda")]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from .calibration_store import Calibration
 from .pricing import Calibrated
 
 GEMMS, GEMVS = 8, 12  # anchors per kind: a child of ~15 s on an H100
@@ -112,15 +113,14 @@ def transfer(cal: Calibrated, src_ceilings: dict, dst_ceilings: dict, dtype: str
     meta = dict(cal.meta, transferred_to=dst_ceilings.get("device", "another device"),
                 transfer=how)
     ridge = src_ceilings[f"gemm_flops_{dtype}"] / src_ceilings["copy_bytes_s"]  # FLOP/byte
-    return Calibrated(cal.t, meta, {"compute": f, "memory": g, "ridge": ridge})
+    return Calibrated(cal.calibration.with_(meta=meta), {"compute": f, "memory": g, "ridge": ridge})
 
 
-def transfer_here(device: dict, meta: dict, table, ceilings: dict, dtype: str, switches,
+def transfer_here(device: dict, cal: Calibration, ceilings: dict, dtype: str, switches,
                   tuning_dir: Path | None = None):
-    """``(Calibrated, anchor rows or None)``: another device's calibration (``meta``, ``table``)
-    priced for this ``device`` (``transfer``): by anchors timed here on a GPU
-    (``sweep.analysis.anchors.measure``), else by the ratio of its ceilings and this device's
-    measured ``ceilings``."""
-    here = measure(device, table, switches, tuning_dir) if device["type"] == "cuda" else None
-    return transfer(Calibrated(table, meta), meta["ceilings"],
+    """``(Calibrated, anchor rows or None)``: another device's ``Calibration`` priced for this
+    ``device`` (``transfer``): by anchors timed here on a GPU (``sweep.analysis.anchors.measure``),
+    else by the ratio of its ceilings and this device's measured ``ceilings``."""
+    here = measure(device, cal.table, switches, tuning_dir) if device["type"] == "cuda" else None
+    return transfer(Calibrated(cal), cal.meta["ceilings"],
                     dict(ceilings, device=device["name"]), dtype, anchors=here), here

@@ -49,7 +49,7 @@ from kernels.tuning import fingerprint
 from ..common.env import REPO, environment, triton_interpret, versions
 from ..common.locks import cache_lock, device_lock
 from . import calibration_store as store
-from .calibration_store import CAL_DIR, VERSION, load, paths, shipped
+from .calibration_store import CAL_DIR, VERSION, Calibration, load, paths, shipped
 from .needs import KEYS, MOST, attn_grid, grid_needs, merge, missing, needs  # noqa: F401
 
 POLICIES = ("auto", "frozen")
@@ -131,7 +131,7 @@ def stale_families(meta: dict, current: dict) -> list[str]:
 def ensure(device: dict, items, switches, ceilings: dict | None = None,
            cal_dir: Path | None = None, tuning_dir: Path | None = None, policy: str = "auto",
            quick: bool | None = None, full: bool = False, timeout_s: float = 900.0,
-           on_line=None, log=print, from_shipped: bool = True):
+           on_line=None, log=print, from_shipped: bool = True) -> Calibration:
     """The device's calibration covering ``items`` (``(ModelConfig, workload, mode)``): the
     cache, started from the shipped calibration of this device if there is one, with the
     entries it lacks measured now in a child and added (stale families measured again), unless
@@ -139,7 +139,7 @@ def ensure(device: dict, items, switches, ceilings: dict | None = None,
     ``from_shipped=False`` ignores the shipped calibration (a refresh measures everything).
 
     Returns:
-        ``(meta, table)``; ``meta["stale"]`` lists the families measured under other
+        the ``Calibration``; its ``meta["stale"]`` lists the families measured under other
         fingerprints (``policy='frozen'``), ``meta["measured_now"]`` what this call measured.
 
     Raises:
@@ -164,12 +164,13 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
     meta_p, tab_p = paths(device["name"], cal_dir)
     have = load(device["name"], cal_dir=cal_dir,
                 on_error=lambda why: log(f"calibration: the cache {why}: measured again"))
-    if have is None or have[0].get("version") != VERSION:
+    if have is None or have.meta.get("version") != VERSION:
         have = shipped(device["name"]) if from_shipped else None
         if have is not None:
             log(f"calibration: starting from the one shipped for {device['name']} "
-                f"({have[0].get('date')})")
-    meta, table = have if have is not None else ({}, None)
+                f"({have.meta.get('date')})")
+    have = have or Calibration()
+    meta, table = have.meta, have.table
     current = fingerprints(device, switches)
     stale = stale_families(meta, current) if table is not None else []
     if table is not None and "family" not in table:
@@ -192,7 +193,7 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
         if table is None:
             raise RuntimeError(f"no calibration of {device['name']} and calibration_policy="
                                "frozen: nothing to price with")
-        return dict(meta, stale=stale, measured_now=0), table
+        return Calibration(dict(meta, stale=stale, measured_now=0), table)
     from ..measure import calibration_run as run_cal
 
     (cal_dir or CAL_DIR).mkdir(parents=True, exist_ok=True)
@@ -220,13 +221,14 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
         raise RuntimeError(failed)
     new = pd.read_parquet(out)
     out.unlink(missing_ok=True)
-    meta, table = _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings,
-                        time.time() - t0)
-    return dict(meta, stale=[], measured_now=len(new)), table
+    saved = _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings,
+                  time.time() - t0)
+    return saved.with_(meta=dict(saved.meta, stale=[], measured_now=len(new)))
 
 
 def _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings, wall):
-    """Add ``new`` rows to ``table`` and write the cache (table and meta); returns both."""
+    """Add ``new`` rows to ``table`` and write the cache (table and meta); returns the
+    ``Calibration`` written."""
     import pandas as pd
 
     if len(new):
@@ -248,13 +250,14 @@ def _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings, wal
                    "gemm_flops_bf16_sustained", "power_onset_s")}
     if cl:
         meta["ceilings"] = cl
-    store.write(meta_p, tab_p, meta, table)
-    return meta, table
+    cal = Calibration(meta, table)
+    store.write(meta_p, tab_p, cal)
+    return cal
 
 
-def host_costs(device: dict, meta: dict, table, switches, tuning_dir: Path | None = None,
-               timeout_s: float = 300.0, log=print):
-    """``(meta, table)`` of a calibration from a file (another machine's, or another device's
+def host_costs(device: dict, cal: Calibration, switches, tuning_dir: Path | None = None,
+               timeout_s: float = 300.0, log=print) -> Calibration:
+    """A calibration from a file (another machine's, or another device's
     to be transferred) with its fixed costs (the ``launch`` family: the host's cost to issue ops
     and graphed steps, ``sweep.measure.fixed_costs``) measured on this machine, in a child, when
     they were measured elsewhere (their fingerprint differs from this host's); as given when
@@ -265,9 +268,10 @@ def host_costs(device: dict, meta: dict, table, switches, tuning_dir: Path | Non
     """
     import pandas as pd
 
+    meta, table = cal.meta, cal.table
     current = fingerprints(device, switches)["launch"]
     if (meta.get("fingerprints") or {}).get("launch") == current:
-        return meta, table
+        return cal
     log(f"calibration: the fixed costs of {meta.get('device')}'s calibration were measured on "
         f"another host: measuring this host's ({platform.node()})")
     from ..measure.calibration_run import measure_in_child
@@ -280,7 +284,7 @@ def host_costs(device: dict, meta: dict, table, switches, tuning_dir: Path | Non
     meta = dict(meta, fingerprints=dict(meta.get("fingerprints") or {}, launch=current),
                 host_costs={"host": platform.node(), "entries": len(new),
                             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
-    return meta, table
+    return Calibration(meta, table)
 
 
 def calibrate(device: dict, designs, refresh: bool = False, quick: bool | None = None,
@@ -290,7 +294,7 @@ def calibrate(device: dict, designs, refresh: bool = False, quick: bool | None =
     """The shipped grid's calibration of ``device`` over ``designs`` (ModelConfigs, at
     ``workload``, default batch 1 / 512 + 128 tokens; or ``(ModelConfig, workload, mode)``
     items, ``sweep.space.shipped_items``): ``ensure`` with ``full``; ``refresh`` measures
-    everything again (the cache's table is set aside first). Returns ``(meta, table)``."""
+    everything again (the cache's table is set aside first). Returns the ``Calibration``."""
     from kernels.switches import Switches
 
     switches = switches or Switches()

@@ -1,7 +1,8 @@
 """The calibration store: where a device's calibration lives, and reading and writing it.
 
-A calibration is two files, ``<device>.json`` (the meta: device, versions, fingerprints, history)
-and ``<device>.parquet`` (the table of entries), kept per device in ``results/calibration`` (or a
+A calibration (``Calibration``: meta and table, one object wherever it goes) is two files,
+``<device>.json`` (the meta: device, versions, fingerprints, history) and ``<device>.parquet``
+(the table of entries), kept per device in ``results/calibration`` (or a
 study's ``cache_dir``) and shipped for the GPUs we measured in ``sweep/analysis/calibrations/``.
 The table's file also holds the meta (parquet key-value metadata): one atomic write replaces both,
 so a reader never pairs a new table with an old meta; the ``.json`` is the same meta for people
@@ -12,6 +13,7 @@ What the entries are and how they are measured: ``sweep.analysis.calibration``.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..common.atomic import write_atomic, write_json
@@ -22,24 +24,49 @@ SHIPPED_DIR = Path(__file__).resolve().parent / "calibrations"
 VERSION = 8  # of the table's columns and families: a cache of another version is measured again
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """One device's calibration: its meta and its table of entries, read and written together.
+
+    Attributes:
+        meta: the JSON meta (``device``, versions, ``fingerprints``, ``ceilings``, ``history``;
+            ``stale`` and ``measured_now`` as ``sweep.analysis.calibration.ensure`` returns it).
+        table: the entries (pandas DataFrame; ``kind``, ``family``, the shape columns,
+            ``time_s``, ``time_s_min``, ``time_s_p90`` in s); None for no entries yet.
+    """
+
+    meta: dict = field(default_factory=dict)
+    table: object = None
+
+    @property
+    def device(self) -> str:
+        """The device it was measured on (its ``torch.cuda.get_device_name``, or ``cpu``)."""
+        return str(self.meta.get("device", ""))
+
+    def with_(self, meta: dict | None = None, table=None) -> Calibration:
+        """A copy with ``meta`` and/or ``table`` replaced."""
+        return Calibration(self.meta if meta is None else meta,
+                           self.table if table is None else table)
+
+
 def paths(device_name: str, cal_dir: Path | None = None) -> tuple[Path, Path]:
     """``(<device>.json, <device>.parquet)`` in ``cal_dir`` (default ``results/calibration``)."""
     base = (cal_dir or CAL_DIR) / slug(device_name)
     return base.with_suffix(".json"), base.with_suffix(".parquet")
 
 
-def shipped(device_name: str):
-    """``(meta, table)`` of the calibration shipped with the package for ``device_name`` (of this
+def shipped(device_name: str) -> Calibration | None:
+    """The calibration shipped with the package for ``device_name`` (of this
     ``VERSION``, with its fingerprints), or None."""
     have = load(device_name, where=paths(device_name, SHIPPED_DIR)[0])
-    if have is None or have[0].get("version") != VERSION or not have[0].get("fingerprints") \
-            or "family" not in have[1]:
+    if have is None or have.meta.get("version") != VERSION or not have.meta.get("fingerprints") \
+            or "family" not in have.table:
         return None
     return have
 
 
-def shipped_for(spec):
-    """``(meta, table)`` of the shipped calibration of the GPU a hardware ``spec`` describes (one
+def shipped_for(spec) -> Calibration | None:
+    """The shipped calibration of the GPU a hardware ``spec`` describes (one
     whose device name the spec's ``match`` patterns match), or None."""
     import re
 
@@ -51,8 +78,8 @@ def shipped_for(spec):
 
 
 def load(device_name: str, where: Path | None = None, cal_dir: Path | None = None,
-         on_error=None):
-    """``(meta, table)`` of a cached calibration of ``device_name`` (or of the files at
+         on_error=None) -> Calibration | None:
+    """The cached calibration of ``device_name`` (or of the files at
     ``where``, a ``.json`` path), or None: none there, or unreadable (a truncated or empty file;
     ``on_error`` is told which and why, so the caller can say it measures again)."""
     meta_p, tab_p = (Path(where), Path(where).with_suffix(".parquet")) if where else \
@@ -70,8 +97,8 @@ def load(device_name: str, where: Path | None = None, cal_dir: Path | None = Non
 META_KEY = b"designzoo_calibration_meta"  # the meta inside the table's file: one atomic write
 
 
-def _read(meta_p: Path, tab_p: Path) -> tuple[dict, object]:
-    """``(meta, table)``; the meta kept inside the parquet file where it is (``_save``), else the
+def _read(meta_p: Path, tab_p: Path) -> Calibration:
+    """The calibration in these files; the meta kept inside the parquet file where it is (``_save``), else the
     ``.json`` (a shipped or older file).
 
     Raises:
@@ -89,11 +116,11 @@ def _read(meta_p: Path, tab_p: Path) -> tuple[dict, object]:
         raise ValueError(f"{meta_p}: unreadable ({e})") from None
     if not isinstance(meta, dict):
         raise ValueError(f"{meta_p}: not a calibration's meta (not a JSON object)")
-    return meta, t.to_pandas()
+    return Calibration(meta, t.to_pandas())
 
 
-def load_file(path) -> tuple[dict, object]:
-    """``(meta, table)`` of the calibration a user named (``--calibration FILE.json``, its table
+def load_file(path) -> Calibration:
+    """The calibration a user named (``--calibration FILE.json``, its table
     the ``.parquet`` beside it).
 
     Raises:
@@ -112,10 +139,11 @@ def load_file(path) -> tuple[dict, object]:
     return _read(meta_p, tab_p)
 
 
-def write(meta_p: Path, tab_p: Path, meta: dict, table) -> None:
-    """Write ``table`` (a DataFrame) to ``tab_p`` with ``meta`` inside (one atomic write: a reader
-    sees both old or both new), then ``meta`` again as ``meta_p`` (``.json``) beside it, for
-    people and the shipped layout."""
+def write(meta_p: Path, tab_p: Path, cal: Calibration) -> None:
+    """Write ``cal.table`` (a DataFrame) to ``tab_p`` with ``cal.meta`` inside (one atomic write:
+    a reader sees both old or both new), then the meta again as ``meta_p`` (``.json``) beside it,
+    for people and the shipped layout."""
+    meta, table = cal.meta, cal.table
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -18,6 +18,8 @@ import numpy as np
 
 from zoo.formats import DTYPE_BYTES
 
+from .calibration_store import Calibration
+
 # added to the Shepard weights' sum of the decode-attention correction (``_attn_point``): small
 # beside the weight of a calibrated shape 2x away (1 / log(2)^2 = 2.08), so between calibrated
 # shapes the correction is theirs, and where the last weight fades it fades to no correction
@@ -48,13 +50,15 @@ class Calibrated:
     """Prices kernels from a calibration table (``sweep.analysis.calibration``).
 
     Args:
-        table: the calibration rows (pandas DataFrame); meta: its JSON meta (device, date).
+        cal: the device's ``Calibration`` (``sweep.analysis.calibration_store``: its table of
+            entries and its meta: device, date, ceilings).
         scale: ``{"compute": f, "memory": g}`` time factors when transferred from another device
             (``transfer``); 1 on the device it was measured on.
     """
 
-    def __init__(self, table, meta: dict, scale: dict | None = None):
-        self.t, self.meta = table, meta
+    def __init__(self, cal: Calibration, scale: dict | None = None):
+        self.calibration = cal
+        self.t, self.meta = cal.table, cal.meta
         self.scale = scale or {"compute": 1.0, "memory": 1.0}
         self.notes: list[str] = []
         self._fits: dict = {}

@@ -61,8 +61,8 @@ def _calibration(plan, path: str | None, device: dict):
                                                       cal_dir=plan.cache("calibration"))
     if have is None:
         return None
-    c = Calibrated(have[1], have[0])
-    src = have[0] or {}
+    c = Calibrated(have)
+    src = have.meta
     if _is_device(plan.spec, src.get("device")):
         return c
     key = f"gemm_flops_{plan.base.dtype}"

@@ -47,12 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     with TaskProgress("measuring the device's ceilings") as bar:
         ceilings = measure_ceilings(dev, cache_dir=root / "ceilings", on_line=bar.on_line)
     with TaskProgress("calibration") as bar:
-        meta, table = cal.calibrate(dev, shipped_items(cpu=dev["type"] != "cuda"),
+        got = cal.calibrate(dev, shipped_items(cpu=dev["type"] != "cuda"),
                                     refresh=a.refresh, quick=a.quick or None, ceilings=ceilings,
                                     cal_dir=root / "calibration", on_line=bar.on_line,
                                     tuning_dir=root / "tuning", timeout_s=a.timeout)
+    meta = got.meta
     meta_p, tab_p = store.paths(dev["name"], root / "calibration")
-    print(f"{meta['device']}: {len(table)} entries ({meta['kinds']}), {meta['measured_now']} "
+    print(f"{meta['device']}: {len(got.table)} entries ({meta['kinds']}), {meta['measured_now']} "
           f"measured now in {meta.get('wall_s')} s; {meta_p}")
     if a.ship:
         store.SHIPPED_DIR.mkdir(parents=True, exist_ok=True)

@@ -176,15 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     ceilings = measure_ceilings(dev, cache_dir=root / "ceilings")
     switches = Switches()
     if a.calibration:
-        meta, table = given
         if not a.measured:  # the host's fixed costs are this machine's, whoever measured the file
-            meta, table = cal.host_costs(dev, meta, table, switches, root / "tuning")
-        c = perf.Calibrated(table, meta)
-        if meta.get("device") != dev["name"] and a.measured:  # offline: no anchors timed here
-            c = perf.transfer(c, meta["ceilings"], dict(ceilings, device=dev["name"]),
+            given = cal.host_costs(dev, given, switches, root / "tuning")
+        c = perf.Calibrated(given)
+        if given.device != dev["name"] and a.measured:  # offline: no anchors timed here
+            c = perf.transfer(c, given.meta["ceilings"], dict(ceilings, device=dev["name"]),
                               chosen[0][1].dtype)
-        elif meta.get("device") != dev["name"]:
-            c, here = perf.transfer_here(dev, meta, table, ceilings, chosen[0][1].dtype,
+        elif given.device != dev["name"]:
+            c, here = perf.transfer_here(dev, given, ceilings, chosen[0][1].dtype,
                                          switches, root / "tuning")
             if here:
                 write_json(out / "anchors.json", here)
@@ -192,11 +191,11 @@ def main(argv: list[str] | None = None) -> int:
         have = store.load(dev["name"], cal_dir=root / "calibration") or store.shipped(dev["name"])
         if have is None:
             raise FileNotFoundError(f"no calibration of {dev['name']} under {root}")
-        c = perf.Calibrated(have[1], have[0])
+        c = perf.Calibrated(have)
     else:
-        meta, table = cal.ensure(dev, [(c_, w, m) for _, c_, w, m in chosen], switches, ceilings,
-                                 cal_dir=root / "calibration", tuning_dir=root / "tuning")
-        c = perf.Calibrated(table, meta)
+        c = perf.Calibrated(cal.ensure(dev, [(c_, w, m) for _, c_, w, m in chosen], switches,
+                                       ceilings, cal_dir=root / "calibration",
+                                       tuning_dir=root / "tuning"))
     # what the prices rest on, kept beside them (a transferred or host-measured table is made
     # here, on this machine): the table and its meta
     write_atomic(out / "calibration.parquet", lambda p: c.t.to_parquet(p, index=False))

@@ -127,7 +127,7 @@ def advice(meta: dict, front: pd.DataFrame, cal_dir: Path | None = None) -> str:
     try:
         row = front.iloc[0]
         have = store.load(str(meta.get("env", {}).get("device", "")), cal_dir=cal_dir)
-        c = Calibrated(have[1], have[0]) if have else None
+        c = Calibrated(have) if have else None
         wl = {k: int(meta["workload"][k]) for k in ("batch", "prompt_len", "new_tokens")}
         r = advise(config_of(row), wl, HardwareSpec(**meta["hardware_spec"]), c,
                    AdviseConf(mode=meta.get("mode") or "cudagraph"))

@@ -38,18 +38,15 @@ from .fronts import compare, plot
 from .tables import design_label, load_study
 
 
-def _calibration(meta: dict, given: tuple | None, study_dir: Path) -> Calibrated | None:
-    """``given`` (``--calibration``'s file, loaded: ``(meta, table)``), else the study device's
+def _calibration(meta: dict, given, study_dir: Path) -> Calibrated | None:
+    """``given`` (``--calibration``'s file, loaded: a ``Calibration``), else the study device's
     (its cache beside the study, else the one shipped for it), or None."""
     from ..analysis import calibration_store as store
 
     dev = meta.get("device") or (meta.get("env") or {}).get("device", "")
     have = given if given is not None else (
         store.load(dev, cal_dir=study_dir.parent / "calibration") or store.shipped(dev))
-    if have is None:
-        return None
-    m, t = have
-    return Calibrated(t, m)
+    return None if have is None else Calibrated(have)
 
 
 def for_target(spec, calibration: Calibrated | None) -> Calibrated | None:
@@ -59,7 +56,7 @@ def for_target(spec, calibration: Calibrated | None) -> Calibrated | None:
     from ..analysis import calibration_store as store
 
     if spec.kind == "gpu" and (own := store.shipped_for(spec)) is not None:
-        return Calibrated(own[1], own[0])
+        return Calibrated(own)
     if calibration is None:
         return None
     ceil = calibration.meta.get("ceilings") or {}
