@@ -120,7 +120,7 @@ class Objective:
                 raise DesignError(f"prompt_len + new_tokens = {need} exceeds max_seq_len "
                                   f"{cfg.max_seq_len}")
             if not plan.predict:
-                check_mode(mode, plan.device)
+                check_mode(mode, plan.device, cfg)
         except DesignError as e:
             return self._fail(trial, f"invalid design: {e}", label, t0,
                               {**overrides, **wl_over, "mode": mode,

@@ -183,6 +183,7 @@ def plan_from_config(cfg) -> Plan:
     base = base.resolved("cuda" if device["type"] == "cuda"
                          or (predict and spec.kind == "gpu") else "cpu")
     base.validate(None if predict else device)  # with its kernels resolved (int8 KV on a CPU)
+    check_mode(mode, device, base)
     if not predict and not space:  # one design: refused here; a space's are pruned one by one
         check_fits(base, wl, device)
     switches = Switches.from_dict(c.get("switches"))
@@ -251,7 +252,7 @@ def identity(base: ModelConfig, wl: dict, mode: str, weights: str | None, spec: 
     objectives that decide which designs it holds. Fault injection, ``n_trials`` and the output
     folder are not part of it. A stored study is resumed only under the same identity
     (``sweep.storage.open_study``)."""
-    ident = {"base_model": base.to_dict(),
+    ident = {"base_model": base.identity_dict(),
              "workload": {k: wl[k] for k in sorted(wl) if k != "name"},
              "mode": mode, "weights": str(Path(weights).resolve()) if weights else None,
              "hardware_spec": spec.name, "device": device["name"], "profile": profile,
@@ -272,11 +273,13 @@ def identity_hash(ident: dict) -> str:
 
 # ---- checks before any work ----------------------------------------------------------------
 
-def check_mode(mode: str, device: dict) -> None:
-    """Refuse a decode ``mode`` this device cannot run (before any GPU work).
+def check_mode(mode: str, device: dict, cfg: ModelConfig | None = None) -> None:
+    """Refuse a decode ``mode`` this device, or design ``cfg``, cannot run (before any GPU work).
 
     Raises:
-        DesignError: unknown mode, or ``cudagraph``/``compile`` without a CUDA device.
+        DesignError: unknown mode; ``cudagraph``/``compile`` without a CUDA device, or for a
+            mixture of experts measured on one (its torch layers read their experts' token
+            counts on the host: no graph captures them yet).
     """
     from zoo.modes import MODES
 
@@ -285,6 +288,10 @@ def check_mode(mode: str, device: dict) -> None:
     if mode != "eager" and device["type"] not in ("cuda", "predict"):
         raise DesignError(f"mode={mode} needs a CUDA GPU (this run is on the {device['type']}; "
                           "mode=eager or mode=auto runs there)")
+    if mode != "eager" and cfg is not None and cfg.moe and device["type"] == "cuda":
+        raise DesignError(f"mode={mode} with n_experts={cfg.n_experts}: the MoE layers' torch "
+                          "path syncs with the host for its experts' token counts, which a CUDA "
+                          "graph cannot capture (mode=eager measures it)")
 
 
 def model_overrides(model: dict) -> dict:

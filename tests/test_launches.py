@@ -2,7 +2,8 @@
 
 ``sweep.analysis.predict.kernel_list`` lists the kernels of a stage with how many launches each
 takes (``zoo.launches.TORCH_KERNELS``, counted by hand from the model's code). Here the torch
-path of each shipped preset (its norm, FFN kind, biases and tying; widths shrunk and depth capped
+path of each shipped preset (its norm, FFN kind, biases, tying, QK-norm and experts: every
+expert active, so each is touched as the count's expectation has it; widths shrunk and depth capped
 at 4 layers: the count does not depend on the widths and is linear in the depth, which the
 64-layer odd shape keeps) and the held-out table's odd shapes run on the CPU in bf16 under
 ``torch.profiler``, a prefill as ``zoo.generate`` runs it and a decode step as its CUDA graph
@@ -32,7 +33,10 @@ ODD = {"d64_w768": dict(n_layers=64), "gelu_layernorm": dict(ffn_type="gelu", no
                                                              n_layers=3),
        "relu2": dict(ffn_type="relu2"),
        "mqa": dict(n_kv_heads=1), "mha": dict(n_kv_heads=4), "bias_tied": dict(
-           qkv_bias=True, tie_embeddings=True)}
+           qkv_bias=True, tie_embeddings=True),
+       "moe_shared_dense_first": dict(n_experts=3, n_experts_active=3, expert_ffn_dim=24,
+                                      n_shared_experts=2, first_k_dense=1, n_layers=3,
+                                      router_renorm=False, qk_norm="full")}
 
 
 def _copies(e) -> bool:
@@ -61,9 +65,12 @@ def _designs():
     for name in presets():
         p = ModelConfig.from_name(name)
         kv = 2 if p.n_kv_heads < p.n_heads else 4
+        # a mixture of experts with every expert active: each is touched, as the count assumes
+        moe = dict(n_experts=4, n_experts_active=4, expert_ffn_dim=32,
+                   router_renorm=p.router_renorm) if p.moe else {}
         out.append((name, dict(n_layers=min(p.n_layers, 4), n_kv_heads=kv, norm=p.norm,
-                               ffn_type=p.ffn_type, qkv_bias=p.qkv_bias,
-                               tie_embeddings=p.tie_embeddings)))
+                               ffn_type=p.ffn_type, qkv_bias=p.qkv_bias, qk_norm=p.qk_norm,
+                               tie_embeddings=p.tie_embeddings, **moe)))
     return out + [(k, dict(n_kv_heads=2, n_layers=2) | v) for k, v in ODD.items()]
 
 

@@ -15,6 +15,7 @@ from kernels.rope import apply_rope, rope_
 from .cache import KVCache
 from .config import ModelConfig
 from .gqa import grouped_decode_attention
+from .norms import RMSNorm
 from .nvtx import annotate
 
 
@@ -22,7 +23,9 @@ class Attention(nn.Module):
     """Causal self-attention with grouped-query heads and a static KV cache.
 
     x: ``[B, T, d_model]`` -> ``[B, T, d_model]``. Query heads ``n_heads``, KV heads ``n_kv_heads``;
-    each KV head serves ``n_heads / n_kv_heads`` query heads (GQA, arXiv:2305.13245).
+    each KV head serves ``n_heads / n_kv_heads`` query heads (GQA, arXiv:2305.13245). With
+    ``qk_norm``, RMSNorm of the queries and keys before RoPE: per head (``q_norm``, ``k_norm``
+    over ``head_dim``: Qwen3) or over the whole projection (``q_dim``, ``kv_dim``: OLMoE).
     """
 
     def __init__(self, cfg: ModelConfig, layer: int):
@@ -30,6 +33,10 @@ class Attention(nn.Module):
         self.cfg, self.layer = cfg, layer
         self.wqkv = nn.Linear(cfg.d_model, cfg.q_dim + 2 * cfg.kv_dim, bias=cfg.qkv_bias)
         self.wo = nn.Linear(cfg.q_dim, cfg.d_model, bias=False)
+        if cfg.qk_norm != "none":
+            head = cfg.qk_norm == "head"
+            self.q_norm = RMSNorm(cfg.head_dim if head else cfg.q_dim, cfg.norm_eps)
+            self.k_norm = RMSNorm(cfg.head_dim if head else cfg.kv_dim, cfg.norm_eps)
         self.cache: KVCache | None = None
         self.pdl = False  # programmatic dependent launch of the decode kernels (setup_cache)
         self.fold_rope = False  # decode: RoPE and the cache write inside attention (setup_cache)
@@ -43,9 +50,15 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         with annotate("qkv"):
             q, k, v = self.wqkv(x).split([cfg.q_dim, cfg.kv_dim, cfg.kv_dim], dim=-1)
+        if cfg.qk_norm == "full":
+            with annotate("qk_norm"):
+                q, k = self.q_norm(q), self.k_norm(k)
         q = q.view(B, T, cfg.n_heads, cfg.head_dim)
         k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim)
         v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)
+        if cfg.qk_norm == "head":
+            with annotate("qk_norm"):
+                q, k = self.q_norm(q), self.k_norm(k)
         if cfg.kernels == "triton":
             y = self._triton(q, k, v, rope, input_pos, kv_len, mask)
             with annotate("out_proj"):

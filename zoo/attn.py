@@ -30,6 +30,12 @@ def kv_scale_bytes(cfg: ModelConfig) -> int:
     return 4 if cfg.kv_dtype in ("int8", "fp8_e4m3") else 0
 
 
+def _qk_norm_params(cfg: ModelConfig) -> int:
+    """The QK-norm weights of one layer: ``2 head_dim`` (per head, shared by the heads),
+    ``q_dim + kv_dim`` (over the projections), 0 without."""
+    return {"none": 0, "head": 2 * cfg.head_dim, "full": cfg.q_dim + cfg.kv_dim}[cfg.qk_norm]
+
+
 @dataclass(frozen=True)
 class GQA:
     """Grouped-query attention: ``wqkv [(n_heads + 2 n_kv_heads) head_dim, d_model]`` (q, k, v
@@ -44,12 +50,14 @@ class GQA:
 
     name: str = "gqa"
     module: str = "zoo.attention:Attention"
-    ranges: tuple = (("qkv", "qkv"), ("attention", "attention"), ("out_proj", "out_proj"))
+    ranges: tuple = (("qkv", "qkv"), ("qk_norm", "norms_elementwise"), ("attention", "attention"),
+                     ("out_proj", "out_proj"))
 
     def params(self, cfg: ModelConfig) -> int:
-        """Parameters per layer: ``wqkv`` (and its bias) and ``wo``."""
+        """Parameters per layer: ``wqkv`` (and its bias), ``wo`` and the QK-norm weights
+        (``head_dim`` twice per head, or ``q_dim + kv_dim`` over the projections)."""
         n = cfg.q_dim + 2 * cfg.kv_dim
-        return cfg.d_model * n + n * cfg.qkv_bias + cfg.q_dim * cfg.d_model
+        return cfg.d_model * n + n * cfg.qkv_bias + cfg.q_dim * cfg.d_model + _qk_norm_params(cfg)
 
     def flops(self, cfg: ModelConfig, batch: int, new: int, context: int) -> dict:
         """Matmul FLOP per layer for ``new`` tokens per sequence over ``context`` positions:
@@ -62,7 +70,8 @@ class GQA:
     def elementwise_flops(self, cfg: ModelConfig, batch: int, new: int, context: int) -> int:
         """Per layer (estimate): softmax about 5 FLOP per score, RoPE 3 per q / k channel."""
         H, Hkv, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        return 5 * batch * H * new * context + 3 * batch * new * (H + Hkv) * D
+        return 5 * batch * H * new * context + 3 * batch * new * (H + Hkv) * D \
+            + (4 * batch * new * (H + Hkv) * D if cfg.qk_norm != "none" else 0)
 
     def kv_bytes_per_token(self, cfg: ModelConfig) -> int:
         """KV-cache bytes per token per sequence and layer: ``2 Hkv (D bytes(kv_dtype) +
@@ -85,6 +94,9 @@ class GQA:
         rope_bytes, kv_bytes = 2 * M * (H + Hkv) * D * wb, 2 * M * Hkv * D * (wb + kvb)
         out = [st.gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d,
                        prologue="norm+res" + ("+bias" if cfg.qkv_bias else ""))]
+        if cfg.qk_norm != "none":  # two RMSNorms (torch path), priced by the rmsnorm entry
+            out.append(st.elem("rmsnorm", 2 * M * (H + Hkv) * D * wb, launches=2 * st.launches(
+                "rmsnorm")))
         if st.fused and new == 1 and fold:
             pass  # folded into the decode attention launch (zoo.attention; its bytes are a token's)
         elif st.fused:  # one kernel: RoPE and the cache write (priced on their bytes together)

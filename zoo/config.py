@@ -20,6 +20,9 @@ from .formats import DTYPE_BYTES, DTYPES, KV_DTYPES, WEIGHT_FORMATS  # noqa: F40
 CONFIG_DIR = Path(__file__).parent / "configs"
 
 NORMS = ("rmsnorm", "layernorm")
+# RMSNorm on the queries and keys before RoPE: none; per head over ``head_dim`` (Qwen3, Gemma 3);
+# over the whole projection, ``q_dim`` and ``kv_dim`` wide (OLMo 2, OLMoE)
+QK_NORMS = ("none", "head", "full")
 # the registered FFN kinds' names (``zoo.ffn.register`` adds each; the package imports zoo.ffn)
 FFN_TYPES: list[str] = []
 KERNELS = ("auto", "torch", "triton")
@@ -43,6 +46,14 @@ class ModelConfig:
     ``kernels``: ``triton`` (the fused kernels of ``kernels/``), ``torch`` (PyTorch ops), or
     ``auto``, the default: the fastest correct path of the device it is built for (``resolved``:
     Triton on a CUDA GPU, torch on a CPU; a quantized KV cache always needs Triton).
+
+    Mixture of experts (``zoo.moe``; dense when ``n_experts == 0``, the default): each MoE layer's
+    FFN is ``n_experts`` SwiGLU experts of width ``expert_ffn_dim``, of which a softmax router
+    picks ``n_experts_active`` per token (top-k; ``router_renorm``: the k weights renormalised to
+    sum to 1, as Mixtral and Qwen3-MoE's ``norm_topk_prob``; OLMoE does not), plus
+    ``n_shared_experts`` experts every token goes through (DeepSeek's, ungated); the first
+    ``first_k_dense`` layers keep a dense FFN of ``ffn_dim``. ``qk_norm``: RMSNorm of the queries
+    and keys before RoPE (``QK_NORMS``).
     """
 
     name: str = "custom"
@@ -67,6 +78,14 @@ class ModelConfig:
     kernels: str = "auto"
     family: str = "llama"
     extra: dict = field(default_factory=dict)
+    # fields added after the first studies: in the identity only where set (``identity_dict``)
+    qk_norm: str = "none"
+    n_experts: int = 0
+    n_experts_active: int = 0
+    expert_ffn_dim: int = 0
+    n_shared_experts: int = 0
+    router_renorm: bool = True
+    first_k_dense: int = 0
 
     # ---- derived sizes -------------------------------------------------------------------
     @property
@@ -85,6 +104,16 @@ class ModelConfig:
         included; ``auto``: the model dtype's)."""
         bits = WEIGHT_FORMATS.get(self.weight_dtype)
         return 8.0 * DTYPE_BYTES[self.dtype] if bits is None else bits
+
+    @property
+    def moe(self) -> bool:
+        """Whether any layer's FFN is a mixture of experts (``n_experts > 0``)."""
+        return self.n_experts > 0
+
+    def layer_is_moe(self, layer: int) -> bool:
+        """Whether block ``layer`` (0-based) has the MoE FFN: an MoE design's layers from
+        ``first_k_dense`` on."""
+        return self.moe and layer >= self.first_k_dense
 
     @property
     def gqa_group(self) -> int:
@@ -129,6 +158,11 @@ class ModelConfig:
             if not isinstance(getattr(self, f), bool):
                 raise DesignError(f"{f} must be true or false, got {getattr(self, f)!r}")
         _check_rope_scaling(self.rope_scaling)
+        _choice("qk_norm", self.qk_norm, QK_NORMS)
+        if self.qk_norm != "none" and self.kernels == "triton":
+            raise DesignError(f"qk_norm={self.qk_norm} with kernels=triton: QK-norm runs on the "
+                              "torch path (kernels=torch) until the fused kernels apply it")
+        self._validate_moe()
         _choice("dtype", self.dtype, DTYPES)
         _choice("kv_dtype", self.kv_dtype, KV_DTYPES)
         _choice("ffn_type", self.ffn_type, tuple(FFN_TYPES))
@@ -164,10 +198,58 @@ class ModelConfig:
                     f"{cc[0]}.{cc[1]}")
         return self
 
+    def _validate_moe(self) -> None:
+        """Refuse an impossible mixture of experts (``validate``), naming the field."""
+        for f in ("n_experts", "n_experts_active", "expert_ffn_dim", "n_shared_experts",
+                  "first_k_dense"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise DesignError(f"{f} must be a non-negative integer, got {v!r}")
+        if not isinstance(self.router_renorm, bool):
+            raise DesignError(f"router_renorm must be true or false, got {self.router_renorm!r}")
+        if not self.moe:
+            for f in ("n_experts_active", "expert_ffn_dim", "n_shared_experts", "first_k_dense"):
+                if getattr(self, f):
+                    raise DesignError(f"{f}={getattr(self, f)} needs n_experts > 0 (a dense "
+                                      "design has n_experts = 0)")
+            return
+        if self.n_experts_active < 1:
+            raise DesignError(f"n_experts_active must be at least 1 for n_experts="
+                              f"{self.n_experts}, got {self.n_experts_active}")
+        if self.n_experts_active > self.n_experts:
+            raise DesignError(f"n_experts_active ({self.n_experts_active}) must not exceed "
+                              f"n_experts ({self.n_experts}): top-k picks k of the experts")
+        if self.expert_ffn_dim < 1:
+            raise DesignError(f"expert_ffn_dim must be a positive integer for n_experts="
+                              f"{self.n_experts} (each expert's hidden width), got "
+                              f"{self.expert_ffn_dim}")
+        if self.first_k_dense >= self.n_layers:
+            raise DesignError(f"first_k_dense ({self.first_k_dense}) must be below n_layers "
+                              f"({self.n_layers}): an MoE design has at least one MoE layer")
+        if self.ffn_type != "swiglu":
+            raise DesignError(f"ffn_type={self.ffn_type} with n_experts > 0: the experts are "
+                              "SwiGLU (ffn_type=swiglu)")
+        if self.kernels == "triton":
+            raise DesignError("kernels=triton with n_experts > 0: the MoE layers run on the torch "
+                              "path (kernels=torch) until their Triton kernels land")
+        if self.kv_dtype in ("int8", "fp8_e4m3"):
+            raise DesignError(f"kv_dtype={self.kv_dtype} with n_experts > 0: a quantized cache "
+                              "needs kernels=triton, which MoE designs do not run yet")
+
     # ---- conversions ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (JSON-safe)."""
         return dataclasses.asdict(self)
+
+    def identity_dict(self) -> dict[str, Any]:
+        """``to_dict`` without the fields added after the first studies (``LATER_FIELDS``)
+        where they hold their default: a study's identity (``sweep.plan.identity``) names what
+        changes its figures, and a dense design's stays what it was before those fields came."""
+        d = self.to_dict()
+        for k, v in LATER_FIELDS.items():
+            if d.get(k) == v:
+                d.pop(k)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
@@ -183,6 +265,8 @@ class ModelConfig:
         otherwise torch, unless the KV cache is quantized: Triton); other values unchanged."""
         if self.kernels != "auto":
             return self
+        if self.moe or self.qk_norm != "none":  # their kernels are torch's today
+            return self.replace(kernels="torch")
         quantized = self.kv_dtype in ("int8", "fp8_e4m3")
         return self.replace(kernels="triton" if device_type == "cuda" or quantized else "torch")
 
@@ -238,6 +322,12 @@ class ModelConfig:
 # (``name``, ``family`` and ``extra`` are labels); every consumer reads this one tuple
 DESIGN_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig)
                       if f.name not in ("name", "family", "extra"))
+
+
+# the fields added after the first studies, with the default that leaves a design as it was
+LATER_FIELDS = {f.name: f.default for f in dataclasses.fields(ModelConfig)
+                if f.name in ("qk_norm", "n_experts", "n_experts_active", "expert_ffn_dim",
+                              "n_shared_experts", "router_renorm", "first_k_dense")}
 
 
 def _check_rope_scaling(rs) -> None:

@@ -21,7 +21,9 @@ Conventions (the same as ``torch.utils.flop_counter.FlopCounterMode``, so the tw
   they are under 1% of the matmul FLOPs. MFU uses the matmul total.
 
 Minimum DRAM bytes are a lower bound for one stage: every weight read once (the embedding table
-only for the rows gathered, unless tied to the LM head, which reads it whole), the KV cache read
+only for the rows gathered, unless tied to the LM head, which reads it whole; a mixture of experts'
+experts only where a token routes to them, their expected number under uniform routing:
+``zoo.moe.expected_touched``), the KV cache read
 once over the attended positions and written once for the new tokens, and the residual stream
 read and written once per layer (activations; they matter for prefill only). Logits are written
 once. Memory-bandwidth utilization (MBU = min bytes / time / peak bandwidth) follows Databricks'
@@ -50,6 +52,9 @@ class Params:
 
     ``total`` counts a tied embedding once. ``non_embedding`` excludes the token-embedding table
     and the LM-head matrix (tied or not), following Kaplan et al. 2020 (arXiv:2001.08361, Sec. 2.1).
+    ``active``: the parameters one token uses (a mixture of experts' ``k + S`` experts per layer
+    instead of all; embedding and LM head included, as Mixtral's "12.9B active" counts them);
+    ``total`` for a dense design. ``per_layer``: the last block's (an MoE design's MoE block).
     """
 
     total: int
@@ -57,19 +62,21 @@ class Params:
     embedding: int
     lm_head: int
     per_layer: int
+    active: int = 0
 
 
 def params(cfg: ModelConfig) -> Params:
     """Parameter counts of the zoo model for ``cfg`` (equal to ``sum(p.numel())`` of the module)."""
     d, V = cfg.d_model, cfg.vocab_size
     norm = d if cfg.norm == "rmsnorm" else 2 * d
-    per_layer = (attn_kinds.kind(cfg).params(cfg) + ffn_kinds.kind(cfg).params(cfg)
-                 + 2 * norm)
+    att = attn_kinds.kind(cfg).params(cfg) + 2 * norm
+    layers = sum(n * (att + k.params(cfg)) for k, n in ffn_kinds.groups(cfg))
+    idle = sum(n * (k.params(cfg) - k.active_params(cfg)) for k, n in ffn_kinds.groups(cfg))
     emb = V * d
     head = 0 if cfg.tie_embeddings else V * d
-    total = emb + head + cfg.n_layers * per_layer + norm
+    total = emb + head + layers + norm
     return Params(total=total, non_embedding=total - emb - head, embedding=emb, lm_head=V * d,
-                  per_layer=per_layer)
+                  per_layer=att + ffn_kinds.kind(cfg).params(cfg), active=total - idle)
 
 
 @dataclass(frozen=True)
@@ -113,22 +120,24 @@ def stage(cfg: ModelConfig, batch: int, new: int, context: int, logits_per_seq: 
     """
     d, V, L = cfg.d_model, cfg.vocab_size, cfg.n_layers
     N = batch * new
-    att, ffn = attn_kinds.kind(cfg), ffn_kinds.kind(cfg)
+    att, groups = attn_kinds.kind(cfg), ffn_kinds.groups(cfg)
     flops = {k: L * v for k, v in att.flops(cfg, batch, new, context).items()}
-    flops["ffn"] = L * ffn.flops(cfg, N)
+    flops["ffn"] = sum(n * k.flops(cfg, N) for k, n in groups)
     flops["lm_head"] = 2 * batch * logits_per_seq * d * V
-    elementwise = L * (att.elementwise_flops(cfg, batch, new, context)  # softmax, RoPE
-                       + 2 * 4 * N * d                                # two norms
-                       + ffn.elementwise_flops(cfg, N)                # activation
-                       + 2 * N * d)                                   # residual adds
+    elementwise = (L * (att.elementwise_flops(cfg, batch, new, context)  # softmax, RoPE
+                        + 2 * 4 * N * d                                # two norms
+                        + 2 * N * d)                                   # residual adds
+                   + sum(n * k.elementwise_flops(cfg, N) for k, n in groups))  # activation
     wb = DTYPE_BYTES[cfg.dtype]
     p = params(cfg)
     # gathered embedding rows, at most the whole table; tied: the LM head reads it all anyway
     emb_rows = 0 if cfg.tie_embeddings else min(N, V) * d
     kv_tok = kv_bytes_per_token(cfg)
+    # the experts no token of this forward routes to are not read (``zoo.moe.read_params``)
+    unread = sum(n * (k.params(cfg) - k.read_params(cfg, N)) for k, n in groups)
     b = {
         # weights at their format's bits (cfg.weight_bits: 16 for bf16, 4.5 for q4_0, ...)
-        "weights": (p.non_embedding + p.lm_head + emb_rows) * cfg.weight_bits / 8,
+        "weights": (p.non_embedding - unread + p.lm_head + emb_rows) * cfg.weight_bits / 8,
         "kv_read": batch * context * kv_tok,
         "kv_write": N * kv_tok,
         "activations": L * 2 * N * d * wb if new > 1 else 0,
@@ -182,7 +191,7 @@ def memory_need(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int,
     b = DTYPE_BYTES[cfg.dtype]
     T = prompt_len
     per_token = (3 * cfg.d_model + attn_kinds.kind(cfg).hidden_per_token(cfg)
-                 + ffn_kinds.kind(cfg).hidden_per_token(cfg)) * b
+                 + max(k.hidden_per_token(cfg) for k, _ in ffn_kinds.groups(cfg))) * b
     out = {"weights": params(cfg).total * b,
            "kv_cache": kv_bytes_per_token(cfg) * batch * (prompt_len + new_tokens),
            "activations": batch * T * per_token + batch * cfg.vocab_size * 4,
@@ -198,6 +207,7 @@ def summary(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int) -> d
     row = {
         "params_total": p.total,
         "params_non_embedding": p.non_embedding,
+        "params_active": p.active,
         "kv_bytes_per_token": kv_bytes_per_token(cfg),
         "weight_bytes": pf.bytes["weights"],
         # the static cache a workload allocates: every position of every sequence

@@ -59,6 +59,14 @@ class DenseFFN:
         """Parameters per layer: ``(n_in + 1) d_model ffn_dim``."""
         return (self.n_in + 1) * cfg.d_model * cfg.ffn_dim
 
+    def active_params(self, cfg: ModelConfig) -> int:
+        """Parameters a token uses per layer: all of them (``params``)."""
+        return self.params(cfg)
+
+    def read_params(self, cfg: ModelConfig, tokens: int) -> int:
+        """Parameters a forward reads per layer: all of them (``params``)."""
+        return self.params(cfg)
+
     def flops(self, cfg: ModelConfig, tokens: int) -> int:
         """Matmul FLOP per layer for ``tokens`` rows: ``2 tokens d_model ffn_dim (n_in + 1)``."""
         return 2 * tokens * cfg.d_model * cfg.ffn_dim * (self.n_in + 1)
@@ -71,15 +79,15 @@ class DenseFFN:
         """Elements a prefill holds per token: ``w13``'s output and the activation's."""
         return (self.n_in + 1) * cfg.ffn_dim
 
-    def kernels(self, st: Stage) -> list[Kernel]:
-        """The FFN's kernels in stage ``st`` after its norm: ``w13`` (the norm and residual add in
-        its prologue on the GEMV path), the activation (in ``w2``'s prologue there, if it has
-        one), ``w2``."""
+    def kernels(self, st: Stage, rep: int | None = None) -> list[Kernel]:
+        """The FFN's kernels in stage ``st`` after its norm, over ``rep`` layers (default: every
+        layer): ``w13`` (the norm and residual add in its prologue on the GEMV path), the
+        activation (in ``w2``'s prologue there, if it has one), ``w2``."""
         F, d = st.cfg.ffn_dim, st.cfg.d_model
-        out = [st.gemm("ffn", "w13", self.n_in * F, d, prologue="norm+res"),
-               st.elem(self.act_op, 3 * st.M * F * st.wb, launches=self.act_launches,
+        out = [st.gemm("ffn", "w13", self.n_in * F, d, rep=rep, prologue="norm+res"),
+               st.elem(self.act_op, 3 * st.M * F * st.wb, rep=rep, launches=self.act_launches,
                        in_prologue=self.w2_prologue is not None),
-               st.gemm("ffn", "w2", d, F, prologue=self.w2_prologue or "none")]
+               st.gemm("ffn", "w2", d, F, rep=rep, prologue=self.w2_prologue or "none")]
         return [k for k in out if k is not None]
 
     def decode_linears(self, ffn) -> list[tuple]:
@@ -108,8 +116,24 @@ def names() -> tuple[str, ...]:
     return _KINDS.names()
 
 
-def kind(cfg: ModelConfig):
-    """The FFN kind of design ``cfg``.
+def kind(cfg: ModelConfig, layer: int | None = None):
+    """The FFN kind of design ``cfg`` at block ``layer`` (default: its last block, an MoE
+    design's MoE layer): the mixture of experts (``zoo.moe``) where ``cfg.layer_is_moe``, else
+    the dense kind of ``cfg.ffn_type``.
+
+    Raises:
+        KeyError: ``cfg.ffn_type`` is not registered.
+    """
+    if cfg.layer_is_moe(cfg.n_layers - 1 if layer is None else layer):
+        from .moe import MOE
+
+        return MOE
+    return dense_kind(cfg)
+
+
+def dense_kind(cfg: ModelConfig):
+    """The dense FFN kind of ``cfg.ffn_type`` (an MoE design's dense blocks, and its experts'
+    activation).
 
     Raises:
         KeyError: ``cfg.ffn_type`` is not registered.
@@ -117,9 +141,25 @@ def kind(cfg: ModelConfig):
     return _KINDS.get(cfg.ffn_type)
 
 
+def groups(cfg: ModelConfig) -> list[tuple]:
+    """``[(kind, layers)]``: the design's FFN kinds and how many blocks hold each, in block
+    order (a dense design: one group; an MoE design: its ``first_k_dense`` dense blocks, then
+    the MoE ones)."""
+    out: list[tuple] = []
+    for i in range(cfg.n_layers):
+        k = kind(cfg, i)
+        if out and out[-1][0] is k:
+            out[-1] = (k, out[-1][1] + 1)
+        else:
+            out.append((k, 1))
+    return out
+
+
 def ranges() -> dict[str, str]:
-    """Every registered kind's profiler ranges -> module kind."""
-    return _KINDS.ranges()
+    """Every registered kind's profiler ranges -> module kind (the MoE kind's too)."""
+    from .moe import MOE
+
+    return {**_KINDS.ranges(), **dict(MOE.ranges)}
 
 
 register(DenseFFN("swiglu", 2, w2_prologue="swiglu"))

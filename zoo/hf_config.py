@@ -1,8 +1,8 @@
-"""Hugging Face ``config.json`` in and out: a Llama, Mistral or Qwen2 config read into a
-``ModelConfig`` (both the old and the current ``transformers`` layouts), and a design written as
-its family's config (the ``transformers`` peer of a benchmark). ``ModelConfig.from_hf`` and
-``ModelConfig.to_hf`` call these; they work on a design's fields as a dict, so this module needs
-nothing of ``zoo.config``.
+"""Hugging Face ``config.json`` in and out: a Llama, Mistral, Qwen2 or Qwen3 config, or a
+Mixtral, Qwen3-MoE or OLMoE mixture of experts, read into a ``ModelConfig`` (both the old and
+the current ``transformers`` layouts), and a design written as its family's config (the
+``transformers`` peer of a benchmark). ``ModelConfig.from_hf`` and ``ModelConfig.to_hf`` call
+these; they work on a design's fields as a dict, so this module needs nothing of ``zoo.config``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,17 @@ ROPE_TYPES = ("default", "llama3")
 HF_DEFAULTS = {"llama": {"max_position_embeddings": 2048},
                "mistral": {"max_position_embeddings": 4096 * 32, "sliding_window": 4096},
                "qwen2": {"max_position_embeddings": 32768, "sliding_window": 4096,
-                         "max_window_layers": 28}}
+                         "max_window_layers": 28},
+               "qwen3": {"max_position_embeddings": 32768, "sliding_window": None,
+                         "max_window_layers": 28},
+               "mixtral": {"max_position_embeddings": 4096 * 32, "sliding_window": None},
+               "qwen3_moe": {"max_position_embeddings": 32768, "sliding_window": None,
+                             "max_window_layers": 28, "norm_topk_prob": False},
+               "olmoe": {"max_position_embeddings": 4096, "norm_topk_prob": False}}
+MODEL_TYPES = tuple(HF_DEFAULTS)
+MOE_TYPES = ("mixtral", "qwen3_moe", "olmoe")
+# RMSNorm of queries and keys: Qwen3's per head, OLMoE's over the projections
+QK_NORM = {"qwen3": "head", "qwen3_moe": "head", "olmoe": "full"}
 
 
 def _sliding_window(hf: dict, mt: str, n_layers: int) -> tuple[int | None, str]:
@@ -30,10 +40,10 @@ def _sliding_window(hf: dict, mt: str, n_layers: int) -> tuple[int | None, str]:
     from ``max_window_layers`` on when ``use_sliding_window`` (none when that is past the last
     layer)."""
     d = HF_DEFAULTS[mt]
-    if mt == "mistral":
+    if mt in ("mistral", "mixtral"):
         w = hf["sliding_window"] if "sliding_window" in hf else d["sliding_window"]
         return (int(w), "sliding_window") if w else (None, "")
-    if mt == "qwen2" and hf.get("use_sliding_window"):
+    if mt in ("qwen2", "qwen3", "qwen3_moe") and hf.get("use_sliding_window"):
         first = hf.get("max_window_layers", d["max_window_layers"])
         w = hf.get("sliding_window", d["sliding_window"])
         if first < n_layers and w:
@@ -73,7 +83,9 @@ def _rope(hf: dict, max_pos: int) -> tuple[float, dict | None]:
 
 def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dict]:
     """``(ModelConfig fields, the parsed config)`` of a Hugging Face ``config.json`` of the
-    Llama, Mistral or Qwen2 families (``check_window`` then checks the design built from them).
+    Llama, Mistral, Qwen2 or Qwen3 families, or a Mixtral, Qwen3-MoE or OLMoE mixture of experts
+    (``check_window`` then checks the design built from them; ``_moe_fields`` reads the
+    experts).
 
     Args:
         path_or_dict: a ``config.json`` path, a folder holding one, or the parsed dict.
@@ -99,18 +111,24 @@ def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dic
         hf = json.loads(p.read_text())
         name = hf.get("_name_or_path") or p.parent.name
     mt = hf.get("model_type")
-    if mt not in ("llama", "mistral", "qwen2"):
+    if mt not in MODEL_TYPES:
         raise DesignError(
-            f"model_type={mt!r} is not supported: ModelConfig.from_hf reads the llama, "
-            "mistral and qwen2 families")
+            f"model_type={mt!r} is not supported: ModelConfig.from_hf reads "
+            f"{', '.join(MODEL_TYPES)}")
     if hf.get("hidden_act", "silu") != "silu":
         raise DesignError(f"hidden_act={hf['hidden_act']!r}: these families use silu (SwiGLU)")
-    if mt in ("llama", "mistral"):
+    if mt != "qwen2":  # Qwen2's q/k/v biases are modelled (qkv_bias); an o_proj bias is not
         for key, what in (("attention_bias", "biases on q/k/v/o projections"),
                           ("mlp_bias", "biases on the MLP projections")):
             if hf.get(key):
                 raise DesignError(f"{key}=true ({what}) is not modelled by the zoo for "
                                   f"model_type={mt}")
+    if hf.get("clip_qkv") is not None:
+        raise DesignError(f"clip_qkv={hf['clip_qkv']} (q, k, v clamped) is not modelled")
+    types = hf.get("layer_types")
+    if types and any(t != "full_attention" for t in types):
+        raise DesignError(f"layer_types={sorted(set(types))}: only full_attention layers are "
+                          "modelled")
     defaults = HF_DEFAULTS[mt]  # what transformers assumes for a key the file lacks
     max_pos = int(hf.get("max_position_embeddings") or defaults["max_position_embeddings"])
     rope_theta, rs = _rope(hf, max_pos)
@@ -139,7 +157,43 @@ def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dic
         qkv_bias=mt == "qwen2" or bool(hf.get("attention_bias", False)),
         dtype=dtype,
         kv_dtype=dtype,
+        qk_norm=QK_NORM.get(mt, "none"),
+        **(_moe_fields(hf, mt) if mt in MOE_TYPES else {}),
     ), hf
+
+
+def _moe_fields(hf: dict, mt: str) -> dict[str, Any]:
+    """The mixture-of-experts fields of a Mixtral, Qwen3-MoE or OLMoE config: experts
+    (``num_local_experts`` or ``num_experts``, in either family), top-k
+    (``num_experts_per_tok``), the expert width (Qwen3-MoE's ``moe_intermediate_size``, else
+    ``intermediate_size``), the renormalised top-k
+    (Mixtral always; the others' ``norm_topk_prob``), Qwen3-MoE's dense first layers
+    (``mlp_only_layers`` 0..k-1).
+
+    Raises:
+        DesignError: what the zoo does not run, by key: Qwen3-MoE's ``decoder_sparse_step`` other
+            than 1, ``mlp_only_layers`` that are not the first layers.
+    """
+    # transformers 5 writes Mixtral's and Qwen3-MoE's count as num_local_experts (its attribute
+    # map), the published Qwen3-MoE and OLMoE files num_experts: either is read
+    n = hf.get("num_local_experts") or hf.get("num_experts")
+    if not n:
+        raise DesignError(f"model_type={mt} without num_local_experts / num_experts")
+    width = hf["moe_intermediate_size"] if mt == "qwen3_moe" else hf["intermediate_size"]
+    renorm = True if mt == "mixtral" else bool(hf.get("norm_topk_prob",
+                                                      HF_DEFAULTS[mt]["norm_topk_prob"]))
+    first = 0
+    if mt == "qwen3_moe":
+        if hf.get("decoder_sparse_step", 1) != 1:
+            raise DesignError(f"decoder_sparse_step={hf['decoder_sparse_step']}: MoE layers at "
+                              "a stride are not modelled (every layer from first_k_dense on)")
+        dense = sorted(hf.get("mlp_only_layers") or [])
+        if dense != list(range(len(dense))):
+            raise DesignError(f"mlp_only_layers={dense}: only the first layers may be dense "
+                              "(first_k_dense)")
+        first = len(dense)
+    return dict(n_experts=int(n), n_experts_active=int(hf["num_experts_per_tok"]),
+                expert_ffn_dim=int(width), router_renorm=renorm, first_k_dense=first)
 
 
 def check_window(hf: dict, n_layers: int, max_seq_len: int) -> None:
@@ -156,25 +210,61 @@ def check_window(hf: dict, n_layers: int, max_seq_len: int) -> None:
             f"max_seq_len={window}) keeps every position within it)")
 
 
+def _family(cfg: Any) -> str:
+    """The HF family a design is written as: its own where that family can hold it, else the
+    one that can (a mixture of experts: Qwen3-MoE with per-head QK-norm, OLMoE with QK-norm over
+    the projections, Mixtral without; a dense design with per-head QK-norm: Qwen3; q/k/v biases:
+    Qwen2; else Llama).
+
+    Raises:
+        DesignError: a design no family holds (QK-norm over the projections on a dense design,
+            shared experts, an MoE mix of QK-norm, renormalisation and dense layers none has).
+    """
+    if cfg.n_shared_experts:
+        raise DesignError("n_shared_experts > 0 has no Hugging Face family here (DeepSeek's "
+                          "comes with its attention)")
+    if cfg.n_experts:
+        if cfg.qk_norm == "head":
+            return "qwen3_moe"
+        if cfg.qk_norm == "full" and not cfg.router_renorm and not cfg.first_k_dense:
+            return "olmoe"
+        if cfg.qk_norm == "none" and cfg.router_renorm and not cfg.first_k_dense:
+            return "mixtral"
+        raise DesignError(f"no Hugging Face family holds this mixture of experts (qk_norm="
+                          f"{cfg.qk_norm}, router_renorm={cfg.router_renorm}, first_k_dense="
+                          f"{cfg.first_k_dense})")
+    if cfg.qk_norm == "full":
+        raise DesignError("qk_norm=full on a dense design: no Hugging Face family here")
+    if cfg.qk_norm == "head":
+        if cfg.qkv_bias:
+            raise DesignError("qk_norm=head with qkv_bias: no Hugging Face family holds it")
+        return "qwen3"
+    family = cfg.family if cfg.family in ("llama", "mistral", "qwen2") else "llama"
+    return "qwen2" if cfg.qkv_bias else family
+
+
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                 "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+                 "olmoe": "OlmoeForCausalLM"}
+
+
 def to_hf(cfg: Any) -> dict[str, Any]:
     """A design (a ``ModelConfig``) as a Hugging Face ``config.json`` dict of its family (llama,
-    mistral, qwen2).
+    mistral, qwen2, qwen3, mixtral, qwen3_moe, olmoe: ``_family``).
 
     Used to build the ``transformers`` peer of a design. Only rmsnorm + SwiGLU designs have an
     HF equivalent.
 
     Raises:
-        DesignError: for a design with no HF equivalent (gelu FFN, layernorm).
+        DesignError: for a design with no HF equivalent (gelu FFN, layernorm, ``_family``'s).
     """
     if cfg.ffn_type != "swiglu" or cfg.norm != "rmsnorm":
         raise DesignError("only rmsnorm + swiglu designs have a Hugging Face equivalent")
-    family = cfg.family if cfg.family in ("llama", "mistral", "qwen2") else "llama"
-    if cfg.qkv_bias and family != "qwen2":
-        family = "qwen2"
+    family = _family(cfg)
     hf = {
         "model_type": family,
-        "architectures": [{"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-                           "qwen2": "Qwen2ForCausalLM"}[family]],
+        "architectures": [ARCHITECTURES[family]],
         "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers,
         "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_kv_heads,
         "head_dim": cfg.head_dim, "intermediate_size": cfg.ffn_dim,
@@ -183,13 +273,26 @@ def to_hf(cfg: Any) -> dict[str, Any]:
         "tie_word_embeddings": cfg.tie_embeddings, "hidden_act": "silu",
         "torch_dtype": {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[cfg.dtype],
     }
+    if family in ("llama", "qwen3", "qwen3_moe", "olmoe"):
+        hf["attention_bias"] = False
     if family == "llama":
         hf["attention_bias"] = cfg.qkv_bias
         hf["mlp_bias"] = False
-    if family == "mistral":
+    if family in ("mistral", "mixtral"):
         hf["sliding_window"] = None
-    if family == "qwen2":
+    if family in ("qwen2", "qwen3", "qwen3_moe"):
         hf["use_sliding_window"] = False
+    if family == "mixtral":
+        hf.update(num_local_experts=cfg.n_experts, intermediate_size=cfg.expert_ffn_dim)
+    if family in ("qwen3_moe", "olmoe"):
+        hf.update(num_experts=cfg.n_experts, norm_topk_prob=cfg.router_renorm)
+    if family == "olmoe":
+        hf.update(intermediate_size=cfg.expert_ffn_dim, clip_qkv=None)
+    if family == "qwen3_moe":
+        hf.update(moe_intermediate_size=cfg.expert_ffn_dim, decoder_sparse_step=1,
+                  mlp_only_layers=list(range(cfg.first_k_dense)))
+    if cfg.n_experts:
+        hf["num_experts_per_tok"] = cfg.n_experts_active
     if cfg.rope_scaling:
         hf["rope_scaling"] = dict(cfg.rope_scaling)
     return hf

@@ -26,38 +26,9 @@ from kernels import decode_attention, gemv, ops
 from . import attn, ffn
 from .cache import TORCH_DTYPES, KVCache
 from .config import ModelConfig
+from .norms import make_norm
 from .nvtx import annotate
 from .rope_tables import rope_cache, rope_frequencies  # noqa: F401 - the model's RoPE tables
-
-
-class RMSNorm(nn.Module):
-    """RMSNorm (Zhang & Sennrich 2019, arXiv:1910.07467), computed in float32 like HF Llama.
-
-    x: ``[..., dim]`` -> same shape and dtype.
-    """
-
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [..., dim]`` -> the same shape and dtype: ``weight * x / sqrt(mean(x^2) + eps)``,
-        the normalization in float32 (Zhang & Sennrich 2019, arXiv:1910.07467)."""
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * xf.to(x.dtype)
-
-    def fused(self, x: torch.Tensor, residual: torch.Tensor | None = None):
-        """The Triton kernel: ``y`` or, with ``residual``, ``(y, x + residual)``."""
-        return ops.rmsnorm(x, self.weight, self.eps, residual=residual)
-
-
-def make_norm(cfg: ModelConfig) -> nn.Module:
-    """The design's normalization layer over ``d_model`` channels."""
-    if cfg.norm == "rmsnorm":
-        return RMSNorm(cfg.d_model, cfg.norm_eps)
-    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
 
 
 class FeedForward(nn.Module):
@@ -72,7 +43,7 @@ class FeedForward(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        self.kind = ffn.kind(cfg)
+        self.kind = ffn.dense_kind(cfg)
         self.w13 = nn.Linear(cfg.d_model, self.kind.n_in * cfg.ffn_dim, bias=False)
         self.w2 = nn.Linear(cfg.ffn_dim, cfg.d_model, bias=False)
 
@@ -116,7 +87,7 @@ class Block(nn.Module):
         self.attention_norm = make_norm(cfg)
         self.attention = attn.kind(cfg).build(cfg, layer)
         self.ffn_norm = make_norm(cfg)
-        self.feed_forward = ffn.kind(cfg).build(cfg)
+        self.feed_forward = ffn.kind(cfg, layer).build(cfg)
 
     def forward(self, x, rope, input_pos, kv_len, mask, residual=None):
         """``x [B, T, d_model]`` -> ``[B, T, d_model]``. On the fused path, returns
@@ -240,7 +211,7 @@ class Transformer(nn.Module):
             elif p.ndim == 1:  # projection biases
                 p.zero_()
             else:
-                std = out_std if name.endswith(("wo.weight", "w2.weight")) else 0.02
+                std = out_std if name.endswith(("wo.weight", "w2.weight", ".w2")) else 0.02
                 p.normal_(0.0, std, generator=g)
 
     def setup_cache(self, batch: int, max_seq_len: int) -> KVCache:

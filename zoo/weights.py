@@ -1,4 +1,5 @@
-"""Load Hugging Face Llama / Mistral / Qwen2 weights into a zoo ``Transformer`` (no pickle).
+"""Load Hugging Face Llama / Mistral / Qwen2 / Qwen3 (and their MoE: Mixtral, Qwen3-MoE, OLMoE)
+weights into a zoo ``Transformer`` (no pickle).
 
 The name mapping lives in one function (nanoGPT ``from_pretrained``): HF keeps q, k, v and gate, up as
 separate matrices; the zoo stacks them into ``wqkv`` and ``w13``. The three families share HF's Llama
@@ -47,15 +48,45 @@ def hf_to_zoo(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.
             out[z + "attention.wqkv.bias"] = torch.cat(
                 [take(a + f"self_attn.{p}_proj.bias") for p in "qkv"])
         out[z + "attention.wo.weight"] = take(a + "self_attn.o_proj.weight")
-        out[z + "feed_forward.w13.weight"] = torch.cat(
-            [take(a + "mlp.gate_proj.weight"), take(a + "mlp.up_proj.weight")])
-        out[z + "feed_forward.w2.weight"] = take(a + "mlp.down_proj.weight")
+        if cfg.qk_norm != "none":
+            for p in "qk":
+                out[z + f"attention.{p}_norm.weight"] = take(a + f"self_attn.{p}_norm.weight")
+        if cfg.layer_is_moe(i):
+            out.update(_experts(hf, take, cfg, a, z + "feed_forward."))
+        else:
+            out[z + "feed_forward.w13.weight"] = torch.cat(
+                [take(a + "mlp.gate_proj.weight"), take(a + "mlp.up_proj.weight")])
+            out[z + "feed_forward.w2.weight"] = take(a + "mlp.down_proj.weight")
         out[z + "attention_norm.weight"] = take(a + "input_layernorm.weight")
         out[z + "ffn_norm.weight"] = take(a + "post_attention_layernorm.weight")
     unused = sorted(k for k in hf if k not in used and not re.search(r"rotary_emb\.inv_freq$", k))
     if unused:
         raise KeyError(f"checkpoint tensors not used by the zoo model: {unused[:8]}"
                        + (" ..." if len(unused) > 8 else ""))
+    return out
+
+
+def _experts(hf: dict, take, cfg: ModelConfig, a: str, z: str) -> dict[str, torch.Tensor]:
+    """One MoE layer's router and experts in zoo names (``zoo.experts``: ``router.weight``,
+    ``w13 [E, 2 Fe, d]`` gate then up, ``w2 [E, d, Fe]``), from any of the layouts a checkpoint
+    holds them in: transformers 5's stacked ``mlp.experts.gate_up_proj`` / ``down_proj``, the
+    published per-expert ``mlp.experts.{e}.gate_proj`` / ``up_proj`` / ``down_proj`` (Qwen3-MoE,
+    OLMoE), or Mixtral's ``block_sparse_moe.gate`` and ``experts.{e}.w1`` / ``w3`` / ``w2``."""
+    E = cfg.n_experts
+    if a + "block_sparse_moe.gate.weight" in hf:  # Mixtral's published layout
+        m = a + "block_sparse_moe."
+        names = ("w1", "w3", "w2")
+    else:
+        m = a + "mlp."
+        names = ("gate_proj", "up_proj", "down_proj")
+    out = {z + "router.weight": take(m + "gate.weight")}
+    if m + "experts.gate_up_proj" in hf:
+        out[z + "w13"] = take(m + "experts.gate_up_proj")
+        out[z + "w2"] = take(m + "experts.down_proj")
+        return out
+    g, u, d = ([take(f"{m}experts.{e}.{n}.weight") for e in range(E)] for n in names)
+    out[z + "w13"] = torch.stack([torch.cat([g[e], u[e]]) for e in range(E)])
+    out[z + "w2"] = torch.stack(d)
     return out
 
 

@@ -32,6 +32,7 @@ import math
 from kernels import decode_attention
 from kernels.switches import Switches
 from zoo import ModelConfig, attn, ffn
+from zoo.config import LATER_FIELDS
 from zoo.counts import mean_decode_context
 from zoo.generate import PREFILL_GRAPH_MAX_TOKENS
 from zoo.launches import Kernel, Stage
@@ -81,7 +82,7 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     out += [st.elem("rmsnorm", norm_bytes, launches=nl, in_prologue=True),
             *attn.kind(cfg).kernels(st, fold, decode_attention.launches),
             st.elem("rmsnorm", norm_bytes, launches=nl, in_prologue=True),
-            *ffn.kind(cfg).kernels(st)]
+            *(k for kind, n in ffn.groups(cfg) for k in kind.kernels(st, rep=n))]
     if not fused:
         out.append(st.elem("residual", 2 * 3 * M * d * wb, launches=2))
     out += [st.elem("rmsnorm", 2 * batch * d * wb, rep=1, launches=nl, in_prologue=True),
@@ -186,6 +187,13 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
                 continue
         if host is None:  # an older calibration: per op
             host = launches * cal.launch("eager_op")
+        elif cfg.moe:  # the per-layer costs are a dense layer's: an MoE layer issues more ops
+            dense = cfg.replace(**{k: v for k, v in LATER_FIELDS.items() if k != "qk_norm"})
+            extra = launches - sum(k.repeat * k.launches for k in kernel_list(
+                dense, batch, new, context, kernels, fold))
+            host += max(extra, 0) * cal.launch("eager_op")
+            basis.setdefault("launch_overhead", set()).add(
+                f"{extra} MoE launches beyond a dense layer's at eager_op each")
         calib["launch_overhead"] = max(host, gpu) - (gpu - gaps)
         if host > gpu:  # a host-bound stage: the host's time, and how it varies
             spread2 += (EAGER_HOST_UNCERTAINTY * host) ** 2

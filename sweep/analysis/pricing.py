@@ -19,31 +19,22 @@ import numpy as np
 from zoo.formats import DTYPE_BYTES
 
 from .calibration_store import Calibration
+from .interp import interp_log
 
 # added to the Shepard weights' sum of the decode-attention correction (``_attn_point``): small
 # beside the weight of a calibrated shape 2x away (1 / log(2)^2 = 2.08), so between calibrated
 # shapes the correction is theirs, and where the last weight fades it fades to no correction
 SHEPARD_FLOOR = 0.1
+# elementwise ops with no calibration entry of their own yet, priced by a like entry's time per
+# launch (that entry's launches: the sampling is a clone and an argmax), noted: the MoE layer's
+PROXIES = {"router": ("sample", 2, "the MoE router's softmax / top-k / sort"),
+           "moe_gather": ("embedding", 1, "the MoE tokens' gather"),
+           "moe_combine": ("residual", 1, "the MoE experts' weighted combine")}
 
 
 def _covers(rows, m: float) -> bool:
     """Whether calibrated GEMM ``rows`` (one ``(N, K)``) hold an M at or around ``m``."""
     return len(rows) > 0 and rows.M.min() <= m <= rows.M.max()
-
-
-def _interp_log(x: float, xs: np.ndarray, ys: np.ndarray) -> tuple[float, bool]:
-    """Piecewise-linear interpolation of log y over log x; ``(y, inside)``: outside the range the
-    nearest end is extended along the last segment's slope and ``inside`` is False."""
-    lx, lxs, lys = math.log(x), np.log(xs), np.log(ys)
-    if len(xs) == 1:
-        return float(ys[0]), x == xs[0]
-    inside = bool(lxs[0] <= lx <= lxs[-1])
-    if lx < lxs[0]:
-        return float(ys[0]), False  # below the smallest M: a GEMM does not get faster
-    if lx > lxs[-1]:
-        slope = (lys[-1] - lys[-2]) / (lxs[-1] - lxs[-2])
-        return float(math.exp(lys[-1] + slope * (lx - lxs[-1]))), False
-    return float(math.exp(np.interp(lx, lxs, lys))), inside
 
 
 class Calibrated:
@@ -99,7 +90,7 @@ class Calibrated:
                            f"N={int(nn.N)} K={int(nn.K)} (calibrated around M={s['M']})")
         nk = float(same.N.iloc[0] * same.K.iloc[0])
         same = same.groupby("M", as_index=False).time_s.median()
-        t, inside = _interp_log(s["M"], same.M.to_numpy(float), same.time_s.to_numpy(float))
+        t, inside = interp_log(s["M"], same.M.to_numpy(float), same.time_s.to_numpy(float))
         if not inside and len(same) == 1:  # one M measured: its achieved FLOP/s at this M
             t = max(t * s["M"] / float(same.M.iloc[0]), self._gemm_fixed(s["dtype"]))
         if "nearest" in basis:  # the same achieved FLOP/s on this GEMM's FLOPs
@@ -146,7 +137,7 @@ class Calibrated:
             self._note(f"decode GEMV N={s['N']} K={s['K']} {pro} not calibrated: scaled from "
                        f"N={int(nn.N)} K={int(nn.K)}")
         same = same.sort_values("M").groupby("M", as_index=False).time_s.median()
-        sec, inside = _interp_log(s["M"], same.M.to_numpy(float), same.time_s.to_numpy(float))
+        sec, inside = interp_log(s["M"], same.M.to_numpy(float), same.time_s.to_numpy(float))
         fixed = min(self._fixed("gemv", s["dtype"]), sec)
         if "nearest" in basis:  # the bytes part scales with the weights, the latency does not
             sec = fixed + (sec - fixed) * s["N"] * s["K"] / float(nn.N * nn.K)
@@ -207,7 +198,7 @@ class Calibrated:
         for k, v in key.items():
             sel = sel[sel[k] == v]
         med = sel.groupby("bytes").time_s.median()
-        t, _ = _interp_log(nbytes, med.index.to_numpy(float), med.to_numpy(float))
+        t, _ = interp_log(nbytes, med.index.to_numpy(float), med.to_numpy(float))
         return fixed + (t - fixed) * self.scale["memory"], f"{name} interpolated by bytes"
 
     def decode_attn(self, s: dict, nbytes: float) -> tuple[float, str]:
@@ -321,7 +312,7 @@ class Calibrated:
             p = p[exact]
         d = p.assign(eff=p.flops / p.time_s).groupby("T", as_index=False).eff.median()
         eff = d.eff.to_numpy(float)  # FLOP/s at each T (median over head counts)
-        e, inside = _interp_log(s["T"], d["T"].to_numpy(float), eff)
+        e, inside = interp_log(s["T"], d["T"].to_numpy(float), eff)
         if not inside:
             self._note(f"prefill attention T={s['T']} outside the calibrated "
                        f"[{int(d['T'].min())}, {int(d['T'].max())}]")
@@ -391,11 +382,16 @@ class Calibrated:
             return self.decode_attn(k.shape, k.bytes)
         if k.kind == "prefill_attn":
             return self.prefill_attn(k.shape, k.flops)
-        if k.shape["op"] == "sample":
-            try:
-                return self.linear("elementwise", {"op": "sample", "impl": "torch"}, k.bytes)
-            except KeyError:  # an older calibration: two tiny launches, as it priced them
+        op = k.shape["op"]
+        try:
+            return self.linear("elementwise", {"op": op, "impl": k.shape["impl"]}, k.bytes)
+        except KeyError:
+            if op == "sample":  # an older calibration: two tiny launches, as it priced them
                 self._note("logits sampling not calibrated: priced as two tiny kernels")
                 return 2 * self.launch("graph_kernel"), "launch graph_kernel (sampling)"
-        return self.linear("elementwise", {"op": k.shape["op"], "impl": k.shape["impl"]},
-                           k.bytes)
+            if op not in PROXIES:
+                raise
+        like, n, what = PROXIES[op]
+        self._note(f"{what} not calibrated: priced as the {like} entry on its bytes, per launch")
+        t, b = self.linear("elementwise", {"op": like, "impl": "torch"}, k.bytes)
+        return t * k.launches / n, f"{b} (as {what})"

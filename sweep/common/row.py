@@ -111,6 +111,8 @@ COLUMNS = {c.name: c for c in (
     Column("params_non_embedding", "parameters", "non-embedding parameters", direction="max",
            kind="analytic"),
     Column("params_total", "parameters", "parameters", direction="max", kind="analytic"),
+    Column("params_active", "parameters", "active parameters (per token)", direction="max",
+           kind="analytic"),
     Column("kv_bytes_per_token", "bytes", "KV-cache bytes per token", direction="min",
            kind="analytic"),
     Column("peak_mem_bytes", "bytes", "peak GPU memory", direction="min"),

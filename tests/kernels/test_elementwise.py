@@ -25,7 +25,7 @@ def test_rmsnorm(rows, d, dtype, with_residual, device):
 
 
 def test_rmsnorm_matches_zoo_module(device):
-    from zoo.model import RMSNorm
+    from zoo.norms import RMSNorm
 
     m = RMSNorm(640, 1e-6).to(device)
     with torch.no_grad():

@@ -190,7 +190,7 @@ def test_gemv_refuses_bad_input():
 
 
 def test_linear_matches_nn_linear_with_norm():
-    from zoo.model import RMSNorm
+    from zoo.norms import RMSNorm
 
     g = torch.Generator(DEVICE).manual_seed(5)
     lin = torch.nn.Linear(96, 72, bias=True).to(DEVICE)

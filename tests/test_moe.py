@@ -1,0 +1,203 @@
+"""Mixtures of experts and QK-norm in the zoo (issue 38): built from real configs, the same
+logits as transformers, the published parameter counts, bad designs refused by field."""
+
+import json
+
+import pytest
+import torch
+
+from zoo import DesignError, Generator, ModelConfig, Transformer, counts
+from zoo.moe import expected_touched
+from zoo.weights import load_hf_weights
+
+transformers = pytest.importorskip("transformers")
+
+# tiny designs of each family: routing skewed by the router's random weights, top-k of several,
+# Qwen3-MoE with a dense first layer and per-head QK-norm, OLMoE with QK-norm over the projections
+CASES = {
+    "mixtral": dict(n_experts=4, n_experts_active=2, expert_ffn_dim=48, ffn_dim=48),
+    "qwen3_moe": dict(n_experts=8, n_experts_active=3, expert_ffn_dim=40, qk_norm="head",
+                      router_renorm=False, first_k_dense=1, head_dim=24),
+    "qwen3_moe_renorm": dict(n_experts=6, n_experts_active=2, expert_ffn_dim=40,
+                             qk_norm="head"),
+    "olmoe": dict(n_experts=6, n_experts_active=2, expert_ffn_dim=32, qk_norm="full",
+                  router_renorm=False, n_kv_heads=8),
+    "qwen3_dense": dict(qk_norm="head", head_dim=24),
+}
+
+
+def _hf_model(cfg: ModelConfig, seed: int):
+    """transformers' model of ``cfg``'s family with random weights: its norms, biases and its
+    router too (transformers starts a Qwen3-MoE / OLMoE router at zero: every token would route
+    alike)."""
+    torch.manual_seed(seed)
+    m = transformers.AutoModelForCausalLM.from_config(
+        transformers.AutoConfig.for_model(**cfg.to_hf())).float().eval()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if p.ndim == 1:
+                p.add_(0.1 * torch.randn_like(p))
+            elif "experts" in name or name.endswith("mlp.gate.weight"):
+                p.normal_(0.0, 0.05)
+    return m
+
+
+def _assert_same(zoo, hf, cfg, steps=4):
+    """Prefill and ``steps`` decode steps of the zoo model against ``hf``'s logits (fp32, 1e-4)."""
+    B, T = 2, 11
+    prompt = torch.randint(0, cfg.vocab_size, (B, T), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        gen = Generator(zoo, B, T + steps)
+        ref = hf(prompt).logits[:, -1]
+        torch.testing.assert_close(gen.prefill(prompt), ref, rtol=1e-4, atol=1e-4)
+        seq, tok = prompt, ref.argmax(-1, keepdim=True)
+        for _ in range(steps):
+            seq = torch.cat([seq, tok], 1)
+            ref = hf(seq).logits[:, -1]
+            torch.testing.assert_close(gen.decode(tok), ref, rtol=1e-4, atol=1e-4)
+            tok = ref.argmax(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_logits_match_transformers(case):
+    cfg = ModelConfig.from_name("tiny", kernels="torch", **CASES[case])
+    hf = _hf_model(cfg, seed=sorted(CASES).index(case))
+    assert hf.config.model_type == cfg.to_hf()["model_type"]
+    zoo = load_hf_weights(Transformer.build(cfg, "cpu", init=False), dict(hf.state_dict()))
+    _assert_same(zoo, hf, cfg)
+
+
+@pytest.mark.parametrize("case", ["mixtral", "qwen3_moe", "olmoe"])
+def test_save_pretrained_round_trip(case, tmp_path):
+    """transformers' save_pretrained (its config.json and safetensors, experts in the layout
+    it writes) -> ``ModelConfig.from_hf`` -> ``load_hf_weights``: the same design and logits."""
+    cfg = ModelConfig.from_name("tiny", kernels="torch", **CASES[case])
+    hf = _hf_model(cfg, seed=11)
+    hf.save_pretrained(tmp_path)
+    back = ModelConfig.from_hf(tmp_path, dtype="fp32", kv_dtype="fp32", kernels="torch")
+    keys = ("n_experts", "n_experts_active", "expert_ffn_dim", "router_renorm", "first_k_dense",
+            "qk_norm", "n_layers", "head_dim")
+    assert {k: getattr(back, k) for k in keys} == {k: getattr(cfg, k) for k in keys}
+    _assert_same(load_hf_weights(Transformer.build(back, "cpu", init=False), tmp_path), hf, back)
+
+
+def test_published_per_expert_layouts_load_alike():
+    """A checkpoint as published (Mixtral's ``block_sparse_moe.experts.{e}.w1/w3/w2``, Qwen3-MoE's
+    and OLMoE's ``mlp.experts.{e}.gate_proj/up_proj/down_proj``) loads the same weights as
+    transformers 5's stacked ``gate_up_proj`` / ``down_proj``."""
+    for case, names in (("mixtral", ("block_sparse_moe", "w1", "w3", "w2")),
+                        ("olmoe", ("mlp", "gate_proj", "up_proj", "down_proj"))):
+        cfg = ModelConfig.from_name("tiny", kernels="torch", **CASES[case])
+        sd = dict(_hf_model(cfg, seed=5).state_dict())
+        mod, g, u, dn = names
+        split = {}
+        for k, v in sd.items():
+            if k.endswith("mlp.experts.gate_up_proj"):
+                base = k.removesuffix("mlp.experts.gate_up_proj") + mod + ".experts."
+                for e in range(cfg.n_experts):
+                    gate, up = v[e].chunk(2)
+                    split[f"{base}{e}.{g}.weight"], split[f"{base}{e}.{u}.weight"] = gate, up
+            elif k.endswith("mlp.experts.down_proj"):
+                base = k.removesuffix("mlp.experts.down_proj") + mod + ".experts."
+                for e in range(cfg.n_experts):
+                    split[f"{base}{e}.{dn}.weight"] = v[e]
+            elif k.endswith("mlp.gate.weight"):
+                split[k.removesuffix("mlp.gate.weight") + mod + ".gate.weight"] = v
+            else:
+                split[k] = v
+        a = load_hf_weights(Transformer.build(cfg, "cpu", init=False), sd).state_dict()
+        b = load_hf_weights(Transformer.build(cfg, "cpu", init=False), split).state_dict()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), case
+
+
+# published totals and active parameters (model cards / papers), given to 0.1B: Mixtral-8x7B
+# 46.7B / 12.9B (Jiang et al. 2024, arXiv:2401.04088); Qwen3-30B-A3B 30.5B / 3.3B (Qwen3 model
+# card); OLMoE-1B-7B 6.9B / 1.3B (Muennighoff et al. 2024, arXiv:2409.02060). The totals agree
+# within 1%; an active count within the figure's last digit (Qwen's 3.35B reads "3.3B", OLMoE's
+# 1.28B "1.3B": 1.6% and 1.4% from the rounded figure, 0.05B and 0.02B)
+PUBLISHED = {"mixtral_8x7b": (46.7e9, 12.9e9), "qwen3_30b_a3b": (30.5e9, 3.3e9),
+             "olmoe_1b_7b": (6.9e9, 1.3e9)}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_shipped_configs_have_the_published_parameter_counts(name):
+    cfg = ModelConfig.from_name(name)
+    assert cfg.moe and cfg.resolved("cuda").kernels == "torch"
+    from zoo.model import _shapes_only
+
+    with torch.device("meta"), _shapes_only():
+        model = Transformer(cfg.resolved("cpu"))
+    numel = sum(p.numel() for p in model.parameters())
+    p = counts.params(cfg)
+    assert p.total == numel
+    total, active = PUBLISHED[name]
+    assert abs(p.total / total - 1) < 0.01 and abs(p.active - active) < 0.1e9, \
+        (p.total, p.active)
+
+
+def test_touched_experts_and_the_bytes_a_decode_step_reads():
+    """Decode reads the experts its tokens route to: at batch 1 the k active ones (no more), at a
+    large batch nearly all; the weight bytes follow, between the active and the total."""
+    assert expected_touched(64, 8, 1) == pytest.approx(8)
+    assert expected_touched(64, 8, 512) == pytest.approx(64, rel=1e-6)
+    cfg = ModelConfig.from_name("olmoe_1b_7b")
+    p = counts.params(cfg)
+    one, many = (counts.decode_step(cfg, b, 512).bytes["weights"] / 2 for b in (1, 256))
+    emb_rows = cfg.d_model  # one token's embedding row
+    assert one == pytest.approx(p.active - p.embedding + emb_rows, rel=1e-9)
+    assert p.active < many < p.total
+
+
+@pytest.mark.parametrize("over,field", [
+    (dict(n_experts=4, n_experts_active=5, expert_ffn_dim=32), "n_experts_active"),
+    (dict(n_experts=4, n_experts_active=2), "expert_ffn_dim"),
+    (dict(n_experts=4, expert_ffn_dim=32), "n_experts_active"),
+    (dict(n_experts_active=2), "n_experts_active=2 needs n_experts"),
+    (dict(n_experts=4, n_experts_active=2, expert_ffn_dim=32, first_k_dense=2), "first_k_dense"),
+    (dict(n_experts=4, n_experts_active=2, expert_ffn_dim=32, kernels="triton"), "kernels=triton"),
+    (dict(n_experts=4, n_experts_active=2, expert_ffn_dim=32, kv_dtype="int8",
+          kernels="torch"), "kv_dtype=int8"),
+    (dict(n_experts=4, n_experts_active=2, expert_ffn_dim=32, ffn_type="gelu"), "ffn_type"),
+    (dict(n_experts=-1), "n_experts"),
+    (dict(qk_norm="layer"), "qk_norm"),
+    (dict(qk_norm="head", kernels="triton"), "qk_norm=head with kernels=triton"),
+])
+def test_bad_moe_designs_are_refused_by_field(over, field):
+    with pytest.raises(DesignError, match=field):
+        ModelConfig.from_name("tiny", **over).validate()
+
+
+def test_moe_designs_refuse_a_graphed_mode_on_a_gpu():
+    from sweep.plan import check_mode
+
+    moe = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
+    with pytest.raises(DesignError, match="mode=cudagraph with n_experts=64"):
+        check_mode("cudagraph", {"type": "cuda", "name": "GPU"}, moe)
+    check_mode("eager", {"type": "cuda", "name": "GPU"}, moe)
+    check_mode("cudagraph", {"type": "predict", "name": "h100"}, moe)  # priced, not run
+
+
+@pytest.mark.parametrize("extra,message", [
+    ({"decoder_sparse_step": 2}, "decoder_sparse_step=2"),
+    ({"mlp_only_layers": [1]}, r"mlp_only_layers=\[1\]"),
+    ({"clip_qkv": 8.0}, "clip_qkv=8.0"),
+    ({"model_type": "qwen2_moe"}, "model_type='qwen2_moe' is not supported"),
+])
+def test_hf_moe_features_the_zoo_does_not_run_are_refused_by_key(extra, message):
+    hf = json.loads((__import__("zoo").config.CONFIG_DIR / "qwen3_30b_a3b.json").read_text())
+    with pytest.raises(DesignError, match=message):
+        ModelConfig.from_hf(dict(hf, **extra))
+
+
+def test_a_dense_designs_study_identity_is_unchanged_by_the_moe_fields():
+    """The fields added for mixtures of experts and QK-norm enter a study's identity only where
+    set: a dense design's identity (and so its study's name) stays what it was."""
+    from zoo.config import LATER_FIELDS
+
+    dense = ModelConfig.from_name("llama3_2_1b")
+    assert not set(LATER_FIELDS) & set(dense.identity_dict())
+    moe = ModelConfig.from_name("olmoe_1b_7b")
+    assert {"n_experts", "n_experts_active", "expert_ffn_dim", "qk_norm",
+            "router_renorm"} <= set(moe.identity_dict())
+    assert dense.identity_dict() == {k: v for k, v in dense.to_dict().items()
+                                     if k not in LATER_FIELDS}

@@ -1,0 +1,103 @@
+"""The mixture-of-experts FFN on the torch path: router, top-k, SwiGLU experts, shared experts.
+
+The layer ``zoo.moe`` describes (Mixtral, Qwen3-MoE, OLMoE; DeepSeekMoE's ungated shared
+experts), computed as transformers computes it: a softmax over the router's logits in float32,
+the top ``n_experts_active`` weights (renormalised with ``router_renorm``), each expert applied to
+the tokens routed to it and its output added, weighted, into theirs. The experts' weights are
+stacked: ``w13 [n_experts, 2 expert_ffn_dim, d_model]`` (gate then up, transformers'
+``gate_up_proj``) and ``w2 [n_experts, d_model, expert_ffn_dim]`` (``down_proj``).
+
+This is the reference path: it reads the experts' token counts on the host, so it runs eagerly
+(``sweep.plan.check_mode``); the GPU's graph-capturable kernels come beside it in ``kernels/``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+from .moe import MOE
+from .nvtx import annotate
+
+
+class SharedExperts(nn.Module):
+    """``n_shared_experts`` SwiGLU experts every token goes through, as one FFN of width
+    ``n_shared_experts * expert_ffn_dim``: ``w13 [2 S Fe, d]``, ``w2 [d, S Fe]``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        width = cfg.n_shared_experts * cfg.expert_ffn_dim
+        self.w13 = nn.Linear(cfg.d_model, 2 * width, bias=False)
+        self.w2 = nn.Linear(width, cfg.d_model, bias=False)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """``h [N, d_model]`` -> ``[N, d_model]``."""
+        gate, up = self.w13(h).chunk(2, dim=-1)
+        return self.w2(F.silu(gate) * up)
+
+
+class MoEFeedForward(nn.Module):
+    """A mixture-of-experts FFN (``zoo.moe.MoEFFN``).
+
+    x: ``[B, T, d_model]`` -> ``[B, T, d_model]``. Parameters: ``router.weight [E, d]``,
+    ``w13 [E, 2 Fe, d]``, ``w2 [E, d, Fe]``, and ``shared`` (``SharedExperts``) when
+    ``n_shared_experts > 0``.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg, self.kind = cfg, MOE
+        E, d, Fe = cfg.n_experts, cfg.d_model, cfg.expert_ffn_dim
+        self.router = nn.Linear(d, E, bias=False)
+        self.w13 = nn.Parameter(torch.empty(E, 2 * Fe, d))
+        self.w2 = nn.Parameter(torch.empty(E, d, Fe))
+        self.shared = SharedExperts(cfg) if cfg.n_shared_experts else None
+
+    def route(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(weights [N, k] in h's dtype, experts [N, k] int64)`` of tokens ``h [N, d_model]``:
+        softmax over the router's logits in float32, the top ``k``, renormalised with
+        ``router_renorm``."""
+        with annotate("router"):
+            logits = self.router(h)
+        with annotate("topk"):
+            probs = torch.softmax(logits.float(), dim=-1)
+            w, idx = torch.topk(probs, self.cfg.n_experts_active, dim=-1)
+            if self.cfg.router_renorm:
+                w = w / w.sum(dim=-1, keepdim=True)
+        return w.to(h.dtype), idx
+
+    def experts(self, h: torch.Tensor, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """The routed experts' weighted sum for tokens ``h [N, d_model]``, weights ``w [N, k]``,
+        experts ``idx [N, k]``: tokens sorted by expert, each expert one SwiGLU over its own
+        (the experts' token counts read on the host)."""
+        k = idx.shape[1]
+        out = torch.zeros_like(h)
+        flat = idx.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=self.cfg.n_experts).tolist()
+        wflat = w.reshape(-1)
+        start = 0
+        for e, c in enumerate(counts):
+            if not c:
+                continue
+            slots = order[start:start + c]
+            start += c
+            tok = slots // k
+            gate, up = F.linear(h[tok], self.w13[e]).chunk(2, dim=-1)
+            y = F.linear(F.silu(gate) * up, self.w2[e])
+            out.index_add_(0, tok, y * wflat[slots, None])
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [B, T, d_model]`` -> ``[B, T, d_model]``."""
+        B, T, d = x.shape
+        h = x.reshape(B * T, d)
+        w, idx = self.route(h)
+        with annotate("experts"):
+            out = self.experts(h, w, idx)
+        if self.shared is not None:
+            with annotate("shared"):
+                out = out + self.shared(h)
+        return out.view(B, T, d)

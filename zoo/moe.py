@@ -1,0 +1,135 @@
+"""The mixture-of-experts FFN kind: what the rest of the project reads of an MoE layer.
+
+An MoE layer (``ModelConfig.n_experts > 0``, from block ``first_k_dense`` on) replaces the dense
+FFN with a router ``[n_experts, d_model]``, a softmax over the experts and a top-k choice of
+``n_experts_active`` (k) of them per token (the k weights renormalised with ``router_renorm``),
+``n_experts`` SwiGLU experts of width ``expert_ffn_dim`` (``Fe``), and ``n_shared_experts`` (S)
+experts every token goes through (one SwiGLU of width ``S Fe``). The layout of Mixtral
+(Jiang et al. 2024, arXiv:2401.04088), Qwen3-MoE and OLMoE (Muennighoff et al. 2024,
+arXiv:2409.02060); shared experts as DeepSeekMoE's (Dai et al. 2024, arXiv:2401.06066).
+
+Like ``zoo.ffn.DenseFFN`` it declares its parameters (total and active), FLOPs, the activations
+it holds, the weights a stage reads (``read_params``: the experts its tokens touch), the kernels a
+stage launches and its profiler ranges. Torch-free; its module is ``zoo.experts.MoEFeedForward``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import ModelConfig
+from .kinds import module_class
+from .launches import Kernel, Stage
+
+
+def expected_touched(n_experts: int, k: int, tokens: int) -> float:
+    """Expected number of distinct experts ``tokens`` tokens route to when each picks ``k`` of
+    ``n_experts`` uniformly and independently (a router with random weights routes almost so):
+    ``E (1 - (1 - k/E)^N)``. The bytes of a decode step's experts follow it."""
+    if tokens <= 0:
+        return 0.0
+    return n_experts * (1.0 - (1.0 - k / n_experts) ** tokens)
+
+
+@dataclass(frozen=True)
+class MoEFFN:
+    """The MoE FFN kind (see the module doc).
+
+    Attributes:
+        name: the kind's name (``moe``; not an ``ffn_type``: the experts are SwiGLU).
+        module: ``"package.module:Class"`` of its ``nn.Module``.
+        ranges: its profiler ranges and the module kind each times (the router's GEMM and the
+            experts' GEMMs are the ``ffn`` module's, the softmax / top-k and the combine its
+            elementwise part).
+    """
+
+    name: str = "moe"
+    module: str = "zoo.experts:MoEFeedForward"
+    ranges: tuple = (("router", "ffn"), ("topk", "norms_elementwise"),
+                     ("experts", "ffn"), ("shared", "ffn"))
+
+    @staticmethod
+    def _per_expert(cfg: ModelConfig) -> int:
+        """Parameters of one expert: ``3 d_model expert_ffn_dim`` (gate, up, down)."""
+        return 3 * cfg.d_model * cfg.expert_ffn_dim
+
+    def params(self, cfg: ModelConfig) -> int:
+        """Parameters per MoE layer: the router ``E d`` and ``E + S`` experts."""
+        return cfg.n_experts * cfg.d_model + (cfg.n_experts + cfg.n_shared_experts) * \
+            self._per_expert(cfg)
+
+    def active_params(self, cfg: ModelConfig) -> int:
+        """Parameters one token uses per MoE layer: the router and ``k + S`` experts."""
+        return cfg.n_experts * cfg.d_model + (cfg.n_experts_active + cfg.n_shared_experts) * \
+            self._per_expert(cfg)
+
+    def read_params(self, cfg: ModelConfig, tokens: int) -> float:
+        """Parameters a forward of ``tokens`` tokens reads per MoE layer (the minimum: each
+        touched expert once): the router, the expected touched experts (``expected_touched``)
+        and the shared ones."""
+        touched = expected_touched(cfg.n_experts, cfg.n_experts_active, tokens)
+        return cfg.n_experts * cfg.d_model + (touched + cfg.n_shared_experts) * \
+            self._per_expert(cfg)
+
+    def flops(self, cfg: ModelConfig, tokens: int) -> int:
+        """Matmul FLOP per MoE layer for ``tokens`` rows: the router ``2 N d E`` and ``k + S``
+        experts per token, ``2 N (k + S) 3 d Fe``."""
+        return 2 * tokens * cfg.d_model * cfg.n_experts + \
+            2 * tokens * (cfg.n_experts_active + cfg.n_shared_experts) * self._per_expert(cfg)
+
+    def elementwise_flops(self, cfg: ModelConfig, tokens: int) -> int:
+        """Per MoE layer (estimate): the router's softmax ~5 FLOP per expert, SwiGLU ~5 per
+        hidden unit of each expert a token goes through, the weighted combine 2 per channel and
+        routed expert."""
+        k, S = cfg.n_experts_active, cfg.n_shared_experts
+        return tokens * (5 * cfg.n_experts + 5 * (k + S) * cfg.expert_ffn_dim
+                         + 2 * k * cfg.d_model)
+
+    def hidden_per_token(self, cfg: ModelConfig) -> int:
+        """Elements a prefill holds per token: router logits, each of its ``k + S`` experts' gate
+        and up (``2 Fe``) and activation (``Fe``), the ``k`` routed outputs."""
+        k, S = cfg.n_experts_active, cfg.n_shared_experts
+        return cfg.n_experts + 3 * (k + S) * cfg.expert_ffn_dim + k * cfg.d_model
+
+    def kernels(self, st: Stage, rep: int) -> list[Kernel]:
+        """The MoE FFN's kernels in stage ``st`` over ``rep`` MoE layers, as the torch path
+        (``zoo.experts``) launches them: the router GEMM; its softmax and top-k with the tokens'
+        sort by expert (``router``: float32 casts, softmax, top-k, the renormalisation, the
+        output zeroed, the sort and the count); then per touched expert (their expected number,
+        ``expected_touched``) its tokens and weights gathered (``moe_gather``), the ``w13`` GEMM
+        over them, SwiGLU, ``w2``, and its output weighted and added into theirs
+        (``moe_combine``); the shared experts as one dense FFN added in. Ops without a
+        calibration entry of their own are priced by a like one, noted
+        (``sweep.analysis.pricing.PROXIES``)."""
+        cfg, M, wb = st.cfg, st.M, st.wb
+        d, E, k, Fe, S = (cfg.d_model, cfg.n_experts, cfg.n_experts_active, cfg.expert_ffn_dim,
+                          cfg.n_shared_experts)
+        touched = expected_touched(E, k, M)
+        n_exp = max(1, round(touched))
+        m = max(1, round(M * k / touched))  # tokens per touched expert, on average
+        casts = 0 if cfg.dtype == "fp32" else 2  # the router's float32 and back
+        out = [st.gemm("ffn", "router", E, d, rep=rep),
+               st.elem("router", (2 * M * E + 2 * M * k) * 4 + M * d * wb, rep=rep,
+                       launches=casts + 2 + 2 * cfg.router_renorm + 3),
+               st.elem("moe_gather", 2 * m * d * wb, rep=rep * n_exp, launches=3),
+               st.gemm("ffn", "experts_w13", 2 * Fe, d, m=m, rep=rep * n_exp),
+               st.elem("swiglu", 3 * m * Fe * wb, rep=rep * n_exp),
+               st.gemm("ffn", "experts_w2", d, Fe, m=m, rep=rep * n_exp),
+               st.elem("moe_combine", 3 * m * d * wb, rep=rep * n_exp, launches=2)]
+        if S:
+            out += [st.gemm("ffn", "shared_w13", 2 * S * Fe, d, rep=rep),
+                    st.elem("swiglu", 3 * M * S * Fe * wb, rep=rep),
+                    st.gemm("ffn", "shared_w2", d, S * Fe, rep=rep),
+                    st.elem("residual", 3 * M * d * wb, rep=rep)]
+        return [x for x in out if x is not None]
+
+    def decode_linears(self, ffn) -> list[tuple]:
+        """None on the decode GEMV path: the MoE layers run on the torch path."""
+        return []
+
+    def build(self, cfg: ModelConfig):
+        """The MoE FFN's ``nn.Module`` for ``cfg`` (its class imported now)."""
+        return module_class(self.module)(cfg)
+
+
+MOE = MoEFFN()

@@ -1,0 +1,41 @@
+"""The normalisation layers of the zoo's blocks: RMSNorm (with its fused Triton kernel) and the
+design's choice between it and LayerNorm (``ModelConfig.norm``)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from kernels import ops
+
+from .config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm (Zhang & Sennrich 2019, arXiv:1910.07467), computed in float32 like HF Llama.
+
+    x: ``[..., dim]`` -> same shape and dtype.
+    """
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [..., dim]`` -> the same shape and dtype: ``weight * x / sqrt(mean(x^2) + eps)``,
+        the normalization in float32 (Zhang & Sennrich 2019, arXiv:1910.07467)."""
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+    def fused(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """The Triton kernel: ``y`` or, with ``residual``, ``(y, x + residual)``."""
+        return ops.rmsnorm(x, self.weight, self.eps, residual=residual)
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    """The design's normalization layer over ``d_model`` channels."""
+    if cfg.norm == "rmsnorm":
+        return RMSNorm(cfg.d_model, cfg.norm_eps)
+    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
