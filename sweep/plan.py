@@ -288,10 +288,14 @@ def check_mode(mode: str, device: dict, cfg: ModelConfig | None = None) -> None:
     if mode != "eager" and device["type"] not in ("cuda", "predict"):
         raise DesignError(f"mode={mode} needs a CUDA GPU (this run is on the {device['type']}; "
                           "mode=eager or mode=auto runs there)")
-    if mode != "eager" and cfg is not None and cfg.moe and device["type"] == "cuda":
-        raise DesignError(f"mode={mode} with n_experts={cfg.n_experts}: the MoE layers' torch "
-                          "path syncs with the host for its experts' token counts, which a CUDA "
-                          "graph cannot capture (mode=eager measures it)")
+    if mode != "eager" and cfg is not None and cfg.moe and device["type"] == "cuda" and (
+            cfg.kernels == "torch" or mode == "compile"):
+        raise DesignError(f"mode={mode} with n_experts={cfg.n_experts} and kernels={cfg.kernels}: "
+                          + ("the MoE layers' torch path syncs with the host for its experts' "
+                             "token counts, which a CUDA graph cannot capture (kernels=triton "
+                             "or mode=eager)" if cfg.kernels == "torch" else
+                             "the MoE kernels are not custom ops for torch.compile yet "
+                             "(mode=cudagraph)"))
 
 
 def model_overrides(model: dict) -> dict:

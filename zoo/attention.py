@@ -50,15 +50,7 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         with annotate("qkv"):
             q, k, v = self.wqkv(x).split([cfg.q_dim, cfg.kv_dim, cfg.kv_dim], dim=-1)
-        if cfg.qk_norm == "full":
-            with annotate("qk_norm"):
-                q, k = self.q_norm(q), self.k_norm(k)
-        q = q.view(B, T, cfg.n_heads, cfg.head_dim)
-        k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim)
-        v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)
-        if cfg.qk_norm == "head":
-            with annotate("qk_norm"):
-                q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = self._heads(q, k, v)
         if cfg.kernels == "triton":
             y = self._triton(q, k, v, rope, input_pos, kv_len, mask)
             with annotate("out_proj"):
@@ -99,10 +91,27 @@ class Attention(nn.Module):
         cfg = self.cfg
         B, T, _ = qkv.shape
         q, k, v = qkv.split([cfg.q_dim, cfg.kv_dim, cfg.kv_dim], dim=-1)
+        q, k, v = self._heads(q, k, v)
+        return self._triton(q, k, v, rope, input_pos, 1, None)
+
+    def _heads(self, q, k, v):
+        """``q [B, T, q_dim]``, ``k``, ``v [B, T, kv_dim]`` -> ``[B, T, heads, head_dim]`` each,
+        q and k normalised first where the design has QK-norm (over the projection, or per
+        head)."""
+        cfg = self.cfg
+        B, T, _ = q.shape
+        if cfg.qk_norm == "full":
+            with annotate("qk_norm"):
+                q, k = self.q_norm(q), self.k_norm(k)
         q = q.view(B, T, cfg.n_heads, cfg.head_dim)
         k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim)
         v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)
-        return self._triton(q, k, v, rope, input_pos, 1, None)
+        if cfg.qk_norm == "head":
+            with annotate("qk_norm"):
+                q, k = self.q_norm(q), self.k_norm(k)
+        if cfg.qk_norm != "none" and cfg.kernels == "triton":  # the decode kernel reads the
+            v = v.contiguous()  # new k and v at one stride
+        return q, k, v
 
     def _scales(self):
         """This layer's K and V scales ``[B, Hkv, S]`` of a quantized cache, else ``(None, None)``."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from .config import ModelConfig
 from .formats import DTYPE_BYTES
 from .kinds import Kinds, module_class
-from .launches import Kernel, Stage
+from .launches import TORCH_KERNELS, Kernel, Stage
 
 _KINDS = Kinds("attention kind")
 
@@ -94,9 +94,11 @@ class GQA:
         rope_bytes, kv_bytes = 2 * M * (H + Hkv) * D * wb, 2 * M * Hkv * D * (wb + kvb)
         out = [st.gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d,
                        prologue="norm+res" + ("+bias" if cfg.qkv_bias else ""))]
-        if cfg.qk_norm != "none":  # two RMSNorms (torch path), priced by the rmsnorm entry
-            out.append(st.elem("rmsnorm", 2 * M * (H + Hkv) * D * wb, launches=2 * st.launches(
-                "rmsnorm")))
+        if cfg.qk_norm != "none":  # two torch RMSNorms (and, for Triton, v made contiguous)
+            nbytes = 2 * M * (H + Hkv) * D * wb
+            out.append(Kernel("norms_elementwise", "elementwise", "rmsnorm", 0, nbytes,
+                              {"op": "rmsnorm", "impl": "torch", "bytes": nbytes},
+                              2 * TORCH_KERNELS["rmsnorm"] + st.fused, L))
         if st.fused and new == 1 and fold:
             pass  # folded into the decode attention launch (zoo.attention; its bytes are a token's)
         elif st.fused:  # one kernel: RoPE and the cache write (priced on their bytes together)

@@ -159,9 +159,6 @@ class ModelConfig:
                 raise DesignError(f"{f} must be true or false, got {getattr(self, f)!r}")
         _check_rope_scaling(self.rope_scaling)
         _choice("qk_norm", self.qk_norm, QK_NORMS)
-        if self.qk_norm != "none" and self.kernels == "triton":
-            raise DesignError(f"qk_norm={self.qk_norm} with kernels=triton: QK-norm runs on the "
-                              "torch path (kernels=torch) until the fused kernels apply it")
         self._validate_moe()
         _choice("dtype", self.dtype, DTYPES)
         _choice("kv_dtype", self.kv_dtype, KV_DTYPES)
@@ -199,7 +196,8 @@ class ModelConfig:
         return self
 
     def _validate_moe(self) -> None:
-        """Refuse an impossible mixture of experts (``validate``), naming the field."""
+        """Refuse an impossible mixture of experts (``validate``), naming the field. (Modes: a
+        torch-path MoE layer runs eagerly only, ``sweep.plan.check_mode``.)"""
         for f in ("n_experts", "n_experts_active", "expert_ffn_dim", "n_shared_experts",
                   "first_k_dense"):
             v = getattr(self, f)
@@ -229,12 +227,6 @@ class ModelConfig:
         if self.ffn_type != "swiglu":
             raise DesignError(f"ffn_type={self.ffn_type} with n_experts > 0: the experts are "
                               "SwiGLU (ffn_type=swiglu)")
-        if self.kernels == "triton":
-            raise DesignError("kernels=triton with n_experts > 0: the MoE layers run on the torch "
-                              "path (kernels=torch) until their Triton kernels land")
-        if self.kv_dtype in ("int8", "fp8_e4m3"):
-            raise DesignError(f"kv_dtype={self.kv_dtype} with n_experts > 0: a quantized cache "
-                              "needs kernels=triton, which MoE designs do not run yet")
 
     # ---- conversions ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -265,8 +257,6 @@ class ModelConfig:
         otherwise torch, unless the KV cache is quantized: Triton); other values unchanged."""
         if self.kernels != "auto":
             return self
-        if self.moe or self.qk_norm != "none":  # their kernels are torch's today
-            return self.replace(kernels="torch")
         quantized = self.kv_dtype in ("int8", "fp8_e4m3")
         return self.replace(kernels="triton" if device_type == "cuda" or quantized else "torch")
 

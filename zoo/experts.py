@@ -7,8 +7,10 @@ the tokens routed to it and its output added, weighted, into theirs. The experts
 stacked: ``w13 [n_experts, 2 expert_ffn_dim, d_model]`` (gate then up, transformers'
 ``gate_up_proj``) and ``w2 [n_experts, d_model, expert_ffn_dim]`` (``down_proj``).
 
-This is the reference path: it reads the experts' token counts on the host, so it runs eagerly
-(``sweep.plan.check_mode``); the GPU's graph-capturable kernels come beside it in ``kernels/``.
+On the torch path (``kernels=torch``) the experts run one by one over their tokens, which reads
+their token counts on the host: eager only (``sweep.plan.check_mode``). With ``kernels=triton``
+the experts are two grouped GEMMs over the tokens sorted by expert on the device
+(``kernels.moe``): no host sync, so a CUDA graph captures the step.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from kernels import moe as moe_kernels
 
 from .config import ModelConfig
 from .moe import MOE
@@ -96,8 +100,18 @@ class MoEFeedForward(nn.Module):
         h = x.reshape(B * T, d)
         w, idx = self.route(h)
         with annotate("experts"):
-            out = self.experts(h, w, idx)
+            if self.cfg.kernels == "triton":
+                out = moe_kernels.moe_experts(h, self.w13, self.w2, w, idx)
+            else:
+                out = self.experts(h, w, idx)
         if self.shared is not None:
             with annotate("shared"):
                 out = out + self.shared(h)
         return out.view(B, T, d)
+
+    def skinny(self, o: torch.Tensor, norm: nn.Module, residual: torch.Tensor):
+        """The decode step's MoE FFN after attention (``zoo.model.Block.skinny``): the FFN norm
+        with the residual add (one Triton kernel), then ``forward``. o, residual:
+        ``[B, 1, d_model]``; returns ``(ffn_out, h)``, ``h = o + residual``."""
+        f, h = norm.fused(o, residual=residual)
+        return self.forward(f), h

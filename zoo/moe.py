@@ -31,6 +31,11 @@ def expected_touched(n_experts: int, k: int, tokens: int) -> float:
     return n_experts * (1.0 - (1.0 - k / n_experts) ** tokens)
 
 
+# the small torch ops of ``kernels.moe.align`` (the slots' device-side sort by expert), counted
+# as tests/test_launches.py counts (ATen ops that launch a kernel)
+ALIGN_LAUNCHES = 25
+
+
 @dataclass(frozen=True)
 class MoEFFN:
     """The MoE FFN kind (see the module doc).
@@ -108,6 +113,8 @@ class MoEFFN:
         n_exp = max(1, round(touched))
         m = max(1, round(M * k / touched))  # tokens per touched expert, on average
         casts = 0 if cfg.dtype == "fp32" else 2  # the router's float32 and back
+        if st.fused:
+            return self._fused_kernels(st, rep, n_exp, m, casts)
         out = [st.gemm("ffn", "router", E, d, rep=rep),
                st.elem("router", (2 * M * E + 2 * M * k) * 4 + M * d * wb, rep=rep,
                        launches=casts + 2 + 2 * cfg.router_renorm + 3),
@@ -123,8 +130,46 @@ class MoEFFN:
                     st.elem("residual", 3 * M * d * wb, rep=rep)]
         return [x for x in out if x is not None]
 
+    def _fused_kernels(self, st: Stage, rep: int, n_exp: int, m: int, casts: int
+                       ) -> list[Kernel]:
+        """``kernels`` on the Triton path (``kernels.moe``): on the decode GEMV path the FFN norm
+        with the residual add (a kernel of its own: no GEMV prologue takes it); the router's GEMM
+        (cuBLAS); its softmax and top-k; the device-side sort by expert (``ALIGN_LAUNCHES``
+        small torch ops); the two grouped GEMMs, each one launch reading every touched expert's
+        weights once (priced as ``n_exp`` GEMMs of ``m`` tokens, noted); the slots' sum; the
+        shared experts as torch's dense FFN."""
+        cfg, M, wb = st.cfg, st.M, st.wb
+        d, E, k, Fe, S = (cfg.d_model, cfg.n_experts, cfg.n_experts_active, cfg.expert_ffn_dim,
+                          cfg.n_shared_experts)
+
+        def gemm(op, N, K, rows, experts=None):
+            shape = {"M": rows, "N": N, "K": K, "dtype": cfg.dtype}
+            n = experts or 1
+            if experts:
+                shape["experts"] = experts
+            return Kernel("ffn", "gemm", op, 2 * rows * n * N * K,
+                          n * N * K * wb + rows * n * (N + K) * wb, shape, 1, rep)
+
+        def torch_op(op, nbytes, launches=1):  # the torch ops around the Triton kernels
+            return Kernel("norms_elementwise", "elementwise", op, 0, nbytes,
+                          {"op": op, "impl": "torch", "bytes": nbytes}, launches, rep)
+
+        out = [st.elem("rmsnorm", 4 * M * d * wb, rep=rep) if st.skinny else None,
+               gemm("router", E, d, M),
+               torch_op("router", (2 * M * E + 2 * M * k) * 4 + M * d * wb,
+                        casts + 2 + 2 * cfg.router_renorm + ALIGN_LAUNCHES),
+               gemm("moe_up", 2 * Fe, d, m, n_exp),
+               gemm("moe_down", d, Fe, m, n_exp),
+               torch_op("residual", (M * k + M) * d * wb)]  # the slots summed per token
+        if S:
+            out += [gemm("shared_w13", 2 * S * Fe, d, M),
+                    torch_op("swiglu", 3 * M * S * Fe * wb, 2),
+                    gemm("shared_w2", d, S * Fe, M),
+                    torch_op("residual", 3 * M * d * wb)]
+        return [x for x in out if x is not None]
+
     def decode_linears(self, ffn) -> list[tuple]:
-        """None on the decode GEMV path: the MoE layers run on the torch path."""
+        """None: no MoE layer runs on the decode GEMV path (``kernels.decode_linear``)."""
         return []
 
     def build(self, cfg: ModelConfig):

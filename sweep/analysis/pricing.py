@@ -20,16 +20,12 @@ from zoo.formats import DTYPE_BYTES
 
 from .calibration_store import Calibration
 from .interp import interp_log
+from .proxies import proxy_price
 
 # added to the Shepard weights' sum of the decode-attention correction (``_attn_point``): small
 # beside the weight of a calibrated shape 2x away (1 / log(2)^2 = 2.08), so between calibrated
 # shapes the correction is theirs, and where the last weight fades it fades to no correction
 SHEPARD_FLOOR = 0.1
-# elementwise ops with no calibration entry of their own yet, priced by a like entry's time per
-# launch (that entry's launches: the sampling is a clone and an argmax), noted: the MoE layer's
-PROXIES = {"router": ("sample", 2, "the MoE router's softmax / top-k / sort"),
-           "moe_gather": ("embedding", 1, "the MoE tokens' gather"),
-           "moe_combine": ("residual", 1, "the MoE experts' weighted combine")}
 
 
 def _covers(rows, m: float) -> bool:
@@ -374,6 +370,8 @@ class Calibrated:
     def price(self, k) -> tuple[float, str]:
         """Calibrated time of one launch of ``k`` (a ``predict.Kernel``; s) and the entry it came
         from."""
+        if k.kind == "gemm" and k.shape.get("experts"):  # a grouped GEMM over touched experts
+            return proxy_price(self, k)
         if k.kind == "gemm":
             return self.quantized(k.shape, *self.gemm(k.shape))
         if k.kind == "gemv":
@@ -389,9 +387,4 @@ class Calibrated:
             if op == "sample":  # an older calibration: two tiny launches, as it priced them
                 self._note("logits sampling not calibrated: priced as two tiny kernels")
                 return 2 * self.launch("graph_kernel"), "launch graph_kernel (sampling)"
-            if op not in PROXIES:
-                raise
-        like, n, what = PROXIES[op]
-        self._note(f"{what} not calibrated: priced as the {like} entry on its bytes, per launch")
-        t, b = self.linear("elementwise", {"op": like, "impl": "torch"}, k.bytes)
-        return t * k.launches / n, f"{b} (as {what})"
+        return proxy_price(self, k)  # an op with no entry of its own yet, or KeyError

@@ -22,7 +22,14 @@ def _logits(cfg, prompt, steps, mode="eager"):
     return torch.stack(out).float()
 
 
-@pytest.mark.parametrize("over", [dict(), dict(n_kv_heads=1, head_dim=24), dict(n_kv_heads=8)])
+MOE = dict(n_experts=6, n_experts_active=2, expert_ffn_dim=40)
+
+
+@pytest.mark.parametrize("over", [dict(), dict(n_kv_heads=1, head_dim=24), dict(n_kv_heads=8),
+                                  dict(qk_norm="head"), dict(qk_norm="full", **MOE),
+                                  dict(MOE, first_k_dense=1, n_shared_experts=1)],
+                         ids=["gqa", "mqa_d24", "mha", "qk_norm_head", "moe_qk_norm_full",
+                              "moe_dense_first_shared"])
 def test_triton_path_matches_torch_path(over):
     dtype = "bf16" if DEVICE == "cuda" else "fp32"
     cfg = ModelConfig.from_name("tiny", dtype=dtype, kv_dtype=dtype, **over)

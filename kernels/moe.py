@@ -1,0 +1,156 @@
+"""Mixture-of-experts experts as two grouped GEMMs over tokens sorted by expert (the fused-MoE
+layout), with no host synchronisation: a CUDA graph captures the whole layer.
+
+``align`` sorts the ``M k`` (token, choice) slots by expert on the device and pads each expert's
+run to a multiple of ``BLOCK_M`` (a static upper bound of blocks, the unused ones marked by an
+expert id of ``E``). ``_moe_up_kernel`` computes, per block of one expert's slots and ``BLOCK_N``
+hidden units, the gate and up projections of the slots' tokens (``w13 [E, 2 Fe, d]``, gate rows
+then up rows) and SwiGLU of them: each expert's weight tile is read once for all its slots.
+``_moe_down_kernel`` applies ``w2 [E, d, Fe]`` to the activations and scales each slot by its
+routing weight. The ``k`` slots of a token are then summed. Minimum DRAM bytes of a call: the
+touched experts' weights ``3 d Fe`` each, plus activations.
+
+``reference`` is the PyTorch computation (``zoo.experts.MoEFeedForward.experts``'s numerics).
+The layout follows vLLM's fused_moe (``moe_align_block_size`` then a grouped GEMM), written here
+for the zoo's shapes.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+def align(idx: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The slots of ``idx [M, k]`` (expert ids, int64) sorted by expert, each expert's run padded
+    to a multiple of ``block_m``, on the device (no host sync).
+
+    Returns:
+        ``(sorted_ids [n_blocks * block_m] int32, block_expert [n_blocks] int32)``: slot ids
+        (``t k + j``; ``M k`` marks padding), and each block's expert (``n_experts`` past the
+        last used block). ``n_blocks = cdiv(M k, block_m) + min(n_experts, M k)``.
+    """
+    S = idx.numel()
+    flat = idx.reshape(-1)
+    counts = torch.zeros(n_experts, dtype=torch.int64, device=idx.device)
+    counts.scatter_add_(0, flat, torch.ones_like(flat))
+    padded = (counts + block_m - 1) // block_m * block_m
+    ends = padded.cumsum(0)
+    order = torch.argsort(flat, stable=True)
+    e_sorted = flat[order]
+    run_start = counts.cumsum(0) - counts  # where each expert's slots begin in sorted order
+    dest = (ends - padded)[e_sorted] + torch.arange(S, device=idx.device) - run_start[e_sorted]
+    n_blocks = triton.cdiv(S, block_m) + min(n_experts, S)
+    sorted_ids = torch.full((n_blocks * block_m,), S, dtype=torch.int32, device=idx.device)
+    sorted_ids[dest] = order.to(torch.int32)
+    starts = torch.arange(n_blocks, device=idx.device) * block_m
+    block_expert = torch.searchsorted(ends, starts, right=True).to(torch.int32)
+    return sorted_ids, block_expert
+
+
+@triton.jit
+def _moe_up_kernel(x_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, S, K, F, E,
+                   TOPK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    e = tl.load(bexp_ptr + pid_m)
+    if e < E:
+        ids = tl.load(ids_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+        valid = ids < S
+        tok = (ids // TOPK).to(tl.int64)
+        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        nmask = offs_n < F
+        w = w_ptr + e.to(tl.int64) * 2 * F * K
+        acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            kmask = offs_k < K
+            a = tl.load(x_ptr + tok[:, None] * K + offs_k[None, :],
+                        mask=valid[:, None] & kmask[None, :], other=0.0)
+            wmask = nmask[None, :] & kmask[:, None]
+            bg = tl.load(w + offs_n[None, :] * K + offs_k[:, None], mask=wmask, other=0.0)
+            bu = tl.load(w + (F + offs_n)[None, :] * K + offs_k[:, None], mask=wmask, other=0.0)
+            acc_g = tl.dot(a, bg, acc_g)
+            acc_u = tl.dot(a, bu, acc_u)
+        dt = out_ptr.dtype.element_ty
+        gate = acc_g.to(dt).to(tl.float32)  # rounded as torch rounds the GEMM's output
+        act = (gate * tl.sigmoid(gate)).to(dt).to(tl.float32) * acc_u.to(dt).to(tl.float32)
+        tl.store(out_ptr + ids.to(tl.int64)[:, None] * F + offs_n[None, :], act.to(dt),
+                 mask=valid[:, None] & nmask[None, :])
+
+
+@triton.jit
+def _moe_down_kernel(a_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, rw_ptr, S, K, N, E,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    e = tl.load(bexp_ptr + pid_m)
+    if e < E:
+        ids = tl.load(ids_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+        valid = ids < S
+        rows = ids.to(tl.int64)
+        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        nmask = offs_n < N
+        w = w_ptr + e.to(tl.int64) * N * K
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            kmask = offs_k < K
+            a = tl.load(a_ptr + rows[:, None] * K + offs_k[None, :],
+                        mask=valid[:, None] & kmask[None, :], other=0.0)
+            b = tl.load(w + offs_n[None, :] * K + offs_k[:, None],
+                        mask=nmask[None, :] & kmask[:, None], other=0.0)
+            acc = tl.dot(a, b, acc)
+        dt = out_ptr.dtype.element_ty
+        rw = tl.load(rw_ptr + rows, mask=valid, other=0.0).to(tl.float32)
+        y = acc.to(dt).to(tl.float32) * rw[:, None]
+        tl.store(out_ptr + rows[:, None] * N + offs_n[None, :], y.to(dt),
+                 mask=valid[:, None] & nmask[None, :])
+
+
+def tiles(slots: int) -> tuple[int, int, int]:
+    """``(BLOCK_M, BLOCK_N, BLOCK_K)`` for ``slots`` routed (token, expert) pairs: 16 rows for a
+    decode step (an expert gets one or a few of its tokens), 64 for a prefill."""
+    return (16, 64, 128) if slots <= 1024 else (64, 64, 64)
+
+
+def moe_experts(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,
+                idx: torch.Tensor) -> torch.Tensor:
+    """The routed experts' weighted sum (see the module doc).
+
+    Args:
+        h: ``[M, d]`` tokens (contiguous). w13: ``[E, 2 Fe, d]`` (gate rows, then up rows).
+        w2: ``[E, d, Fe]``. weights: ``[M, k]`` routing weights. idx: ``[M, k]`` int64 experts.
+
+    Returns:
+        ``[M, d]`` in ``h``'s dtype.
+    """
+    M, d = h.shape
+    E, F = w13.shape[0], w13.shape[1] // 2
+    k = idx.shape[1]
+    S = M * k
+    bm, bn, bk = tiles(S)
+    sorted_ids, bexp = align(idx, E, bm)
+    nb = bexp.numel()
+    h = h.contiguous()
+    act = torch.empty(S, F, device=h.device, dtype=h.dtype)
+    _moe_up_kernel[(nb, triton.cdiv(F, bn))](h, w13, act, sorted_ids, bexp, S, d, F, E,
+                                             TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
+    y = torch.empty(S, d, device=h.device, dtype=h.dtype)
+    _moe_down_kernel[(nb, triton.cdiv(d, bn))](act, w2, y, sorted_ids, bexp,
+                                               weights.reshape(-1).contiguous(), S, F, d, E,
+                                               BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
+    return y.view(M, k, d).sum(1)
+
+
+def reference(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,
+              idx: torch.Tensor) -> torch.Tensor:
+    """PyTorch reference: each token's ``k`` experts applied one by one (SwiGLU, ``w2``), scaled
+    by their weights and summed. Shapes as ``moe_experts``."""
+    out = torch.zeros_like(h)
+    for j in range(idx.shape[1]):
+        g, u = torch.einsum("md,mfd->mf", h, w13[idx[:, j]]).chunk(2, dim=-1)
+        y = torch.einsum("mf,mdf->md", torch.nn.functional.silu(g) * u, w2[idx[:, j]])
+        out += y * weights[:, j, None]
+    return out

@@ -1,0 +1,90 @@
+"""The MoE grouped GEMMs (``kernels.moe``) against their PyTorch reference: the device-side sort
+by expert, every slot computed once, any routing (skewed, one expert, every expert), decode and
+prefill sizes; a CUDA graph captures the layer (GPU)."""
+
+import pytest
+import torch
+
+from kernels import moe
+
+
+def _case(M, d, F, E, k, skew=0.0, seed=0, dtype=torch.float32, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(M, d, generator=g).to(device, dtype)
+    w13 = (torch.randn(E, 2 * F, d, generator=g) * d ** -0.5).to(device, dtype)
+    w2 = (torch.randn(E, d, F, generator=g) * F ** -0.5).to(device, dtype)
+    logits = torch.randn(M, E, generator=g) - skew * torch.arange(E)  # skew: low ids favoured
+    w, idx = torch.topk(torch.softmax(logits, -1), k, dim=-1)
+    return h, w13, w2, w.to(device, dtype), idx.to(device)
+
+
+def test_align_places_every_slot_once_in_its_experts_blocks():
+    _, _, _, _, idx = _case(7, 8, 8, 5, 3, skew=1.0)
+    ids, bexp = moe.align(idx, 5, 4)
+    S = idx.numel()
+    placed = ids[ids < S]
+    assert sorted(placed.tolist()) == list(range(S))  # each slot once
+    flat = idx.reshape(-1)
+    for b, e in enumerate(bexp.tolist()):
+        block = ids[b * 4:(b + 1) * 4]
+        real = block[block < S].long()
+        if e == 5:
+            assert real.numel() == 0
+        else:
+            assert (flat[real] == e).all()
+    assert ids.numel() == 4 * (-(-S // 4) + 5)
+
+
+@pytest.mark.parametrize("M,E,k,skew", [(1, 4, 2, 0.0), (3, 8, 2, 0.0), (5, 6, 3, 3.0),
+                                        (40, 4, 2, 0.0), (6, 5, 5, 0.0)])
+def test_the_grouped_gemms_match_the_reference(M, E, k, skew):
+    h, w13, w2, w, idx = _case(M, 32, 24, E, k, skew=skew, seed=M)
+    torch.testing.assert_close(moe.moe_experts(h, w13, w2, w, idx),
+                               moe.reference(h, w13, w2, w, idx), rtol=1e-4, atol=1e-4)
+
+
+def test_one_expert_for_every_token():
+    h, w13, w2, w, _ = _case(9, 32, 24, 4, 1)
+    idx = torch.full((9, 1), 2)
+    torch.testing.assert_close(moe.moe_experts(h, w13, w2, w, idx),
+                               moe.reference(h, w13, w2, w, idx), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 8, 64, 1024])
+def test_bf16_on_the_gpu_and_under_a_graph(M):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    h, w13, w2, w, idx = _case(M, 2048, 768, 64, 8, device="cuda", dtype=torch.bfloat16)
+    ref = moe.reference(h.float(), w13.float(), w2.float(), w.float(), idx)
+    got = moe.moe_experts(h, w13, w2, w, idx)
+    torch.testing.assert_close(got.float(), ref, rtol=2e-2, atol=2e-2)
+    graph = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        moe.moe_experts(h, w13, w2, w, idx)
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(graph):
+        out = moe.moe_experts(h, w13, w2, w, idx)
+    new = _case(M, 2048, 768, 64, 8, seed=9, device="cuda", dtype=torch.bfloat16)
+    for dst, src in zip((h, w13, w2, w, idx), new):
+        dst.copy_(src)
+    graph.replay()
+    torch.testing.assert_close(out.float(), moe.reference(*(t.float() if t.is_floating_point()
+                                                             else t for t in new)),
+                               rtol=2e-2, atol=2e-2)
+
+
+def test_the_predictor_counts_the_launches_of_the_sort():
+    """``zoo.moe.ALIGN_LAUNCHES`` is what ``align`` launches (counted as test_launches counts)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from tests.test_launches import launches
+    from zoo.moe import ALIGN_LAUNCHES
+
+    idx = torch.randint(0, 8, (4, 2))
+    moe.align(idx, 8, 16)
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        moe.align(idx, 8, 16)
+    assert launches(p.events()) == ALIGN_LAUNCHES
