@@ -43,6 +43,20 @@ def _env() -> dict:
             "triton": triton.__version__}
 
 
+def _predicted(cfg, batch, prompt, steps) -> float:
+    """The performance model's TPOT (ms) of the design from the calibration shipped for this GPU
+    (``sweep.analysis.predict``; the MoE kernels priced from like entries, noted)."""
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis import predict as perf
+    from sweep.analysis.hardware import load_spec
+
+    have = store.shipped(torch.cuda.get_device_name())
+    spec = load_spec("auto", torch.cuda.get_device_name())
+    row = perf.predict(cfg, {"batch": batch, "prompt_len": prompt, "new_tokens": steps}, spec,
+                       perf.Calibrated(have) if have else None, mode="cudagraph")
+    return float(row["decode_pred_ms"])
+
+
 def model_rows(names, batches, copy_bw, prompt=512, steps=64) -> list[dict]:
     """TPOT of each MoE preset at each batch (module doc)."""
     from zoo import Generator, ModelConfig, Transformer, counts
@@ -70,10 +84,12 @@ def model_rows(names, batches, copy_bw, prompt=512, steps=64) -> list[dict]:
             tpot = statistics.median(times)
             st = counts.decode_step(cfg, b, prompt + steps // 2)
             roof = st.min_bytes / copy_bw * 1e3
+            pred = _predicted(cfg, b, prompt, steps)
             rows.append({"model": name, "batch": b, "tpot_ms": tpot, "tpot_ms_min": min(times),
                          "tpot_ms_max": max(times), "decode_tok_s": b / tpot * 1e3,
                          "min_bytes": st.min_bytes, "roofline_ms": roof,
-                         "frac_roofline": roof / tpot, "params_active": counts.params(cfg).active})
+                         "frac_roofline": roof / tpot, "params_active": counts.params(cfg).active,
+                         "pred_ms": pred, "pred_error_pct": 100 * (pred / tpot - 1)})
             print(json.dumps(rows[-1]), flush=True)
             del gen
         del model
@@ -182,9 +198,11 @@ def main(argv=None) -> int:
     out["model"] = [] if a.skip_models else model_rows(names, batches, copy_bw)
     (a.out / "moe_probe.json").write_text(json.dumps(out, indent=1))
     lines = [f"# MoE decode probe on {out['env']['device']} (copy {copy_bw / 1e12:.2f} TB/s)", "",
-             "| model | batch | TPOT ms | tok/s | roofline ms | of roofline |", "|---|---|---|---|---|---|"]
+             "| model | batch | TPOT ms | tok/s | roofline ms | of roofline | predicted ms | "
+             "pred. error |", "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['model']} | {r['batch']} | {r['tpot_ms']:.3f} | {r['decode_tok_s']:.0f} | "
-              f"{r['roofline_ms']:.3f} | {r['frac_roofline']:.2f} |" for r in out["model"]]
+              f"{r['roofline_ms']:.3f} | {r['frac_roofline']:.2f} | {r['pred_ms']:.3f} | "
+              f"{r['pred_error_pct']:+.1f}% |" for r in out["model"]]
     lines += ["", "| layer | batch | touched | touched bytes us | zoo Triton us | loop graph us | "
               "transformers eager us | rel. err |", "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['model']} | {r['batch']} | {r['touched']} | {r['touched_bytes_us']:.1f} | "

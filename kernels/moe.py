@@ -50,9 +50,98 @@ def align(idx: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch.Tensor
 
 
 @triton.jit
+def _route_align_kernel(logits_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, M, E, n_blocks,
+                        TOPK: tl.constexpr, RENORM: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_E: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_B: tl.constexpr,
+                        BM: tl.constexpr):
+    # one program: softmax over the router's logits [M, E] in float32, the top k (argmax k
+    # times), the k weights renormalised (RENORM), then ``align``'s sort of the M k slots by
+    # expert, for a decode step's few slots (BLOCK_S >= M k; a slot's place in its expert's
+    # run from a running count over a [slots, experts] one-hot)
+    rows = tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_E)
+    rmask = rows < M
+    x = tl.load(logits_ptr + rows[:, None] * E + cols[None, :],
+                mask=rmask[:, None] & (cols[None, :] < E), other=float("-inf")).to(tl.float32)
+    x = tl.where(rmask[:, None], x, 0.0)  # rows past M: no NaN (never stored)
+    x = x - tl.max(x, 1)[:, None]
+    p = tl.exp(x)
+    p = p / tl.sum(p, 1)[:, None]
+    total = tl.full((BLOCK_M,), 1.0, dtype=tl.float32)
+    if RENORM:  # the top k's sum first (the same choices as below), so each weight is one divide
+        q = p
+        total = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for _ in tl.static_range(TOPK):
+            total += tl.max(q, 1)
+            q = tl.where(cols[None, :] == tl.argmax(q, 1)[:, None], -1.0, q)
+    for j in tl.static_range(TOPK):
+        best = tl.max(p, 1)
+        arg = tl.argmax(p, 1)
+        tl.store(idx_ptr + rows * TOPK + j, arg.to(tl.int64), mask=rmask)
+        tl.store(w_ptr + rows * TOPK + j, (best / total).to(w_ptr.dtype.element_ty), mask=rmask)
+        p = tl.where(cols[None, :] == arg[:, None], -1.0, p)
+    tl.debug_barrier()
+    S = M * TOPK
+    slots = tl.arange(0, BLOCK_S)
+    valid = slots < S
+    e = tl.load(idx_ptr + slots, mask=valid, other=E).to(tl.int32)
+    bins = tl.arange(0, BLOCK_E)
+    onehot = (e[:, None] == bins[None, :]) & valid[:, None]  # [BLOCK_S, BLOCK_E]
+    counts = tl.sum(onehot.to(tl.int32), 0)
+    padded = (counts + BM - 1) // BM * BM
+    ends = tl.cumsum(padded, 0)
+    starts = ends - padded
+    seen = tl.cumsum(onehot.to(tl.int32), 0)  # per expert, its slots up to and with this one
+    dest = tl.sum(tl.where(onehot, starts[None, :] + seen - 1, 0), 1)
+    for b0 in range(0, n_blocks * BM, BLOCK_S):  # every position padding first
+        offs = b0 + slots
+        tl.store(ids_ptr + offs, S, mask=offs < n_blocks * BM)
+    tl.debug_barrier()
+    tl.store(ids_ptr + dest, slots, mask=valid)
+    blocks = tl.arange(0, BLOCK_B)
+    done = (ends[None, :] <= (blocks * BM)[:, None]) & (bins[None, :] < E)
+    tl.store(bexp_ptr + blocks, tl.sum(done.to(tl.int32), 1), mask=blocks < n_blocks)
+
+
+# the fused routing and sort (one launch) takes steps up to this many slots and experts
+ROUTE_ALIGN_MAX_SLOTS = 512
+ROUTE_ALIGN_MAX_EXPERTS = 256
+
+
+def route_align(logits: torch.Tensor, k: int, renorm: bool, block_m: int, dtype: torch.dtype
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The router's softmax and top-k and ``align``'s sort in one launch, for ``M k`` up to
+    ``ROUTE_ALIGN_MAX_SLOTS`` slots and up to 256 experts.
+
+    Args:
+        logits: ``[M, E]`` router logits. k: experts per token. renorm: the k weights over their
+            sum. block_m: ``align``'s block. dtype: the weights' dtype.
+
+    Returns:
+        ``(weights [M, k] dtype, idx [M, k] int64, sorted_ids, block_expert)`` as
+        ``torch.topk`` of the softmax and ``align`` give them.
+    """
+    M, E = logits.shape
+    S = M * k
+    n_blocks = triton.cdiv(S, block_m) + min(E, S)
+    dev = logits.device
+    w = torch.empty(M, k, device=dev, dtype=dtype)
+    idx = torch.empty(M, k, device=dev, dtype=torch.int64)
+    ids = torch.empty(n_blocks * block_m, device=dev, dtype=torch.int32)
+    bexp = torch.empty(n_blocks, device=dev, dtype=torch.int32)
+    _route_align_kernel[(1,)](logits.contiguous(), w, idx, ids, bexp, M, E, n_blocks,
+                              TOPK=k, RENORM=renorm, BLOCK_M=triton.next_power_of_2(M),
+                              BLOCK_E=max(16, triton.next_power_of_2(E)),
+                              BLOCK_S=max(16, triton.next_power_of_2(S)),
+                              BLOCK_B=triton.next_power_of_2(n_blocks), BM=block_m,
+                              num_warps=8)
+    return w, idx, ids, bexp
+
+
+@triton.jit
 def _moe_up_kernel(x_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, S, K, F, E,
                    TOPK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr):
+                   BLOCK_K: tl.constexpr, PREC: tl.constexpr):
     pid_m = tl.program_id(0)
     e = tl.load(bexp_ptr + pid_m)
     if e < E:
@@ -72,8 +161,8 @@ def _moe_up_kernel(x_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, S, K, F, E,
             wmask = nmask[None, :] & kmask[:, None]
             bg = tl.load(w + offs_n[None, :] * K + offs_k[:, None], mask=wmask, other=0.0)
             bu = tl.load(w + (F + offs_n)[None, :] * K + offs_k[:, None], mask=wmask, other=0.0)
-            acc_g = tl.dot(a, bg, acc_g)
-            acc_u = tl.dot(a, bu, acc_u)
+            acc_g = tl.dot(a, bg, acc_g, input_precision=PREC)
+            acc_u = tl.dot(a, bu, acc_u, input_precision=PREC)
         dt = out_ptr.dtype.element_ty
         gate = acc_g.to(dt).to(tl.float32)  # rounded as torch rounds the GEMM's output
         act = (gate * tl.sigmoid(gate)).to(dt).to(tl.float32) * acc_u.to(dt).to(tl.float32)
@@ -83,7 +172,8 @@ def _moe_up_kernel(x_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, S, K, F, E,
 
 @triton.jit
 def _moe_down_kernel(a_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, rw_ptr, S, K, N, E,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     PREC: tl.constexpr):
     pid_m = tl.program_id(0)
     e = tl.load(bexp_ptr + pid_m)
     if e < E:
@@ -101,7 +191,7 @@ def _moe_down_kernel(a_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, rw_ptr, S, K, N, 
                         mask=valid[:, None] & kmask[None, :], other=0.0)
             b = tl.load(w + offs_n[None, :] * K + offs_k[:, None],
                         mask=nmask[None, :] & kmask[:, None], other=0.0)
-            acc = tl.dot(a, b, acc)
+            acc = tl.dot(a, b, acc, input_precision=PREC)
         dt = out_ptr.dtype.element_ty
         rw = tl.load(rw_ptr + rows, mask=valid, other=0.0).to(tl.float32)
         y = acc.to(dt).to(tl.float32) * rw[:, None]
@@ -116,12 +206,14 @@ def tiles(slots: int) -> tuple[int, int, int]:
 
 
 def moe_experts(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,
-                idx: torch.Tensor) -> torch.Tensor:
+                idx: torch.Tensor, aligned: tuple | None = None) -> torch.Tensor:
     """The routed experts' weighted sum (see the module doc).
 
     Args:
         h: ``[M, d]`` tokens (contiguous). w13: ``[E, 2 Fe, d]`` (gate rows, then up rows).
         w2: ``[E, d, Fe]``. weights: ``[M, k]`` routing weights. idx: ``[M, k]`` int64 experts.
+        aligned: ``(sorted_ids, block_expert)`` made already (``route_align``, with
+            ``tiles(M k)``'s block), else ``align`` makes them.
 
     Returns:
         ``[M, d]`` in ``h``'s dtype.
@@ -131,16 +223,18 @@ def moe_experts(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: t
     k = idx.shape[1]
     S = M * k
     bm, bn, bk = tiles(S)
-    sorted_ids, bexp = align(idx, E, bm)
+    sorted_ids, bexp = aligned if aligned is not None else align(idx, E, bm)
     nb = bexp.numel()
     h = h.contiguous()
+    prec = "ieee" if h.dtype == torch.float32 else "tf32"  # float32: exact products (tests)
     act = torch.empty(S, F, device=h.device, dtype=h.dtype)
     _moe_up_kernel[(nb, triton.cdiv(F, bn))](h, w13, act, sorted_ids, bexp, S, d, F, E,
-                                             TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
+                                             TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                                             PREC=prec)
     y = torch.empty(S, d, device=h.device, dtype=h.dtype)
     _moe_down_kernel[(nb, triton.cdiv(d, bn))](act, w2, y, sorted_ids, bexp,
                                                weights.reshape(-1).contiguous(), S, F, d, E,
-                                               BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
+                                               BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PREC=prec)
     return y.view(M, k, d).sum(1)
 
 

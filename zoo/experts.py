@@ -98,12 +98,24 @@ class MoEFeedForward(nn.Module):
         """``x [B, T, d_model]`` -> ``[B, T, d_model]``."""
         B, T, d = x.shape
         h = x.reshape(B * T, d)
-        w, idx = self.route(h)
-        with annotate("experts"):
-            if self.cfg.kernels == "triton":
-                out = moe_kernels.moe_experts(h, self.w13, self.w2, w, idx)
-            else:
-                out = self.experts(h, w, idx)
+        cfg = self.cfg
+        k = cfg.n_experts_active
+        if cfg.kernels == "triton" and B * T * k <= moe_kernels.ROUTE_ALIGN_MAX_SLOTS \
+                and cfg.n_experts <= moe_kernels.ROUTE_ALIGN_MAX_EXPERTS:
+            with annotate("router"):  # the GEMM, then softmax, top-k and the sort in one kernel
+                logits = self.router(h)
+            with annotate("topk"):
+                w, idx, *aligned = moe_kernels.route_align(
+                    logits, k, cfg.router_renorm, moe_kernels.tiles(B * T * k)[0], h.dtype)
+            with annotate("experts"):
+                out = moe_kernels.moe_experts(h, self.w13, self.w2, w, idx, aligned)
+        else:
+            w, idx = self.route(h)
+            with annotate("experts"):
+                if cfg.kernels == "triton":
+                    out = moe_kernels.moe_experts(h, self.w13, self.w2, w, idx)
+                else:
+                    out = self.experts(h, w, idx)
         if self.shared is not None:
             with annotate("shared"):
                 out = out + self.shared(h)

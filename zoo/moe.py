@@ -32,8 +32,12 @@ def expected_touched(n_experts: int, k: int, tokens: int) -> float:
 
 
 # the small torch ops of ``kernels.moe.align`` (the slots' device-side sort by expert), counted
-# as tests/test_launches.py counts (ATen ops that launch a kernel)
+# as tests/test_launches.py counts (ATen ops that launch a kernel); a step of at most
+# ROUTE_ALIGN_MAX_SLOTS slots over at most ROUTE_ALIGN_MAX_EXPERTS experts routes and sorts in
+# one launch instead (``kernels.moe.route_align``; the zoo is torch-free: a test holds them equal)
 ALIGN_LAUNCHES = 25
+ROUTE_ALIGN_MAX_SLOTS = 512
+ROUTE_ALIGN_MAX_EXPERTS = 256
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,8 @@ class MoEFFN:
         out = [st.elem("rmsnorm", 4 * M * d * wb, rep=rep) if st.skinny else None,
                gemm("router", E, d, M),
                torch_op("router", (2 * M * E + 2 * M * k) * 4 + M * d * wb,
-                        casts + 2 + 2 * cfg.router_renorm + ALIGN_LAUNCHES),
+                        1 if M * k <= ROUTE_ALIGN_MAX_SLOTS and E <= ROUTE_ALIGN_MAX_EXPERTS
+                        else casts + 2 + 2 * cfg.router_renorm + ALIGN_LAUNCHES),
                gemm("moe_up", 2 * Fe, d, m, n_exp),
                gemm("moe_down", d, Fe, m, n_exp),
                torch_op("residual", (M * k + M) * d * wb)]  # the slots summed per token

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from kernels import moe
+from tests.kernels.conftest import DEVICE
 
 
-def _case(M, d, F, E, k, skew=0.0, seed=0, dtype=torch.float32, device="cpu"):
+def _case(M, d, F, E, k, skew=0.0, seed=0, dtype=torch.float32, device=DEVICE):
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(M, d, generator=g).to(device, dtype)
     w13 = (torch.randn(E, 2 * F, d, generator=g) * d ** -0.5).to(device, dtype)
@@ -45,7 +46,7 @@ def test_the_grouped_gemms_match_the_reference(M, E, k, skew):
 
 def test_one_expert_for_every_token():
     h, w13, w2, w, _ = _case(9, 32, 24, 4, 1)
-    idx = torch.full((9, 1), 2)
+    idx = torch.full((9, 1), 2, device=DEVICE)
     torch.testing.assert_close(moe.moe_experts(h, w13, w2, w, idx),
                                moe.reference(h, w13, w2, w, idx), rtol=1e-4, atol=1e-4)
 
@@ -83,8 +84,28 @@ def test_the_predictor_counts_the_launches_of_the_sort():
     from tests.test_launches import launches
     from zoo.moe import ALIGN_LAUNCHES
 
-    idx = torch.randint(0, 8, (4, 2))
+    idx = torch.randint(0, 8, (4, 2))  # counted on the CPU, as test_launches counts
     moe.align(idx, 8, 16)
     with profile(activities=[ProfilerActivity.CPU]) as p:
         moe.align(idx, 8, 16)
     assert launches(p.events()) == ALIGN_LAUNCHES
+    from zoo import moe as zoo_moe
+
+    assert (zoo_moe.ROUTE_ALIGN_MAX_SLOTS, zoo_moe.ROUTE_ALIGN_MAX_EXPERTS) == (
+        moe.ROUTE_ALIGN_MAX_SLOTS, moe.ROUTE_ALIGN_MAX_EXPERTS)
+
+
+@pytest.mark.parametrize("M,E,k,renorm", [(1, 8, 2, True), (3, 64, 8, False), (8, 128, 8, True),
+                                          (64, 64, 8, False), (5, 6, 6, True)])
+def test_the_fused_routing_and_sort_match_torch(M, E, k, renorm):
+    """``route_align`` (one launch): the softmax's top k (weights renormalised or not) and the
+    slots' sort by expert, as ``torch.topk`` and ``align`` give them."""
+    logits = torch.randn(M, E, generator=torch.Generator().manual_seed(M * E)).to(DEVICE)
+    w, idx, ids, bexp = moe.route_align(logits, k, renorm, 16, torch.float32)
+    rw, ridx = torch.topk(torch.softmax(logits, -1), k, -1)
+    if renorm:
+        rw = rw / rw.sum(-1, keepdim=True)
+    assert torch.equal(idx, ridx)
+    torch.testing.assert_close(w, rw, rtol=1e-6, atol=1e-7)
+    want_ids, want_bexp = moe.align(ridx, E, 16)
+    assert torch.equal(ids, want_ids) and torch.equal(bexp, want_bexp)
