@@ -100,15 +100,19 @@ class Attention(nn.Module):
         head)."""
         cfg = self.cfg
         B, T, _ = q.shape
+
+        def norm(m, t):  # Triton: one kernel over the (copied dense) rows; torch: its ops
+            return m.fused(t) if cfg.kernels == "triton" else m(t)
+
         if cfg.qk_norm == "full":
             with annotate("qk_norm"):
-                q, k = self.q_norm(q), self.k_norm(k)
+                q, k = norm(self.q_norm, q), norm(self.k_norm, k)
         q = q.view(B, T, cfg.n_heads, cfg.head_dim)
         k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim)
         v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)
         if cfg.qk_norm == "head":
             with annotate("qk_norm"):
-                q, k = self.q_norm(q), self.k_norm(k)
+                q, k = norm(self.q_norm, q), norm(self.k_norm, k)
         if cfg.qk_norm != "none" and cfg.kernels == "triton":  # the decode kernel reads the
             v = v.contiguous()  # new k and v at one stride
         return q, k, v

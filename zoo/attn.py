@@ -94,11 +94,11 @@ class GQA:
         rope_bytes, kv_bytes = 2 * M * (H + Hkv) * D * wb, 2 * M * Hkv * D * (wb + kvb)
         out = [st.gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d,
                        prologue="norm+res" + ("+bias" if cfg.qkv_bias else ""))]
-        if cfg.qk_norm != "none":  # two torch RMSNorms (and, for Triton, v made contiguous)
-            nbytes = 2 * M * (H + Hkv) * D * wb
+        if cfg.qk_norm != "none":  # two RMSNorms: torch's ops, or two Triton kernels, each
+            nbytes = 2 * M * (H + Hkv) * D * wb  # after a copy to dense rows, and v made dense
             out.append(Kernel("norms_elementwise", "elementwise", "rmsnorm", 0, nbytes,
-                              {"op": "rmsnorm", "impl": "torch", "bytes": nbytes},
-                              2 * TORCH_KERNELS["rmsnorm"] + st.fused, L))
+                              {"op": "rmsnorm", "impl": st.impl, "bytes": nbytes},
+                              5 if st.fused else 2 * TORCH_KERNELS["rmsnorm"], L))
         if st.fused and new == 1 and fold:
             pass  # folded into the decode attention launch (zoo.attention; its bytes are a token's)
         elif st.fused:  # one kernel: RoPE and the cache write (priced on their bytes together)
