@@ -91,7 +91,7 @@ def _route_align_kernel(logits_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, M, E, n_b
     padded = (counts + BM - 1) // BM * BM
     ends = tl.cumsum(padded, 0)
     starts = ends - padded
-    seen = tl.cumsum(onehot.to(tl.int32), 0)  # per expert, its slots up to and with this one
+    seen = tl.cumsum(onehot.to(tl.int16), 0)  # per expert, its slots up to and with this one
     dest = tl.sum(tl.where(onehot, starts[None, :] + seen - 1, 0), 1)
     for b0 in range(0, n_blocks * BM, BLOCK_S):  # every position padding first
         offs = b0 + slots
@@ -103,9 +103,20 @@ def _route_align_kernel(logits_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, M, E, n_b
     tl.store(bexp_ptr + blocks, tl.sum(done.to(tl.int32), 1), mask=blocks < n_blocks)
 
 
-# the fused routing and sort (one launch) takes steps up to this many slots and experts
+# the fused routing and sort (one launch) takes steps up to this many slots and experts, and
+# slots x experts (padded to powers of two) up to ROUTE_ALIGN_MAX_CELLS: its running count over
+# the [slots, experts] one-hot is scanned in shared memory (512 x 64 int16 fit an H100's 227 KiB)
 ROUTE_ALIGN_MAX_SLOTS = 512
 ROUTE_ALIGN_MAX_EXPERTS = 256
+ROUTE_ALIGN_MAX_CELLS = 32768
+
+
+def fused_route(slots: int, n_experts: int) -> bool:
+    """Whether ``route_align`` takes a step of ``slots`` (token, choice) pairs over
+    ``n_experts`` (the limits above)."""
+    return (slots <= ROUTE_ALIGN_MAX_SLOTS and n_experts <= ROUTE_ALIGN_MAX_EXPERTS
+            and triton.next_power_of_2(max(slots, 16)) * triton.next_power_of_2(max(n_experts, 16))
+            <= ROUTE_ALIGN_MAX_CELLS)
 
 
 def route_align(logits: torch.Tensor, k: int, renorm: bool, block_m: int, dtype: torch.dtype

@@ -100,8 +100,7 @@ class MoEFeedForward(nn.Module):
         h = x.reshape(B * T, d)
         cfg = self.cfg
         k = cfg.n_experts_active
-        if cfg.kernels == "triton" and B * T * k <= moe_kernels.ROUTE_ALIGN_MAX_SLOTS \
-                and cfg.n_experts <= moe_kernels.ROUTE_ALIGN_MAX_EXPERTS:
+        if cfg.kernels == "triton" and moe_kernels.fused_route(B * T * k, cfg.n_experts):
             with annotate("router"):  # the GEMM, then softmax, top-k and the sort in one kernel
                 logits = self.router(h)
             with annotate("topk"):

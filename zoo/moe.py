@@ -38,6 +38,18 @@ def expected_touched(n_experts: int, k: int, tokens: int) -> float:
 ALIGN_LAUNCHES = 25
 ROUTE_ALIGN_MAX_SLOTS = 512
 ROUTE_ALIGN_MAX_EXPERTS = 256
+ROUTE_ALIGN_MAX_CELLS = 32768
+
+
+def _pow2(n: int) -> int:
+    """The power of two at or above ``n``, at least 16 (``triton.next_power_of_2``, floored)."""
+    return max(16, 1 << (n - 1).bit_length())
+
+
+def fused_route(slots: int, n_experts: int) -> bool:
+    """``kernels.moe.fused_route``: whether a step routes and sorts in one launch."""
+    return (slots <= ROUTE_ALIGN_MAX_SLOTS and n_experts <= ROUTE_ALIGN_MAX_EXPERTS
+            and _pow2(slots) * _pow2(n_experts) <= ROUTE_ALIGN_MAX_CELLS)
 
 
 @dataclass(frozen=True)
@@ -161,7 +173,7 @@ class MoEFFN:
         out = [st.elem("rmsnorm", 4 * M * d * wb, rep=rep) if st.skinny else None,
                gemm("router", E, d, M),
                torch_op("router", (2 * M * E + 2 * M * k) * 4 + M * d * wb,
-                        1 if M * k <= ROUTE_ALIGN_MAX_SLOTS and E <= ROUTE_ALIGN_MAX_EXPERTS
+                        1 if fused_route(M * k, E)
                         else casts + 2 + 2 * cfg.router_renorm + ALIGN_LAUNCHES),
                gemm("moe_up", 2 * Fe, d, m, n_exp),
                gemm("moe_down", d, Fe, m, n_exp),

@@ -91,8 +91,9 @@ def test_the_predictor_counts_the_launches_of_the_sort():
     assert launches(p.events()) == ALIGN_LAUNCHES
     from zoo import moe as zoo_moe
 
-    assert (zoo_moe.ROUTE_ALIGN_MAX_SLOTS, zoo_moe.ROUTE_ALIGN_MAX_EXPERTS) == (
-        moe.ROUTE_ALIGN_MAX_SLOTS, moe.ROUTE_ALIGN_MAX_EXPERTS)
+    for slots in (1, 8, 16, 17, 64, 128, 256, 512, 513):
+        for e in (4, 8, 64, 100, 128, 256, 257):
+            assert zoo_moe.fused_route(slots, e) == moe.fused_route(slots, e), (slots, e)
 
 
 @pytest.mark.parametrize("M,E,k,renorm", [(1, 8, 2, True), (3, 64, 8, False), (8, 128, 8, True),
