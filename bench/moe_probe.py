@@ -2,6 +2,7 @@
 touched-bytes roofline, and one MoE layer against its peers.
 
     python -m bench.moe_probe OUT_DIR [--models olmoe_1b_7b,qwen3_30b_a3b] [--batches 1,8,64]
+    python -m bench.moe_probe OUT_DIR --tiles      # the grouped GEMMs' decode tiles, swept
 
 ``model``: each shipped MoE preset (random bf16 weights, the router as built: near-uniform
 routing) through ``zoo.Generator`` in ``cudagraph`` mode (the Triton path: ``kernels.moe``), a
@@ -181,12 +182,56 @@ def layer_rows(names, batches, copy_bw) -> list[dict]:
     return rows
 
 
+SWEEP = [(16, bn, bk, w, st) for bn in (32, 64, 128) for bk in (64, 128, 256) for w in (4, 8)
+         for st in (2, 3, 4) if bn * bk <= 16384]
+
+
+def tile_rows(names, batches, copy_bw) -> list[dict]:
+    """The grouped GEMMs' time per call (``kernels.moe.moe_experts``, routing fixed) at each
+    decode tile of ``SWEEP``, per model shape and batch (``--tiles``): which tile reaches the
+    touched bytes' roofline."""
+    from kernels import moe
+    from kernels.graph_timing import time_ms
+    from zoo import ModelConfig
+
+    rows = []
+    for name in names:
+        cfg = ModelConfig.from_name(name)
+        E, d, F, k = cfg.n_experts, cfg.d_model, cfg.expert_ffn_dim, cfg.n_experts_active
+        w13 = torch.randn(E, 2 * F, d, device="cuda", dtype=torch.bfloat16) * d ** -0.5
+        w2 = torch.randn(E, d, F, device="cuda", dtype=torch.bfloat16) * F ** -0.5
+        for b in batches:
+            if b * k > 1024:
+                continue
+            h = torch.randn(b, d, device="cuda", dtype=torch.bfloat16)
+            w, idx = torch.topk(torch.softmax(torch.randn(b, E, device="cuda"), -1), k, -1)
+            w = w.to(torch.bfloat16)
+            touched = int(idx.unique().numel())
+            for tile in SWEEP:
+                try:
+                    args = (h, w13, w2, w, idx)
+                    us = time_ms(lambda t=tile, a=args: moe.moe_experts(*a, tile=t)) * 1e3
+                except Exception as e:  # noqa: BLE001 - a tile the GPU refuses: recorded
+                    us = float("nan")
+                    print(f"{name} b{b} {tile}: {type(e).__name__}", flush=True)
+                rows.append({"model": name, "batch": b, "tile": list(tile), "us": us,
+                             "touched_bytes_us": touched * 3 * d * F * 2 / copy_bw * 1e6,
+                             "shipped": list(tile) == list(moe.tiles(b * k))})
+            best = min((r for r in rows if r["model"] == name and r["batch"] == b),
+                       key=lambda r: r["us"] if r["us"] == r["us"] else 1e9)
+            print(json.dumps(best), flush=True)
+        del w13, w2
+        torch.cuda.empty_cache()
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--models", default="olmoe_1b_7b,qwen3_30b_a3b")
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--skip-models", action="store_true", help="the layer rows only")
+    ap.add_argument("--tiles", action="store_true", help="only the grouped GEMMs' tile sweep")
     a = ap.parse_args(argv)
     from sweep.measure.ceilings import copy_rate
 
@@ -194,6 +239,10 @@ def main(argv=None) -> int:
     names, batches = a.models.split(","), [int(b) for b in a.batches.split(",")]
     copy_bw = copy_rate("cuda")["copy_bytes_s"]
     out = {"env": _env(), "copy_bytes_s": copy_bw, "command": " ".join(sys.argv)}
+    if a.tiles:
+        out["tiles"] = tile_rows(names, batches, copy_bw)
+        (a.out / "moe_tiles.json").write_text(json.dumps(out, indent=1))
+        return 0
     out["layer"] = layer_rows(names, batches, copy_bw)
     out["model"] = [] if a.skip_models else model_rows(names, batches, copy_bw)
     (a.out / "moe_probe.json").write_text(json.dumps(out, indent=1))

@@ -210,21 +210,23 @@ def _moe_down_kernel(a_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, rw_ptr, S, K, N, 
                  mask=valid[:, None] & nmask[None, :])
 
 
-def tiles(slots: int) -> tuple[int, int, int]:
-    """``(BLOCK_M, BLOCK_N, BLOCK_K)`` for ``slots`` routed (token, expert) pairs: 16 rows for a
-    decode step (an expert gets one or a few of its tokens), 64 for a prefill."""
-    return (16, 64, 128) if slots <= 1024 else (64, 64, 64)
+def tiles(slots: int) -> tuple[int, int, int, int, int]:
+    """``(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)`` for ``slots`` routed (token, expert) pairs:
+    16 rows for a decode step (an expert gets one or a few of its tokens), 64 for a prefill."""
+    return (16, 64, 128, 4, 3) if slots <= 1024 else (64, 64, 64, 4, 3)
 
 
 def moe_experts(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,
-                idx: torch.Tensor, aligned: tuple | None = None) -> torch.Tensor:
+                idx: torch.Tensor, aligned: tuple | None = None, tile: tuple | None = None
+                ) -> torch.Tensor:
     """The routed experts' weighted sum (see the module doc).
 
     Args:
         h: ``[M, d]`` tokens (contiguous). w13: ``[E, 2 Fe, d]`` (gate rows, then up rows).
         w2: ``[E, d, Fe]``. weights: ``[M, k]`` routing weights. idx: ``[M, k]`` int64 experts.
         aligned: ``(sorted_ids, block_expert)`` made already (``route_align``, with
-            ``tiles(M k)``'s block), else ``align`` makes them.
+            ``tiles(M k)``'s block), else ``align`` makes them. tile: ``tiles``' tuple to use
+            instead of its choice (``bench/moe_probe.py``'s sweep).
 
     Returns:
         ``[M, d]`` in ``h``'s dtype.
@@ -233,7 +235,7 @@ def moe_experts(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: t
     E, F = w13.shape[0], w13.shape[1] // 2
     k = idx.shape[1]
     S = M * k
-    bm, bn, bk = tiles(S)
+    bm, bn, bk, warps, stages = tile or tiles(S)
     sorted_ids, bexp = aligned if aligned is not None else align(idx, E, bm)
     nb = bexp.numel()
     h = h.contiguous()
@@ -241,11 +243,12 @@ def moe_experts(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: t
     act = torch.empty(S, F, device=h.device, dtype=h.dtype)
     _moe_up_kernel[(nb, triton.cdiv(F, bn))](h, w13, act, sorted_ids, bexp, S, d, F, E,
                                              TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-                                             PREC=prec)
+                                             PREC=prec, num_warps=warps, num_stages=stages)
     y = torch.empty(S, d, device=h.device, dtype=h.dtype)
     _moe_down_kernel[(nb, triton.cdiv(d, bn))](act, w2, y, sorted_ids, bexp,
                                                weights.reshape(-1).contiguous(), S, F, d, E,
-                                               BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PREC=prec)
+                                               BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PREC=prec,
+                                               num_warps=warps, num_stages=stages)
     return y.view(M, k, d).sum(1)
 
 

@@ -7,8 +7,9 @@ kernels have entries of their own.
 - ``moe_gather`` / ``moe_combine`` (the torch path's gather of an expert's tokens and its
   weighted add into them): the ``embedding`` gather's and the ``residual`` add's entries, per
   launch.
-- a grouped GEMM over the touched experts (``kernels.moe``; ``shape["experts"]``): that many
-  cuBLAS GEMMs of the tokens per expert (``Calibrated.gemm``).
+- a grouped GEMM over the touched experts (``kernels.moe``; ``shape["experts"]``): one launch
+  that streams their weights, priced as one GEMM over their rows stacked (``N`` times the
+  experts), by the decode GEMV's entries for at most 16 tokens per expert, else the GEMMs'.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ def proxy_price(cal, k) -> tuple[float, str]:
     Raises:
         KeyError: ``k`` is none of the kernels priced so.
     """
-    if k.kind == "gemm":
-        n = k.shape["experts"]
-        t, b = cal.gemm(k.shape)
-        cal._note("the MoE grouped GEMMs not calibrated: priced as one cuBLAS GEMM per touched "
-                  "expert")
-        return t * n, f"{b} x {n} experts (as cuBLAS GEMMs)"
+    if k.kind == "gemm":  # one launch streaming the touched experts' weights: as one GEMM
+        n = k.shape["experts"]  # over their rows stacked (the decode GEMV's entry for few rows)
+        s = {key: v for key, v in k.shape.items() if key != "experts"}
+        s["N"] *= n
+        cal._note("the MoE grouped GEMMs not calibrated: priced as one GEMM over the touched "
+                  "experts' rows stacked")
+        t, b = cal.gemv(dict(s, prologue="none")) if s["M"] <= 16 else cal.gemm(s)
+        return t, f"{b} ({n} experts' rows stacked)"
     op = k.shape["op"]
     if op not in PROXIES:
         raise KeyError(f"no elementwise {op}/{k.shape['impl']} in the calibration")
