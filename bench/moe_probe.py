@@ -5,7 +5,7 @@ touched-bytes roofline, and one MoE layer against its peers.
     python -m bench.moe_probe OUT_DIR --tiles      # the grouped GEMMs' decode tiles, swept
 
 ``model``: each shipped MoE preset (random bf16 weights, the router as built: near-uniform
-routing) through ``zoo.Generator`` in ``cudagraph`` mode (the Triton path: ``kernels.moe``), a
+routing) through ``zoo.Generator`` in ``cudagraph`` mode (the Triton path: ``kernels.moe_gemm``), a
 512-token prompt then 64 decode steps, TPOT the median of 5 timed runs (CUDA events, after a
 warm-up run); ``roofline_ms``: ``zoo.counts.decode_step``'s minimum bytes (the experts the batch's
 tokens touch, expected under uniform routing) over the copy bandwidth measured here
@@ -13,7 +13,7 @@ tokens touch, expected under uniform routing) over the copy bandwidth measured h
 
 ``layer``: one MoE layer of the model's shape at each batch, its time per call replayed in a CUDA
 graph (``kernels.graph_timing.time_ms``, cold: each call after a read of 2.5x the L2):
-``zoo_triton`` (router, top-k, ``kernels.moe``), ``loop_graph`` (a plain PyTorch layer a CUDA
+``zoo_triton`` (router, top-k, ``kernels.moe_gemm``), ``loop_graph`` (a plain PyTorch layer a CUDA
 graph can capture: every expert applied to every token, masked by its routing weight: reads all
 experts), ``transformers_eager`` (transformers' own sparse MoE block, eagerly: it reads its hit
 experts on the host, so no graph captures it; the weights the zoo layer's). ``touched`` is the
@@ -187,10 +187,10 @@ SWEEP = [(16, bn, bk, w, st) for bn in (32, 64, 128) for bk in (64, 128, 256) fo
 
 
 def tile_rows(names, batches, copy_bw) -> list[dict]:
-    """The grouped GEMMs' time per call (``kernels.moe.moe_experts``, routing fixed) at each
+    """The grouped GEMMs' time per call (``kernels.moe_gemm.moe_experts``, routing fixed) at each
     decode tile of ``SWEEP``, per model shape and batch (``--tiles``): which tile reaches the
     touched bytes' roofline."""
-    from kernels import moe
+    from kernels import moe_gemm as moe
     from kernels.graph_timing import time_ms
     from zoo import ModelConfig
 

@@ -10,7 +10,7 @@ stacked: ``w13 [n_experts, 2 expert_ffn_dim, d_model]`` (gate then up, transform
 On the torch path (``kernels=torch``) the experts run one by one over their tokens, which reads
 their token counts on the host: eager only (``sweep.plan.check_mode``). With ``kernels=triton``
 the experts are two grouped GEMMs over the tokens sorted by expert on the device
-(``kernels.moe``): no host sync, so a CUDA graph captures the step.
+(``kernels.moe_gemm``): no host sync, so a CUDA graph captures the step.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels import moe as moe_kernels
+from kernels import moe_gemm as moe_kernels
 
 from .config import ModelConfig
 from .moe import MOE

@@ -31,10 +31,10 @@ def expected_touched(n_experts: int, k: int, tokens: int) -> float:
     return n_experts * (1.0 - (1.0 - k / n_experts) ** tokens)
 
 
-# the small torch ops of ``kernels.moe.align`` (the slots' device-side sort by expert), counted
+# the small torch ops of ``kernels.moe_gemm.align`` (the slots' device-side sort by expert), counted
 # as tests/test_launches.py counts (ATen ops that launch a kernel); a step of at most
 # ROUTE_ALIGN_MAX_SLOTS slots over at most ROUTE_ALIGN_MAX_EXPERTS experts routes and sorts in
-# one launch instead (``kernels.moe.route_align``; the zoo is torch-free: a test holds them equal)
+# one launch instead (``kernels.moe_gemm.route_align``; the zoo is torch-free: a test holds them equal)
 ALIGN_LAUNCHES = 25
 ROUTE_ALIGN_MAX_SLOTS = 512
 ROUTE_ALIGN_MAX_EXPERTS = 256
@@ -47,7 +47,7 @@ def _pow2(n: int) -> int:
 
 
 def fused_route(slots: int, n_experts: int) -> bool:
-    """``kernels.moe.fused_route``: whether a step routes and sorts in one launch."""
+    """``kernels.moe_gemm.fused_route``: whether a step routes and sorts in one launch."""
     return (slots <= ROUTE_ALIGN_MAX_SLOTS and n_experts <= ROUTE_ALIGN_MAX_EXPERTS
             and _pow2(slots) * _pow2(n_experts) <= ROUTE_ALIGN_MAX_CELLS)
 
@@ -148,7 +148,7 @@ class MoEFFN:
 
     def _fused_kernels(self, st: Stage, rep: int, n_exp: int, m: int, casts: int
                        ) -> list[Kernel]:
-        """``kernels`` on the Triton path (``kernels.moe``): on the decode GEMV path the FFN norm
+        """``kernels`` on the Triton path (``kernels.moe_gemm``): on the decode GEMV path the FFN norm
         with the residual add (a kernel of its own: no GEMV prologue takes it); the router's GEMM
         (cuBLAS); its softmax and top-k; the device-side sort by expert (``ALIGN_LAUNCHES``
         small torch ops); the two grouped GEMMs, each one launch reading every touched expert's

@@ -9,6 +9,6 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 . bench/reference/gpu_host.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/card.txt"
-timeout 240 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_moe.py \
+timeout 240 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_moe_gemm.py \
   tests/kernels/test_model_triton.py > "$OUT/tests.txt" 2>&1; tail -n 3 "$OUT/tests.txt"
 timeout "${PROBE_TIMEOUT:-420}" python3 -m bench.moe_probe "$OUT/moe" ${PROBE_ARGS:-} 2>&1 | tail -n 30

@@ -7,7 +7,7 @@ kernels have entries of their own.
 - ``moe_gather`` / ``moe_combine`` (the torch path's gather of an expert's tokens and its
   weighted add into them): the ``embedding`` gather's and the ``residual`` add's entries, per
   launch.
-- a grouped GEMM over the touched experts (``kernels.moe``; ``shape["experts"]``): one launch
+- a grouped GEMM over the touched experts (``kernels.moe_gemm``; ``shape["experts"]``): one launch
   that streams their weights, priced as one GEMM over their rows stacked (``N`` times the
   experts), by the decode GEMV's entries for at most 16 tokens per expert, else the GEMMs'.
 """

@@ -236,7 +236,8 @@ def predict_designs(items, spec, calibration: Calibrated | None = None,
         row["rope_scaling"] = json.dumps(cfg.rope_scaling) if cfg.rope_scaling else ""  # as measured rows
         row.update(model=cfg.name, batch=B, prompt_len=T, new_tokens=N, mode=mode,
                    predicted=True, **{k: analytic[k] for k in (
-                       "params_non_embedding", "params_total", "kv_bytes_per_token")})
+                       "params_non_embedding", "params_total", "params_active",
+                       "kv_bytes_per_token")})
         broken = []
         for key, band in (constraints or {}).items():
             v, lo, hi = analytic[key], band.get("low"), band.get("high")

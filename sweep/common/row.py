@@ -135,13 +135,18 @@ COLUMNS = {c.name: c for c in (
 OBJECTIVES = tuple(COLUMNS)  # what a study may optimize
 
 # the columns a short table shows, and the report's trials table, in order
+# a mixture of experts' columns, shown where a table holds one (a dense table leaves them out)
+MOE_SHOWN = ("n_experts", "n_experts_active", "expert_ffn_dim", "params_active")
 SUMMARY = ("number", "state", "n_kv_heads", "n_heads", "head_dim", "d_model", "n_layers",
-           "ffn_dim", "batch", "prompt_len", TIME["prefill"], TIME["decode"], RATE["decode"],
-           mfu("prefill"), mbu("decode"), "kv_bytes_per_token", PEAK_MEM, "decode_bound",
-           "fail_reason")
-PREDICTED_SUMMARY = ("n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers", "ffn_dim",
-                     "kv_dtype", "kernels", TIME["prefill"], TIME["decode"], RATE["decode"],
-                     "kv_bytes_per_token", "params_non_embedding", "basis_kind", "state")
+           "ffn_dim", "n_experts", "n_experts_active", "expert_ffn_dim", "batch", "prompt_len",
+           TIME["prefill"], TIME["decode"], RATE["decode"], mfu("prefill"), mbu("decode"),
+           "kv_bytes_per_token", PEAK_MEM, "decode_bound", "fail_reason")
+# the design columns of the predicted table (shown where they vary), then its figures
+PREDICTED_DESIGN = ("n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers", "ffn_dim",
+                    "n_experts", "n_experts_active", "expert_ffn_dim", "kv_dtype", "kernels")
+PREDICTED_SUMMARY = (*PREDICTED_DESIGN, TIME["prefill"], TIME["decode"], RATE["decode"],
+                     "kv_bytes_per_token", "params_non_embedding", "params_active", "basis_kind",
+                     "state")
 # the report's trials table and its prediction table
 REPORT = ("number", "state", "mode", "n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers",
           "ffn_dim", "kv_dtype", "kernels", "params_non_embedding", "kv_bytes_per_token",

@@ -234,7 +234,8 @@ def predicted_sections(d: Path) -> list[str]:
     for f in files:
         t = pd.read_csv(f)
         cols = [c for c in R.PREDICTED_SUMMARY if c in t.columns and
-                (c not in R.PREDICTED_SUMMARY[:8] or t[c].nunique() > 1)]
+                (c not in R.PREDICTED_DESIGN or t[c].nunique() > 1)
+                and (c not in R.MOE_SHOWN or (t[c].fillna(0) != 0).any())]
         out += [f"<h3>{html.escape(f.stem.removeprefix('predicted_'))} ({len(t)} designs, "
                 f"<a href='{html.escape(f.name)}'>{html.escape(f.name)}</a>)</h3>",
                 _frame(t[cols])]

@@ -107,7 +107,8 @@ def summary_table(df: pd.DataFrame) -> str:
     """A short text table of the key columns (those present)."""
     if df.empty:
         return "(no trials)"
-    cols = [c for c in SUMMARY_COLUMNS if c in df.columns]
+    cols = [c for c in SUMMARY_COLUMNS if c in df.columns and (
+        c not in R.MOE_SHOWN or (df[c].fillna(0) != 0).any())]
     out = df[cols].copy()
     if "fail_reason" in out:
         out["fail_reason"] = out["fail_reason"].fillna("").astype(str).str.slice(0, 40)
@@ -165,7 +166,8 @@ def predicted_summary(df: pd.DataFrame, objectives: list[str] | None = None,
         return (f"(none of the {len(df)} designs priced: " + ("; ".join(why) or "see the file")
                 + ")")
     cols = [c for c in PREDICTED_COLUMNS if c in df.columns
-            and (c not in PREDICTED_COLUMNS[:8] or df[c].nunique() > 1)]
+            and (c not in R.PREDICTED_DESIGN or df[c].nunique() > 1)
+            and (c not in R.MOE_SHOWN or (df[c].fillna(0) != 0).any())]
     out = done.sort_values(R.RATE["decode"], ascending=False)[cols].copy() if len(done) else done
     pairs = [(o, d) for o, d in zip(objectives or [], directions or []) if o in done.columns]
     if pairs and len(done):

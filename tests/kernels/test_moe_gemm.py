@@ -5,7 +5,7 @@ prefill sizes; a CUDA graph captures the layer (GPU)."""
 import pytest
 import torch
 
-from kernels import moe
+from kernels import moe_gemm as moe
 from tests.kernels.conftest import DEVICE
 
 
