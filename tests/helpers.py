@@ -48,3 +48,24 @@ def run_tiny(tmp_path, *extra):
     plan = plan_from_config(compose_cfg(tiny_overrides(tmp_path, *extra)))
     study, df = run(plan)
     return plan, study, df
+
+
+def assert_decodes_like(zoo, hf, cfg, B: int, T: int, steps: int, seed: int) -> None:
+    """A random prompt ``[B, T]`` (``seed``) prefilled and ``steps`` greedy decode steps of the
+    zoo model (``zoo.Generator``) give ``hf``'s last-position logits, fp32 within 1e-4."""
+    import torch
+
+    from zoo import Generator
+
+    prompt = torch.randint(0, cfg.vocab_size, (B, T),
+                           generator=torch.Generator().manual_seed(seed))
+    gen = Generator(zoo, B, T + steps)
+    with torch.no_grad():
+        ref = hf(prompt).logits[:, -1]
+        torch.testing.assert_close(gen.prefill(prompt), ref, rtol=1e-4, atol=1e-4)
+        seq, tok = prompt, ref.argmax(-1, keepdim=True)
+        for _ in range(steps):
+            seq = torch.cat([seq, tok], 1)
+            ref = hf(seq).logits[:, -1]
+            torch.testing.assert_close(gen.decode(tok), ref, rtol=1e-4, atol=1e-4)
+            tok = ref.argmax(-1, keepdim=True)

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from tests.helpers import assert_decodes_like
 from zoo import Generator, ModelConfig, Transformer
 from zoo.weights import load_hf_weights
 
@@ -118,18 +119,8 @@ def test_save_pretrained_round_trip(case, tmp_path):
     else:
         assert cfg.rope_scaling["rope_type"] == "llama3" and cfg.rope_scaling["factor"] == 8.0
     zoo = load_hf_weights(Transformer.build(cfg, "cpu", init=False), tmp_path)
-    B, T, steps = 2, 20, 6  # past original_max_position_embeddings / 2: the scaled band matters
-    prompt = torch.randint(0, cfg.vocab_size, (B, T), generator=torch.Generator().manual_seed(2))
-    gen = Generator(zoo, B, T + steps)
-    with torch.no_grad():
-        ref = hf(prompt).logits[:, -1]
-        torch.testing.assert_close(gen.prefill(prompt), ref, rtol=1e-4, atol=1e-4)
-        seq, tok = prompt, ref.argmax(-1, keepdim=True)
-        for _ in range(steps):
-            seq = torch.cat([seq, tok], 1)
-            ref = hf(seq).logits[:, -1]
-            torch.testing.assert_close(gen.decode(tok), ref, rtol=1e-4, atol=1e-4)
-            tok = ref.argmax(-1, keepdim=True)
+    # 20 positions: past original_max_position_embeddings / 2, the scaled band matters
+    assert_decodes_like(zoo, hf, cfg, B=2, T=20, steps=6, seed=2)
 
 
 @pytest.mark.parametrize("extra,message", [

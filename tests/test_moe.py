@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 
-from zoo import DesignError, Generator, ModelConfig, Transformer, counts
+from tests.helpers import assert_decodes_like
+from zoo import DesignError, ModelConfig, Transformer, counts
 from zoo.moe import expected_touched
 from zoo.weights import load_hf_weights
 
@@ -44,18 +45,7 @@ def _hf_model(cfg: ModelConfig, seed: int):
 
 def _assert_same(zoo, hf, cfg, steps=4):
     """Prefill and ``steps`` decode steps of the zoo model against ``hf``'s logits (fp32, 1e-4)."""
-    B, T = 2, 11
-    prompt = torch.randint(0, cfg.vocab_size, (B, T), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        gen = Generator(zoo, B, T + steps)
-        ref = hf(prompt).logits[:, -1]
-        torch.testing.assert_close(gen.prefill(prompt), ref, rtol=1e-4, atol=1e-4)
-        seq, tok = prompt, ref.argmax(-1, keepdim=True)
-        for _ in range(steps):
-            seq = torch.cat([seq, tok], 1)
-            ref = hf(seq).logits[:, -1]
-            torch.testing.assert_close(gen.decode(tok), ref, rtol=1e-4, atol=1e-4)
-            tok = ref.argmax(-1, keepdim=True)
+    assert_decodes_like(zoo, hf, cfg, B=2, T=11, steps=steps, seed=1)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
