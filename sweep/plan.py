@@ -183,7 +183,8 @@ def plan_from_config(cfg) -> Plan:
     base = base.resolved("cuda" if device["type"] == "cuda"
                          or (predict and spec.kind == "gpu") else "cpu")
     base.validate(None if predict else device)  # with its kernels resolved (int8 KV on a CPU)
-    check_mode(mode, device, base)
+    if not space:  # one design: refused here; a space's designs are checked one by one
+        check_mode(mode, device, base)
     if not predict and not space:  # one design: refused here; a space's are pruned one by one
         check_fits(base, wl, device)
     switches = Switches.from_dict(c.get("switches"))

@@ -196,3 +196,30 @@ def test_a_dense_designs_study_identity_is_unchanged_by_the_moe_fields():
             "router_renorm"} <= set(moe.identity_dict())
     assert dense.identity_dict() == {k: v for k, v in dense.to_dict().items()
                                      if k not in LATER_FIELDS}
+
+
+def test_a_quantized_weight_format_prices_fewer_expert_bytes():
+    """``weight_dtype`` (predicted only) reaches the MoE experts' kernels: their bytes at the
+    format's bits, priced below the bf16 design's."""
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis import predict as perf
+    from sweep.analysis.hardware import load_spec
+
+    cal = perf.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
+    cfg = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
+    q4 = cfg.replace(weight_dtype="q4_0")
+    ups = [next(k for k in perf.kernel_list(c, 8, 1, 600, "triton") if k.op == "moe_up")
+           for c in (cfg, q4)]
+    assert ups[1].bytes < 0.35 * ups[0].bytes
+    wl = {"batch": 8, "prompt_len": 512, "new_tokens": 64}
+    full, quant = (perf.predict(c, wl, load_spec("h100_sxm"), cal)["decode_pred_ms_ffn"]
+                   for c in (cfg, q4))
+    assert quant < 0.6 * full
+
+
+def test_to_hf_refuses_what_no_moe_family_holds():
+    cfg = ModelConfig.from_name("tiny", n_experts=4, n_experts_active=2, expert_ffn_dim=32)
+    with pytest.raises(DesignError, match="qkv_bias with n_experts"):
+        cfg.replace(qkv_bias=True).to_hf()
+    with pytest.raises(DesignError, match="no Hugging Face family holds"):
+        cfg.replace(router_renorm=False).to_hf()  # Mixtral renormalises always

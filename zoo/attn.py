@@ -95,10 +95,11 @@ class GQA:
         out = [st.gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d,
                        prologue="norm+res" + ("+bias" if cfg.qkv_bias else ""))]
         if cfg.qk_norm != "none":  # two RMSNorms: torch's ops, or two Triton kernels, each
-            nbytes = 2 * M * (H + Hkv) * D * wb  # after a copy to dense rows, and v made dense
+            nbytes = 2 * M * (H + Hkv) * D * wb  # after a copy to dense rows (rows of several
+            # tokens are strided in the qkv output), and v made dense: one token's are dense
             out.append(Kernel("norms_elementwise", "elementwise", "rmsnorm", 0, nbytes,
                               {"op": "rmsnorm", "impl": st.impl, "bytes": nbytes},
-                              5 if st.fused else 2 * TORCH_KERNELS["rmsnorm"], L))
+                              2 + 3 * (M > 1) if st.fused else 2 * TORCH_KERNELS["rmsnorm"], L))
         if st.fused and new == 1 and fold:
             pass  # folded into the decode attention launch (zoo.attention; its bytes are a token's)
         elif st.fused:  # one kernel: RoPE and the cache write (priced on their bytes together)

@@ -223,6 +223,9 @@ def _family(cfg: Any) -> str:
     if cfg.n_shared_experts:
         raise DesignError("n_shared_experts > 0 has no Hugging Face family here (DeepSeek's "
                           "comes with its attention)")
+    if cfg.n_experts and cfg.qkv_bias:
+        raise DesignError("qkv_bias with n_experts > 0: no Hugging Face MoE family here has "
+                          "q/k/v biases")
     if cfg.n_experts:
         if cfg.qk_norm == "head":
             return "qwen3_moe"

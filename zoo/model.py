@@ -115,8 +115,9 @@ class Block(nn.Module):
             return h + self.feed_forward(f)
 
     def skinny(self, x, rope, input_pos, residual=None):
-        """The decode step's block (Triton, ``B * T <= 16`` rows, RMSNorm): five launches (six with
-        ``switches.rope_in_attention=false``).
+        """The decode step's block (Triton, ``B * T <= 16`` rows, RMSNorm): five launches for a
+        dense GQA block (six with ``switches.rope_in_attention=false``; QK-norm and a mixture of
+        experts add theirs: ``zoo.attn``, ``zoo.moe``).
 
         The attention's kernels (``Attention.skinny``: a qkv GEMV with the attention norm and the
         residual add in its prologue; decode attention with RoPE and the K/V cache write in its

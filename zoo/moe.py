@@ -107,10 +107,11 @@ class MoEFFN:
                          + 2 * k * cfg.d_model)
 
     def hidden_per_token(self, cfg: ModelConfig) -> int:
-        """Elements a prefill holds per token: router logits, each of its ``k + S`` experts' gate
-        and up (``2 Fe``) and activation (``Fe``), the ``k`` routed outputs."""
+        """Elements a prefill holds per token (the Triton path's buffers): router logits, the
+        activation of each of its ``k`` slots (``Fe``) and their outputs (``d``), the shared
+        experts' gate, up and activation (``3 S Fe``)."""
         k, S = cfg.n_experts_active, cfg.n_shared_experts
-        return cfg.n_experts + 3 * (k + S) * cfg.expert_ffn_dim + k * cfg.d_model
+        return cfg.n_experts + k * (cfg.expert_ffn_dim + cfg.d_model) + 3 * S * cfg.expert_ffn_dim
 
     def kernels(self, st: Stage, rep: int) -> list[Kernel]:
         """The MoE FFN's kernels in stage ``st`` over ``rep`` MoE layers, as the torch path
@@ -121,7 +122,7 @@ class MoEFFN:
         over them, SwiGLU, ``w2``, and its output weighted and added into theirs
         (``moe_combine``); the shared experts as one dense FFN added in. Ops without a
         calibration entry of their own are priced by a like one, noted
-        (``sweep.analysis.pricing.PROXIES``)."""
+        (``sweep.analysis.proxies.PROXIES``)."""
         cfg, M, wb = st.cfg, st.M, st.wb
         d, E, k, Fe, S = (cfg.d_model, cfg.n_experts, cfg.n_experts_active, cfg.expert_ffn_dim,
                           cfg.n_shared_experts)
@@ -163,8 +164,11 @@ class MoEFFN:
             n = experts or 1
             if experts:
                 shape["experts"] = experts
+            wbits = cfg.weight_bits  # a quantized weight format (predicted only) reads fewer
+            if wbits != 8 * wb:
+                shape["weight_bits"] = wbits
             return Kernel("ffn", "gemm", op, 2 * rows * n * N * K,
-                          n * N * K * wb + rows * n * (N + K) * wb, shape, 1, rep)
+                          n * N * K * wbits / 8 + rows * n * (N + K) * wb, shape, 1, rep)
 
         def torch_op(op, nbytes, launches=1):  # the torch ops around the Triton kernels
             return Kernel("norms_elementwise", "elementwise", op, 0, nbytes,

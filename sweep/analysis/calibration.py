@@ -84,7 +84,8 @@ def fingerprints(device: dict, switches) -> dict:
 
     every_kernel = k("decode_attention", "split_merge", "gemv", "decode_linear", "graph_timing",
                      "rmsnorm", "rope", "swiglu", "kv_quant")
-    zoo = tuple(str(_ZOO / f"{n}.py") for n in ("model", "attention", "generate", "cache", "gqa"))
+    zoo = tuple(str(_ZOO / f"{n}.py") for n in ("model", "attention", "generate", "cache", "gqa",
+                                                 "norms", "experts")) + k("moe_gemm")
     return {
         "gemm": fingerprint(*base),
         "prefill_attn": fingerprint(*base),

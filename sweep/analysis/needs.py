@@ -47,6 +47,8 @@ def needs(items, device_type: str) -> dict:
                 continue  # Inductor's kernels: not modelled (the Triton ones are ours)
             for k in kernel_list(cfg, B, new, ctx, kernels):
                 s = k.shape
+                if k.kind in ("gemm", "gemv") and "experts" in s:
+                    continue  # an MoE grouped GEMM: priced from like entries (analysis.proxies)
                 if k.kind in ("gemm", "gemv"):
                     out[k.kind].add(tuple(s[c] for c in KEYS[k.kind]))
                 elif k.kind == "decode_attn":  # + the cache's capacity, as the model's

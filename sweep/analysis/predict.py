@@ -187,13 +187,14 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
                 continue
         if host is None:  # an older calibration: per op
             host = launches * cal.launch("eager_op")
-        elif cfg.moe:  # the per-layer costs are a dense layer's: an MoE layer issues more ops
-            dense = cfg.replace(**{k: v for k, v in LATER_FIELDS.items() if k != "qk_norm"})
+        elif any(getattr(cfg, f) != v for f, v in LATER_FIELDS.items()):
+            # the per-layer costs are a plain layer's: experts and QK-norm issue more ops
+            plain = cfg.replace(**LATER_FIELDS)
             extra = launches - sum(k.repeat * k.launches for k in kernel_list(
-                dense, batch, new, context, kernels, fold))
+                plain, batch, new, context, kernels, fold))
             host += max(extra, 0) * cal.launch("eager_op")
             basis.setdefault("launch_overhead", set()).add(
-                f"{extra} MoE launches beyond a dense layer's at eager_op each")
+                f"{extra} MoE / QK-norm launches beyond a plain layer's at eager_op each")
         calib["launch_overhead"] = max(host, gpu) - (gpu - gaps)
         if host > gpu:  # a host-bound stage: the host's time, and how it varies
             spread2 += (EAGER_HOST_UNCERTAINTY * host) ** 2

@@ -34,7 +34,7 @@ def proxy_price(cal, k) -> tuple[float, str]:
         cal._note("the MoE grouped GEMMs not calibrated: priced as one GEMM over the touched "
                   "experts' rows stacked")
         t, b = cal.gemv(dict(s, prologue="none")) if s["M"] <= 16 else cal.gemm(s)
-        return t, f"{b} ({n} experts' rows stacked)"
+        return cal.quantized(s, t, f"{b} ({n} experts' rows stacked)")
     op = k.shape["op"]
     if op not in PROXIES:
         raise KeyError(f"no elementwise {op}/{k.shape['impl']} in the calibration")

@@ -135,7 +135,7 @@ COLUMNS = {c.name: c for c in (
 OBJECTIVES = tuple(COLUMNS)  # what a study may optimize
 
 # the columns a short table shows, and the report's trials table, in order
-# a mixture of experts' columns, shown where a table holds one (a dense table leaves them out)
+# a mixture of experts' columns, shown where a table holds one (``report.tables.shows_moe``)
 MOE_SHOWN = ("n_experts", "n_experts_active", "expert_ffn_dim", "params_active")
 SUMMARY = ("number", "state", "n_kv_heads", "n_heads", "head_dim", "d_model", "n_layers",
            "ffn_dim", "n_experts", "n_experts_active", "expert_ffn_dim", "batch", "prompt_len",

@@ -107,8 +107,8 @@ def summary_table(df: pd.DataFrame) -> str:
     """A short text table of the key columns (those present)."""
     if df.empty:
         return "(no trials)"
-    cols = [c for c in SUMMARY_COLUMNS if c in df.columns and (
-        c not in R.MOE_SHOWN or (df[c].fillna(0) != 0).any())]
+    cols = [c for c in SUMMARY_COLUMNS
+            if c in df.columns and (c not in R.MOE_SHOWN or shows_moe(df))]
     out = df[cols].copy()
     if "fail_reason" in out:
         out["fail_reason"] = out["fail_reason"].fillna("").astype(str).str.slice(0, 40)
@@ -151,6 +151,11 @@ def design_label(row) -> str:
 PREDICTED_COLUMNS = list(R.PREDICTED_SUMMARY)
 
 
+def shows_moe(df: pd.DataFrame) -> bool:
+    """Whether a table holds a mixture of experts (its MoE columns are shown: ``R.MOE_SHOWN``)."""
+    return "n_experts" in df and bool((df["n_experts"].fillna(0) > 0).any())
+
+
 def predicted_summary(df: pd.DataFrame, objectives: list[str] | None = None,
                       directions: list[str] | None = None, most: int = 12) -> str:
     """A short text table of predicted designs (``sweep.analysis.targets.predict_designs``): the
@@ -167,7 +172,7 @@ def predicted_summary(df: pd.DataFrame, objectives: list[str] | None = None,
                 + ")")
     cols = [c for c in PREDICTED_COLUMNS if c in df.columns
             and (c not in R.PREDICTED_DESIGN or df[c].nunique() > 1)
-            and (c not in R.MOE_SHOWN or (df[c].fillna(0) != 0).any())]
+            and (c not in R.MOE_SHOWN or shows_moe(df))]
     out = done.sort_values(R.RATE["decode"], ascending=False)[cols].copy() if len(done) else done
     pairs = [(o, d) for o, d in zip(objectives or [], directions or []) if o in done.columns]
     if pairs and len(done):
