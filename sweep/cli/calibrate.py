@@ -48,9 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         ceilings = measure_ceilings(dev, cache_dir=root / "ceilings", on_line=bar.on_line)
     with TaskProgress("calibration") as bar:
         got = cal.calibrate(dev, shipped_items(cpu=dev["type"] != "cuda"),
-                                    refresh=a.refresh, quick=a.quick or None, ceilings=ceilings,
-                                    cal_dir=root / "calibration", on_line=bar.on_line,
-                                    tuning_dir=root / "tuning", timeout_s=a.timeout)
+                            refresh=a.refresh, quick=a.quick or None, ceilings=ceilings,
+                            cal_dir=root / "calibration", on_line=bar.on_line,
+                            tuning_dir=root / "tuning", timeout_s=a.timeout)
     meta = got.meta
     meta_p, tab_p = store.paths(dev["name"], root / "calibration")
     print(f"{meta['device']}: {len(got.table)} entries ({meta['kinds']}), {meta['measured_now']} "
