@@ -70,8 +70,9 @@ def params(cfg: ModelConfig) -> Params:
     d, V = cfg.d_model, cfg.vocab_size
     norm = d if cfg.norm == "rmsnorm" else 2 * d
     att = attn_kinds.kind(cfg).params(cfg) + 2 * norm
-    layers = sum(n * (att + k.params(cfg)) for k, n in ffn_kinds.groups(cfg))
-    idle = sum(n * (k.params(cfg) - k.active_params(cfg)) for k, n in ffn_kinds.groups(cfg))
+    groups = ffn_kinds.groups(cfg)
+    layers = sum(n * (att + k.params(cfg)) for k, n in groups)
+    idle = sum(n * (k.params(cfg) - k.active_params(cfg)) for k, n in groups)
     emb = V * d
     head = 0 if cfg.tie_embeddings else V * d
     total = emb + head + layers + norm

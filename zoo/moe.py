@@ -74,23 +74,23 @@ class MoEFFN:
         """Parameters of one expert: ``3 d_model expert_ffn_dim`` (gate, up, down)."""
         return 3 * cfg.d_model * cfg.expert_ffn_dim
 
+    def _with(self, cfg: ModelConfig, routed: float) -> float:
+        """The router ``E d``, ``routed`` routed experts and the ``S`` shared ones."""
+        return cfg.n_experts * cfg.d_model + (routed + cfg.n_shared_experts) * self._per_expert(cfg)
+
     def params(self, cfg: ModelConfig) -> int:
         """Parameters per MoE layer: the router ``E d`` and ``E + S`` experts."""
-        return cfg.n_experts * cfg.d_model + (cfg.n_experts + cfg.n_shared_experts) * \
-            self._per_expert(cfg)
+        return self._with(cfg, cfg.n_experts)
 
     def active_params(self, cfg: ModelConfig) -> int:
         """Parameters one token uses per MoE layer: the router and ``k + S`` experts."""
-        return cfg.n_experts * cfg.d_model + (cfg.n_experts_active + cfg.n_shared_experts) * \
-            self._per_expert(cfg)
+        return self._with(cfg, cfg.n_experts_active)
 
     def read_params(self, cfg: ModelConfig, tokens: int) -> float:
         """Parameters a forward of ``tokens`` tokens reads per MoE layer (the minimum: each
         touched expert once): the router, the expected touched experts (``expected_touched``)
         and the shared ones."""
-        touched = expected_touched(cfg.n_experts, cfg.n_experts_active, tokens)
-        return cfg.n_experts * cfg.d_model + (touched + cfg.n_shared_experts) * \
-            self._per_expert(cfg)
+        return self._with(cfg, expected_touched(cfg.n_experts, cfg.n_experts_active, tokens))
 
     def flops(self, cfg: ModelConfig, tokens: int) -> int:
         """Matmul FLOP per MoE layer for ``tokens`` rows: the router ``2 N d E`` and ``k + S``
