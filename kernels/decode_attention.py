@@ -53,23 +53,24 @@ PV_SCALE = 1024.0  # quantized V: p * v_scale * PV_SCALE in fp16 (|V| up to 8128
 
 @triton.jit
 def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, cnt_ptr, out_ptr,
-                  kn_ptr, vn_ptr, cos_ptr, sin_ptr, kr_ptr,
+                  kn_ptr, vn_ptr, cos_ptr, sin_ptr, kr_ptr, sink_ptr,
                   s_qb, s_qh, s_kb, s_kh, s_ks, s_vb, s_vh, s_vs, s_sb, s_sh, s_nb, s_nh,
-                  sm_scale, split_len, n_splits, n_heads, n_kv_heads,
+                  sm_scale, split_len, n_splits, n_heads, n_kv_heads, capacity,
                   G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr,
                   BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, QUANT: tl.constexpr,
                   F32: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
                   PDL: tl.constexpr, PV_SCALE: tl.constexpr, OPS16: tl.constexpr,
                   ROPE: tl.constexpr, HALF: tl.constexpr, BLOCK_HALF: tl.constexpr,
-                  QMAX_: tl.constexpr, MERGE_GC: tl.constexpr):
+                  QMAX_: tl.constexpr, MERGE_GC: tl.constexpr, SINK: tl.constexpr):
     if PDL:  # see kernels.gemv: wait first, let the next kernel launch after the main loop
         tl.extra.cuda.gdc_wait()
     b = tl.program_id(0).to(tl.int64)
     hkv = tl.program_id(1)
     split = tl.program_id(2)
     kv_len = tl.load(pos_ptr).to(tl.int32) + 1
+    slot = (kv_len - 1) % capacity  # a ring of a local layer's window: its slot; else the position
     start = split * split_len
-    end = tl.minimum(start + split_len, kv_len)
+    end = tl.minimum(start + split_len, tl.minimum(kv_len, capacity))
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, BLOCK_D)
     gmask = offs_g < G
@@ -80,10 +81,10 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, 
     if ROPE:  # q rotated here; the new token's k and v go into the cache first
         q = _rope_q(q, q_ptr + b * s_qb + heads[:, None] * s_qh, qm, cos_ptr, sin_ptr, kv_len - 1,
                     offs_d, dmask, HALF)
-        if (kv_len - 1 >= start) & (kv_len - 1 < start + split_len):  # this split holds it
+        if (slot >= start) & (slot < start + split_len):  # this split holds it
             _write_new_kv(kn_ptr + b * s_nb + hkv * s_nh, vn_ptr + b * s_nb + hkv * s_nh,
                           kr_ptr + (b * n_kv_heads + hkv) * 2 * HALF,
-                          cos_ptr, sin_ptr, kv_len - 1, k_ptr + b * s_kb + hkv * s_kh,
+                          cos_ptr, sin_ptr, kv_len - 1, slot, k_ptr + b * s_kb + hkv * s_kh,
                           v_ptr + b * s_vb + hkv * s_vh, s_ks, ks_ptr + b * s_sb + hkv * s_sh,
                           vs_ptr + b * s_sb + hkv * s_sh, QUANT, QMAX_, HALF, BLOCK_HALF)
         tl.debug_barrier()  # the cache writes before any thread's loads of the position
@@ -93,6 +94,10 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, 
         q = q.to(tl.float16)  # fp16, exact for a bf16 q in [6e-5, 65504] and for the fp8 K, V
     m = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_sum = tl.zeros([BLOCK_G], tl.float32)
+    if SINK:  # split 0 starts from the head's sink: one more key of logit s_h and value 0
+        first = gmask & (split == 0)
+        m = tl.where(first, tl.load(sink_ptr + heads, mask=gmask, other=0.0).to(tl.float32), m)
+        l_sum = tl.where(first, 1.0, l_sum)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
     k_base = k_ptr + b * s_kb + hkv * s_kh
     v_base = v_ptr + b * s_vb + hkv * s_vh
@@ -161,11 +166,11 @@ def _rope_q(q, q_rows, qm, cos_ptr, sin_ptr, pos, offs_d, dmask, HALF: tl.conste
 
 
 @triton.jit
-def _write_new_kv(kn, vn, kr, cos_ptr, sin_ptr, pos, k_head, v_head, s_ks, ks_head, vs_head,
-                  QUANT: tl.constexpr, QMAX_: tl.constexpr, HALF: tl.constexpr,
+def _write_new_kv(kn, vn, kr, cos_ptr, sin_ptr, pos, slot, k_head, v_head, s_ks, ks_head,
+                  vs_head, QUANT: tl.constexpr, QMAX_: tl.constexpr, HALF: tl.constexpr,
                   BLOCK_HALF: tl.constexpr):
-    # the new token's k (rotated) and v of one KV head into the cache at pos, quantized on the
-    # way: kernels.rope's _rope_kv_kernel for one head (its helpers, its numerics). A quantized
+    # the new token's k (rotated at pos) and v of one KV head into the cache at slot, quantized on
+    # the way: kernels.rope's _rope_kv_kernel for one head (its helpers, its numerics). A quantized
     # cache quantizes the rotated k as stored in the activation dtype: through the scratch row kr
     # (the inputs are left as they were: the autotuner runs the kernel again on them)
     offs = tl.arange(0, BLOCK_HALF)
@@ -175,6 +180,7 @@ def _write_new_kv(kn, vn, kr, cos_ptr, sin_ptr, pos, k_head, v_head, s_ks, ks_he
     p64 = pos.to(tl.int64)
     c = tl.load(cos_ptr + p64 * 2 * HALF + offs, mask=dmask, other=0.0)
     s = tl.load(sin_ptr + p64 * 2 * HALF + offs, mask=dmask, other=0.0)
+    p64 = slot.to(tl.int64)  # where it is stored
     kp = kn + offs[None, :]
     r1, r2 = _rotated(kp, m, c, s, HALF)
     if QUANT != 0:  # quantize the k as stored (see _rope_kv_kernel)
@@ -262,8 +268,11 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      pos: torch.Tensor, k_scale: torch.Tensor | None = None,
                      v_scale: torch.Tensor | None = None, sm_scale: float | None = None,
                      fold_merge: bool | None = None, pdl: bool = False,
-                     new_kv: tuple | None = None) -> torch.Tensor:
-    """Attention of one new token per sequence over cache positions ``[0, pos + 1)``.
+                     new_kv: tuple | None = None, sinks: torch.Tensor | None = None
+                     ) -> torch.Tensor:
+    """Attention of one new token per sequence over cache positions ``[0, pos + 1)``; over a
+    ring of ``S`` slots (a sliding window of ``S`` positions: ``pos`` at slot ``pos % S``) when
+    ``pos + 1 > S``: the last ``S`` positions.
 
     Args:
         q: ``[B, H, D]`` (or ``[B, H, 1, D]``), last dim contiguous.
@@ -282,6 +291,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             holds ``pos`` writes the rotated k and the v into the cache (quantized on the way)
             before reading it: ``kernels.rope.rope_kv_write_`` folded in, one launch fewer.
             The inputs are not modified (running it twice writes the same cache).
+        sinks: ``[H]`` attention-sink logits (gpt-oss: a learned logit per query head in the
+            softmax's denominator, attending to nothing), or None.
 
     Returns:
         ``[B, H, D]`` (``[B, H, 1, D]`` if q was 4-D) in q's dtype.
@@ -320,11 +331,14 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         assert cos.is_contiguous() and sin.is_contiguous() and k_cache.stride() == v_cache.stride()
         if quant:  # the rotated k in the activation dtype, before it is quantized
             kr = torch.empty(B * Hkv * D, device=q.device, dtype=kn.dtype)
+    if sinks is not None:
+        assert sinks.shape == (H,) and sinks.is_contiguous()
     args = (q, k_cache, v_cache, ks, vs, pos, o_part, lse, cnt, out, kn, vn, cos, sin, kr,
+            lse if sinks is None else sinks,
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
             ks.stride(0) if quant else 0, ks.stride(1) if quant else 0,
-            kn.stride(0), kn.stride(1), sm_scale or D**-0.5, split_len, n_splits, H, Hkv)
+            kn.stride(0), kn.stride(1), sm_scale or D**-0.5, split_len, n_splits, H, Hkv, S)
     BLOCK_S = max(2, triton.next_power_of_2(n_splits))
     fp8 = quant and k_cache.dtype != torch.int8
     meta = dict(G=G, BLOCK_G=max(16, triton.next_power_of_2(G)), D=D, BLOCK_D=BLOCK_D,
@@ -334,6 +348,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                 HALF=D // 2, BLOCK_HALF=triton.next_power_of_2(max(D // 2, 1)),
                 QMAX_=QMAX["fp8_e4m3" if fp8 else "int8"] if quant else 1.0,
                 MERGE_GC=group_chunk(G, n_splits, BLOCK_D, MERGE_BUDGET) if merge else 1,
+                SINK=sinks is not None,
                 **({"launch_pdl": True} if pdl else {}))
     grid = (B, Hkv, n_splits)
     if interp:
@@ -344,6 +359,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     else:  # tuned once per shape and device (kernels.tuning)
         variant = (str(q.dtype), str(k_cache.dtype), meta["QUANT"], int(meta["ROPE"]), int(merge),
                    int(pdl), int(meta["OPS16"]), int(switches.current().cold_tune))
+        if sinks is not None:  # (a design without sinks keeps its shipped choices' key)
+            variant += ("sink",)
         tuning.launch("decode_attention", _split_kernel, _split_tuned_q if quant else _split_tuned,
                       lambda m: grid, args, dict(meta, F32=False), variant,
                       (D, G, split_len, n_splits, meta["MERGE_GC"]), q.device, _ALLOWED)
@@ -353,14 +370,22 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     return out[:, :, None] if squeeze else out
 
 
-def reference(q, k_cache, v_cache, kv_len: int, k_scale=None, v_scale=None):
-    """PyTorch reference: dequantize if needed, slice to ``kv_len``, SDPA with GQA.
+def reference(q, k_cache, v_cache, kv_len: int, k_scale=None, v_scale=None, sinks=None):
+    """PyTorch reference: dequantize if needed, slice to ``kv_len`` (a ring of ``S`` slots: all
+    of them once ``kv_len > S``), SDPA with GQA; with ``sinks [H]`` in float32 plain ops, the
+    sink column joined to the softmax and dropped.
 
     q ``[B, H, D]`` -> ``[B, H, D]``."""
     if k_scale is not None:
         k_cache = (k_cache.float() * k_scale[..., None]).to(q.dtype)
         v_cache = (v_cache.float() * v_scale[..., None]).to(q.dtype)
     k, v = k_cache[:, :, :kv_len], v_cache[:, :, :kv_len]
-    y = torch.nn.functional.scaled_dot_product_attention(
-        q[:, :, None], k, v, enable_gqa=k.shape[1] != q.shape[1])
-    return y[:, :, 0]
+    if sinks is None:
+        y = torch.nn.functional.scaled_dot_product_attention(
+            q[:, :, None], k, v, enable_gqa=k.shape[1] != q.shape[1])
+        return y[:, :, 0]
+    G = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(G, 1).float(), v.repeat_interleave(G, 1).float()
+    s = torch.einsum("bhd,bhsd->bhs", q.float(), k) * q.shape[-1] ** -0.5
+    p = torch.cat([s, sinks.float()[None, :, None].expand(s.shape[0], -1, 1)], -1).softmax(-1)
+    return torch.einsum("bhs,bhsd->bhd", p[..., :-1], v).to(q.dtype)

@@ -118,31 +118,33 @@ def rope_kv_write_(q: Tensor, k: Tensor, v: Tensor, cos: Tensor, sin: Tensor, in
 def _decode_attention_op(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor,
                          k_scale: Tensor | None, v_scale: Tensor | None, sm_scale: float | None,
                          fold_merge: bool | None, pdl: bool, new_k: Tensor | None,
-                         new_v: Tensor | None, cos: Tensor | None, sin: Tensor | None) -> Tensor:
+                         new_v: Tensor | None, cos: Tensor | None, sin: Tensor | None,
+                         sinks: Tensor | None) -> Tensor:
     new_kv = (new_k, new_v, cos, sin) if new_k is not None else None
     return _attention.decode_attention(q, k_cache, v_cache, pos, k_scale, v_scale, sm_scale,
-                                       fold_merge, pdl, new_kv)
+                                       fold_merge, pdl, new_kv, sinks)
 
 
 @_decode_attention_op.register_fake
 def _(q, k_cache, v_cache, pos, k_scale, v_scale, sm_scale, fold_merge, pdl, new_k, new_v, cos,
-      sin):
+      sin, sinks):
     return torch.empty_like(q)
 
 
 def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pos: Tensor,
                      k_scale: Tensor | None = None, v_scale: Tensor | None = None,
                      sm_scale: float | None = None, fold_merge: bool | None = None,
-                     pdl: bool = False, new_kv: tuple | None = None) -> Tensor:
+                     pdl: bool = False, new_kv: tuple | None = None,
+                     sinks: Tensor | None = None) -> Tensor:
     """``kernels.decode_attention.decode_attention`` (``q [B, H, D]`` or ``[B, H, 1, D]`` over the
     cache ``[B, Hkv, S, D]`` -> q's shape; with ``new_kv`` it writes the token's k and v into the
-    cache), as an op under ``torch.compile``."""
+    cache; ``sinks [H]``), as an op under ``torch.compile``."""
     if not _compiling():
         return _attention.decode_attention(q, k_cache, v_cache, pos, k_scale, v_scale, sm_scale,
-                                           fold_merge, pdl, new_kv)
+                                           fold_merge, pdl, new_kv, sinks)
     nk, nv, cos, sin = new_kv if new_kv is not None else (None, None, None, None)
     return _decode_attention_op(q, k_cache, v_cache, pos, k_scale, v_scale, sm_scale, fold_merge,
-                                pdl, nk, nv, cos, sin)
+                                pdl, nk, nv, cos, sin, sinks)
 
 
 def _layers(weight, bias, norm_weight, eps):

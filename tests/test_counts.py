@@ -13,6 +13,10 @@ CONFIGS = {
     "mqa_headdim_ne": dict(n_kv_heads=1, head_dim=24),
     "odd_ffn_bias_tied": dict(ffn_dim=333, qkv_bias=True, tie_embeddings=True),
     "gelu_layernorm": dict(ffn_type="gelu", norm="layernorm", n_layers=3),
+    # a window past the prompt (the band convention of zoo.attn.attended is tested in
+    # test_attention_kinds.py), sinks and the output bias
+    "sinks_bias_window": dict(sliding_window=64, layer_types="1:1", attn_sinks=True,
+                              out_bias=True, qkv_bias=True),
 }
 
 

@@ -128,8 +128,9 @@ def test_save_pretrained_round_trip(case, tmp_path):
      "rope_parameters type 'yarn' is not implemented"),
     ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling type 'linear'"),
     ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling type 'dynamic'"),
-    ({"attention_bias": True}, "attention_bias=true"),
     ({"mlp_bias": True}, "mlp_bias=true"),
+    ({"attention_bias": True, "model_type": "olmoe", "num_experts": 4, "num_experts_per_tok": 2},
+     "attention_bias=true"),
 ])
 def test_unsupported_checkpoint_features_refused_at_config_time(extra, message):
     from zoo import DesignError
@@ -240,23 +241,50 @@ def test_hf_qwen2_keeps_its_qkv_biases_whatever_attention_bias_says(tmp_path):
 
 
 def test_hf_qwen2_sliding_window_past_the_last_layer_is_full_attention(tmp_path):
-    hf = _tiny_hf("qwen2", use_sliding_window=True, sliding_window=8, max_window_layers=2)
-    _matches_transformers(hf, tmp_path)  # tiny has 2 layers: none slides
-    with pytest.raises(Exception, match="use_sliding_window"):
-        ModelConfig.from_hf(dict(hf, max_window_layers=1))  # layer 1 slides over 8 positions
+    hf = _tiny_hf("qwen2", use_sliding_window=True, sliding_window=8, max_window_layers=2,
+                  layer_types=None)
+    cfg = _matches_transformers(hf, tmp_path)  # tiny has 2 layers: none slides
+    assert cfg.sliding_window is None and not cfg.windowed
+    cfg = _matches_transformers(dict(hf, max_window_layers=1), tmp_path)  # layer 1 slides over 8
+    assert cfg.sliding_window == 8 and cfg.layer_types == "GL"
 
 
-@pytest.mark.parametrize("edits,overrides", [
-    ({"sliding_window": 16, "max_position_embeddings": None}, {}),  # transformers: 131072
-    ({"sliding_window": None, "max_position_embeddings": 8192}, {}),  # no key: 4096 assumed
-    ({"sliding_window": 16}, {"max_seq_len": 32}),  # the override past the window
+def _windowed_decodes_like(hf_dict, tmp_path, T, steps, **overrides):
+    """A windowed design read from ``hf_dict`` against transformers' model of it: every prompt
+    position (``_matches_transformers``), then a prefill and greedy decode steps past the
+    window through the zoo's ring cache (``assert_decodes_like``)."""
+    cfg = _matches_transformers(hf_dict, tmp_path, **overrides)
+    hf = transformers.AutoModelForCausalLM.from_config(
+        transformers.AutoConfig.for_model(**hf_dict)).float().eval()
+    zoo = load_hf_weights(Transformer.build(cfg, "cpu", init=False),
+                          {k: v.contiguous() for k, v in hf.state_dict().items()})
+    assert_decodes_like(zoo, hf, cfg, B=2, T=T, steps=steps, seed=3)
+    return cfg, zoo
+
+
+@pytest.mark.parametrize("edits,window", [
+    ({"sliding_window": 8}, 8),
+    ({"sliding_window": None}, 4096),  # no key: transformers assumes 4096 (max_seq_len 64: full)
 ])
-def test_hf_mistral_sliding_window_refused_by_name(edits, overrides):
-    from zoo import DesignError
+def test_hf_mistral_sliding_window_matches_transformers(edits, window, tmp_path):
+    """Mistral-v0.1's window (every layer local): prompts longer than the window, then decode
+    steps whose ring cache wraps, against transformers."""
+    cfg, zoo = _windowed_decodes_like(_tiny_hf("mistral", **edits), tmp_path, T=20, steps=6)
+    assert cfg.sliding_window == window and cfg.windowed == (window < cfg.max_seq_len)
+    if cfg.windowed:  # the local layers' cache is the window
+        assert zoo.cache.capacity == [window] * cfg.n_layers
+        assert zoo.cache.nbytes() == 2 * cfg.n_layers * 2 * cfg.n_kv_heads * window * cfg.head_dim * 4
 
-    hf = _tiny_hf("mistral", **edits)
-    with pytest.raises(DesignError, match="sliding_window="):
-        ModelConfig.from_hf(hf, **overrides)
+
+def test_hf_qwen3_local_and_global_layers_match_transformers(tmp_path):
+    """A per-layer pattern (transformers' ``layer_types``) with QK-norm: one local, one global
+    layer, the prompt past the window."""
+    cfg = ModelConfig.from_name("tiny", qk_norm="head", max_seq_len=64, sliding_window=6,
+                                layer_types="1:1")
+    hf = transformers.AutoConfig.for_model(**cfg.to_hf()).to_dict()
+    assert hf["layer_types"] == ["sliding_attention", "full_attention"]
+    got, _ = _windowed_decodes_like(hf, tmp_path, T=17, steps=5)
+    assert got.layer_types == "LG" and got.sliding_window == 6
 
 
 def test_hf_mistral_window_beyond_the_design_is_full_attention(tmp_path):

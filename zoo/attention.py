@@ -1,20 +1,22 @@
 """Causal self-attention with grouped-query heads, RoPE and the static KV cache: the torch path,
 and the Triton path (RoPE fused with the cache write, the split-K decode kernel; SDPA for a
-prefill). Part of ``zoo.model``'s block.
+prefill). Part of ``zoo.model``'s block. A local layer (``cfg.layer_window``) attends over its
+sliding window, its cache a ring of the window's slots (``zoo.cache``); with ``attn_sinks`` each
+query head has a learned sink logit (``zoo.gqa``).
 """
 
 from __future__ import annotations
 
-import torch.nn.functional as F
+import torch
 from torch import nn
 
 from kernels import ops
 from kernels.ops import decode_attention, rope_kv_write_
 from kernels.rope import apply_rope, rope_
 
+from . import gqa
 from .cache import KVCache
 from .config import ModelConfig
-from .gqa import grouped_decode_attention
 from .norms import RMSNorm
 from .nvtx import annotate
 
@@ -26,13 +28,17 @@ class Attention(nn.Module):
     each KV head serves ``n_heads / n_kv_heads`` query heads (GQA, arXiv:2305.13245). With
     ``qk_norm``, RMSNorm of the queries and keys before RoPE: per head (``q_norm``, ``k_norm``
     over ``head_dim``: Qwen3) or over the whole projection (``q_dim``, ``kv_dim``: OLMoE).
+    ``window``: the layer's sliding window (positions), None for full attention; ``sinks [H]``
+    with ``attn_sinks`` (float32, gpt-oss's).
     """
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.cfg, self.layer = cfg, layer
         self.wqkv = nn.Linear(cfg.d_model, cfg.q_dim + 2 * cfg.kv_dim, bias=cfg.qkv_bias)
-        self.wo = nn.Linear(cfg.q_dim, cfg.d_model, bias=False)
+        self.wo = nn.Linear(cfg.q_dim, cfg.d_model, bias=cfg.out_bias)
+        self.window = cfg.layer_window(layer)
+        self.sinks = nn.Parameter(torch.zeros(cfg.n_heads)) if cfg.attn_sinks else None
         if cfg.qk_norm != "none":
             head = cfg.qk_norm == "head"
             self.q_norm = RMSNorm(cfg.head_dim if head else cfg.q_dim, cfg.norm_eps)
@@ -61,14 +67,10 @@ class Attention(nn.Module):
         with annotate("kv_write"):
             kc, vc = self.cache.update(self.layer, input_pos, k, v)
         with annotate("attention"):
-            if kv_len is not None:
-                kc, vc = kc[:, :, :kv_len], vc[:, :, :kv_len]
-            if mask is not None and T == 1:
-                y = grouped_decode_attention(q, kc, vc, mask)
+            if T > 1 and mask is None:  # a prefill from position 0: the fresh k, v
+                y = gqa.attention(q, k, v, causal=True, window=self.window, sinks=self.sinks)
             else:
-                y = F.scaled_dot_product_attention(q, kc, vc, attn_mask=mask,
-                                                   is_causal=mask is None and T > 1,
-                                                   enable_gqa=cfg.n_kv_heads != cfg.n_heads)
+                y = self._cached(q, kc, vc, kv_len, mask)
         with annotate("out_proj"):
             return self.wo(y.transpose(1, 2).reshape(B, T, cfg.q_dim))
 
@@ -117,6 +119,25 @@ class Attention(nn.Module):
             v = v.contiguous()  # new k and v at one stride
         return q, k, v
 
+    def _cached(self, q, kc, vc, kv_len, mask):
+        """Torch attention of ``q [B, H, T, D]`` over the cache views ``[B, Hkv, capacity, D]``:
+        the first ``kv_len`` positions (a ring: its slots up to ``min(kv_len, capacity)``, which
+        for one token are the window's), ``mask [T, kv_len]`` or None.
+
+        Raises:
+            ValueError: a chunk of several tokens after a prefix on a local layer (its ring holds
+                only the window; not modelled)."""
+        T, cap = q.shape[2], kc.shape[2]
+        if T > 1 and self.cache.ring(self.layer):
+            raise ValueError("a prefill chunk after a prefix on a sliding-window layer is not "
+                             "supported (its cache is a ring of the window)")
+        n = cap if kv_len is None else min(kv_len, cap)
+        kc, vc = kc[:, :, :n], vc[:, :, :n]
+        mask = None if mask is None else mask[:, :n]
+        if mask is not None and T == 1:
+            return gqa.grouped_decode_attention(q, kc, vc, mask, self.sinks)
+        return gqa.attention(q, kc, vc, mask=mask, sinks=self.sinks)
+
     def _scales(self):
         """This layer's K and V scales ``[B, Hkv, S]`` of a quantized cache, else ``(None, None)``."""
         cache, i = self.cache, self.layer
@@ -135,23 +156,31 @@ class Attention(nn.Module):
         and the write happen in its launch), SDPA for a prefill from 0."""
         cfg, cache, i = self.cfg, self.cache, self.layer
         B, T = q.shape[:2]
-        if T == 1 and self.fold_rope:
+        if T == 1 and (self.fold_rope or cache.ring(i)):  # a ring's slot: the kernel's
             with annotate("attention"):  # RoPE and the cache write in the same launch
                 y = decode_attention(q[:, 0], cache.k[i], cache.v[i], input_pos, *self._scales(),
-                                     pdl=self.pdl, new_kv=(k[:, 0], v[:, 0], *rope))[:, :, None]
+                                     pdl=self.pdl, new_kv=(k[:, 0], v[:, 0], *rope),
+                                     sinks=self.sinks)[:, :, None]
         elif T == 1:
             with annotate("kv_write"):
                 scales = self._rope_write(q, k, v, rope, input_pos, k_inplace=False)
             with annotate("attention"):
                 y = decode_attention(q.transpose(1, 2), cache.k[i], cache.v[i], input_pos,
-                                     *scales, pdl=self.pdl)
+                                     *scales, pdl=self.pdl, sinks=self.sinks)
+        elif mask is None and kv_len == T and (self.window or self.sinks is not None):
+            with annotate("rope"):  # a local or sink layer's prefill: RoPE, the (ring) write,
+                rope_(q, k, *rope, input_pos)  # then attention over the fresh k, v (zoo.gqa)
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+            with annotate("kv_write"):
+                cache.write(i, input_pos, k, v)
+            with annotate("attention"):
+                y = gqa.attention(q, k, v, causal=True, window=self.window, sinks=self.sinks)
         elif mask is None and kv_len == T:  # prefill from position 0: attend to the fresh k, v
             with annotate("kv_write"):
                 self._rope_write(q, k, v, rope, input_pos, k_inplace=True)
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             with annotate("attention"):
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                   enable_gqa=cfg.n_kv_heads != cfg.n_heads)
+                y = gqa.attention(q, k, v, causal=True)
         else:  # a chunk after a prefix: read (dequantized) cache, explicit mask
             with annotate("rope"):
                 rope_(q, k, *rope, input_pos)
@@ -159,7 +188,5 @@ class Attention(nn.Module):
             with annotate("kv_write"):
                 kc, vc = cache.update(i, input_pos, k, v)
             with annotate("attention"):
-                y = F.scaled_dot_product_attention(q, kc[:, :, :kv_len], vc[:, :, :kv_len],
-                                                   attn_mask=mask,
-                                                   enable_gqa=cfg.n_kv_heads != cfg.n_heads)
+                y = self._cached(q, kc, vc, kv_len, mask)
         return y.transpose(1, 2).reshape(B, T, cfg.q_dim)

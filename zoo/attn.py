@@ -7,9 +7,11 @@ module kinds (``sweep.measure.modules``), and its linear layers on the decode GE
 (``sweep.measure.trial``). The same pattern as ``zoo.ffn`` (torchtitan's model spec).
 
 Shipped: ``gqa`` (``GQA``): grouped-query attention (Ainslie et al. 2023, arXiv:2305.13245) with
-RoPE and a static KV cache, which covers MHA (``n_kv_heads == n_heads``) and MQA (1). Every design
-is ``gqa`` today (``kind``); the attention kinds of the next family (sliding windows, sinks,
-latent attention) register here with a config field that names them. Torch-free.
+RoPE and a static KV cache, which covers MHA (``n_kv_heads == n_heads``) and MQA (1), local
+(sliding-window) layers and attention sinks: its counts and kernels take the layer's window
+(``windows``: the design's layers grouped by it; ``attended``: what one token reads). Every design
+is ``gqa`` today (``kind``); latent attention (MLA) registers here with a config field that names
+it. Torch-free.
 """
 
 from __future__ import annotations
@@ -54,10 +56,12 @@ class GQA:
                      ("out_proj", "out_proj"))
 
     def params(self, cfg: ModelConfig) -> int:
-        """Parameters per layer: ``wqkv`` (and its bias), ``wo`` and the QK-norm weights
-        (``head_dim`` twice per head, or ``q_dim + kv_dim`` over the projections)."""
+        """Parameters per layer: ``wqkv`` (and its bias), ``wo`` (and its bias), the QK-norm
+        weights (``head_dim`` twice per head, or ``q_dim + kv_dim`` over the projections) and
+        the attention sinks (one per query head)."""
         n = cfg.q_dim + 2 * cfg.kv_dim
-        return cfg.d_model * n + n * cfg.qkv_bias + cfg.q_dim * cfg.d_model + _qk_norm_params(cfg)
+        return (cfg.d_model * n + n * cfg.qkv_bias + cfg.q_dim * cfg.d_model
+                + cfg.d_model * cfg.out_bias + cfg.n_heads * cfg.attn_sinks + _qk_norm_params(cfg))
 
     def flops(self, cfg: ModelConfig, batch: int, new: int, context: int) -> dict:
         """Matmul FLOP per layer for ``new`` tokens per sequence over ``context`` positions:
@@ -82,17 +86,24 @@ class GQA:
         """Elements a prefill holds per token of its own: the qkv projection."""
         return cfg.q_dim + 2 * cfg.kv_dim
 
-    def kernels(self, st: Stage, fold: bool, launches_decode) -> list[Kernel]:
-        """The attention's kernels in stage ``st`` after its norm: the qkv projection (the norm
+    def kernels(self, st: Stage, fold: bool, launches_decode, rep: int | None = None,
+                window: int | None = None) -> list[Kernel]:
+        """The attention's kernels in stage ``st`` after its norm, for ``rep`` layers (default
+        all) attending over ``window`` positions (None: full): the qkv projection (the norm
         and residual add in its prologue on the GEMV path), RoPE and the cache write (one Triton
-        kernel, or in the decode attention's launch with ``fold``; two torch ops), the attention
-        (decode: one token against the cache, ``launches_decode(B, Hkv, G, S, quantized)`` Triton
-        launches; prefill: SDPA), the output projection."""
-        cfg, M, batch, new, context = st.cfg, st.M, st.batch, st.new, st.context
-        d, H, Hkv, D, L = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.n_layers
+        kernel, or in the decode attention's launch with ``fold``, always on a local layer's
+        ring; two torch ops), the attention (decode: one token against the cache, or a local
+        layer's ring of ``window`` slots, ``launches_decode(B, Hkv, G, S, quantized)`` Triton
+        launches; prefill: SDPA, or FlexAttention for a local or sink layer, priced from the SDPA
+        entry of its shape), the output projection."""
+        cfg, M, batch, new = st.cfg, st.M, st.batch, st.new
+        context = attended(st.context, window)
+        fold = fold or window is not None
+        d, H, Hkv, D = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        L = cfg.n_layers if rep is None else rep
         wb, kvb = st.wb, DTYPE_BYTES[cfg.kv_dtype]
         rope_bytes, kv_bytes = 2 * M * (H + Hkv) * D * wb, 2 * M * Hkv * D * (wb + kvb)
-        out = [st.gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d,
+        out = [st.gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d, rep=L,
                        prologue="norm+res" + ("+bias" if cfg.qkv_bias else ""))]
         if cfg.qk_norm != "none":  # two RMSNorms: torch's ops, or two Triton kernels, each
             nbytes = 2 * M * (H + Hkv) * D * wb  # after a copy to dense rows (rows of several
@@ -103,9 +114,9 @@ class GQA:
         if st.fused and new == 1 and fold:
             pass  # folded into the decode attention launch (zoo.attention; its bytes are a token's)
         elif st.fused:  # one kernel: RoPE and the cache write (priced on their bytes together)
-            out.append(st.elem("rope", rope_bytes + kv_bytes))
+            out.append(st.elem("rope", rope_bytes + kv_bytes, rep=L))
         else:
-            out += [st.elem("rope", rope_bytes), st.elem("kv_write", kv_bytes)]
+            out += [st.elem("rope", rope_bytes, rep=L), st.elem("kv_write", kv_bytes, rep=L)]
         if new == 1:
             scale = kv_scale_bytes(cfg)  # > 0: a quantized cache
             kv_read = 2 * batch * Hkv * context * (D * kvb + scale)
@@ -121,7 +132,7 @@ class GQA:
                               2 * batch * H * D * new * context, 2 * M * (H + 2 * Hkv) * D * wb,
                               {"B": batch, "H": H, "T": new, "D": D, "G": H // Hkv,
                                "impl": st.impl}, st.launches("prefill_attn"), L))
-        out.append(st.gemm("out_proj", "wo", d, cfg.q_dim))
+        out.append(st.gemm("out_proj", "wo", d, cfg.q_dim, rep=L))
         return out
 
     def decode_linears(self, attn) -> list[tuple]:
@@ -144,8 +155,28 @@ def register(k) -> None:
 
 
 def kind(cfg: ModelConfig):
-    """The attention kind of design ``cfg`` (every design is ``gqa`` today)."""
+    """The attention kind of design ``cfg`` (every design is ``gqa`` today; its layers differ
+    only in the window they attend over: ``windows``)."""
     return _KINDS.get("gqa")
+
+
+def windows(cfg: ModelConfig) -> list[tuple[int | None, int]]:
+    """``(window, layers)`` of design ``cfg``: how many layers attend over each window (None:
+    full attention), in order of first appearance; ``[(None, n_layers)]`` for a design without
+    local layers (``zoo.layer_types``)."""
+    out: dict[int | None, int] = {}
+    for i in range(cfg.n_layers):
+        w = cfg.layer_window(i)
+        out[w] = out.get(w, 0) + 1
+    return list(out.items())
+
+
+def attended(context: int, window: int | None) -> int:
+    """Positions a token attends to in a layer of ``window`` (None: full) when ``context``
+    positions precede it, its own included: ``min(context, window)``. A prefill of ``T``
+    tokens is counted as ``T`` tokens over ``min(T, window)`` positions each (the full ``T x T``
+    score matrix for a global layer, as for SDPA; a local layer's band)."""
+    return context if window is None else min(context, window)
 
 
 def ranges() -> dict[str, str]:

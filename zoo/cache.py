@@ -1,14 +1,17 @@
 """Static, preallocated KV cache (gpt-fast ``KVCache``): allocated once, written in place.
 
-Layout: ``k`` and ``v`` are each ``[n_layers, batch, n_kv_heads, max_seq_len, head_dim]``, contiguous,
-in the cache dtype. Layer ``i`` works on the views ``k[i]``, ``v[i]`` of shape
-``[batch, n_kv_heads, max_seq_len, head_dim]``; the token at position ``p`` of sequence ``b`` lives at
-``[:, b, :, p, :]``. Positions are written with ``index_copy_`` from a device tensor, so the write
-is shape-static and can be captured in a CUDA graph.
+Layout: ``k`` and ``v`` are each a list of one tensor per layer, ``[batch, n_kv_heads, capacity,
+head_dim]``, contiguous, in the cache dtype; a global layer's capacity is ``max_seq_len`` and the
+token at position ``p`` of sequence ``b`` lives at ``[b, :, p, :]``. A local layer (a sliding
+window of ``W < max_seq_len`` positions, ``zoo.layer_types``) keeps only its window, a ring
+buffer of ``W`` slots: position ``p`` at slot ``p % W`` (its keys are stored rotated, so the
+order of the slots does not matter to attention), KV bytes bounded by the window. Positions are
+written with ``index_copy_`` from a device tensor, so the write is shape-static and can be
+captured in a CUDA graph.
 
 Quantized caches (``int8``, ``fp8_e4m3``) store the same layout in one byte per element plus a
-float32 scale per (layer, batch, kv head, position) in ``k_scale``/``v_scale``
-``[n_layers, batch, n_kv_heads, max_seq_len]``: the scale is ``amax(|x|) / qmax`` over the head_dim
+float32 scale per (layer, batch, kv head, slot) in ``k_scale``/``v_scale`` (per layer,
+``[batch, n_kv_heads, capacity]``): the scale is ``amax(|x|) / qmax`` over the head_dim
 channels of that token and head (per-token, per-head symmetric quantization, as in KIVI's
 per-token value quantization, arXiv:2402.02750, and TensorRT-LLM's int8/fp8 KV cache).
 """
@@ -28,13 +31,15 @@ class KVCache(torch.nn.Module):
     """Static K and V buffers for all layers of one model.
 
     Args:
-        cfg: the design (``n_layers``, ``n_kv_heads``, ``head_dim``, ``kv_dtype``).
+        cfg: the design (``n_layers``, ``n_kv_heads``, ``head_dim``, ``kv_dtype``, the layers'
+            windows).
         batch: sequences held (max batch size).
         max_seq_len: positions held per sequence.
         device: where to allocate.
 
-    Bytes held: ``2 * n_layers * batch * n_kv_heads * max_seq_len * head_dim * bytes(kv_dtype)``
-    plus, for quantized caches, ``2 * n_layers * batch * n_kv_heads * max_seq_len * 4`` of scales.
+    Bytes held: ``2 * batch * n_kv_heads * head_dim * bytes(kv_dtype) * sum(capacity)`` over the
+    layers (``capacity``: ``max_seq_len``, a local layer's ``min(window, max_seq_len)``) plus, for
+    quantized caches, ``2 * batch * n_kv_heads * 4 * sum(capacity)`` of scales.
     """
 
     def __init__(self, cfg: ModelConfig, batch: int, max_seq_len: int,
@@ -43,14 +48,35 @@ class KVCache(torch.nn.Module):
         self.kv_dtype = cfg.kv_dtype
         self.quantized = cfg.kv_dtype in QMAX
         dt = TORCH_DTYPES[cfg.kv_dtype]
-        shape = (cfg.n_layers, batch, cfg.n_kv_heads, max_seq_len, cfg.head_dim)
-        self.register_buffer("k", torch.zeros(shape, dtype=dt, device=device), persistent=False)
-        self.register_buffer("v", torch.zeros(shape, dtype=dt, device=device), persistent=False)
-        if self.quantized:
-            sshape = shape[:-1]
-            self.register_buffer("k_scale", torch.ones(sshape, device=device), persistent=False)
-            self.register_buffer("v_scale", torch.ones(sshape, device=device), persistent=False)
+        self.capacity = [min(cfg.layer_window(i) or max_seq_len, max_seq_len)
+                         for i in range(cfg.n_layers)]
+        self.k, self.v, self.k_scale, self.v_scale = [], [], [], []
+        for i, cap in enumerate(self.capacity):
+            shape = (batch, cfg.n_kv_heads, cap, cfg.head_dim)
+            self._add(f"k{i}", self.k, torch.zeros(shape, dtype=dt, device=device))
+            self._add(f"v{i}", self.v, torch.zeros(shape, dtype=dt, device=device))
+            if self.quantized:
+                self._add(f"k_scale{i}", self.k_scale, torch.ones(shape[:-1], device=device))
+                self._add(f"v_scale{i}", self.v_scale, torch.ones(shape[:-1], device=device))
         self.batch, self.max_seq_len = batch, max_seq_len
+
+    def _add(self, name: str, to: list, t: torch.Tensor) -> None:
+        self.register_buffer(name, t, persistent=False)
+        to.append(t)
+
+    def ring(self, layer: int) -> bool:
+        """Whether ``layer`` keeps a ring of its window (fewer slots than ``max_seq_len``)."""
+        return self.capacity[layer] < self.max_seq_len
+
+    def slots(self, layer: int, input_pos: torch.Tensor, n: int) -> tuple[torch.Tensor, slice]:
+        """``(slots [m], tokens)``: where the last ``m = min(n, capacity)`` of ``n`` tokens at
+        ``input_pos [n]`` go in ``layer``'s buffers, and the slice of the tokens written (a ring
+        keeps the last ``capacity`` of a longer prompt; one slot is never written twice)."""
+        cap = self.capacity[layer]
+        if cap >= self.max_seq_len:
+            return input_pos, slice(None)
+        keep = slice(max(n - cap, 0), None)
+        return input_pos[keep] % cap, keep
 
     def update(self, layer: int, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """Write new keys/values and return the layer's full cache views.
@@ -61,7 +87,7 @@ class KVCache(torch.nn.Module):
             k, v: ``[batch, n_kv_heads, T, head_dim]`` in the model dtype.
 
         Returns:
-            ``(k_cache, v_cache)`` views ``[batch, n_kv_heads, max_seq_len, head_dim]`` in the model
+            ``(k_cache, v_cache)`` views ``[batch, n_kv_heads, capacity, head_dim]`` in the model
             dtype (dequantized copies for a quantized cache; the Triton decode path reads the
             quantized buffers directly instead).
         """
@@ -72,8 +98,11 @@ class KVCache(torch.nn.Module):
                 dequantize(self.v[layer], self.v_scale[layer], v.dtype))
 
     def write(self, layer: int, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Write new keys/values ``[batch, n_kv_heads, T, head_dim]`` at ``input_pos``, quantizing
-        on write for int8/fp8 caches; returns nothing (the Triton decode path reads the buffers)."""
+        """Write new keys/values ``[batch, n_kv_heads, T, head_dim]`` at ``input_pos`` (a local
+        layer: at their ring slots, ``slots``), quantizing on write for int8/fp8 caches; returns
+        nothing (the Triton decode path reads the buffers)."""
+        input_pos, keep = self.slots(layer, input_pos, k.shape[2])
+        k, v = k[:, :, keep], v[:, :, keep]
         if not self.quantized:
             self.k[layer].index_copy_(2, input_pos, k)
             self.v[layer].index_copy_(2, input_pos, v)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import layer_types as lt
 from .errors import DesignError
 from .formats import DTYPE_BYTES, DTYPES, KV_DTYPES, WEIGHT_FORMATS  # noqa: F401
 
@@ -26,7 +27,6 @@ QK_NORMS = ("none", "head", "full")
 # the registered FFN kinds' names (``zoo.ffn.register`` adds each; the package imports zoo.ffn)
 FFN_TYPES: list[str] = []
 KERNELS = ("auto", "torch", "triton")
-
 
 
 
@@ -54,6 +54,14 @@ class ModelConfig:
     ``n_shared_experts`` experts every token goes through (DeepSeek's, ungated); the first
     ``first_k_dense`` layers keep a dense FFN of ``ffn_dim``. ``qk_norm``: RMSNorm of the queries
     and keys before RoPE (``QK_NORMS``).
+
+    Attention kinds (``zoo.layer_types``): ``sliding_window`` (positions, the token's own
+    included; ``None``: none; a window of at least ``max_seq_len`` is accepted and is full
+    attention) bounds what the local layers attend to, and ``layer_types`` says which layers are
+    local (``"L"``/``"G"`` per layer, ``""``: all alike; a ratio ``"5:1"`` or transformers' list
+    on input). ``attn_sinks``: a learned logit per query head in each softmax's denominator
+    (gpt-oss's attention sinks); ``out_bias``: a bias on the output projection (gpt-oss, Llama's
+    ``attention_bias``, with ``qkv_bias``).
     """
 
     name: str = "custom"
@@ -86,6 +94,15 @@ class ModelConfig:
     n_shared_experts: int = 0
     router_renorm: bool = True
     first_k_dense: int = 0
+    sliding_window: int | None = None
+    layer_types: str = ""
+    attn_sinks: bool = False
+    out_bias: bool = False
+
+    def __post_init__(self):
+        # one spelling of the pattern (a ratio or transformers' list become "L"/"G" per layer)
+        if isinstance(self.n_layers, int) and self.n_layers > 0:
+            self.layer_types = lt.canonical(self.layer_types, self.n_layers)
 
     # ---- derived sizes -------------------------------------------------------------------
     @property
@@ -114,6 +131,16 @@ class ModelConfig:
         """Whether block ``layer`` (0-based) has the MoE FFN: an MoE design's layers from
         ``first_k_dense`` on."""
         return self.moe and layer >= self.first_k_dense
+
+    def layer_window(self, layer: int) -> int | None:
+        """The window block ``layer`` (0-based) attends over, None for full attention
+        (``zoo.layer_types.window``)."""
+        return lt.window(self, layer)
+
+    @property
+    def windowed(self) -> bool:
+        """Whether any layer attends over a window shorter than ``max_seq_len``."""
+        return any(self.layer_window(i) for i in range(self.n_layers))
 
     @property
     def gqa_group(self) -> int:
@@ -159,6 +186,8 @@ class ModelConfig:
                 raise DesignError(f"{f} must be true or false, got {getattr(self, f)!r}")
         _check_rope_scaling(self.rope_scaling)
         _choice("qk_norm", self.qk_norm, QK_NORMS)
+        lt.canonical(self.layer_types, self.n_layers)
+        lt.check(self)
         self._validate_moe()
         _choice("dtype", self.dtype, DTYPES)
         _choice("kv_dtype", self.kv_dtype, KV_DTYPES)
@@ -274,13 +303,11 @@ class ModelConfig:
         Raises:
             DesignError: another family, or a feature the zoo does not model, naming the key.
         """
-        from .hf_config import check_window, fields_from_hf
+        from .hf_config import fields_from_hf
 
-        fields, hf = fields_from_hf(path_or_dict)
+        fields, _ = fields_from_hf(path_or_dict)
         cfg = cls(**fields)
-        cfg = cfg.replace(**overrides) if overrides else cfg
-        check_window(hf, cfg.n_layers, cfg.max_seq_len)
-        return cfg
+        return cfg.replace(**overrides) if overrides else cfg
 
     def to_hf(self) -> dict[str, Any]:
         """This design as its family's Hugging Face ``config.json`` dict:
@@ -317,7 +344,8 @@ DESIGN_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig)
 # the fields added after the first studies, with the default that leaves a design as it was
 LATER_FIELDS = {f.name: f.default for f in dataclasses.fields(ModelConfig)
                 if f.name in ("qk_norm", "n_experts", "n_experts_active", "expert_ffn_dim",
-                              "n_shared_experts", "router_renorm", "first_k_dense")}
+                              "n_shared_experts", "router_renorm", "first_k_dense",
+                              "sliding_window", "layer_types", "attn_sinks", "out_bias")}
 
 
 def _check_rope_scaling(rs) -> None:

@@ -122,12 +122,17 @@ def stage(cfg: ModelConfig, batch: int, new: int, context: int, logits_per_seq: 
     d, V, L = cfg.d_model, cfg.vocab_size, cfg.n_layers
     N = batch * new
     att, groups = attn_kinds.kind(cfg), ffn_kinds.groups(cfg)
-    flops = {k: L * v for k, v in att.flops(cfg, batch, new, context).items()}
+    # each layer over the positions its window lets it attend (zoo.attn.attended)
+    spans = [(attn_kinds.attended(context, w), n) for w, n in attn_kinds.windows(cfg)]
+    flops = {k: 0 for k in ("qkv", "attention", "out_proj")}
+    for ctx, n in spans:
+        for k, v in att.flops(cfg, batch, new, ctx).items():
+            flops[k] += n * v
     flops["ffn"] = sum(n * k.flops(cfg, N) for k, n in groups)
     flops["lm_head"] = 2 * batch * logits_per_seq * d * V
-    elementwise = (L * (att.elementwise_flops(cfg, batch, new, context)  # softmax, RoPE
-                        + 2 * 4 * N * d                                # two norms
-                        + 2 * N * d)                                   # residual adds
+    elementwise = (sum(n * att.elementwise_flops(cfg, batch, new, ctx) for ctx, n in spans)
+                   + L * (2 * 4 * N * d                                # two norms
+                          + 2 * N * d)                                 # residual adds
                    + sum(n * k.elementwise_flops(cfg, N) for k, n in groups))  # activation
     wb = DTYPE_BYTES[cfg.dtype]
     p = params(cfg)
@@ -139,7 +144,7 @@ def stage(cfg: ModelConfig, batch: int, new: int, context: int, logits_per_seq: 
     b = {
         # weights at their format's bits (cfg.weight_bits: 16 for bf16, 4.5 for q4_0, ...)
         "weights": (p.non_embedding - unread + p.lm_head + emb_rows) * cfg.weight_bits / 8,
-        "kv_read": batch * context * kv_tok,
+        "kv_read": batch * sum(ctx * n for ctx, n in spans) * att.kv_bytes_per_token(cfg),
         "kv_write": N * kv_tok,
         "activations": L * 2 * N * d * wb if new > 1 else 0,
         "logits": batch * logits_per_seq * V * wb,
@@ -179,11 +184,20 @@ def kv_bytes_per_token(cfg: ModelConfig) -> int:
     return cfg.n_layers * attn_kinds.kind(cfg).kv_bytes_per_token(cfg)
 
 
+def kv_cache_bytes(cfg: ModelConfig, batch: int, positions: int) -> int:
+    """Bytes of the static KV cache for ``batch`` sequences of ``positions`` positions: a local
+    layer holds only its window (a ring, ``zoo.cache``), the others every position."""
+    per_layer = attn_kinds.kind(cfg).kv_bytes_per_token(cfg)
+    return batch * per_layer * sum(n * attn_kinds.attended(positions, w)
+                                   for w, n in attn_kinds.windows(cfg))
+
+
 def memory_need(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int,
                 scores: bool = False) -> dict:
     """Bytes a run of the workload holds at its peak, by part (an estimate from the shapes, no
     allocator): ``weights`` (every parameter, a tied embedding once), ``kv_cache`` (the static
-    cache of ``prompt_len + new_tokens`` positions per sequence), ``activations`` (the prefill's
+    cache of ``prompt_len + new_tokens`` positions per sequence, a local layer's window:
+    ``kv_cache_bytes``), ``activations`` (the prefill's
     live tensors per token: residual stream, normed input and attention output (3 d), the qkv
     projection (H + 2 Hkv) D, the FFN hidden 2F (SwiGLU: gate and up) and activation F, in the model
     dtype, and one row of float32 logits per sequence), ``scores`` (with ``scores``: the prefill's
@@ -194,7 +208,7 @@ def memory_need(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int,
     per_token = (3 * cfg.d_model + attn_kinds.kind(cfg).hidden_per_token(cfg)
                  + max(k.hidden_per_token(cfg) for k, _ in ffn_kinds.groups(cfg))) * b
     out = {"weights": params(cfg).total * b,
-           "kv_cache": kv_bytes_per_token(cfg) * batch * (prompt_len + new_tokens),
+           "kv_cache": kv_cache_bytes(cfg, batch, prompt_len + new_tokens),
            "activations": batch * T * per_token + batch * cfg.vocab_size * 4,
            "scores": batch * cfg.n_heads * T * T * 4 if scores else 0}
     out["total"] = sum(out.values())
@@ -212,7 +226,7 @@ def summary(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int) -> d
         "kv_bytes_per_token": kv_bytes_per_token(cfg),
         "weight_bytes": pf.bytes["weights"],
         # the static cache a workload allocates: every position of every sequence
-        "kv_cache_bytes": kv_bytes_per_token(cfg) * batch * (prompt_len + new_tokens),
+        "kv_cache_bytes": kv_cache_bytes(cfg, batch, prompt_len + new_tokens),
         "memory_need_bytes": memory_need(cfg, batch, prompt_len, new_tokens)["total"],
     }
     for name, st in (("prefill", pf), ("decode", dc)):

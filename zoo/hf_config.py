@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from . import layer_types as lt
 from .errors import DesignError
 
 ROPE_TYPES = ("default", "llama3")
@@ -33,22 +34,58 @@ MOE_TYPES = ("mixtral", "qwen3_moe", "olmoe")
 QK_NORM = {"qwen3": "head", "qwen3_moe": "head", "olmoe": "full"}
 
 
-def _sliding_window(hf: dict, mt: str, n_layers: int) -> tuple[int | None, str]:
-    """``(window, key)`` of the sliding-window attention an HF config sets, as transformers reads
-    it, or ``(None, "")`` where every layer attends fully: Mistral slides every layer
-    (``sliding_window``, 4096 when the key is absent; ``null`` for none); Qwen2 slides the layers
-    from ``max_window_layers`` on when ``use_sliding_window`` (none when that is past the last
-    layer)."""
-    d = HF_DEFAULTS[mt]
-    if mt in ("mistral", "mixtral"):
-        w = hf["sliding_window"] if "sliding_window" in hf else d["sliding_window"]
-        return (int(w), "sliding_window") if w else (None, "")
-    if mt in ("qwen2", "qwen3", "qwen3_moe") and hf.get("use_sliding_window"):
-        first = hf.get("max_window_layers", d["max_window_layers"])
-        w = hf.get("sliding_window", d["sliding_window"])
-        if first < n_layers and w:
-            return int(w), f"use_sliding_window (layers {first}..{n_layers - 1}), sliding_window"
-    return None, ""
+def _windows(hf: dict, mt: str, n_layers: int) -> dict[str, Any]:
+    """``sliding_window`` and ``layer_types`` (``zoo.layer_types``) of the sliding-window
+    attention an HF config sets, as transformers 5 reads it: Mistral and Mixtral slide every
+    layer (``sliding_window``, 4096 when the key is absent from a Mistral file; ``null`` for
+    none); Qwen2 / Qwen3 / Qwen3-MoE only with ``use_sliding_window``, then Qwen3-MoE every
+    layer and Qwen2 / Qwen3 the layers of their ``layer_types`` list (where the file has none,
+    those from ``max_window_layers`` on); Llama and OLMoE never.
+
+    Raises:
+        DesignError: a layer type other than ``full_attention`` / ``sliding_attention``.
+    """
+    w = hf["sliding_window"] if "sliding_window" in hf else HF_DEFAULTS[mt].get("sliding_window")
+    qwen = mt in ("qwen2", "qwen3", "qwen3_moe")
+    if not w or mt in ("llama", "olmoe") or (qwen and not hf.get("use_sliding_window")):
+        return {"sliding_window": None, "layer_types": ""}
+    types = hf.get("layer_types")
+    if mt in ("qwen2", "qwen3") and types:
+        bad = sorted(set(types) - set(lt.HF_NAMES))
+        if bad:
+            raise DesignError(f"layer_types: {', '.join(bad)}: only {', '.join(lt.HF_NAMES)} "
+                              "layers are modelled")
+        kinds = "".join(lt.HF_NAMES[t] for t in types)
+    elif mt in ("qwen2", "qwen3"):
+        first = hf.get("max_window_layers", HF_DEFAULTS[mt]["max_window_layers"])
+        kinds = "".join(lt.LOCAL if i >= first else lt.GLOBAL for i in range(n_layers))
+    else:
+        kinds = lt.LOCAL * n_layers
+    if lt.LOCAL not in kinds:
+        return {"sliding_window": None, "layer_types": ""}
+    return {"sliding_window": int(w), "layer_types": "" if set(kinds) == {lt.LOCAL} else kinds}
+
+
+def _windows_to_hf(cfg: Any, family: str, hf: dict) -> None:
+    """Write a windowed design's attention pattern into its family's ``hf`` dict (in place):
+    Mistral / Mixtral / Qwen3-MoE a window on every layer, Qwen2 / Qwen3 any pattern.
+
+    Raises:
+        DesignError: a pattern the design's family cannot hold (local and global layers on a
+            Llama / Mistral / Mixtral / Qwen3-MoE / OLMoE design)."""
+    uniform = all(cfg.layer_window(i) for i in range(cfg.n_layers))
+    if family == "llama" and uniform:
+        family = hf["model_type"] = "mistral"
+        hf["architectures"] = [ARCHITECTURES[family]]
+    if family in ("qwen2", "qwen3") or (family == "qwen3_moe" and uniform):
+        hf.update(use_sliding_window=True, sliding_window=cfg.sliding_window, max_window_layers=0)
+        if family != "qwen3_moe":
+            hf["layer_types"] = lt.to_hf(cfg)
+    elif family in ("mistral", "mixtral") and uniform:
+        hf["sliding_window"] = cfg.sliding_window
+    else:
+        raise DesignError(f"layer_types={cfg.layer_types!r}: no Hugging Face {family} config "
+                          "holds local and global layers (Qwen2 / Qwen3 do)")
 
 
 def _rope(hf: dict, max_pos: int) -> tuple[float, dict | None]:
@@ -84,8 +121,7 @@ def _rope(hf: dict, max_pos: int) -> tuple[float, dict | None]:
 def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dict]:
     """``(ModelConfig fields, the parsed config)`` of a Hugging Face ``config.json`` of the
     Llama, Mistral, Qwen2 or Qwen3 families, or a Mixtral, Qwen3-MoE or OLMoE mixture of experts
-    (``check_window`` then checks the design built from them; ``_moe_fields`` reads the
-    experts).
+    (``_moe_fields`` reads the experts, ``_windows`` the sliding-window layers).
 
     Args:
         path_or_dict: a ``config.json`` path, a folder holding one, or the parsed dict.
@@ -93,7 +129,7 @@ def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dic
     Both layouts of the RoPE settings are read: the one ``transformers`` >= 5 writes
     (``rope_parameters: {rope_type, rope_theta, factor, ...}``) and the older top-level
     ``rope_theta`` + ``rope_scaling``; where the file is silent or says two things, it is
-    read as transformers 5 reads it (``HF_DEFAULTS``, ``_rope``, ``_sliding_window``).
+    read as transformers 5 reads it (``HF_DEFAULTS``, ``_rope``, ``_windows``).
 
     Raises:
         DesignError: for another ``model_type``, or a config that uses features the zoo does
@@ -117,18 +153,14 @@ def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dic
             f"{', '.join(MODEL_TYPES)}")
     if hf.get("hidden_act", "silu") != "silu":
         raise DesignError(f"hidden_act={hf['hidden_act']!r}: these families use silu (SwiGLU)")
-    if mt != "qwen2":  # Qwen2's q/k/v biases are modelled (qkv_bias); an o_proj bias is not
-        for key, what in (("attention_bias", "biases on q/k/v/o projections"),
-                          ("mlp_bias", "biases on the MLP projections")):
-            if hf.get(key):
-                raise DesignError(f"{key}=true ({what}) is not modelled by the zoo for "
-                                  f"model_type={mt}")
+    if hf.get("mlp_bias"):
+        raise DesignError(f"mlp_bias=true (biases on the MLP projections) is not modelled by "
+                          f"the zoo for model_type={mt}")
+    if mt not in ("qwen2", "llama") and hf.get("attention_bias"):  # (Qwen2's q/k/v biases are
+        raise DesignError(f"attention_bias=true (biases on q/k/v/o projections) is not "  # its
+                          f"modelled by the zoo for model_type={mt}")  # own, never an o bias)
     if hf.get("clip_qkv") is not None:
         raise DesignError(f"clip_qkv={hf['clip_qkv']} (q, k, v clamped) is not modelled")
-    types = hf.get("layer_types")
-    if types and any(t != "full_attention" for t in types):
-        raise DesignError(f"layer_types={sorted(set(types))}: only full_attention layers are "
-                          "modelled")
     defaults = HF_DEFAULTS[mt]  # what transformers assumes for a key the file lacks
     max_pos = int(hf.get("max_position_embeddings") or defaults["max_position_embeddings"])
     rope_theta, rs = _rope(hf, max_pos)
@@ -155,10 +187,12 @@ def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dic
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         # Qwen2's q/k/v always carry biases in transformers (``attention_bias`` unread there)
         qkv_bias=mt == "qwen2" or bool(hf.get("attention_bias", False)),
+        out_bias=mt == "llama" and bool(hf.get("attention_bias", False)),  # Llama's o_proj too
         dtype=dtype,
         kv_dtype=dtype,
         qk_norm=QK_NORM.get(mt, "none"),
         **(_moe_fields(hf, mt) if mt in MOE_TYPES else {}),
+        **_windows(hf, mt, hf["num_hidden_layers"]),
     ), hf
 
 
@@ -196,20 +230,6 @@ def _moe_fields(hf: dict, mt: str) -> dict[str, Any]:
                 expert_ffn_dim=int(width), router_renorm=renorm, first_k_dense=first)
 
 
-def check_window(hf: dict, n_layers: int, max_seq_len: int) -> None:
-    """Refuse a design read from ``hf`` whose layers would attend past a sliding window.
-
-    Raises:
-        DesignError: the window (and the key that sets it) is shorter than ``max_seq_len``.
-    """
-    window, key = _sliding_window(hf, hf.get("model_type"), n_layers)
-    if window is not None and max_seq_len > window:
-        raise DesignError(
-            f"{key}={window}: sliding-window attention is not modelled, and a design of "
-            f"max_seq_len {max_seq_len} would attend past the window (from_hf(..., "
-            f"max_seq_len={window}) keeps every position within it)")
-
-
 def _family(cfg: Any) -> str:
     """The HF family a design is written as: its own where that family can hold it, else the
     one that can (a mixture of experts: Qwen3-MoE with per-head QK-norm, OLMoE with QK-norm over
@@ -223,6 +243,14 @@ def _family(cfg: Any) -> str:
     if cfg.n_shared_experts:
         raise DesignError("n_shared_experts > 0 has no Hugging Face family here (DeepSeek's "
                           "comes with its attention)")
+    if cfg.attn_sinks:
+        raise DesignError("attn_sinks: no Hugging Face family here (gpt-oss's comes with its "
+                          "mixture of experts, not modelled)")
+    if cfg.out_bias:
+        if cfg.n_experts or cfg.qk_norm != "none" or not cfg.qkv_bias:
+            raise DesignError("out_bias: only Llama's attention_bias (q/k/v and o biases on a "
+                              "dense design without QK-norm) holds it")
+        return "llama"
     if cfg.n_experts and cfg.qkv_bias:
         raise DesignError("qkv_bias with n_experts > 0: no Hugging Face MoE family here has "
                           "q/k/v biases")
@@ -279,7 +307,7 @@ def to_hf(cfg: Any) -> dict[str, Any]:
     if family in ("llama", "qwen3", "qwen3_moe", "olmoe"):
         hf["attention_bias"] = False
     if family == "llama":
-        hf["attention_bias"] = cfg.qkv_bias
+        hf["attention_bias"] = cfg.out_bias
         hf["mlp_bias"] = False
     if family in ("mistral", "mixtral"):
         hf["sliding_window"] = None
@@ -298,4 +326,6 @@ def to_hf(cfg: Any) -> dict[str, Any]:
         hf["num_experts_per_tok"] = cfg.n_experts_active
     if cfg.rope_scaling:
         hf["rope_scaling"] = dict(cfg.rope_scaling)
+    if cfg.windowed:
+        _windows_to_hf(cfg, family, hf)
     return hf

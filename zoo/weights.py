@@ -48,6 +48,10 @@ def hf_to_zoo(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.
             out[z + "attention.wqkv.bias"] = torch.cat(
                 [take(a + f"self_attn.{p}_proj.bias") for p in "qkv"])
         out[z + "attention.wo.weight"] = take(a + "self_attn.o_proj.weight")
+        if cfg.out_bias:
+            out[z + "attention.wo.bias"] = take(a + "self_attn.o_proj.bias")
+        if cfg.attn_sinks:  # gpt-oss's per-head sink logits
+            out[z + "attention.sinks"] = take(a + "self_attn.sinks")
         if cfg.qk_norm != "none":
             for p in "qk":
                 out[z + f"attention.{p}_norm.weight"] = take(a + f"self_attn.{p}_norm.weight")

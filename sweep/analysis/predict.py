@@ -80,7 +80,8 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     out = [Kernel("norms_elementwise", "elementwise", "embedding", 0, 2 * M * d * wb,
                   {"op": "embedding", "impl": "torch", "bytes": 2 * M * d * wb}, gathers, 1)]
     out += [st.elem("rmsnorm", norm_bytes, launches=nl, in_prologue=True),
-            *attn.kind(cfg).kernels(st, fold, decode_attention.launches),
+            *(k for w, n in attn.windows(cfg)  # layers grouped by the window they attend over
+              for k in attn.kind(cfg).kernels(st, fold, decode_attention.launches, n, w)),
             st.elem("rmsnorm", norm_bytes, launches=nl, in_prologue=True),
             *(k for kind, n in ffn.groups(cfg) for k in kind.kernels(st, rep=n))]
     if not fused:

@@ -27,9 +27,12 @@ MOE = dict(n_experts=6, n_experts_active=2, expert_ffn_dim=40)
 
 @pytest.mark.parametrize("over", [dict(), dict(n_kv_heads=1, head_dim=24), dict(n_kv_heads=8),
                                   dict(qk_norm="head"), dict(qk_norm="full", **MOE),
-                                  dict(MOE, first_k_dense=1, n_shared_experts=1)],
+                                  dict(MOE, first_k_dense=1, n_shared_experts=1),
+                                  dict(sliding_window=8, layer_types="1:1"),
+                                  dict(sliding_window=5, attn_sinks=True, out_bias=True,
+                                       qkv_bias=True)],
                          ids=["gqa", "mqa_d24", "mha", "qk_norm_head", "moe_qk_norm_full",
-                              "moe_dense_first_shared"])
+                              "moe_dense_first_shared", "local_global", "window_sinks"])
 def test_triton_path_matches_torch_path(over):
     dtype = "bf16" if DEVICE == "cuda" else "fp32"
     cfg = ModelConfig.from_name("tiny", dtype=dtype, kv_dtype=dtype, **over)
@@ -131,3 +134,17 @@ def test_compiled_triton_decode_step_matches_eager(over):
         torch.testing.assert_close(got, want, rtol=tol, atol=tol)
     torch.testing.assert_close(compiled.cache.k, eager.cache.k, rtol=tol, atol=tol)
     torch.testing.assert_close(compiled.cache.v, eager.cache.v, rtol=tol, atol=tol)
+
+
+@pytest.mark.gpu
+def test_windowed_design_in_a_cuda_graph():
+    """A local layer's ring and the sinks under CUDA graphs (decode and the graphed prefill's
+    FlexAttention) give the eager step's logits."""
+    if DEVICE != "cuda":
+        pytest.skip("needs a CUDA GPU")
+    cfg = ModelConfig.from_name("tiny", dtype="bf16", kv_dtype="bf16", kernels="triton",
+                                sliding_window=8, layer_types="1:1", attn_sinks=True)
+    prompt = torch.randint(0, cfg.vocab_size, (2, 13), device=DEVICE,
+                           generator=torch.Generator(DEVICE).manual_seed(0))
+    torch.testing.assert_close(_logits(cfg, prompt, STEPS, "cudagraph"),
+                               _logits(cfg, prompt, STEPS), rtol=3e-2, atol=3e-2)

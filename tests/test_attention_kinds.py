@@ -1,0 +1,116 @@
+"""Sliding windows, local/global patterns and attention sinks (issue 39): gpt-oss's attention
+against transformers', the rules of the fields, and what the counts make of a window."""
+
+import pytest
+import torch
+
+from zoo import DesignError, ModelConfig, Transformer, counts
+
+transformers = pytest.importorskip("transformers")
+
+
+def _gpt_oss_attention(cfg: ModelConfig, layer: int):
+    """transformers' ``GptOssAttention`` of ``cfg``'s shape at ``layer`` (eager, fp32), its
+    biases and sinks random."""
+    hf_cfg = transformers.GptOssConfig(
+        hidden_size=cfg.d_model, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
+        head_dim=cfg.head_dim, num_hidden_layers=cfg.n_layers, sliding_window=cfg.sliding_window,
+        layer_types=["sliding_attention" if cfg.layer_window(i) else "full_attention"
+                     for i in range(cfg.n_layers)], attention_bias=True,
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
+        attn_implementation="eager")
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssAttention
+
+    torch.manual_seed(layer)
+    m = GptOssAttention(hf_cfg, layer).float().eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(0.3 * torch.randn_like(p))
+    return m
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_gpt_oss_attention_layers_match_transformers(layer):
+    """gpt-oss's attention (q/k/v/o biases, a sink logit per head, a 6-token window on layer 0
+    and full attention on layer 1) on a 17-token prompt, then one decode step over the ring,
+    against transformers' eager ``GptOssAttention`` with the same weights, fp32 within 1e-4."""
+    cfg = ModelConfig.from_name("tiny", dtype="fp32", kv_dtype="fp32", qkv_bias=True,
+                                out_bias=True, attn_sinks=True, sliding_window=6,
+                                layer_types="1:1")
+    hf = _gpt_oss_attention(cfg, layer)
+    zoo = Transformer.build(cfg, "cpu", init=False)
+    att = zoo.layers[layer].attention
+    with torch.no_grad():
+        att.wqkv.weight.copy_(torch.cat([hf.q_proj.weight, hf.k_proj.weight, hf.v_proj.weight]))
+        att.wqkv.bias.copy_(torch.cat([hf.q_proj.bias, hf.k_proj.bias, hf.v_proj.bias]))
+        att.wo.weight.copy_(hf.o_proj.weight)
+        att.wo.bias.copy_(hf.o_proj.bias)
+        att.sinks.copy_(hf.sinks)
+    T, D = 18, cfg.head_dim
+    zoo.setup_cache(2, T)
+    x = torch.randn(2, T, cfg.d_model, generator=torch.Generator().manual_seed(5))
+    pos = torch.arange(T)
+    win = cfg.layer_window(layer)
+    keep = (pos[None, :] <= pos[:, None]) & (
+        (pos[None, :] > pos[:, None] - win) if win else True)
+    additive = torch.zeros(T, T).masked_fill(~keep, float("-inf"))[None, None]
+    cos, sin = zoo.rope_cos[:, : D // 2], zoo.rope_sin[:, : D // 2]
+    with torch.no_grad():
+        want = hf(x, (cos[None, :T], sin[None, :T]), additive.expand(2, 1, T, T))[0]
+        rope = (zoo.rope_cos, zoo.rope_sin)
+        prompt = att(x[:, :-1], (rope[0][: T - 1], rope[1][: T - 1]), pos[: T - 1], T - 1, None)
+        step = att(x[:, -1:], (rope[0][T - 1:T], rope[1][T - 1:T]), pos[T - 1:], T, None)
+    torch.testing.assert_close(prompt, want[:, :-1], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(step, want[:, -1:], rtol=1e-4, atol=1e-4)
+    if win:
+        assert att.cache.capacity[layer] == win
+
+
+@pytest.mark.parametrize("over,field", [
+    (dict(sliding_window=0), "sliding_window"),
+    (dict(sliding_window=-4), "sliding_window"),
+    (dict(sliding_window=8, layer_types="LGL"), "layer_types"),  # tiny has 2 layers
+    (dict(sliding_window=8, layer_types=["sliding_attention"]), "layer_types"),
+    (dict(sliding_window=8, layer_types="LX"), "layer_types"),
+    (dict(layer_types="1:1"), "sliding_window"),  # local layers need a window
+    (dict(sliding_window=8, layer_types="a:b"), "layer_types"),
+    (dict(attn_sinks="yes"), "attn_sinks"),
+])
+def test_bad_windows_and_patterns_refused_by_name(over, field):
+    with pytest.raises(DesignError, match=field):
+        ModelConfig.from_name("tiny", **over).validate()
+
+
+def test_a_window_past_max_seq_len_is_full_attention():
+    """Accepted, and stated: no position is ever outside it, so the layers attend fully and
+    keep a full cache."""
+    cfg = ModelConfig.from_name("tiny", sliding_window=10_000).validate()
+    assert not cfg.windowed and cfg.layer_window(0) is None
+    m = Transformer.build(cfg, "cpu")
+    assert m.setup_cache(1, 64).capacity == [64, 64]
+    assert counts.decode_step(cfg, 1, 200) == counts.decode_step(cfg.replace(sliding_window=None),
+                                                                 1, 200)
+
+
+def test_ratio_and_hf_list_spell_one_pattern():
+    a = ModelConfig.from_name("tiny", n_layers=12, sliding_window=64, layer_types="5:1")
+    b = ModelConfig.from_name("tiny", n_layers=12, sliding_window=64,
+                              layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 2)
+    assert a == b and a.layer_types == "LLLLLG" * 2
+    assert a.identity_dict() == b.identity_dict()
+
+
+def test_local_layers_read_only_their_window():
+    """Decode bytes and FLOPs: a local layer reads ``min(context, window)`` positions, so past
+    the window a 5:1 design's step grows with the global layers only."""
+    base = ModelConfig.from_name("llama3_2_1b")
+    mix = base.replace(sliding_window=1024, layer_types="3:1")  # 12 local, 4 global of 16
+    per_pos = counts.kv_bytes_per_token(base) // base.n_layers  # one layer, one position
+    for ctx in (512, 8192, 32768):
+        full, local = counts.decode_step(base, 1, ctx), counts.decode_step(mix, 1, ctx)
+        attended = 4 * (ctx + 1) + 12 * min(ctx + 1, 1024)
+        assert local.bytes["kv_read"] == attended * per_pos
+        assert full.bytes["kv_read"] == 16 * (ctx + 1) * per_pos
+    grow = (counts.decode_step(mix, 1, 32768).bytes["kv_read"]
+            - counts.decode_step(mix, 1, 8192).bytes["kv_read"])
+    assert grow == 4 * (32768 - 8192) * per_pos

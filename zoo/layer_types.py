@@ -1,0 +1,96 @@
+"""Which layers attend locally: a design's ``layer_types``, spelled once, and its rules.
+
+A local layer attends to the ``sliding_window`` positions ending at its own token (the token
+included: key ``j`` for query ``i`` when ``i - window < j <= i``, as transformers'
+``sliding_window_causal_mask``, Mistral, gpt-oss and Gemma 3 build it); a global layer attends to
+every earlier position. ``ModelConfig.layer_types`` holds one character per layer, ``L`` (local)
+or ``G`` (global), or ``""``: every layer alike, local when the design has a ``sliding_window``
+(Mistral-7B-v0.1), else global. Accepted on input and canonicalised to that string:
+
+- transformers' list, ``["sliding_attention", "full_attention", ...]`` (gpt-oss, Gemma 3);
+- a ratio ``"R:G"``: ``R`` local layers then ``G`` global ones, repeated from layer 0 (Gemma 3's
+  five local per global layer is ``"5:1"``; gpt-oss's alternation ``"1:1"``).
+"""
+
+from __future__ import annotations
+
+from .errors import DesignError
+
+LOCAL, GLOBAL = "L", "G"
+HF_NAMES = {"sliding_attention": LOCAL, "full_attention": GLOBAL}
+HF_OF = {v: k for k, v in HF_NAMES.items()}
+
+
+def canonical(value, n_layers: int) -> str:
+    """``layer_types`` in its canonical spelling (module doc): a string of ``L`` / ``G``, one per
+    layer, or ``""`` for every layer alike.
+
+    Raises:
+        DesignError: an unknown layer type, a ratio that is not two non-negative integers with a
+            positive sum, or a pattern whose length is not ``n_layers``, naming ``layer_types``.
+    """
+    if value is None or value == "" or value == []:
+        return ""
+    if isinstance(value, str) and ":" in value:
+        parts = value.split(":")
+        try:
+            r, g = (int(p) for p in parts)
+        except ValueError:
+            raise DesignError(f"layer_types={value!r}: a ratio is 'local:global', two "
+                              "integers (e.g. '5:1')") from None
+        if r < 0 or g < 0 or r + g == 0:
+            raise DesignError(f"layer_types={value!r}: a ratio needs non-negative counts with a "
+                              "positive sum")
+        value = ((LOCAL * r + GLOBAL * g) * n_layers)[:n_layers]
+    elif not isinstance(value, str):
+        try:
+            names = list(value)
+        except TypeError:
+            raise DesignError(f"layer_types must be a string or a list, got {value!r}") from None
+        bad = sorted({str(t) for t in names} - set(HF_NAMES))
+        if bad:
+            raise DesignError(f"layer_types: {', '.join(bad)} not one of "
+                              f"{', '.join(HF_NAMES)}")
+        value = "".join(HF_NAMES[t] for t in names)
+    if set(value) - {LOCAL, GLOBAL}:
+        raise DesignError(f"layer_types={value!r}: one character per layer, L (local, sliding "
+                          "window) or G (global), or a ratio such as '5:1'")
+    if len(value) != n_layers:
+        raise DesignError(f"layer_types has {len(value)} entries, n_layers is {n_layers}: one "
+                          "per layer")
+    return value
+
+
+def check(cfg) -> None:
+    """Refuse an impossible window or pattern (``ModelConfig.validate``), naming the field.
+
+    Raises:
+        DesignError: ``sliding_window`` not a positive integer (0 is refused: no window is
+            ``null``), a local layer without a window, ``attn_sinks`` / ``out_bias`` not booleans.
+    """
+    w = cfg.sliding_window
+    if w is not None and (not isinstance(w, int) or isinstance(w, bool) or w <= 0):
+        raise DesignError(f"sliding_window must be a positive integer (positions) or null, "
+                          f"got {w!r}")
+    if LOCAL in cfg.layer_types and w is None:
+        raise DesignError(f"layer_types={cfg.layer_types!r} has local layers but "
+                          "sliding_window is null: set the window they attend over")
+    for f in ("attn_sinks", "out_bias"):
+        if not isinstance(getattr(cfg, f), bool):
+            raise DesignError(f"{f} must be true or false, got {getattr(cfg, f)!r}")
+
+
+def window(cfg, layer: int) -> int | None:
+    """The window block ``layer`` attends over, or None for full attention: a global layer, or
+    a window at least ``max_seq_len`` (accepted, and the same as full attention: no position is
+    ever outside it)."""
+    w = cfg.sliding_window
+    if w is None or w >= cfg.max_seq_len:
+        return None
+    local = cfg.layer_types[layer] == LOCAL if cfg.layer_types else True
+    return w if local else None
+
+
+def to_hf(cfg) -> list[str]:
+    """transformers' ``layer_types`` list of a design."""
+    return [HF_OF[LOCAL if window(cfg, i) else GLOBAL] for i in range(cfg.n_layers)]
