@@ -114,3 +114,20 @@ def test_local_layers_read_only_their_window():
     grow = (counts.decode_step(mix, 1, 32768).bytes["kv_read"]
             - counts.decode_step(mix, 1, 8192).bytes["kv_read"])
     assert grow == 4 * (32768 - 8192) * per_pos
+
+
+@pytest.mark.parametrize("window", [None, 7, 64])
+@pytest.mark.parametrize("sinks", [False, True])
+def test_blocked_prefill_equals_one_block(window, sinks, monkeypatch):
+    """The prefill in blocks of query rows (a 32k prompt's way) gives the one-block result: each
+    block sees exactly the keys of its rows' windows."""
+    from zoo import gqa
+
+    g = torch.Generator().manual_seed(0)
+    B, H, Hkv, T, D = 2, 8, 2, 300, 16
+    q, k, v = (torch.randn(B, h, T, D, generator=g) for h in (H, Hkv, Hkv))
+    s = torch.randn(H, generator=g) if sinks else None
+    pos = torch.arange(T)
+    want = gqa._math(q, k, v, gqa.window_mask(pos, pos, window), s)
+    monkeypatch.setattr(gqa, "SCORE_BUDGET", B * H * ((window or T) + 64) * 20)  # 15 blocks
+    torch.testing.assert_close(gqa.blocked(q, k, v, window, s), want, rtol=1e-5, atol=1e-5)

@@ -94,7 +94,8 @@ class GQA:
         kernel, or in the decode attention's launch with ``fold``, always on a local layer's
         ring; two torch ops), the attention (decode: one token against the cache, or a local
         layer's ring of ``window`` slots, ``launches_decode(B, Hkv, G, S, quantized)`` Triton
-        launches; prefill: SDPA, or FlexAttention for a local or sink layer, priced from the SDPA
+        launches; prefill: SDPA, or blocks of query rows for a local or sink layer (``zoo.gqa``),
+        priced from the SDPA
         entry of its shape), the output projection."""
         cfg, M, batch, new = st.cfg, st.M, st.batch, st.new
         context = attended(st.context, window)

@@ -8,19 +8,13 @@ k and v ``[B, Hkv, S, D]``, ``G = H / Hkv`` query heads per KV head.
 Attention sinks (gpt-oss): a learned logit ``s_h`` per query head joins each softmax's
 denominator and attends to nothing, ``o = sum_j exp(z_j) v_j / (exp(s_h) + sum_j exp(z_j))``, as
 transformers' ``GptOssAttention`` computes it (the sink column dropped after the softmax). Given
-the log-sum-exp ``lse`` of the scores without it, ``o = o_plain * sigmoid(lse - s_h)``: how the
-FlexAttention path adds it.
+the log-sum-exp ``lse`` of the scores without it, ``o = o_plain * sigmoid(lse - s_h)``.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-
-# the compiled FlexAttention and its block masks, per (T, window, device): built outside any
-# CUDA-graph capture (the capture's warm-up calls first)
-_FLEX: dict = {}
-
 
 def window_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None) -> torch.Tensor:
     """Bool ``[T, S]``: key position ``k_pos[j]`` visible to query position ``q_pos[i]`` (causal,
@@ -59,44 +53,48 @@ def attention(q, k, v, mask: torch.Tensor | None = None, causal: bool = False,
         causal: a prefill from position 0 (``T == S``): causal, and within ``window`` if set.
         sinks: ``[H]`` attention-sink logits (module doc), or None.
 
-    SDPA where it can (no sinks, no window); FlexAttention on a GPU for a windowed or sink
-    prefill (block-sparse: a 32k prompt never builds a ``T x T`` mask); plain ops otherwise.
+    SDPA where it can (no sinks, no window); a windowed or sink prefill in blocks of query rows
+    (``blocked``); plain ops otherwise.
     """
-    T = q.shape[2]
     gqa = k.shape[1] != q.shape[1]
     if sinks is None and window is None:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and T > 1,
-                                              enable_gqa=gqa)
-    if causal and q.device.type == "cuda":
-        return _flex(q, k, v, window, sinks)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                              is_causal=causal and q.shape[2] > 1, enable_gqa=gqa)
     if causal:
-        pos = torch.arange(T, device=q.device)
-        mask = window_mask(pos, pos, window)
+        return blocked(q, k, v, window, sinks)
     if sinks is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
     return _math(q, k, v, mask, sinks)
 
 
-def _flex(q, k, v, window, sinks, compiled: bool = True):
-    """A causal (windowed) prefill through FlexAttention, the sink folded in from its lse."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+SCORE_BUDGET = 1 << 28  # score elements (float32) one block of ``blocked`` may hold: 1 GiB
 
-    T = q.shape[2]
-    key = (T, window, q.device, compiled)
-    if key not in _FLEX:
-        def mask_mod(b, h, qi, ki):
-            keep = ki <= qi
-            return keep if window is None else keep & (ki > qi - window)
-        block = create_block_mask(mask_mod, None, None, T, T, device=q.device)
-        fn = torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
-        _FLEX[key] = (fn, block)
-    fn, block = _FLEX[key]
-    gqa = k.shape[1] != q.shape[1]
-    if sinks is None:
-        return fn(q, k, v, block_mask=block, enable_gqa=gqa)
-    out, lse = fn(q, k, v, block_mask=block, enable_gqa=gqa, return_lse=True)
-    w = torch.sigmoid(lse - sinks.float().view(1, -1, 1))  # [B, H, T]
-    return (out.float() * w[..., None]).to(q.dtype)
+
+def blocked(q, k, v, window: int | None, sinks: torch.Tensor | None) -> torch.Tensor:
+    """A causal prefill from position 0, within ``window`` if set and with ``sinks`` if given,
+    in blocks of query rows, each against the keys it can see (``[s - window + 1, e)`` for a
+    local layer: a 32k prompt never builds a ``T x T`` score matrix; a block's scores hold at
+    most ``SCORE_BUDGET`` elements). Without sinks each block runs SDPA with its band mask (K/V
+    repeated per group so a masked kernel takes it, not the math fallback); with sinks plain
+    ops (``_math``). Same shapes as ``attention``. (FlexAttention would skip the masked tiles of
+    a block too; not yet the zoo's.)"""
+    B, H, T, D = q.shape
+    G = H // k.shape[1]
+    span = T if window is None else min(T, window)
+    rows = max(16, min(T, SCORE_BUDGET // (B * H * (span + 64))))
+    pos = torch.arange(T, device=q.device)
+    out = torch.empty_like(q)
+    for s in range(0, T, rows):
+        e = min(T, s + rows)
+        lo = 0 if window is None else max(0, s - window + 1)
+        kb, vb, m = k[:, :, lo:e], v[:, :, lo:e], window_mask(pos[s:e], pos[lo:e], window)
+        if sinks is None:
+            if G > 1:
+                kb, vb = kb.repeat_interleave(G, 1), vb.repeat_interleave(G, 1)
+            out[:, :, s:e] = F.scaled_dot_product_attention(q[:, :, s:e], kb, vb, attn_mask=m)
+        else:
+            out[:, :, s:e] = _math(q[:, :, s:e], kb, vb, m, sinks)
+    return out
 
 
 def grouped_decode_attention(q, k, v, mask, sinks: torch.Tensor | None = None):
