@@ -131,3 +131,19 @@ def test_blocked_prefill_equals_one_block(window, sinks, monkeypatch):
     want = gqa._math(q, k, v, gqa.window_mask(pos, pos, window), s)
     monkeypatch.setattr(gqa, "SCORE_BUDGET", B * H * ((window or T) + 64) * 20)  # 15 blocks
     torch.testing.assert_close(gqa.blocked(q, k, v, window, s), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name,kind", [
+    ("heldout_attention", lambda c: c.windowed or c.attn_sinks), ("heldout_moe", lambda c: c.moe)])
+def test_frozen_sets_of_the_new_kinds_load(name, kind):
+    """Issues 38 / 39, item 4: the frozen held-out sets hold >= 10 designs of the new kinds, each
+    a valid design whose workload fits its max_seq_len (``python -m sweep.cli.validate --set``)."""
+    from sweep.cli import validate as V
+
+    s = V.load_set(name)
+    chosen = V.items(s, "cuda")
+    assert len(chosen) >= 10 and "for checking only" in (
+        V.CONF / f"validation/{name}.yaml").read_text().lower()
+    assert all(kind(c) for _, c, _, _ in chosen)
+    for _, c, w, _ in chosen:
+        assert w["prompt_len"] + w["new_tokens"] <= c.validate().max_seq_len

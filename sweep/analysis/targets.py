@@ -237,7 +237,7 @@ def predict_designs(items, spec, calibration: Calibrated | None = None,
         row.update(model=cfg.name, batch=B, prompt_len=T, new_tokens=N, mode=mode,
                    predicted=True, **{k: analytic[k] for k in (
                        "params_non_embedding", "params_total", "params_active",
-                       "kv_bytes_per_token")})
+                       "kv_bytes_per_token", "kv_cache_bytes")})
         broken = []
         for key, band in (constraints or {}).items():
             v, lo, hi = analytic[key], band.get("low"), band.get("high")

@@ -115,6 +115,8 @@ COLUMNS = {c.name: c for c in (
            kind="analytic"),
     Column("kv_bytes_per_token", "bytes", "KV-cache bytes per token", direction="min",
            kind="analytic"),
+    # the cache the workload holds: a local layer keeps only its window (zoo.counts.kv_cache_bytes)
+    Column("kv_cache_bytes", "bytes", "KV cache held (bytes)", direction="min", kind="analytic"),
     Column("peak_mem_bytes", "bytes", "peak GPU memory", direction="min"),
     Column("decode_j_per_token", "J/token", "decode energy (J/token)", stage="decode",
            direction="min"),
@@ -137,15 +139,19 @@ OBJECTIVES = tuple(COLUMNS)  # what a study may optimize
 # the columns a short table shows, and the report's trials table, in order
 # a mixture of experts' columns, shown where a table holds one (``report.tables.shows_moe``)
 MOE_SHOWN = ("n_experts", "n_experts_active", "expert_ffn_dim", "params_active")
+# sliding-window designs' columns, shown where a table holds one (``report.tables.shown``)
+WINDOW_SHOWN = ("sliding_window", "layer_types", "kv_cache_bytes")
 SUMMARY = ("number", "state", "n_kv_heads", "n_heads", "head_dim", "d_model", "n_layers",
-           "ffn_dim", "n_experts", "n_experts_active", "expert_ffn_dim", "batch", "prompt_len",
+           "ffn_dim", "n_experts", "n_experts_active", "expert_ffn_dim", "sliding_window",
+           "layer_types", "batch", "prompt_len",
            TIME["prefill"], TIME["decode"], RATE["decode"], mfu("prefill"), mbu("decode"),
-           "kv_bytes_per_token", PEAK_MEM, "decode_bound", "fail_reason")
+           "kv_bytes_per_token", "kv_cache_bytes", PEAK_MEM, "decode_bound", "fail_reason")
 # the design columns of the predicted table (shown where they vary), then its figures
 PREDICTED_DESIGN = ("n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers", "ffn_dim",
-                    "n_experts", "n_experts_active", "expert_ffn_dim", "kv_dtype", "kernels")
+                    "n_experts", "n_experts_active", "expert_ffn_dim", "sliding_window",
+                    "layer_types", "kv_dtype", "kernels")
 PREDICTED_SUMMARY = (*PREDICTED_DESIGN, TIME["prefill"], TIME["decode"], RATE["decode"],
-                     "kv_bytes_per_token", "params_non_embedding", "params_active", "basis_kind",
+                     "kv_bytes_per_token", "kv_cache_bytes", "params_non_embedding", "params_active", "basis_kind",
                      "state")
 # the report's trials table and its prediction table
 REPORT = ("number", "state", "mode", "n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers",

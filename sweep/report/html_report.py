@@ -23,7 +23,7 @@ from ..common import row as R
 from ..common.atomic import write_text
 from .labels import fmt, si
 from .plots import caption
-from .tables import front_rows, load_study, shows_moe
+from .tables import front_rows, load_study, shown
 
 TABLE_COLUMNS = list(R.REPORT)
 PRED_COLUMNS = list(R.REPORT_PREDICTED)
@@ -235,7 +235,7 @@ def predicted_sections(d: Path) -> list[str]:
         t = pd.read_csv(f)
         cols = [c for c in R.PREDICTED_SUMMARY if c in t.columns and
                 (c not in R.PREDICTED_DESIGN or t[c].nunique() > 1)
-                and (c not in R.MOE_SHOWN or shows_moe(t))]
+                and shown(c, t)]
         out += [f"<h3>{html.escape(f.stem.removeprefix('predicted_'))} ({len(t)} designs, "
                 f"<a href='{html.escape(f.name)}'>{html.escape(f.name)}</a>)</h3>",
                 _frame(t[cols])]

@@ -108,7 +108,7 @@ def summary_table(df: pd.DataFrame) -> str:
     if df.empty:
         return "(no trials)"
     cols = [c for c in SUMMARY_COLUMNS
-            if c in df.columns and (c not in R.MOE_SHOWN or shows_moe(df))]
+            if c in df.columns and shown(c, df)]
     out = df[cols].copy()
     if "fail_reason" in out:
         out["fail_reason"] = out["fail_reason"].fillna("").astype(str).str.slice(0, 40)
@@ -156,6 +156,18 @@ def shows_moe(df: pd.DataFrame) -> bool:
     return "n_experts" in df and bool((df["n_experts"].fillna(0) > 0).any())
 
 
+def shows_windows(df: pd.DataFrame) -> bool:
+    """Whether a table holds a design with sliding-window layers (``R.WINDOW_SHOWN``)."""
+    return "sliding_window" in df and bool(df["sliding_window"].notna().any())
+
+
+def shown(column: str, df: pd.DataFrame) -> bool:
+    """Whether a table shows ``column``: always, but for the columns of a kind of design it does
+    not hold (a mixture of experts' where it holds none, a window's where no layer is local)."""
+    return ((column not in R.MOE_SHOWN or shows_moe(df))
+            and (column not in R.WINDOW_SHOWN or shows_windows(df)))
+
+
 def predicted_summary(df: pd.DataFrame, objectives: list[str] | None = None,
                       directions: list[str] | None = None, most: int = 12) -> str:
     """A short text table of predicted designs (``sweep.analysis.targets.predict_designs``): the
@@ -172,7 +184,7 @@ def predicted_summary(df: pd.DataFrame, objectives: list[str] | None = None,
                 + ")")
     cols = [c for c in PREDICTED_COLUMNS if c in df.columns
             and (c not in R.PREDICTED_DESIGN or df[c].nunique() > 1)
-            and (c not in R.MOE_SHOWN or shows_moe(df))]
+            and shown(c, df)]
     out = done.sort_values(R.RATE["decode"], ascending=False)[cols].copy() if len(done) else done
     pairs = [(o, d) for o, d in zip(objectives or [], directions or []) if o in done.columns]
     if pairs and len(done):
