@@ -147,3 +147,65 @@ def test_frozen_sets_of_the_new_kinds_load(name, kind):
     assert all(kind(c) for _, c, _, _ in chosen)
     for _, c, w, _ in chosen:
         assert w["prompt_len"] + w["new_tokens"] <= c.validate().max_seq_len
+
+
+def _gemma3_hf(**edits):
+    """A tiny Gemma 3 text config as transformers writes it (6 layers, 5:1 over a 6-token window,
+    the global layers' RoPE linearly scaled by 8), then edited."""
+    hf = transformers.Gemma3TextConfig(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=6, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, vocab_size=300, max_position_embeddings=64,
+        sliding_window=6, query_pre_attn_scalar=24,
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0,
+                                            "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+        ).to_dict()
+    hf.update(edits)
+    return hf
+
+
+def test_gemma3_matches_transformers(tmp_path):
+    """Gemma 3 (text): the (1 + w) RMSNorm, sandwich norms, the embedding scale, the
+    query_pre_attn_scalar softmax scale, GeGLU, per-head QK-norm, tied embeddings, 5:1 local /
+    global layers with their own RoPE bases (the global ones linearly scaled): every position
+    of a prompt past the window, then decode steps over the ring, fp32 within 1e-4."""
+    from tests.helpers import assert_decodes_like
+    from zoo.weights import load_hf_weights
+
+    hf_dict = _gemma3_hf()
+    cfg = ModelConfig.from_hf(hf_dict, dtype="fp32", kv_dtype="fp32")
+    assert (cfg.layer_types, cfg.sliding_window, cfg.rope_local_theta) == ("LLLLLG", 6, 1e4)
+    assert cfg.rope_scaling["rope_type"] == "linear" and cfg.attn_scale == 24 ** -0.5
+    assert cfg.resolved("cuda").kernels == "torch"  # Gemma's features: zoo.torch_only
+    torch.manual_seed(0)
+    hf = transformers.AutoModelForCausalLM.from_config(
+        transformers.AutoConfig.for_model(**hf_dict)).float().eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            if p.ndim == 1:  # the norms start at 0 (weight 1 + w): make them matter
+                p.add_(0.1 * torch.randn_like(p))
+    zoo = load_hf_weights(Transformer.build(cfg, "cpu", init=False), dict(hf.state_dict()))
+    T = 20
+    x = torch.randint(0, cfg.vocab_size, (2, T), generator=torch.Generator().manual_seed(1))
+    zoo.setup_cache(2, T)
+    with torch.no_grad():
+        torch.testing.assert_close(zoo(x, zoo.positions[:T], kv_len=T), hf(x).logits,
+                                   rtol=1e-4, atol=1e-4)
+    assert_decodes_like(zoo, hf, cfg, B=2, T=T - 3, steps=5, seed=2)
+    assert counts.params(cfg).total == sum(p.numel() for p in zoo.parameters())
+    back = ModelConfig.from_hf(cfg.to_hf(), dtype="fp32", kv_dtype="fp32")  # written and read
+    assert back.replace(name=cfg.name, family=cfg.family) == cfg
+
+
+def test_gemma3_1b_preset_and_refusals():
+    """The shipped Gemma-3-1B: its published parameter count; kernels=triton and the keys the
+    zoo does not model refused by name."""
+    cfg = ModelConfig.from_name("gemma3_1b")
+    assert counts.params(cfg).total == 999_885_952  # google/gemma-3-1b-pt
+    assert cfg.layer_types == "LLLLLG" * 4 + "LL" and cfg.sliding_window == 512
+    with pytest.raises(DesignError, match="kernels=torch only"):
+        cfg.replace(kernels="triton").validate()
+    for key, value in (("final_logit_softcapping", 30.0), ("attn_logit_softcapping", 50.0),
+                       ("use_bidirectional_attention", True), ("hidden_activation", "gelu")):
+        with pytest.raises(DesignError, match=key):
+            ModelConfig.from_hf(_gemma3_hf(**{key: value}))

@@ -126,7 +126,7 @@ def test_save_pretrained_round_trip(case, tmp_path):
 @pytest.mark.parametrize("extra,message", [
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}},
      "rope_parameters type 'yarn' is not implemented"),
-    ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling type 'linear'"),
+    ({"rope_scaling": {"type": "yarn", "factor": 2.0}}, "rope_scaling type 'yarn'"),
     ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling type 'dynamic'"),
     ({"mlp_bias": True}, "mlp_bias=true"),
     ({"attention_bias": True, "model_type": "olmoe", "num_experts": 4, "num_experts_per_tok": 2},

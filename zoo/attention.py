@@ -17,7 +17,7 @@ from kernels.rope import apply_rope, rope_
 from . import gqa
 from .cache import KVCache
 from .config import ModelConfig
-from .norms import RMSNorm
+from .norms import RMSNorm, RMSNorm1p
 from .nvtx import annotate
 
 
@@ -41,8 +41,9 @@ class Attention(nn.Module):
         self.sinks = nn.Parameter(torch.zeros(cfg.n_heads)) if cfg.attn_sinks else None
         if cfg.qk_norm != "none":
             head = cfg.qk_norm == "head"
-            self.q_norm = RMSNorm(cfg.head_dim if head else cfg.q_dim, cfg.norm_eps)
-            self.k_norm = RMSNorm(cfg.head_dim if head else cfg.kv_dim, cfg.norm_eps)
+            norm = RMSNorm1p if cfg.norm == "rmsnorm1p" else RMSNorm  # Gemma's: 1 + w
+            self.q_norm = norm(cfg.head_dim if head else cfg.q_dim, cfg.norm_eps)
+            self.k_norm = norm(cfg.head_dim if head else cfg.kv_dim, cfg.norm_eps)
         self.cache: KVCache | None = None
         self.pdl = False  # programmatic dependent launch of the decode kernels (setup_cache)
         self.fold_rope = False  # decode: RoPE and the cache write inside attention (setup_cache)
@@ -68,7 +69,8 @@ class Attention(nn.Module):
             kc, vc = self.cache.update(self.layer, input_pos, k, v)
         with annotate("attention"):
             if T > 1 and mask is None:  # a prefill from position 0: the fresh k, v
-                y = gqa.attention(q, k, v, causal=True, window=self.window, sinks=self.sinks)
+                y = gqa.attention(q, k, v, causal=True, window=self.window, sinks=self.sinks,
+                                  scale=cfg.attn_scale)
             else:
                 y = self._cached(q, kc, vc, kv_len, mask)
         with annotate("out_proj"):
@@ -134,9 +136,10 @@ class Attention(nn.Module):
         n = cap if kv_len is None else min(kv_len, cap)
         kc, vc = kc[:, :, :n], vc[:, :, :n]
         mask = None if mask is None else mask[:, :n]
+        scale = self.cfg.attn_scale
         if mask is not None and T == 1:
-            return gqa.grouped_decode_attention(q, kc, vc, mask, self.sinks)
-        return gqa.attention(q, kc, vc, mask=mask, sinks=self.sinks)
+            return gqa.grouped_decode_attention(q, kc, vc, mask, self.sinks, scale)
+        return gqa.attention(q, kc, vc, mask=mask, sinks=self.sinks, scale=scale)
 
     def _scales(self):
         """This layer's K and V scales ``[B, Hkv, S]`` of a quantized cache, else ``(None, None)``."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from .config import ModelConfig
 from .formats import DTYPE_BYTES
 from .kinds import Kinds, module_class
-from .launches import TORCH_KERNELS, Kernel, Stage
+from .launches import NORM_LAUNCHES, TORCH_KERNELS, Kernel, Stage
 
 _KINDS = Kinds("attention kind")
 
@@ -111,7 +111,8 @@ class GQA:
             # tokens are strided in the qkv output), and v made dense: one token's are dense
             out.append(Kernel("norms_elementwise", "elementwise", "rmsnorm", 0, nbytes,
                               {"op": "rmsnorm", "impl": st.impl, "bytes": nbytes},
-                              2 + 3 * (M > 1) if st.fused else 2 * TORCH_KERNELS["rmsnorm"], L))
+                              2 + 3 * (M > 1) if st.fused else 2 * NORM_LAUNCHES[
+                                  "rmsnorm1p" if cfg.norm == "rmsnorm1p" else "rmsnorm"], L))
         if st.fused and new == 1 and fold:
             pass  # folded into the decode attention launch (zoo.attention; its bytes are a token's)
         elif st.fused:  # one kernel: RoPE and the cache write (priced on their bytes together)

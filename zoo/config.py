@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from . import layer_types as lt
+from . import torch_only
 from .errors import DesignError
 from .formats import DTYPE_BYTES, DTYPES, KV_DTYPES, WEIGHT_FORMATS  # noqa: F401
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
-NORMS = ("rmsnorm", "layernorm")
+NORMS = ("rmsnorm", "layernorm", "rmsnorm1p")  # rmsnorm1p: weight 1 + w (Gemma: zoo.torch_only)
 # RMSNorm on the queries and keys before RoPE: none; per head over ``head_dim`` (Qwen3, Gemma 3);
 # over the whole projection, ``q_dim`` and ``kv_dim`` wide (OLMo 2, OLMoE)
 QK_NORMS = ("none", "head", "full")
@@ -61,7 +62,9 @@ class ModelConfig:
     local (``"L"``/``"G"`` per layer, ``""``: all alike; a ratio ``"5:1"`` or transformers' list
     on input). ``attn_sinks``: a learned logit per query head in each softmax's denominator
     (gpt-oss's attention sinks); ``out_bias``: a bias on the output projection (gpt-oss, Llama's
-    ``attention_bias``, with ``qkv_bias``).
+    ``attention_bias``, with ``qkv_bias``). Gemma's norms, scales and local RoPE base
+    (``norm="rmsnorm1p"``, ``sandwich_norm``, ``embed_scale``, ``attn_scale``,
+    ``rope_local_theta``): ``zoo.torch_only``.
     """
 
     name: str = "custom"
@@ -98,6 +101,10 @@ class ModelConfig:
     layer_types: str = ""
     attn_sinks: bool = False
     out_bias: bool = False
+    sandwich_norm: bool = False
+    embed_scale: bool = False
+    attn_scale: float | None = None
+    rope_local_theta: float | None = None
 
     def __post_init__(self):
         # one spelling of the pattern (a ratio or transformers' list become "L"/"G" per layer)
@@ -188,6 +195,7 @@ class ModelConfig:
         _choice("qk_norm", self.qk_norm, QK_NORMS)
         lt.canonical(self.layer_types, self.n_layers)
         lt.check(self)
+        torch_only.check(self)
         self._validate_moe()
         _choice("dtype", self.dtype, DTYPES)
         _choice("kv_dtype", self.kv_dtype, KV_DTYPES)
@@ -287,6 +295,8 @@ class ModelConfig:
         if self.kernels != "auto":
             return self
         quantized = self.kv_dtype in ("int8", "fp8_e4m3")
+        if torch_only.features(self) and not quantized:  # Gemma's norms: zoo.torch_only
+            return self.replace(kernels="torch")
         return self.replace(kernels="triton" if device_type == "cuda" or quantized else "torch")
 
     def replace(self, **overrides: Any) -> ModelConfig:
@@ -345,7 +355,8 @@ DESIGN_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig)
 LATER_FIELDS = {f.name: f.default for f in dataclasses.fields(ModelConfig)
                 if f.name in ("qk_norm", "n_experts", "n_experts_active", "expert_ffn_dim",
                               "n_shared_experts", "router_renorm", "first_k_dense",
-                              "sliding_window", "layer_types", "attn_sinks", "out_bias")}
+                              "sliding_window", "layer_types", "attn_sinks", "out_bias",
+                              "sandwich_norm", "embed_scale", "attn_scale", "rope_local_theta")}
 
 
 def _check_rope_scaling(rs) -> None:

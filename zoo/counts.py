@@ -68,8 +68,8 @@ class Params:
 def params(cfg: ModelConfig) -> Params:
     """Parameter counts of the zoo model for ``cfg`` (equal to ``sum(p.numel())`` of the module)."""
     d, V = cfg.d_model, cfg.vocab_size
-    norm = d if cfg.norm == "rmsnorm" else 2 * d
-    att = attn_kinds.kind(cfg).params(cfg) + 2 * norm
+    norm = 2 * d if cfg.norm == "layernorm" else d
+    att = attn_kinds.kind(cfg).params(cfg) + (4 if cfg.sandwich_norm else 2) * norm
     groups = ffn_kinds.groups(cfg)
     layers = sum(n * (att + k.params(cfg)) for k, n in groups)
     idle = sum(n * (k.params(cfg) - k.active_params(cfg)) for k, n in groups)

@@ -8,7 +8,8 @@ prologues (``sweep.measure.trial``). The registry follows torchtitan's model-spe
 kind is registered once (``register``), and every consumer asks ``kind(cfg)``.
 
 Shipped: ``swiglu`` (Shazeer 2020, arXiv:2002.05202: ``w2(silu(x W1) * (x W3))``, gate and up
-stacked in ``w13``) and ``gelu`` (``w2(gelu(x W1))``), both ``DenseFFN``. Torch-free: the
+stacked in ``w13``), ``gelu`` (``w2(gelu(x W1))``) and ``geglu`` (Gemma's, GELU with the tanh
+approximation on the gate), all ``DenseFFN``. Torch-free: the
 package imports it, so ``zoo.config`` checks ``ffn_type`` against the registered names
 (``config.FFN_TYPES``) before torch loads; a kind's module is imported when a model is built.
 """
@@ -164,3 +165,6 @@ def ranges() -> dict[str, str]:
 
 register(DenseFFN("swiglu", 2, w2_prologue="swiglu"))
 register(DenseFFN("gelu", 1, act_launches=1))
+# Gemma's GeGLU (``w2(gelu_tanh(x W1) * (x W3))``): torch ops (two launches, as SwiGLU's), priced from the
+# SwiGLU entry of its bytes (like ops: a gate product after a pointwise activation)
+register(DenseFFN("geglu", 2, act_flops=9))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+
 def window_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None) -> torch.Tensor:
     """Bool ``[T, S]``: key position ``k_pos[j]`` visible to query position ``q_pos[i]`` (causal,
     and within the last ``window`` positions, the query's own included, where ``window`` is
@@ -26,14 +27,14 @@ def window_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None) ->
     return m
 
 
-def _math(q, k, v, mask, sinks):
+def _math(q, k, v, mask, sinks, scale=None):
     """Attention in plain ops (the reference): scores in float32, GQA by repeating K/V per
     group, the sink column joined to the softmax and dropped after it."""
     B, H, T, D = q.shape
     G = H // k.shape[1]
     k = k.repeat_interleave(G, dim=1)
     v = v.repeat_interleave(G, dim=1)
-    s = (q.float() @ k.float().transpose(-1, -2)) * D**-0.5  # [B, H, T, S]
+    s = (q.float() @ k.float().transpose(-1, -2)) * (scale or D**-0.5)  # [B, H, T, S]
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))
     if sinks is not None:
@@ -45,32 +46,36 @@ def _math(q, k, v, mask, sinks):
 
 
 def attention(q, k, v, mask: torch.Tensor | None = None, causal: bool = False,
-              window: int | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
+              window: int | None = None, sinks: torch.Tensor | None = None,
+              scale: float | None = None) -> torch.Tensor:
     """``softmax(q k^T / sqrt(D) + mask) v`` with GQA: ``[B, H, T, D]`` -> ``[B, H, T, D]``.
 
     Args:
         mask: bool ``[T, S]`` (True = attend), or None.
         causal: a prefill from position 0 (``T == S``): causal, and within ``window`` if set.
         sinks: ``[H]`` attention-sink logits (module doc), or None.
+        scale: the softmax scale, default ``D ** -0.5``.
 
     SDPA where it can (no sinks, no window); a windowed or sink prefill in blocks of query rows
     (``blocked``); plain ops otherwise.
     """
     gqa = k.shape[1] != q.shape[1]
     if sinks is None and window is None:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
                                               is_causal=causal and q.shape[2] > 1, enable_gqa=gqa)
     if causal:
-        return blocked(q, k, v, window, sinks)
+        return blocked(q, k, v, window, sinks, scale)
     if sinks is None:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
-    return _math(q, k, v, mask, sinks)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa,
+                                              scale=scale)
+    return _math(q, k, v, mask, sinks, scale)
 
 
 SCORE_BUDGET = 1 << 28  # score elements (float32) one block of ``blocked`` may hold: 1 GiB
 
 
-def blocked(q, k, v, window: int | None, sinks: torch.Tensor | None) -> torch.Tensor:
+def blocked(q, k, v, window: int | None, sinks: torch.Tensor | None,
+            scale: float | None = None) -> torch.Tensor:
     """A causal prefill from position 0, within ``window`` if set and with ``sinks`` if given,
     in blocks of query rows, each against the keys it can see (``[s - window + 1, e)`` for a
     local layer: a 32k prompt never builds a ``T x T`` score matrix; a block's scores hold at
@@ -91,13 +96,15 @@ def blocked(q, k, v, window: int | None, sinks: torch.Tensor | None) -> torch.Te
         if sinks is None:
             if G > 1:
                 kb, vb = kb.repeat_interleave(G, 1), vb.repeat_interleave(G, 1)
-            out[:, :, s:e] = F.scaled_dot_product_attention(q[:, :, s:e], kb, vb, attn_mask=m)
+            out[:, :, s:e] = F.scaled_dot_product_attention(q[:, :, s:e], kb, vb, attn_mask=m,
+                                                            scale=scale)
         else:
-            out[:, :, s:e] = _math(q[:, :, s:e], kb, vb, m, sinks)
+            out[:, :, s:e] = _math(q[:, :, s:e], kb, vb, m, sinks, scale)
     return out
 
 
-def grouped_decode_attention(q, k, v, mask, sinks: torch.Tensor | None = None):
+def grouped_decode_attention(q, k, v, mask, sinks: torch.Tensor | None = None,
+                             scale: float | None = None):
     """One query token per sequence against a masked cache, GQA without expanding K/V.
 
     ``scaled_dot_product_attention`` runs GQA only in its flash backend, which takes no mask; with
@@ -105,12 +112,12 @@ def grouped_decode_attention(q, k, v, mask, sinks: torch.Tensor | None = None):
     heads of each KV group form the rows of one batched matmul, so each K/V byte is read once.
 
     q: ``[B, H, 1, D]``; k, v: ``[B, Hkv, S, D]``; mask: ``[1, S]`` bool (True = attend);
-    sinks: ``[H]`` or None (module doc). Returns ``[B, H, 1, D]``.
+    sinks: ``[H]`` or None (module doc); scale: default ``D ** -0.5``. Returns ``[B, H, 1, D]``.
     """
     B, H, _, D = q.shape
     Hkv = k.shape[1]
     qg = q.view(B, Hkv, H // Hkv, D)
-    s = (qg @ k.transpose(-1, -2)).float() * D**-0.5  # [B, Hkv, G, S]
+    s = (qg @ k.transpose(-1, -2)).float() * (scale or D**-0.5)  # [B, Hkv, G, S]
     s = s.masked_fill(~mask, float("-inf"))
     if sinks is None:
         p = s.softmax(-1).to(v.dtype)

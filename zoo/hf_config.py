@@ -11,10 +11,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from . import hf_gemma
 from . import layer_types as lt
 from .errors import DesignError
 
-ROPE_TYPES = ("default", "llama3")
+ROPE_TYPES = ("default", "llama3", "linear")
 
 
 # transformers' config defaults (5.x) for the keys a config.json may lack
@@ -27,11 +28,12 @@ HF_DEFAULTS = {"llama": {"max_position_embeddings": 2048},
                "mixtral": {"max_position_embeddings": 4096 * 32, "sliding_window": None},
                "qwen3_moe": {"max_position_embeddings": 32768, "sliding_window": None,
                              "max_window_layers": 28, "norm_topk_prob": False},
-               "olmoe": {"max_position_embeddings": 4096, "norm_topk_prob": False}}
+               "olmoe": {"max_position_embeddings": 4096, "norm_topk_prob": False},
+               "gemma3_text": {"max_position_embeddings": 131072}}  # the rest: zoo.hf_gemma
 MODEL_TYPES = tuple(HF_DEFAULTS)
 MOE_TYPES = ("mixtral", "qwen3_moe", "olmoe")
 # RMSNorm of queries and keys: Qwen3's per head, OLMoE's over the projections
-QK_NORM = {"qwen3": "head", "qwen3_moe": "head", "olmoe": "full"}
+QK_NORM = {"qwen3": "head", "qwen3_moe": "head", "olmoe": "full", "gemma3_text": "head"}
 
 
 def _windows(hf: dict, mt: str, n_layers: int) -> dict[str, Any]:
@@ -151,7 +153,8 @@ def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dic
         raise DesignError(
             f"model_type={mt!r} is not supported: ModelConfig.from_hf reads "
             f"{', '.join(MODEL_TYPES)}")
-    if hf.get("hidden_act", "silu") != "silu":
+    gemma, gemma_rope = hf_gemma.fields(hf) if mt == "gemma3_text" else ({}, None)
+    if mt != "gemma3_text" and hf.get("hidden_act", "silu") != "silu":
         raise DesignError(f"hidden_act={hf['hidden_act']!r}: these families use silu (SwiGLU)")
     if hf.get("mlp_bias"):
         raise DesignError(f"mlp_bias=true (biases on the MLP projections) is not modelled by "
@@ -163,12 +166,12 @@ def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dic
         raise DesignError(f"clip_qkv={hf['clip_qkv']} (q, k, v clamped) is not modelled")
     defaults = HF_DEFAULTS[mt]  # what transformers assumes for a key the file lacks
     max_pos = int(hf.get("max_position_embeddings") or defaults["max_position_embeddings"])
-    rope_theta, rs = _rope(hf, max_pos)
+    rope_theta, rs = _rope({"rope_parameters": gemma_rope} if gemma else hf, max_pos)
     n_heads = hf["num_attention_heads"]
     d_model = hf["hidden_size"]
     dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(
         hf.get("torch_dtype") or hf.get("dtype") or "bfloat16", "bf16")
-    return dict(
+    out = dict(
         name=str(name),
         family=mt,
         d_model=d_model,
@@ -192,8 +195,10 @@ def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dic
         kv_dtype=dtype,
         qk_norm=QK_NORM.get(mt, "none"),
         **(_moe_fields(hf, mt) if mt in MOE_TYPES else {}),
-        **_windows(hf, mt, hf["num_hidden_layers"]),
-    ), hf
+        **(_windows(hf, mt, hf["num_hidden_layers"]) if not gemma else {}),
+    )
+    out.update(gemma)  # Gemma 3's own (zoo.hf_gemma)
+    return out, hf
 
 
 def _moe_fields(hf: dict, mt: str) -> dict[str, Any]:
@@ -280,6 +285,19 @@ ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
                  "olmoe": "OlmoeForCausalLM"}
 
 
+def _common_hf(cfg: Any) -> dict[str, Any]:
+    """The keys every family's ``config.json`` shares, of design ``cfg``."""
+    return {
+        "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_kv_heads,
+        "head_dim": cfg.head_dim, "intermediate_size": cfg.ffn_dim,
+        "vocab_size": cfg.vocab_size, "rms_norm_eps": cfg.norm_eps,
+        "rope_theta": cfg.rope_theta, "max_position_embeddings": cfg.max_seq_len,
+        "tie_word_embeddings": cfg.tie_embeddings, "hidden_act": "silu",
+        "torch_dtype": {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[cfg.dtype],
+    }
+
+
 def to_hf(cfg: Any) -> dict[str, Any]:
     """A design (a ``ModelConfig``) as a Hugging Face ``config.json`` dict of its family (llama,
     mistral, qwen2, qwen3, mixtral, qwen3_moe, olmoe: ``_family``).
@@ -290,20 +308,12 @@ def to_hf(cfg: Any) -> dict[str, Any]:
     Raises:
         DesignError: for a design with no HF equivalent (gelu FFN, layernorm, ``_family``'s).
     """
+    if cfg.sandwich_norm:  # Gemma 3's layout
+        return hf_gemma.to_hf(cfg, _common_hf(cfg))
     if cfg.ffn_type != "swiglu" or cfg.norm != "rmsnorm":
         raise DesignError("only rmsnorm + swiglu designs have a Hugging Face equivalent")
     family = _family(cfg)
-    hf = {
-        "model_type": family,
-        "architectures": [ARCHITECTURES[family]],
-        "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_kv_heads,
-        "head_dim": cfg.head_dim, "intermediate_size": cfg.ffn_dim,
-        "vocab_size": cfg.vocab_size, "rms_norm_eps": cfg.norm_eps,
-        "rope_theta": cfg.rope_theta, "max_position_embeddings": cfg.max_seq_len,
-        "tie_word_embeddings": cfg.tie_embeddings, "hidden_act": "silu",
-        "torch_dtype": {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[cfg.dtype],
-    }
+    hf = {"model_type": family, "architectures": [ARCHITECTURES[family]], **_common_hf(cfg)}
     if family in ("llama", "qwen3", "qwen3_moe", "olmoe"):
         hf["attention_bias"] = False
     if family == "llama":

@@ -29,6 +29,10 @@ TORCH_KERNELS = {"rmsnorm": 8, "rope": 14, "kv_write": 2, "residual": 1, "swiglu
 TRITON_KERNELS = {"rmsnorm": 1, "rope": 1, "kv_write": 0, "swiglu": 1, "decode_attn": 1,
                   "prefill_attn": 1, "gemm": 1, "embedding": 1}
 GEMV_MAX_M = 16  # the most rows of the decode GEMV path (kernels.gemv.MAX_M; tests hold them equal)
+# one norm's torch launches by ``ModelConfig.norm``: LayerNorm one ATen kernel; Gemma's 1 + w
+# RMSNorm two more than RMSNorm (the weight's cast and the 1 + w add)
+NORM_LAUNCHES = {"rmsnorm": TORCH_KERNELS["rmsnorm"], "layernorm": 1,
+                 "rmsnorm1p": TORCH_KERNELS["rmsnorm"] + 2}
 
 
 @dataclass

@@ -91,6 +91,15 @@ def window(cfg, layer: int) -> int | None:
     return w if local else None
 
 
+def declared_local(cfg, layer: int) -> bool:
+    """Whether block ``layer`` is declared local (``L``, or every layer of a design with a
+    ``sliding_window`` and no pattern), whatever its window's size: the layer's RoPE base
+    (``rope_local_theta``) follows the declaration, as transformers' ``layer_types`` does."""
+    if cfg.sliding_window is None:
+        return False
+    return cfg.layer_types[layer] == LOCAL if cfg.layer_types else True
+
+
 def to_hf(cfg) -> list[str]:
     """transformers' ``layer_types`` list of a design."""
-    return [HF_OF[LOCAL if window(cfg, i) else GLOBAL] for i in range(cfg.n_layers)]
+    return [HF_OF[LOCAL if declared_local(cfg, i) else GLOBAL] for i in range(cfg.n_layers)]

@@ -26,6 +26,7 @@ from kernels import decode_attention, gemv, ops
 from . import attn, ffn
 from .cache import TORCH_DTYPES, KVCache
 from .config import ModelConfig
+from .layer_types import declared_local
 from .norms import make_norm
 from .nvtx import annotate
 from .rope_tables import rope_cache, rope_frequencies  # noqa: F401 - the model's RoPE tables
@@ -54,6 +55,9 @@ class FeedForward(nn.Module):
         if self.cfg.ffn_type == "swiglu":
             gate, up = h.chunk(2, dim=-1)
             return F.silu(gate) * up
+        if self.cfg.ffn_type == "geglu":  # Gemma's: GELU (tanh approximation) of the gate
+            gate, up = h.chunk(2, dim=-1)
+            return F.gelu(gate, approximate="tanh") * up
         return F.gelu(h)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -79,7 +83,9 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: ``h = x + attn(norm(x)); out = h + ffn(norm(h))``."""
+    """Pre-norm transformer block: ``h = x + attn(norm(x)); out = h + ffn(norm(h))``; with
+    ``sandwich_norm`` (Gemma 2 / 3) the attention's and the FFN's outputs are normed too before
+    their residual adds: ``h = x + norm(attn(norm(x)))``, ``out = h + norm(ffn(norm(h)))``."""
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
@@ -88,6 +94,10 @@ class Block(nn.Module):
         self.attention = attn.kind(cfg).build(cfg, layer)
         self.ffn_norm = make_norm(cfg)
         self.feed_forward = ffn.kind(cfg, layer).build(cfg)
+        if cfg.sandwich_norm:  # torch path only (zoo.torch_only)
+            self.post_attention_norm = make_norm(cfg)
+            self.post_ffn_norm = make_norm(cfg)
+        self.sandwich = cfg.sandwich_norm
 
     def forward(self, x, rope, input_pos, kv_len, mask, residual=None):
         """``x [B, T, d_model]`` -> ``[B, T, d_model]``. On the fused path, returns
@@ -108,11 +118,14 @@ class Block(nn.Module):
             with annotate("norm"):
                 a = self.attention_norm(x)
             with annotate("attn"):
-                h = x + self.attention(a, rope, input_pos, kv_len, mask)
+                y = self.attention(a, rope, input_pos, kv_len, mask)
             with annotate("norm"):
+                h = x + (self.post_attention_norm(y) if self.sandwich else y)
                 f = self.ffn_norm(h)
         with annotate("ffn"):
-            return h + self.feed_forward(f)
+            y = self.feed_forward(f)
+        with annotate("norm"):
+            return h + (self.post_ffn_norm(y) if self.sandwich else y)
 
     def skinny(self, x, rope, input_pos, residual=None):
         """The decode step's block (Triton, ``B * T <= 16`` rows, RMSNorm): five launches for a
@@ -206,9 +219,10 @@ class Transformer(nn.Module):
         dev = self.tok_embeddings.weight.device
         g = torch.Generator(device=dev).manual_seed(seed)
         out_std = 0.02 / math.sqrt(2 * self.cfg.n_layers)
+        one = 0.0 if self.cfg.norm == "rmsnorm1p" else 1.0  # Gemma's norms scale by 1 + w
         for name, p in self.named_parameters():
             if "norm" in name:
-                p.fill_(1.0 if name.endswith("weight") else 0.0)
+                p.fill_(one if name.endswith("weight") else 0.0)
             elif p.ndim == 1:  # projection biases
                 p.zero_()
             else:
@@ -231,6 +245,11 @@ class Transformer(nn.Module):
         cos, sin = rope_cache(self.cfg, max_seq_len, dev)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+        if self.cfg.rope_local_theta is not None:  # the local layers' own base (Gemma 3)
+            local = self.cfg.replace(rope_theta=self.cfg.rope_local_theta, rope_scaling=None)
+            cos, sin = rope_cache(local, max_seq_len, dev)
+            self.register_buffer("rope_cos_local", cos, persistent=False)
+            self.register_buffer("rope_sin_local", sin, persistent=False)
         self.register_buffer("positions", torch.arange(max_seq_len, device=dev), persistent=False)
         pdl = gemv.pdl_supported(dev) and self.cfg.kernels == "triton"
         fold = decode_attention.rope_in_attention()  # RoPE + cache write in the attention launch
@@ -278,7 +297,14 @@ class Transformer(nn.Module):
             rope = (self.rope_cos, self.rope_sin)
         else:
             rope = (self.rope_cos[input_pos], self.rope_sin[input_pos])
+        ropes = [rope] * self.cfg.n_layers
+        if self.cfg.rope_local_theta is not None:  # torch path only (zoo.torch_only)
+            local = (self.rope_cos_local[input_pos], self.rope_sin_local[input_pos])
+            ropes = [local if declared_local(self.cfg, i) else rope
+                     for i in range(self.cfg.n_layers)]
         x = self.tok_embeddings(tokens)
+        if self.cfg.embed_scale:  # Gemma: sqrt(d_model), rounded to the model dtype first
+            x = x * torch.tensor(self.cfg.d_model**0.5, dtype=x.dtype)
         residual = None
         if triton and self.skinny_ok(tokens):  # the decode step: see Block.skinny
             for i, layer in enumerate(self.layers):
@@ -292,7 +318,7 @@ class Transformer(nn.Module):
                 if layer.fused_norm:
                     x, residual = layer(x, rope, input_pos, kv_len, mask, residual)
                 else:
-                    x = layer(x, rope, input_pos, kv_len, mask)
+                    x = layer(x, ropes[i], input_pos, kv_len, mask)
         if last_only:
             x = x[:, -1:]
             residual = residual[:, -1:] if residual is not None else None

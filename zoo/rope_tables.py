@@ -13,7 +13,9 @@ from .config import ModelConfig
 
 
 def rope_frequencies(cfg: ModelConfig) -> torch.Tensor:
-    """RoPE inverse frequencies ``[head_dim // 2]`` (float32), with Llama-3 rescaling if configured.
+    """RoPE inverse frequencies ``[head_dim // 2]`` (float32), with Llama-3 or linear rescaling
+    if configured (``linear``: every frequency divided by ``factor``, transformers'
+    ``_compute_linear_scaling_rope_parameters``).
 
     Base frequencies ``theta^(-2i/head_dim)`` (Su et al. 2021, RoFormer, arXiv:2104.09864). The
     ``llama3`` rescaling divides low frequencies by ``factor`` and blends the middle band, as in
@@ -22,6 +24,8 @@ def rope_frequencies(cfg: ModelConfig) -> torch.Tensor:
     d = cfg.head_dim
     inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
     rs = cfg.rope_scaling
+    if rs and rs.get("rope_type") == "linear":  # position interpolation: every frequency / factor
+        return (inv / rs["factor"]).float()
     if rs:
         factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
         old = rs["original_max_position_embeddings"]

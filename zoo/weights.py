@@ -62,7 +62,12 @@ def hf_to_zoo(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.
                 [take(a + "mlp.gate_proj.weight"), take(a + "mlp.up_proj.weight")])
             out[z + "feed_forward.w2.weight"] = take(a + "mlp.down_proj.weight")
         out[z + "attention_norm.weight"] = take(a + "input_layernorm.weight")
-        out[z + "ffn_norm.weight"] = take(a + "post_attention_layernorm.weight")
+        if cfg.sandwich_norm:  # Gemma 2 / 3: a norm after each of attention and MLP as well
+            out[z + "post_attention_norm.weight"] = take(a + "post_attention_layernorm.weight")
+            out[z + "ffn_norm.weight"] = take(a + "pre_feedforward_layernorm.weight")
+            out[z + "post_ffn_norm.weight"] = take(a + "post_feedforward_layernorm.weight")
+        else:
+            out[z + "ffn_norm.weight"] = take(a + "post_attention_layernorm.weight")
     unused = sorted(k for k in hf if k not in used and not re.search(r"rotary_emb\.inv_freq$", k))
     if unused:
         raise KeyError(f"checkpoint tensors not used by the zoo model: {unused[:8]}"

@@ -35,7 +35,7 @@ from zoo import ModelConfig, attn, ffn
 from zoo.config import LATER_FIELDS
 from zoo.counts import mean_decode_context
 from zoo.generate import PREFILL_GRAPH_MAX_TOKENS
-from zoo.launches import Kernel, Stage
+from zoo.launches import NORM_LAUNCHES, Kernel, Stage
 
 from ..common.row import MODULES, STAGES, TIME, error, pred, pred_module
 from .anchors import transfer, transfer_here  # noqa: F401  (the model's transfer, here)
@@ -72,7 +72,7 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     st = Stage(cfg, batch, new, context, kernels)
     d, V, wb, M, fused = cfg.d_model, cfg.vocab_size, st.wb, st.M, st.fused
     norm_bytes = (4 if fused else 2) * M * d * wb  # fused: residual read and written too
-    nl = 1 if cfg.norm == "layernorm" else None  # LayerNorm: one ATen kernel (priced as RMSNorm)
+    nl = None if cfg.norm == "rmsnorm" else NORM_LAUNCHES[cfg.norm]  # (priced as RMSNorm)
     # the torch path also gathers its positions' RoPE rows (cos, sin) once per forward, and a
     # decode step as its graph runs it builds the position mask: launches of their own (counted
     # with the embedding's gather; their few bytes priced there)
@@ -84,6 +84,8 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
               for k in attn.kind(cfg).kernels(st, fold, decode_attention.launches, n, w)),
             st.elem("rmsnorm", norm_bytes, launches=nl, in_prologue=True),
             *(k for kind, n in ffn.groups(cfg) for k in kind.kernels(st, rep=n))]
+    if cfg.sandwich_norm:  # Gemma's norms after the attention and the FFN (torch path)
+        out.append(st.elem("rmsnorm", 2 * norm_bytes, launches=2 * NORM_LAUNCHES[cfg.norm]))
     if not fused:
         out.append(st.elem("residual", 2 * 3 * M * d * wb, launches=2))
     out += [st.elem("rmsnorm", 2 * batch * d * wb, rep=1, launches=nl, in_prologue=True),

@@ -151,8 +151,8 @@ PREDICTED_DESIGN = ("n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers", 
                     "n_experts", "n_experts_active", "expert_ffn_dim", "sliding_window",
                     "layer_types", "kv_dtype", "kernels")
 PREDICTED_SUMMARY = (*PREDICTED_DESIGN, TIME["prefill"], TIME["decode"], RATE["decode"],
-                     "kv_bytes_per_token", "kv_cache_bytes", "params_non_embedding", "params_active", "basis_kind",
-                     "state")
+                     "kv_bytes_per_token", "kv_cache_bytes", "params_non_embedding",
+                     "params_active", "basis_kind", "state")
 # the report's trials table and its prediction table
 REPORT = ("number", "state", "mode", "n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers",
           "ffn_dim", "kv_dtype", "kernels", "params_non_embedding", "kv_bytes_per_token",
