@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from .config import ModelConfig
 from .formats import DTYPE_BYTES
 from .kinds import Kinds, module_class
-from .launches import NORM_LAUNCHES, TORCH_KERNELS, Kernel, Stage
+from .launches import NORM_LAUNCHES, Kernel, Stage
 
 _KINDS = Kinds("attention kind")
 
