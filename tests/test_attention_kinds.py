@@ -96,8 +96,14 @@ def test_ratio_and_hf_list_spell_one_pattern():
     a = ModelConfig.from_name("tiny", n_layers=12, sliding_window=64, layer_types="5:1")
     b = ModelConfig.from_name("tiny", n_layers=12, sliding_window=64,
                               layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 2)
-    assert a == b and a.layer_types == "LLLLLG" * 2
+    assert a == b and a.layer_types == "5:1"  # the ratio's spelling: it holds at any depth
     assert a.identity_dict() == b.identity_dict()
+    deeper = a.replace(n_layers=18)
+    assert [deeper.layer_window(i) for i in range(18)] == ([64] * 5 + [None]) * 3
+    c = ModelConfig.from_name("tiny", n_layers=4, sliding_window=64, layer_types="GGLL")
+    assert c.layer_types == "GGLL"  # no ratio spells it: its letters, one per layer
+    with pytest.raises(DesignError, match="layer_types"):
+        c.replace(n_layers=6)
 
 
 def test_local_layers_read_only_their_window():
@@ -174,7 +180,7 @@ def test_gemma3_matches_transformers(tmp_path):
 
     hf_dict = _gemma3_hf()
     cfg = ModelConfig.from_hf(hf_dict, dtype="fp32", kv_dtype="fp32")
-    assert (cfg.layer_types, cfg.sliding_window, cfg.rope_local_theta) == ("LLLLLG", 6, 1e4)
+    assert (cfg.layer_types, cfg.sliding_window, cfg.rope_local_theta) == ("5:1", 6, 1e4)
     assert cfg.rope_scaling["rope_type"] == "linear" and cfg.attn_scale == 24 ** -0.5
     assert cfg.resolved("cuda").kernels == "torch"  # Gemma's features: zoo.torch_only
     torch.manual_seed(0)
@@ -202,10 +208,43 @@ def test_gemma3_1b_preset_and_refusals():
     zoo does not model refused by name."""
     cfg = ModelConfig.from_name("gemma3_1b")
     assert counts.params(cfg).total == 999_885_952  # google/gemma-3-1b-pt
-    assert cfg.layer_types == "LLLLLG" * 4 + "LL" and cfg.sliding_window == 512
+    assert cfg.layer_types == "5:1" and cfg.sliding_window == 512  # its 26 layers, 5 local: 1
     with pytest.raises(DesignError, match="kernels=torch only"):
         cfg.replace(kernels="triton").validate()
     for key, value in (("final_logit_softcapping", 30.0), ("attn_logit_softcapping", 50.0),
                        ("use_bidirectional_attention", True), ("hidden_activation", "gelu")):
         with pytest.raises(DesignError, match=key):
             ModelConfig.from_hf(_gemma3_hf(**{key: value}))
+
+
+def test_review_cases_windows_to_hf_rows_and_budget():
+    """A biased design with a window is not written as Mistral (which has no biases); Qwen3's
+    window defaults to transformers' 4096; a row's float window reads back as an integer; the
+    blocked prefill's score blocks stay within their budget."""
+    from sweep.analysis.targets import config_of
+    from zoo import gqa
+
+    biased = ModelConfig.from_name("tiny", sliding_window=8, qkv_bias=True, out_bias=True)
+    with pytest.raises(DesignError, match="sliding_window=8"):
+        biased.to_hf()
+    qwen = ModelConfig.from_name("tiny", qk_norm="head").to_hf()
+    qwen.update(use_sliding_window=True, max_window_layers=1, layer_types=None)
+    qwen.pop("sliding_window", None)
+    got = ModelConfig.from_hf(qwen)
+    assert (got.sliding_window, got.layer_types) == (4096, "GL")
+    row = dict(ModelConfig.from_name("tiny", sliding_window=16).to_dict(), sliding_window=16.0,
+               model="tiny", rope_scaling="")
+    assert config_of(row).validate().sliding_window == 16
+    sizes = []
+    real = gqa._math
+    try:
+        gqa._math = lambda q, k, *a: sizes.append(q.shape[2] * k.shape[2]) or real(q, k, *a)
+        B, H, T, W = 1, 4, 4096, 128
+        q = torch.randn(B, H, T, 8)
+        k = torch.randn(B, 2, T, 8)
+        budget = gqa.SCORE_BUDGET
+        gqa.SCORE_BUDGET = 1 << 20
+        gqa.blocked(q, k, k, W, torch.zeros(H))
+    finally:
+        gqa._math, gqa.SCORE_BUDGET = real, budget
+    assert max(sizes) * B * H <= 1 << 20 and len(sizes) > 1

@@ -284,7 +284,7 @@ def test_hf_qwen3_local_and_global_layers_match_transformers(tmp_path):
     hf = transformers.AutoConfig.for_model(**cfg.to_hf()).to_dict()
     assert hf["layer_types"] == ["sliding_attention", "full_attention"]
     got, _ = _windowed_decodes_like(hf, tmp_path, T=17, steps=5)
-    assert got.layer_types == "LG" and got.sliding_window == 6
+    assert got.layer_types == "1:1" and got.sliding_window == 6
 
 
 def test_hf_mistral_window_beyond_the_design_is_full_attention(tmp_path):

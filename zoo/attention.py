@@ -65,6 +65,7 @@ class Attention(nn.Module):
         with annotate("rope"):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        self._refuse_chunk(T, mask)
         with annotate("kv_write"):
             kc, vc = self.cache.update(self.layer, input_pos, k, v)
         with annotate("attention"):
@@ -121,18 +122,21 @@ class Attention(nn.Module):
             v = v.contiguous()  # new k and v at one stride
         return q, k, v
 
+    def _refuse_chunk(self, T: int, mask) -> None:
+        """Before any write: a chunk of several tokens after a prefix (``mask`` given) on a
+        local layer is refused (its ring holds only the window; not modelled).
+
+        Raises:
+            ValueError: that case."""
+        if T > 1 and mask is not None and self.cache.ring(self.layer):
+            raise ValueError("a prefill chunk after a prefix on a sliding-window layer is not "
+                             "supported (its cache is a ring of the window)")
+
     def _cached(self, q, kc, vc, kv_len, mask):
         """Torch attention of ``q [B, H, T, D]`` over the cache views ``[B, Hkv, capacity, D]``:
         the first ``kv_len`` positions (a ring: its slots up to ``min(kv_len, capacity)``, which
-        for one token are the window's), ``mask [T, kv_len]`` or None.
-
-        Raises:
-            ValueError: a chunk of several tokens after a prefix on a local layer (its ring holds
-                only the window; not modelled)."""
+        for one token are the window's), ``mask [T, kv_len]`` or None."""
         T, cap = q.shape[2], kc.shape[2]
-        if T > 1 and self.cache.ring(self.layer):
-            raise ValueError("a prefill chunk after a prefix on a sliding-window layer is not "
-                             "supported (its cache is a ring of the window)")
         n = cap if kv_len is None else min(kv_len, cap)
         kc, vc = kc[:, :, :n], vc[:, :, :n]
         mask = None if mask is None else mask[:, :n]
@@ -185,6 +189,7 @@ class Attention(nn.Module):
             with annotate("attention"):
                 y = gqa.attention(q, k, v, causal=True)
         else:  # a chunk after a prefix: read (dequantized) cache, explicit mask
+            self._refuse_chunk(T, mask)
             with annotate("rope"):
                 rope_(q, k, *rope, input_pos)
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)

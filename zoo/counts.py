@@ -145,7 +145,9 @@ def stage(cfg: ModelConfig, batch: int, new: int, context: int, logits_per_seq: 
         # weights at their format's bits (cfg.weight_bits: 16 for bf16, 4.5 for q4_0, ...)
         "weights": (p.non_embedding - unread + p.lm_head + emb_rows) * cfg.weight_bits / 8,
         "kv_read": batch * sum(ctx * n for ctx, n in spans) * att.kv_bytes_per_token(cfg),
-        "kv_write": N * kv_tok,
+        # a local layer's ring keeps the last min(new, window) of a prefill's tokens
+        "kv_write": batch * sum(n * attn_kinds.attended(new, w)
+                                for w, n in attn_kinds.windows(cfg)) * att.kv_bytes_per_token(cfg),
         "activations": L * 2 * N * d * wb if new > 1 else 0,
         "logits": batch * logits_per_seq * V * wb,
     }

@@ -13,6 +13,8 @@ the log-sum-exp ``lse`` of the scores without it, ``o = o_plain * sigmoid(lse - 
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -85,8 +87,12 @@ def blocked(q, k, v, window: int | None, sinks: torch.Tensor | None,
     a block too; not yet the zoo's.)"""
     B, H, T, D = q.shape
     G = H // k.shape[1]
-    span = T if window is None else min(T, window)
-    rows = max(16, min(T, SCORE_BUDGET // (B * H * (span + 64))))
+    per_row = SCORE_BUDGET / (B * H)  # score elements per head and sequence
+    if window is None:  # a block of r rows sees up to T keys
+        rows = int(per_row // T)
+    else:  # r rows see r + window - 1 keys: the largest r with r (r + window) <= per_row
+        rows = int((-window + math.sqrt(window * window + 4 * per_row)) // 2)
+    rows = max(16, min(T, rows))
     pos = torch.arange(T, device=q.device)
     out = torch.empty_like(q)
     for s in range(0, T, rows):

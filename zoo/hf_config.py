@@ -23,10 +23,10 @@ HF_DEFAULTS = {"llama": {"max_position_embeddings": 2048},
                "mistral": {"max_position_embeddings": 4096 * 32, "sliding_window": 4096},
                "qwen2": {"max_position_embeddings": 32768, "sliding_window": 4096,
                          "max_window_layers": 28},
-               "qwen3": {"max_position_embeddings": 32768, "sliding_window": None,
+               "qwen3": {"max_position_embeddings": 32768, "sliding_window": 4096,
                          "max_window_layers": 28},
                "mixtral": {"max_position_embeddings": 4096 * 32, "sliding_window": None},
-               "qwen3_moe": {"max_position_embeddings": 32768, "sliding_window": None,
+               "qwen3_moe": {"max_position_embeddings": 32768, "sliding_window": 4096,
                              "max_window_layers": 28, "norm_topk_prob": False},
                "olmoe": {"max_position_embeddings": 4096, "norm_topk_prob": False},
                "gemma3_text": {"max_position_embeddings": 131072}}  # the rest: zoo.hf_gemma
@@ -76,7 +76,7 @@ def _windows_to_hf(cfg: Any, family: str, hf: dict) -> None:
         DesignError: a pattern the design's family cannot hold (local and global layers on a
             Llama / Mistral / Mixtral / Qwen3-MoE / OLMoE design)."""
     uniform = all(cfg.layer_window(i) for i in range(cfg.n_layers))
-    if family == "llama" and uniform:
+    if family == "llama" and uniform and not (cfg.qkv_bias or cfg.out_bias):  # (no bias there)
         family = hf["model_type"] = "mistral"
         hf["architectures"] = [ARCHITECTURES[family]]
     if family in ("qwen2", "qwen3") or (family == "qwen3_moe" and uniform):
@@ -86,8 +86,9 @@ def _windows_to_hf(cfg: Any, family: str, hf: dict) -> None:
     elif family in ("mistral", "mixtral") and uniform:
         hf["sliding_window"] = cfg.sliding_window
     else:
-        raise DesignError(f"layer_types={cfg.layer_types!r}: no Hugging Face {family} config "
-                          "holds local and global layers (Qwen2 / Qwen3 do)")
+        raise DesignError(f"layer_types={cfg.layer_types!r}, sliding_window="
+                          f"{cfg.sliding_window}: no Hugging Face {family} config holds these "
+                          "windows (Mistral: every layer, no biases; Qwen2 / Qwen3: any pattern)")
 
 
 def _rope(hf: dict, max_pos: int) -> tuple[float, dict | None]:

@@ -4,12 +4,12 @@ A local layer attends to the ``sliding_window`` positions ending at its own toke
 included: key ``j`` for query ``i`` when ``i - window < j <= i``, as transformers'
 ``sliding_window_causal_mask``, Mistral, gpt-oss and Gemma 3 build it); a global layer attends to
 every earlier position. ``ModelConfig.layer_types`` holds one character per layer, ``L`` (local)
-or ``G`` (global), or ``""``: every layer alike, local when the design has a ``sliding_window``
-(Mistral-7B-v0.1), else global. Accepted on input and canonicalised to that string:
-
-- transformers' list, ``["sliding_attention", "full_attention", ...]`` (gpt-oss, Gemma 3);
-- a ratio ``"R:G"``: ``R`` local layers then ``G`` global ones, repeated from layer 0 (Gemma 3's
-  five local per global layer is ``"5:1"``; gpt-oss's alternation ``"1:1"``).
+or ``G`` (global); a ratio ``"R:G"``: ``R`` local layers then ``G`` global ones, repeated from
+layer 0 and cut at ``n_layers`` (Gemma 3's five local per global layer is ``"5:1"``, gpt-oss's
+alternation ``"1:1"``), which holds at any depth; or ``""``: every layer alike, local when the
+design has a ``sliding_window`` (Mistral-7B-v0.1), else global. Canonical: a pattern that is a
+ratio's is spelled as the ratio (so a depth change keeps it), any other as its letters;
+transformers' list (``["sliding_attention", "full_attention", ...]``) is accepted on input.
 """
 
 from __future__ import annotations
@@ -21,9 +21,28 @@ HF_NAMES = {"sliding_attention": LOCAL, "full_attention": GLOBAL}
 HF_OF = {v: k for k, v in HF_NAMES.items()}
 
 
+def expand(value: str, n_layers: int) -> str:
+    """The ``L`` / ``G`` letter of each of ``n_layers`` layers of a canonical ``layer_types``
+    (``""``: ``""``)."""
+    if ":" not in value:
+        return value
+    r, g = (int(p) for p in value.split(":"))
+    return ((LOCAL * r + GLOBAL * g) * n_layers)[:n_layers]
+
+
+def _as_ratio(kinds: str) -> str:
+    """``kinds`` as the shortest ratio ``"R:G"`` (R, G >= 1) that spells it, or itself."""
+    n = len(kinds)
+    for period in range(2, n + 1):
+        r = len(kinds[:period]) - len(kinds[:period].lstrip(LOCAL))
+        if 1 <= r < period and expand(f"{r}:{period - r}", n) == kinds:
+            return f"{r}:{period - r}"
+    return kinds
+
+
 def canonical(value, n_layers: int) -> str:
-    """``layer_types`` in its canonical spelling (module doc): a string of ``L`` / ``G``, one per
-    layer, or ``""`` for every layer alike.
+    """``layer_types`` in its canonical spelling (module doc): a ratio ``"R:G"``, a string of
+    ``L`` / ``G`` (one per layer) that no ratio spells, or ``""`` for every layer alike.
 
     Raises:
         DesignError: an unknown layer type, a ratio that is not two non-negative integers with a
@@ -32,16 +51,15 @@ def canonical(value, n_layers: int) -> str:
     if value is None or value == "" or value == []:
         return ""
     if isinstance(value, str) and ":" in value:
-        parts = value.split(":")
         try:
-            r, g = (int(p) for p in parts)
+            r, g = (int(p) for p in value.split(":"))
         except ValueError:
             raise DesignError(f"layer_types={value!r}: a ratio is 'local:global', two "
                               "integers (e.g. '5:1')") from None
         if r < 0 or g < 0 or r + g == 0:
             raise DesignError(f"layer_types={value!r}: a ratio needs non-negative counts with a "
                               "positive sum")
-        value = ((LOCAL * r + GLOBAL * g) * n_layers)[:n_layers]
+        value = expand(f"{r}:{g}", n_layers)
     elif not isinstance(value, str):
         try:
             names = list(value)
@@ -58,7 +76,7 @@ def canonical(value, n_layers: int) -> str:
     if len(value) != n_layers:
         raise DesignError(f"layer_types has {len(value)} entries, n_layers is {n_layers}: one "
                           "per layer")
-    return value
+    return "" if set(value) == {LOCAL} else _as_ratio(value)
 
 
 def check(cfg) -> None:
@@ -72,7 +90,7 @@ def check(cfg) -> None:
     if w is not None and (not isinstance(w, int) or isinstance(w, bool) or w <= 0):
         raise DesignError(f"sliding_window must be a positive integer (positions) or null, "
                           f"got {w!r}")
-    if LOCAL in cfg.layer_types and w is None:
+    if LOCAL in expand(cfg.layer_types, cfg.n_layers) and w is None:
         raise DesignError(f"layer_types={cfg.layer_types!r} has local layers but "
                           "sliding_window is null: set the window they attend over")
     for f in ("attn_sinks", "out_bias"):
@@ -87,7 +105,7 @@ def window(cfg, layer: int) -> int | None:
     w = cfg.sliding_window
     if w is None or w >= cfg.max_seq_len:
         return None
-    local = cfg.layer_types[layer] == LOCAL if cfg.layer_types else True
+    local = expand(cfg.layer_types, cfg.n_layers)[layer] == LOCAL if cfg.layer_types else True
     return w if local else None
 
 
@@ -97,7 +115,7 @@ def declared_local(cfg, layer: int) -> bool:
     (``rope_local_theta``) follows the declaration, as transformers' ``layer_types`` does."""
     if cfg.sliding_window is None:
         return False
-    return cfg.layer_types[layer] == LOCAL if cfg.layer_types else True
+    return expand(cfg.layer_types, cfg.n_layers)[layer] == LOCAL if cfg.layer_types else True
 
 
 def to_hf(cfg) -> list[str]:

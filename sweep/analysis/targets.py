@@ -196,8 +196,13 @@ def config_of(row) -> ModelConfig:
     import json
 
     names = {f.name for f in dataclasses.fields(ModelConfig)}
+    # an integer field a table stored as float (a column with NaN where it is unset: pandas)
+    ints = {f.name for f in dataclasses.fields(ModelConfig)
+            if "int" in str(f.type) and "float" not in str(f.type)}
     d = {k: (v.item() if hasattr(v, "item") else v) for k, v in dict(row).items()
          if k in names and k not in ("name", "extra")}
+    d = {k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v
+         for k, v in d.items()}
     missing = [k for k in ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim")
                if k not in d]
     if missing:
