@@ -138,7 +138,6 @@ def stage(cfg: ModelConfig, batch: int, new: int, context: int, logits_per_seq: 
     p = params(cfg)
     # gathered embedding rows, at most the whole table; tied: the LM head reads it all anyway
     emb_rows = 0 if cfg.tie_embeddings else min(N, V) * d
-    kv_tok = kv_bytes_per_token(cfg)
     # the experts no token of this forward routes to are not read (``zoo.moe.read_params``)
     unread = sum(n * (k.params(cfg) - k.read_params(cfg, N)) for k, n in groups)
     b = {
