@@ -92,8 +92,8 @@ def test_from_hf_rejects_other_families(tmp_path):
     hf = json.loads((CONFIG_DIR / "llama3_1_8b.json").read_text())
     with pytest.raises(DesignError, match="model_type='gemma2' is not supported"):
         ModelConfig.from_hf(dict(hf, model_type="gemma2"))
-    with pytest.raises(DesignError, match="rope_scaling type 'yarn'"):
-        ModelConfig.from_hf(dict(hf, rope_scaling={"rope_type": "yarn", "factor": 4.0}))
+    with pytest.raises(DesignError, match="rope_scaling type 'longrope'"):
+        ModelConfig.from_hf(dict(hf, rope_scaling={"rope_type": "longrope", "factor": 4.0}))
     # Qwen2's window on the layers from max_window_layers (28 by default) on: read, not refused
     q = ModelConfig.from_hf(dict(hf, model_type="qwen2", use_sliding_window=True))
     assert q.sliding_window == 4096 and q.layer_types == "G" * 28 + "L" * 4

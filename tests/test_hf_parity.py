@@ -124,9 +124,9 @@ def test_save_pretrained_round_trip(case, tmp_path):
 
 
 @pytest.mark.parametrize("extra,message", [
-    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}},
-     "rope_parameters type 'yarn' is not implemented"),
-    ({"rope_scaling": {"type": "yarn", "factor": 2.0}}, "rope_scaling type 'yarn'"),
+    ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e6, "factor": 4.0}},
+     "rope_parameters type 'longrope' is not implemented"),
+    ({"rope_scaling": {"type": "longrope", "factor": 2.0}}, "rope_scaling type 'longrope'"),
     ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling type 'dynamic'"),
     ({"mlp_bias": True}, "mlp_bias=true"),
     ({"attention_bias": True, "model_type": "olmoe", "num_experts": 4, "num_experts_per_tok": 2},
@@ -211,6 +211,24 @@ def _matches_transformers(hf_dict: dict, tmp_path, seed: int = 0, **overrides):
 
 
 ROPE3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+
+
+@pytest.mark.parametrize("yarn", [
+    {"factor": 4.0, "original_max_position_embeddings": 16, "rope_theta": 10000.0},
+    # gpt-oss's: the correction range not truncated
+    {"factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+     "original_max_position_embeddings": 8, "rope_theta": 150000.0},
+    # DeepSeek-V2's: the attention factor from mscale / mscale_all_dim
+    {"factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,
+     "original_max_position_embeddings": 8, "rope_theta": 10000.0},
+], ids=["plain", "gpt_oss", "deepseek"])
+def test_hf_yarn_rope_matches_transformers(yarn, tmp_path):
+    """YaRN (arXiv:2309.00071): the ramp between interpolated and kept frequencies and the
+    attention factor on cos / sin, read from rope_parameters, against transformers' Llama."""
+    hf = _tiny_hf("llama", rope_parameters=dict(yarn, rope_type="yarn"))
+    hf.pop("rope_theta", None)
+    cfg = _matches_transformers(hf, tmp_path)
+    assert cfg.rope_scaling["rope_type"] == "yarn"
 
 
 def test_hf_rope_scaling_wins_over_rope_parameters(tmp_path):

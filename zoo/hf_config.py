@@ -15,7 +15,7 @@ from . import hf_gemma
 from . import layer_types as lt
 from .errors import DesignError
 
-ROPE_TYPES = ("default", "llama3", "linear")
+ROPE_TYPES = ("default", "llama3", "linear", "yarn")
 
 
 # transformers' config defaults (5.x) for the keys a config.json may lack
