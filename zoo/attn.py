@@ -147,6 +147,106 @@ class GQA:
         return module_class(self.module)(cfg, layer)
 
 
+@dataclass(frozen=True)
+class MLA:
+    """Multi-head latent attention (``zoo.latent``, ``zoo.mla_attention``): queries (through a
+    rank ``q_lora_rank`` bottleneck where set), one latent of ``kv_lora_rank`` plus a decoupled
+    rotated key of ``qk_rope_head_dim`` per token cached, every head's key and value expanded
+    from the latent. Counted in the absorbed form for a decode step (``q_nope W_UK`` scored
+    against the latents, ``W_UV`` after the softmax: FlashMLA's) and the expanded form for a
+    prefill (``kv_b`` over the prompt once, then attention of ``qk`` / ``v`` wide heads)."""
+
+    name: str = "mla"
+    module: str = "zoo.mla_attention:MLAttention"
+    ranges: tuple = (("qkv", "qkv"), ("attention", "attention"), ("out_proj", "out_proj"))
+
+    def _q_params(self, cfg: ModelConfig) -> int:
+        qk = cfg.n_heads * (cfg.qk_nope_head_dim + cfg.qk_rope_head_dim)
+        r = cfg.q_lora_rank
+        return cfg.d_model * r + r + r * qk if r else cfg.d_model * qk
+
+    def params(self, cfg: ModelConfig) -> int:
+        """Per layer: the query projection(s) and its norm, ``wkv_a``, the latent's norm,
+        ``wkv_b``, ``wo``."""
+        H, r = cfg.n_heads, cfg.kv_lora_rank
+        return (self._q_params(cfg) + cfg.d_model * (r + cfg.qk_rope_head_dim) + r
+                + r * H * (cfg.qk_nope_head_dim + cfg.v_head_dim) + H * cfg.v_head_dim * cfg.d_model)
+
+    def flops(self, cfg: ModelConfig, batch: int, new: int, context: int) -> dict:
+        """Matmul FLOP per layer (class doc): ``qkv`` the query and latent projections;
+        ``attention`` decode: ``2 N H nope r`` (absorb) + ``2 B H C (2 r + rope)`` (scores and
+        latent values) + ``2 N H r v`` (expand); prefill: ``2 B C r H (nope + v)`` (expand) +
+        ``2 B H new C (qk + v)``; ``out_proj = 2 N H v d``."""
+        d, H, r, R = cfg.d_model, cfg.n_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim
+        nope, V, N = cfg.qk_nope_head_dim, cfg.v_head_dim, batch * new
+        if new == 1:
+            att = 2 * N * H * nope * r + 2 * batch * H * context * (2 * r + R) + 2 * N * H * r * V
+        else:
+            att = 2 * batch * context * r * H * (nope + V) + 2 * batch * H * new * context * (
+                nope + R + V)
+        return {"qkv": 2 * N * (self._q_params(cfg) + d * (r + R)), "attention": att,
+                "out_proj": 2 * N * H * V * d}
+
+    def elementwise_flops(self, cfg: ModelConfig, batch: int, new: int, context: int) -> int:
+        """Per layer (estimate): softmax 5 FLOP per score, RoPE 3 per rotated channel, the
+        latent's (and the query's) RMSNorm 4 per channel."""
+        H, R = cfg.n_heads, cfg.qk_rope_head_dim
+        return (5 * batch * H * new * context + 3 * batch * new * (H + 1) * R
+                + 4 * batch * new * (cfg.kv_lora_rank + cfg.q_lora_rank))
+
+    def kv_bytes_per_token(self, cfg: ModelConfig) -> int:
+        """Cache bytes per token per sequence and layer: ``(kv_lora_rank + qk_rope_head_dim)
+        bytes(kv_dtype)``."""
+        return (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * DTYPE_BYTES[cfg.kv_dtype]
+
+    def hidden_per_token(self, cfg: ModelConfig) -> int:
+        """Elements a prefill holds per token: the queries, the latent and the rotated key, the
+        expanded keys and values."""
+        H = cfg.n_heads
+        return (H * (2 * cfg.qk_nope_head_dim + 2 * cfg.qk_rope_head_dim + cfg.v_head_dim)
+                + cfg.kv_lora_rank + cfg.qk_rope_head_dim)
+
+    def kernels(self, st: Stage, fold: bool, launches_decode, rep: int | None = None,
+                window: int | None = None) -> list[Kernel]:
+        """The torch path's kernels of ``rep`` layers: the query and latent projections (as one
+        GEMM each), the norms, RoPE and the cache write, ``wkv_b`` over the attended positions,
+        the attention over ``qk``-wide heads (priced from the SDPA / decode entries of its
+        shape), the output projection."""
+        cfg, M, batch, new, C = st.cfg, st.M, st.batch, st.new, st.context
+        H, r, R, wb = cfg.n_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim, st.wb
+        L, qk = cfg.n_layers if rep is None else rep, cfg.qk_nope_head_dim + R
+        f = self.flops(cfg, batch, new, C)
+        q_rows = H * qk
+        out = [st.gemm("qkv", "wq", q_rows, cfg.d_model, rep=L),
+               st.gemm("qkv", "wkv_a", r + R, cfg.d_model, rep=L),
+               st.elem("rmsnorm", 2 * M * r * wb, rep=L),
+               st.elem("rope", 2 * M * (H + 1) * R * wb, rep=L),
+               st.elem("kv_write", 2 * M * (r + R) * wb, rep=L),
+               st.gemm("attention", "wkv_b", H * (cfg.qk_nope_head_dim + cfg.v_head_dim), r,
+                       m=batch * C, rep=L)]
+        kv = batch * C * (r + R) * DTYPE_BYTES[cfg.kv_dtype]
+        if new == 1:
+            out.append(Kernel("attention", "decode_attn", "decode_attention", f["attention"], kv,
+                              {"impl": st.impl, "kv_dtype": cfg.kv_dtype, "bytes": kv, "B": batch,
+                               "Hkv": H, "G": 1, "S": C, "D": qk}, st.launches("decode_attn"),
+                              L))
+        else:
+            out.append(Kernel("attention", "prefill_attn", "sdpa", f["attention"],
+                              2 * M * H * (qk + cfg.v_head_dim) * wb,
+                              {"B": batch, "H": H, "T": new, "D": qk, "G": 1, "impl": st.impl},
+                              st.launches("prefill_attn"), L))
+        out.append(st.gemm("out_proj", "wo", cfg.d_model, H * cfg.v_head_dim, rep=L))
+        return out
+
+    def decode_linears(self, attn) -> list[tuple]:
+        """None on the decode GEMV path: MLA runs on the torch path (``zoo.torch_only``)."""
+        return []
+
+    def build(self, cfg: ModelConfig, layer: int):
+        """The attention's ``nn.Module`` for ``cfg`` at block ``layer``."""
+        return module_class(self.module)(cfg, layer)
+
+
 def register(k) -> None:
     """Register attention kind ``k`` under ``k.name``.
 
@@ -157,9 +257,9 @@ def register(k) -> None:
 
 
 def kind(cfg: ModelConfig):
-    """The attention kind of design ``cfg`` (every design is ``gqa`` today; its layers differ
-    only in the window they attend over: ``windows``)."""
-    return _KINDS.get("gqa")
+    """The attention kind of design ``cfg``: ``mla`` with ``kv_lora_rank > 0``, else ``gqa``
+    (whose layers differ only in the window they attend over: ``windows``)."""
+    return _KINDS.get("mla" if cfg.kv_lora_rank else "gqa")
 
 
 def windows(cfg: ModelConfig) -> list[tuple[int | None, int]]:
@@ -187,3 +287,4 @@ def ranges() -> dict[str, str]:
 
 
 register(GQA())
+register(MLA())

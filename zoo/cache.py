@@ -1,7 +1,9 @@
 """Static, preallocated KV cache (gpt-fast ``KVCache``): allocated once, written in place.
 
 Layout: ``k`` and ``v`` are each a list of one tensor per layer, ``[batch, n_kv_heads, capacity,
-head_dim]``, contiguous, in the cache dtype; a global layer's capacity is ``max_seq_len`` and the
+head_dim]``, contiguous, in the cache dtype (an MLA design's, ``zoo.latent``: the latents ``[batch,
+1, capacity, kv_lora_rank]`` in ``k``, the rotated keys ``[batch, 1, capacity, qk_rope_head_dim]``
+in ``v``); a global layer's capacity is ``max_seq_len`` and the
 token at position ``p`` of sequence ``b`` lives at ``[b, :, p, :]``. A local layer (a sliding
 window of ``W < max_seq_len`` positions, ``zoo.layer_types``) keeps only its window, a ring
 buffer of ``W`` slots: position ``p`` at slot ``p % W`` (its keys are stored rotated, so the
@@ -53,8 +55,11 @@ class KVCache(torch.nn.Module):
         self.k, self.v, self.k_scale, self.v_scale = [], [], [], []
         for i, cap in enumerate(self.capacity):
             shape = (batch, cfg.n_kv_heads, cap, cfg.head_dim)
+            vshape = shape
+            if cfg.kv_lora_rank:  # MLA (zoo.latent): the latent in k, the rotated key in v
+                shape, vshape = (batch, 1, cap, cfg.kv_lora_rank), (batch, 1, cap, cfg.head_dim)
             self._add(f"k{i}", self.k, torch.zeros(shape, dtype=dt, device=device))
-            self._add(f"v{i}", self.v, torch.zeros(shape, dtype=dt, device=device))
+            self._add(f"v{i}", self.v, torch.zeros(vshape, dtype=dt, device=device))
             if self.quantized:
                 self._add(f"k_scale{i}", self.k_scale, torch.ones(shape[:-1], device=device))
                 self._add(f"v_scale{i}", self.v_scale, torch.ones(shape[:-1], device=device))

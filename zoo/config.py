@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import latent, torch_only
 from . import layer_types as lt
-from . import torch_only
 from .errors import DesignError
 from .formats import DTYPE_BYTES, DTYPES, KV_DTYPES, WEIGHT_FORMATS  # noqa: F401
 
@@ -105,6 +105,11 @@ class ModelConfig:
     embed_scale: bool = False
     attn_scale: float | None = None
     rope_local_theta: float | None = None
+    q_lora_rank: int = 0  # multi-head latent attention (zoo.latent): kv_lora_rank > 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     def __post_init__(self):
         # one spelling of the pattern (a ratio or transformers' list become "L"/"G" per layer)
@@ -196,6 +201,7 @@ class ModelConfig:
         lt.canonical(self.layer_types, self.n_layers)
         lt.check(self)
         torch_only.check(self)
+        latent.check(self)
         self._validate_moe()
         _choice("dtype", self.dtype, DTYPES)
         _choice("kv_dtype", self.kv_dtype, KV_DTYPES)
@@ -352,11 +358,10 @@ DESIGN_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig)
 
 
 # the fields added after the first studies, with the default that leaves a design as it was
+# (every field from ``qk_norm`` on: they follow it in the class)
+_NAMES = [f.name for f in dataclasses.fields(ModelConfig)]
 LATER_FIELDS = {f.name: f.default for f in dataclasses.fields(ModelConfig)
-                if f.name in ("qk_norm", "n_experts", "n_experts_active", "expert_ffn_dim",
-                              "n_shared_experts", "router_renorm", "first_k_dense",
-                              "sliding_window", "layer_types", "attn_sinks", "out_bias",
-                              "sandwich_norm", "embed_scale", "attn_scale", "rope_local_theta")}
+                if _NAMES.index(f.name) >= _NAMES.index("qk_norm")}
 
 
 def _check_rope_scaling(rs) -> None:

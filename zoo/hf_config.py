@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import hf_gemma
+from . import hf_deepseek, hf_gemma
 from . import layer_types as lt
 from .errors import DesignError
 
@@ -29,7 +29,8 @@ HF_DEFAULTS = {"llama": {"max_position_embeddings": 2048},
                "qwen3_moe": {"max_position_embeddings": 32768, "sliding_window": 4096,
                              "max_window_layers": 28, "norm_topk_prob": False},
                "olmoe": {"max_position_embeddings": 4096, "norm_topk_prob": False},
-               "gemma3_text": {"max_position_embeddings": 131072}}  # the rest: zoo.hf_gemma
+               "gemma3_text": {"max_position_embeddings": 131072},  # the rest: zoo.hf_gemma
+               "deepseek_v2": {"max_position_embeddings": 2048}}  # the rest: zoo.hf_deepseek
 MODEL_TYPES = tuple(HF_DEFAULTS)
 MOE_TYPES = ("mixtral", "qwen3_moe", "olmoe")
 # RMSNorm of queries and keys: Qwen3's per head, OLMoE's over the projections
@@ -199,6 +200,8 @@ def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dic
         **(_windows(hf, mt, hf["num_hidden_layers"]) if not gemma else {}),
     )
     out.update(gemma)  # Gemma 3's own (zoo.hf_gemma)
+    if mt == "deepseek_v2":  # MLA and DeepSeekMoE (zoo.hf_deepseek)
+        out.update(hf_deepseek.fields(hf, rs))
     return out, hf
 
 
@@ -246,9 +249,9 @@ def _family(cfg: Any) -> str:
         DesignError: a design no family holds (QK-norm over the projections on a dense design,
             shared experts, an MoE mix of QK-norm, renormalisation and dense layers none has).
     """
-    if cfg.n_shared_experts:
-        raise DesignError("n_shared_experts > 0 has no Hugging Face family here (DeepSeek's "
-                          "comes with its attention)")
+    if cfg.kv_lora_rank or cfg.n_shared_experts:
+        raise DesignError("kv_lora_rank / n_shared_experts: DeepSeek-V2 configs are read, not "
+                          "written yet (no transformers peer)")
     if cfg.attn_sinks:
         raise DesignError("attn_sinks: no Hugging Face family here (gpt-oss's comes with its "
                           "mixture of experts, not modelled)")

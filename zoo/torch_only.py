@@ -4,7 +4,7 @@ Gemma 2 / 3 build their blocks with RMSNorm of weight ``1 + w`` (``norm="rmsnorm
 in float32), norms after the attention and the FFN as well as before (``sandwich_norm``),
 embeddings scaled by ``sqrt(d_model)`` (``embed_scale``), a softmax scale of
 ``query_pre_attn_scalar ** -0.5`` (``attn_scale``), and a RoPE base of their own on the local
-layers (``rope_local_theta``). The fused kernels of ``kernels/`` do not take them yet: a design
+layers (``rope_local_theta``); and multi-head latent attention (``kv_lora_rank``, ``zoo.latent``). The fused kernels of ``kernels/`` do not take them yet: a design
 with any of them resolves ``kernels=auto`` to ``torch`` and refuses ``kernels=triton`` by field.
 """
 
@@ -26,6 +26,8 @@ def features(cfg) -> list[str]:
     for f in ("attn_scale", "rope_local_theta"):
         if getattr(cfg, f) is not None:
             out.append(f"{f}={getattr(cfg, f)}")
+    if cfg.kv_lora_rank:  # MLA: its absorbed decode kernel is not built yet
+        out.append(f"kv_lora_rank={cfg.kv_lora_rank}")
     return out
 
 

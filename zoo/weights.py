@@ -35,6 +35,8 @@ def hf_to_zoo(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.
         used.add(name)
         return hf[name]
 
+    take.hf = hf
+
     out = {"tok_embeddings.weight": take("embed_tokens.weight"), "norm.weight": take("norm.weight")}
     if not cfg.tie_embeddings:
         out["output.weight"] = take("lm_head.weight")
@@ -42,6 +44,10 @@ def hf_to_zoo(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.
         used.add("lm_head.weight")
     for i in range(cfg.n_layers):
         a, z = f"layers.{i}.", f"layers.{i}."
+        if cfg.kv_lora_rank:  # multi-head latent attention (DeepSeek-V2's names)
+            out.update(_mla(take, cfg, a + "self_attn.", z + "attention."))
+            out.update(_mlp(take, cfg, i, a, z))
+            continue
         out[z + "attention.wqkv.weight"] = torch.cat(
             [take(a + f"self_attn.{p}_proj.weight") for p in "qkv"])
         if cfg.qkv_bias:
@@ -55,23 +61,46 @@ def hf_to_zoo(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.
         if cfg.qk_norm != "none":
             for p in "qk":
                 out[z + f"attention.{p}_norm.weight"] = take(a + f"self_attn.{p}_norm.weight")
-        if cfg.layer_is_moe(i):
-            out.update(_experts(hf, take, cfg, a, z + "feed_forward."))
-        else:
-            out[z + "feed_forward.w13.weight"] = torch.cat(
-                [take(a + "mlp.gate_proj.weight"), take(a + "mlp.up_proj.weight")])
-            out[z + "feed_forward.w2.weight"] = take(a + "mlp.down_proj.weight")
-        out[z + "attention_norm.weight"] = take(a + "input_layernorm.weight")
-        if cfg.sandwich_norm:  # Gemma 2 / 3: a norm after each of attention and MLP as well
-            out[z + "post_attention_norm.weight"] = take(a + "post_attention_layernorm.weight")
-            out[z + "ffn_norm.weight"] = take(a + "pre_feedforward_layernorm.weight")
-            out[z + "post_ffn_norm.weight"] = take(a + "post_feedforward_layernorm.weight")
-        else:
-            out[z + "ffn_norm.weight"] = take(a + "post_attention_layernorm.weight")
+        out.update(_mlp(take, cfg, i, a, z))
     unused = sorted(k for k in hf if k not in used and not re.search(r"rotary_emb\.inv_freq$", k))
     if unused:
         raise KeyError(f"checkpoint tensors not used by the zoo model: {unused[:8]}"
                        + (" ..." if len(unused) > 8 else ""))
+    return out
+
+
+def _mlp(take, cfg: ModelConfig, i: int, a: str, z: str) -> dict[str, torch.Tensor]:
+    """Block ``i``'s FFN (dense or experts) and its norms, in zoo names."""
+    out = {}
+    if cfg.layer_is_moe(i):
+        out.update(_experts(take.hf, take, cfg, a, z + "feed_forward."))
+    else:
+        out[z + "feed_forward.w13.weight"] = torch.cat(
+            [take(a + "mlp.gate_proj.weight"), take(a + "mlp.up_proj.weight")])
+        out[z + "feed_forward.w2.weight"] = take(a + "mlp.down_proj.weight")
+    out[z + "attention_norm.weight"] = take(a + "input_layernorm.weight")
+    if cfg.sandwich_norm:  # Gemma 2 / 3: a norm after each of attention and MLP as well
+        out[z + "post_attention_norm.weight"] = take(a + "post_attention_layernorm.weight")
+        out[z + "ffn_norm.weight"] = take(a + "pre_feedforward_layernorm.weight")
+        out[z + "post_ffn_norm.weight"] = take(a + "post_feedforward_layernorm.weight")
+    else:
+        out[z + "ffn_norm.weight"] = take(a + "post_attention_layernorm.weight")
+    return out
+
+
+def _mla(take, cfg: ModelConfig, a: str, z: str) -> dict[str, torch.Tensor]:
+    """One MLA layer's projections and norms (``zoo.mla_attention``) from DeepSeek-V2's names."""
+    out = {}
+    if cfg.q_lora_rank:
+        out.update({z + "wq_a.weight": take(a + "q_a_proj.weight"),
+                    z + "q_norm.weight": take(a + "q_a_layernorm.weight"),
+                    z + "wq_b.weight": take(a + "q_b_proj.weight")})
+    else:
+        out[z + "wq.weight"] = take(a + "q_proj.weight")
+    out.update({z + "wkv_a.weight": take(a + "kv_a_proj_with_mqa.weight"),
+                z + "kv_norm.weight": take(a + "kv_a_layernorm.weight"),
+                z + "wkv_b.weight": take(a + "kv_b_proj.weight"),
+                z + "wo.weight": take(a + "o_proj.weight")})
     return out
 
 
@@ -89,6 +118,10 @@ def _experts(hf: dict, take, cfg: ModelConfig, a: str, z: str) -> dict[str, torc
         m = a + "mlp."
         names = ("gate_proj", "up_proj", "down_proj")
     out = {z + "router.weight": take(m + "gate.weight")}
+    if cfg.n_shared_experts:  # DeepSeek's ungated shared experts, one FFN
+        out[z + "shared.w13.weight"] = torch.cat([take(m + "shared_experts.gate_proj.weight"),
+                                                  take(m + "shared_experts.up_proj.weight")])
+        out[z + "shared.w2.weight"] = take(m + "shared_experts.down_proj.weight")
     if m + "experts.gate_up_proj" in hf:
         out[z + "w13"] = take(m + "experts.gate_up_proj")
         out[z + "w2"] = take(m + "experts.down_proj")

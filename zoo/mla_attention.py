@@ -1,0 +1,97 @@
+"""Multi-head latent attention on the torch path (``zoo.latent``; DeepSeek-V2's, as transformers'
+``DeepseekV2Attention`` computes it): the cache holds each token's normed latent and its rotated
+decoupled key, and every step expands the heads' keys and values from the cached latents.
+
+The expansion reads ``kv_b`` over every cached position (the naive form); the absorbed form
+(``q_nope W_UK`` scored against the latents, ``W_UV`` after the softmax: FlashMLA's) is the
+decode kernel's to come. RoPE on the decoupled part rotates interleaved channel pairs
+(transformers' ``apply_rotary_emb`` on complex pairs), from the design's ``cos, sin`` tables
+(YaRN's attention factor included).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import gqa
+from .cache import KVCache
+from .config import ModelConfig
+from .latent import qk_head_dim
+from .norms import RMSNorm
+from .nvtx import annotate
+
+
+def rotate_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE on adjacent channel pairs ``(x0, x1) -> (x0 c - x1 s, x0 s + x1 c)``.
+    x: ``[B, heads, T, R]``; cos, sin: ``[T, R]`` in the rotate-half layout (``zoo.rope_tables``:
+    each frequency twice), of which the first ``R / 2`` columns are used. Float32 math, x's
+    dtype out."""
+    R = x.shape[-1]
+    c, s = cos[:, : R // 2].float(), sin[:, : R // 2].float()
+    xf = x.float().reshape(*x.shape[:-1], R // 2, 2)
+    a, b = xf[..., 0], xf[..., 1]
+    return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2).to(x.dtype)
+
+
+class MLAttention(nn.Module):
+    """Multi-head latent attention: x ``[B, T, d_model]`` -> ``[B, T, d_model]``.
+
+    Parameters: ``wq [H (nope + rope), d]`` (or ``wq_a [q_lora_rank, d]``, ``q_norm``,
+    ``wq_b [H (nope + rope), q_lora_rank]``), ``wkv_a [kv_lora_rank + rope, d]``, ``kv_norm``,
+    ``wkv_b [H (nope + v), kv_lora_rank]``, ``wo [d, H v]``. The cache's ``k`` buffers hold the
+    latents ``[B, 1, S, kv_lora_rank]`` and its ``v`` buffers the rotated keys
+    ``[B, 1, S, qk_rope_head_dim]``.
+    """
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.cfg, self.layer = cfg, layer
+        H, d, qk = cfg.n_heads, cfg.d_model, qk_head_dim(cfg)
+        if cfg.q_lora_rank:
+            self.wq_a = nn.Linear(d, cfg.q_lora_rank, bias=False)
+            self.q_norm = RMSNorm(cfg.q_lora_rank, cfg.norm_eps)
+            self.wq_b = nn.Linear(cfg.q_lora_rank, H * qk, bias=False)
+        else:
+            self.wq = nn.Linear(d, H * qk, bias=False)
+        self.wkv_a = nn.Linear(d, cfg.kv_lora_rank + cfg.qk_rope_head_dim, bias=False)
+        self.kv_norm = RMSNorm(cfg.kv_lora_rank, cfg.norm_eps)
+        self.wkv_b = nn.Linear(cfg.kv_lora_rank, H * (cfg.qk_nope_head_dim + cfg.v_head_dim),
+                               bias=False)
+        self.wo = nn.Linear(H * cfg.v_head_dim, d, bias=False)
+        self.cache: KVCache | None = None
+        self.pdl = self.fold_rope = False  # (set by setup_cache; the torch path has no use)
+
+    def forward(self, x, rope, input_pos, kv_len, mask):
+        """``x [B, T, d_model]`` at positions ``input_pos [T]`` -> ``[B, T, d_model]``, the
+        latents written into the cache and attended over ``[0, kv_len)`` (``mask [T, kv_len]``
+        or None: causal)."""
+        cfg = self.cfg
+        B, T, _ = x.shape
+        H, nope, R, V = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+        with annotate("qkv"):
+            q = self.wq_b(self.q_norm(self.wq_a(x))) if cfg.q_lora_rank else self.wq(x)
+            latent, k_pe = self.wkv_a(x).split([cfg.kv_lora_rank, R], dim=-1)
+        q = q.view(B, T, H, nope + R).transpose(1, 2)
+        q_nope, q_pe = q.split([nope, R], dim=-1)
+        with annotate("rope"):
+            q_pe = rotate_interleaved(q_pe, *rope)
+            k_pe = rotate_interleaved(k_pe.view(B, 1, T, R), *rope)
+        with annotate("kv_write"):
+            lat, kpe = self.cache.update(self.layer, input_pos,
+                                         self.kv_norm(latent).view(B, 1, T, cfg.kv_lora_rank),
+                                         k_pe)
+        with annotate("attention"):
+            n = kv_len if kv_len is not None else lat.shape[2]
+            kv = self.wkv_b(lat[:, 0, :n]).view(B, n, H, nope + V).transpose(1, 2)
+            k_nope, v = kv.split([nope, V], dim=-1)
+            k = torch.cat([k_nope, kpe[:, :, :n].expand(B, H, n, R)], dim=-1)
+            qs = torch.cat([q_nope, q_pe], dim=-1)
+            scale = cfg.attn_scale or qk_head_dim(cfg) ** -0.5
+            if mask is None and T > 1:
+                y = gqa.attention(qs, k, v, causal=True, scale=scale)
+            else:
+                y = gqa.attention(qs, k, v, mask=None if mask is None else mask[:, :n],
+                                  scale=scale)
+        with annotate("out_proj"):
+            return self.wo(y.transpose(1, 2).reshape(B, T, H * V))
