@@ -1,11 +1,13 @@
-"""Design features the zoo runs on its torch path only (so far): Gemma's.
+"""Design features the zoo runs on its torch path only (so far): Gemma's, and latent attention.
 
 Gemma 2 / 3 build their blocks with RMSNorm of weight ``1 + w`` (``norm="rmsnorm1p"``, computed
 in float32), norms after the attention and the FFN as well as before (``sandwich_norm``),
 embeddings scaled by ``sqrt(d_model)`` (``embed_scale``), a softmax scale of
 ``query_pre_attn_scalar ** -0.5`` (``attn_scale``), and a RoPE base of their own on the local
-layers (``rope_local_theta``); and multi-head latent attention (``kv_lora_rank``, ``zoo.latent``). The fused kernels of ``kernels/`` do not take them yet: a design
-with any of them resolves ``kernels=auto`` to ``torch`` and refuses ``kernels=triton`` by field.
+layers (``rope_local_theta``); DeepSeek-V2 attends with multi-head latent attention
+(``kv_lora_rank``, ``zoo.latent``). The fused kernels of ``kernels/`` do not take them yet: a
+design with any of them resolves ``kernels=auto`` to ``torch`` and refuses ``kernels=triton``
+by field.
 """
 
 from __future__ import annotations
