@@ -63,6 +63,8 @@ def model_rows(contexts, batches, copy_bw, steps=32) -> list[dict]:
     """TPOT of each design at each context and batch (module doc)."""
     from zoo import Generator, ModelConfig, Transformer, counts
 
+    from .tpot import tpot_runs
+
     rows = []
     for name, over in DESIGNS.items():
         cfg = ModelConfig.from_name("llama3_2_1b", **over).resolved("cuda")
@@ -71,20 +73,7 @@ def model_rows(contexts, batches, copy_bw, steps=32) -> list[dict]:
             for ctx in contexts:
                 gen = Generator(model, b, ctx + steps + 8, "cudagraph")
                 toks = torch.randint(0, cfg.vocab_size, (b, ctx), device="cuda")
-                times = []
-                for rep in range(4):
-                    gen.pos = 0
-                    tok = gen.prefill(toks).argmax(-1, keepdim=True)
-                    torch.cuda.synchronize()
-                    a = torch.cuda.Event(enable_timing=True)
-                    z = torch.cuda.Event(enable_timing=True)
-                    a.record()
-                    for _ in range(steps):
-                        tok = gen.decode(tok).argmax(-1, keepdim=True)
-                    z.record()
-                    z.synchronize()
-                    if rep:  # the first run captures the graphs
-                        times.append(a.elapsed_time(z) / steps)
+                times = tpot_runs(gen, toks, steps, 4)
                 tpot = statistics.median(times)
                 st = counts.decode_step(cfg, b, ctx + steps // 2)
                 roof = st.min_bytes / copy_bw * 1e3

@@ -62,6 +62,8 @@ def model_rows(names, batches, copy_bw, prompt=512, steps=64) -> list[dict]:
     """TPOT of each MoE preset at each batch (module doc)."""
     from zoo import Generator, ModelConfig, Transformer, counts
 
+    from .tpot import tpot_runs
+
     rows = []
     for name in names:
         cfg = ModelConfig.from_name(name).resolved("cuda")
@@ -69,19 +71,7 @@ def model_rows(names, batches, copy_bw, prompt=512, steps=64) -> list[dict]:
         for b in batches:
             gen = Generator(model, b, prompt + steps + 8, "cudagraph")
             toks = torch.randint(0, cfg.vocab_size, (b, prompt), device="cuda")
-            times = []
-            for rep in range(6):
-                gen.pos = 0
-                tok = gen.prefill(toks).argmax(-1, keepdim=True)
-                torch.cuda.synchronize()
-                a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                for _ in range(steps):
-                    tok = gen.decode(tok).argmax(-1, keepdim=True)
-                z.record()
-                z.synchronize()
-                if rep:  # the first run captures the graphs
-                    times.append(a.elapsed_time(z) / steps)
+            times = tpot_runs(gen, toks, steps, 6)
             tpot = statistics.median(times)
             st = counts.decode_step(cfg, b, prompt + steps // 2)
             roof = st.min_bytes / copy_bw * 1e3

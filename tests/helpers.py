@@ -69,3 +69,34 @@ def assert_decodes_like(zoo, hf, cfg, B: int, T: int, steps: int, seed: int) -> 
             ref = hf(seq).logits[:, -1]
             torch.testing.assert_close(gen.decode(tok), ref, rtol=1e-4, atol=1e-4)
             tok = ref.argmax(-1, keepdim=True)
+
+
+def hf_random_model(transformers, hf_dict: dict, router_std: float | None = None):
+    """transformers' causal LM of ``hf_dict`` (fp32, eval), seeded, its 1-D parameters (norms,
+    biases, sinks) moved off their init by N(0, 0.1) so they are tested, and with
+    ``router_std`` its MoE routers drawn from N(0, router_std) (a router that prefers some
+    experts)."""
+    import torch
+
+    torch.manual_seed(0)
+    hf = transformers.AutoModelForCausalLM.from_config(
+        transformers.AutoConfig.for_model(**hf_dict)).float().eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if p.ndim == 1:
+                p.add_(0.1 * torch.randn_like(p))
+            if router_std and name.endswith("mlp.gate.weight"):
+                p.normal_(0.0, router_std)
+    return hf
+
+
+def assert_prompt_logits_like(zoo, hf, cfg, T: int) -> None:
+    """Every position's logits of a random prompt ``[2, T]`` (seed 1) through the zoo model (the
+    cache set up for it) against ``hf``'s, fp32 within 1e-4."""
+    import torch
+
+    x = torch.randint(0, cfg.vocab_size, (2, T), generator=torch.Generator().manual_seed(1))
+    zoo.setup_cache(2, T)
+    with torch.no_grad():
+        torch.testing.assert_close(zoo(x, zoo.positions[:T], kv_len=T), hf(x).logits,
+                                   rtol=1e-4, atol=1e-4)

@@ -175,7 +175,7 @@ def test_gemma3_matches_transformers(tmp_path):
     query_pre_attn_scalar softmax scale, GeGLU, per-head QK-norm, tied embeddings, 5:1 local /
     global layers with their own RoPE bases (the global ones linearly scaled): every position
     of a prompt past the window, then decode steps over the ring, fp32 within 1e-4."""
-    from tests.helpers import assert_decodes_like
+    from tests.helpers import assert_decodes_like, assert_prompt_logits_like, hf_random_model
     from zoo.weights import load_hf_weights
 
     hf_dict = _gemma3_hf()
@@ -183,21 +183,10 @@ def test_gemma3_matches_transformers(tmp_path):
     assert (cfg.layer_types, cfg.sliding_window, cfg.rope_local_theta) == ("5:1", 6, 1e4)
     assert cfg.rope_scaling["rope_type"] == "linear" and cfg.attn_scale == 24 ** -0.5
     assert cfg.resolved("cuda").kernels == "torch"  # Gemma's features: zoo.torch_only
-    torch.manual_seed(0)
-    hf = transformers.AutoModelForCausalLM.from_config(
-        transformers.AutoConfig.for_model(**hf_dict)).float().eval()
-    with torch.no_grad():
-        for p in hf.parameters():
-            if p.ndim == 1:  # the norms start at 0 (weight 1 + w): make them matter
-                p.add_(0.1 * torch.randn_like(p))
+    hf = hf_random_model(transformers, hf_dict)  # the norms (weight 1 + w) made to matter
     zoo = load_hf_weights(Transformer.build(cfg, "cpu", init=False), dict(hf.state_dict()))
-    T = 20
-    x = torch.randint(0, cfg.vocab_size, (2, T), generator=torch.Generator().manual_seed(1))
-    zoo.setup_cache(2, T)
-    with torch.no_grad():
-        torch.testing.assert_close(zoo(x, zoo.positions[:T], kv_len=T), hf(x).logits,
-                                   rtol=1e-4, atol=1e-4)
-    assert_decodes_like(zoo, hf, cfg, B=2, T=T - 3, steps=5, seed=2)
+    assert_prompt_logits_like(zoo, hf, cfg, T=20)
+    assert_decodes_like(zoo, hf, cfg, B=2, T=17, steps=5, seed=2)
     assert counts.params(cfg).total == sum(p.numel() for p in zoo.parameters())
     back = ModelConfig.from_hf(cfg.to_hf(), dtype="fp32", kv_dtype="fp32")  # written and read
     assert back.replace(name=cfg.name, family=cfg.family) == cfg

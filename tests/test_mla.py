@@ -2,7 +2,6 @@
 transformers, the latent cache, the shipped DeepSeek-V2-Lite and MLA ranks refused by name."""
 
 import pytest
-import torch
 
 from zoo import DesignError, ModelConfig, Transformer, counts
 
@@ -34,28 +33,15 @@ def test_deepseek_v2_matches_transformers(q_lora_rank, rope):
     """Every prompt position, then greedy decode steps over the latent cache (fp32, 1e-4):
     MLA with or without the query bottleneck and with YaRN's softmax scale, DeepSeekMoE with a
     dense first layer and a shared expert."""
-    from tests.helpers import assert_decodes_like
+    from tests.helpers import assert_decodes_like, assert_prompt_logits_like, hf_random_model
     from zoo.weights import load_hf_weights
 
     hf_dict = _deepseek(q_lora_rank, rope)
     cfg = ModelConfig.from_hf(hf_dict, dtype="fp32", kv_dtype="fp32")
     assert (cfg.kv_lora_rank, cfg.q_lora_rank, cfg.n_shared_experts) == (16, q_lora_rank or 0, 1)
-    torch.manual_seed(0)
-    hf = transformers.AutoModelForCausalLM.from_config(
-        transformers.AutoConfig.for_model(**hf_dict)).float().eval()
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if p.ndim == 1:
-                p.add_(0.1 * torch.randn_like(p))
-            if name.endswith("mlp.gate.weight"):  # a router that prefers some experts
-                p.normal_(0.0, 0.5)
+    hf = hf_random_model(transformers, hf_dict, router_std=0.5)
     zoo = load_hf_weights(Transformer.build(cfg, "cpu", init=False), dict(hf.state_dict()))
-    T = 12
-    x = torch.randint(0, cfg.vocab_size, (2, T), generator=torch.Generator().manual_seed(1))
-    zoo.setup_cache(2, T)
-    with torch.no_grad():
-        torch.testing.assert_close(zoo(x, zoo.positions[:T], kv_len=T), hf(x).logits,
-                                   rtol=1e-4, atol=1e-4)
+    assert_prompt_logits_like(zoo, hf, cfg, T=12)
     assert_decodes_like(zoo, hf, cfg, B=2, T=9, steps=5, seed=2)
     assert counts.params(cfg).total == sum(p.numel() for p in zoo.parameters())
     # the cache holds the latent and the rotated key per token and layer, nothing per head
