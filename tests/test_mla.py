@@ -30,9 +30,10 @@ YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "mscale": 0.
 @pytest.mark.parametrize("q_lora_rank,rope", [(None, None), (24, None), (None, YARN)],
                          ids=["q_full", "q_lora", "yarn_mscale"])
 def test_deepseek_v2_matches_transformers(q_lora_rank, rope):
-    """Every prompt position, then greedy decode steps over the latent cache (fp32, 1e-4):
-    MLA with or without the query bottleneck and with YaRN's softmax scale, DeepSeekMoE with a
-    dense first layer and a shared expert."""
+    """Every prompt position, then greedy decode steps over the latent cache (fp32, 1e-4; the
+    zoo decodes in the absorbed form, transformers expands every position's keys: the two forms
+    agree): MLA with or without the query bottleneck and with YaRN's softmax scale, DeepSeekMoE
+    with a dense first layer and a shared expert."""
     from tests.helpers import assert_decodes_like, assert_prompt_logits_like, hf_random_model
     from zoo.weights import load_hf_weights
 

@@ -2,9 +2,9 @@
 ``DeepseekV2Attention`` computes it): the cache holds each token's normed latent and its rotated
 decoupled key, and every step expands the heads' keys and values from the cached latents.
 
-The expansion reads ``kv_b`` over every cached position (the naive form); the absorbed form
-(``q_nope W_UK`` scored against the latents, ``W_UV`` after the softmax: FlashMLA's) is the
-decode kernel's to come. RoPE on the decoupled part rotates interleaved channel pairs
+A prefill expands every position's keys and values through ``kv_b`` (the naive form); a decode
+step attends in the absorbed form (``q_nope W_UK`` scored against the latents, ``W_UV`` after the
+softmax: FlashMLA's), reading the latents once for every head; its Triton kernel is to come. RoPE on the decoupled part rotates interleaved channel pairs
 (transformers' ``apply_rotary_emb`` on complex pairs), from the design's ``cos, sin`` tables
 (YaRN's attention factor included).
 """
@@ -62,6 +62,25 @@ class MLAttention(nn.Module):
         self.cache: KVCache | None = None
         self.pdl = self.fold_rope = False  # (set by setup_cache; the torch path has no use)
 
+    def absorbed(self, q_nope, q_pe, lat, kpe, mask, scale):
+        """Attention of one token per sequence in the absorbed form (DeepSeek-V2, Sec. 2.1.2;
+        FlashMLA): ``q_nope W_UK`` scored against the latents themselves, the probabilities
+        applied to the latents, ``W_UV`` after; every head reads the same ``[S, kv_lora_rank]``
+        latents and ``[S, qk_rope_head_dim]`` keys once, no per-head keys or values built.
+        q_nope ``[B, H, 1, nope]``, q_pe ``[B, H, 1, rope]``, lat ``[B, 1, S, r]``, kpe
+        ``[B, 1, S, rope]``, mask ``[1, S]`` or None -> ``[B, H, 1, v_head_dim]``."""
+        cfg = self.cfg
+        H, nope, r = cfg.n_heads, cfg.qk_nope_head_dim, cfg.kv_lora_rank
+        w = self.wkv_b.weight.view(H, nope + cfg.v_head_dim, r)
+        w_uk, w_uv = w[:, :nope], w[:, nope:]  # [H, nope, r], [H, v, r]
+        q_lat = q_nope.float() @ w_uk.float()  # [B, H, 1, r]
+        s = (q_lat @ lat.float().transpose(-1, -2) + q_pe.float() @ kpe.float().transpose(-1, -2))
+        s = s * scale  # [B, H, 1, S]
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        o_lat = s.softmax(-1) @ lat.float()  # [B, H, 1, r]
+        return (o_lat @ w_uv.float().transpose(-1, -2)).to(q_nope.dtype)
+
     def forward(self, x, rope, input_pos, kv_len, mask):
         """``x [B, T, d_model]`` at positions ``input_pos [T]`` -> ``[B, T, d_model]``, the
         latents written into the cache and attended over ``[0, kv_len)`` (``mask [T, kv_len]``
@@ -83,15 +102,15 @@ class MLAttention(nn.Module):
                                          k_pe)
         with annotate("attention"):
             n = kv_len if kv_len is not None else lat.shape[2]
-            kv = self.wkv_b(lat[:, 0, :n]).view(B, n, H, nope + V).transpose(1, 2)
-            k_nope, v = kv.split([nope, V], dim=-1)
-            k = torch.cat([k_nope, kpe[:, :, :n].expand(B, H, n, R)], dim=-1)
-            qs = torch.cat([q_nope, q_pe], dim=-1)
             scale = cfg.attn_scale or qk_head_dim(cfg) ** -0.5
-            if mask is None and T > 1:
-                y = gqa.attention(qs, k, v, causal=True, scale=scale)
+            m = None if mask is None else mask[:, :n]
+            if T == 1:  # a decode step: the absorbed form over the latents
+                y = self.absorbed(q_nope, q_pe, lat[:, :, :n], kpe[:, :, :n], m, scale)
             else:
-                y = gqa.attention(qs, k, v, mask=None if mask is None else mask[:, :n],
-                                  scale=scale)
+                kv = self.wkv_b(lat[:, 0, :n]).view(B, n, H, nope + V).transpose(1, 2)
+                k_nope, v = kv.split([nope, V], dim=-1)
+                k = torch.cat([k_nope, kpe[:, :, :n].expand(B, H, n, R)], dim=-1)
+                qs = torch.cat([q_nope, q_pe], dim=-1)
+                y = gqa.attention(qs, k, v, causal=m is None, mask=m, scale=scale)
         with annotate("out_proj"):
             return self.wo(y.transpose(1, 2).reshape(B, T, H * V))
