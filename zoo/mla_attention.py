@@ -1,12 +1,12 @@
 """Multi-head latent attention on the torch path (``zoo.latent``; DeepSeek-V2's, as transformers'
 ``DeepseekV2Attention`` computes it): the cache holds each token's normed latent and its rotated
-decoupled key, and every step expands the heads' keys and values from the cached latents.
+decoupled key, nothing per head.
 
 A prefill expands every position's keys and values through ``kv_b`` (the naive form); a decode
 step attends in the absorbed form (``q_nope W_UK`` scored against the latents, ``W_UV`` after the
-softmax: FlashMLA's), reading the latents once for every head; its Triton kernel is to come. RoPE on the decoupled part rotates interleaved channel pairs
-(transformers' ``apply_rotary_emb`` on complex pairs), from the design's ``cos, sin`` tables
-(YaRN's attention factor included).
+softmax: FlashMLA's), reading the latents once for every head; its Triton kernel is to come.
+RoPE on the decoupled part rotates interleaved channel pairs (transformers' ``apply_rotary_emb``
+on complex pairs), from the design's ``cos, sin`` tables (YaRN's attention factor included).
 """
 
 from __future__ import annotations
