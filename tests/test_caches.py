@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pandas as pd
+import pytest
 
 from sweep.analysis import calibration as cal
 from sweep.analysis import calibration_store as store
@@ -123,3 +124,28 @@ def test_a_damaged_ceilings_cache_is_measured_again(tmp_path, monkeypatch):
     assert got == {"copy_bytes_s": 2.0e9}
     assert any("unreadable" in m and "cpu.json" in m for m in lines), lines
     assert json.loads((tmp_path / "cpu.json").read_text()) == got
+
+
+def test_a_long_group_keeps_what_it_measured_every_chunk(monkeypatch):
+    """A calibration child cut off inside a long group of shapes (the H100's 206 decode-attention
+    shapes take ~800 s, more than one device call) keeps every finished chunk of ``CHUNK``
+    shapes, so the next run measures only the rest."""
+    from sweep.measure import calibration_run as run_cal
+    from sweep.measure import microbench as mb
+
+    shapes = [dict(impl="torch", kv_dtype="fp32", B=1, Hkv=1, G=1, S=s, D=8) for s in range(40)]
+    seen = []
+
+    def fake(device, tm, rnd, xs, progress=None):
+        if len(seen) == 2:  # the third chunk: the child is killed here
+            raise KeyboardInterrupt
+        seen.append(len(xs))
+        return [dict(kind="decode_attn", S=x["S"], time_s=1e-6) for x in xs]
+
+    monkeypatch.setattr(mb, "decode_attention", fake)
+    kept = []
+    with pytest.raises(KeyboardInterrupt):
+        run_cal.measure({"device": "cpu", "decode_attn": shapes}, log=lambda m: None,
+                        partial=lambda rows: kept.append([r["S"] for r in rows]))
+    assert seen == [run_cal.CHUNK, run_cal.CHUNK]
+    assert kept[-1] == list(range(2 * run_cal.CHUNK))

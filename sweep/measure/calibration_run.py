@@ -28,11 +28,14 @@ from . import fixed_costs
 from . import microbench as mb
 from .child import ChildTimeout, launch, log_tail, progress_line
 
+CHUNK = 16  # shapes measured between two saves of what a run has so far (``measure``)
+
 
 def measure(spec: dict, log=print, partial=None) -> list[dict]:
     """The rows of every entry ``spec`` asks for (see the module's text), measured now in this
-    process; ``partial(rows)`` is called after each group with the rows so far (a killed run
-    keeps them)."""
+    process; ``partial(rows)`` is called after each group, and within a group of shapes after
+    every ``CHUNK`` of them, with the rows so far (a killed run keeps them: the 206 decode
+    attention shapes of an H100 recalibration take ~800 s, longer than one device call)."""
     import torch
 
     from kernels import switches
@@ -48,25 +51,32 @@ def measure(spec: dict, log=print, partial=None) -> list[dict]:
     def rnd(*shape, dt=tdt):
         return torch.randn(*shape, device=device, dtype=dt, generator=g)
 
-    def bar(what):
-        return lambda done, total: progress_line("progress", what, done, total)
-
     t0 = time.time()
     rows = []
     base = set(spec.get("base", []))
+
+    def listed(what, key, fn, tup=False):  # a list of shapes in chunks, each kept when measured
+        items = [tuple(x) if tup else x for x in spec.get(key, [])]
+        got = []
+        for i in range(0, len(items), CHUNK):
+            got += fn(items[i:i + CHUNK], lambda done, total, i=i: progress_line(
+                "progress", what, i + done, len(items)))
+            if partial and i + CHUNK < len(items):
+                partial(rows + got)
+        return got
+
     steps = [("launch costs", lambda: fixed_costs.launch(device, tm) if "launch" in base else []),
              ("elementwise kernels", lambda: mb.elementwise(device, tm, rnd, spec.get("quick"))
               if "elementwise" in base else []),
-             ("decode attention", lambda: mb.decode_attention(device, tm, rnd,
-                                                              spec.get("decode_attn", []),
-                                                              bar("decode attention"))),
-             ("decode GEMV", lambda: mb.gemvs([tuple(x) for x in spec.get("gemv", [])], cuda, tm,
-                                              rnd, dtype, bar("decode GEMV"))),
-             ("GEMMs", lambda: mb.gemms([tuple(x) for x in spec.get("gemm", [])], cuda, tm, rnd,
-                                        dtype, bar("GEMMs"))),
-             ("prefill attention", lambda: mb.prefill_attention(device, tm, rnd,
-                                                                spec.get("prefill_attn", []),
-                                                                bar("prefill attention"))),
+             ("decode attention", lambda: listed("decode attention", "decode_attn", lambda xs, cb:
+                                                 mb.decode_attention(device, tm, rnd, xs, cb))),
+             ("decode GEMV", lambda: listed("decode GEMV", "gemv", lambda xs, cb: mb.gemvs(
+                 xs, cuda, tm, rnd, dtype, cb), tup=True)),
+             ("GEMMs", lambda: listed("GEMMs", "gemm", lambda xs, cb: mb.gemms(
+                 xs, cuda, tm, rnd, dtype, cb), tup=True)),
+             ("prefill attention", lambda: listed("prefill attention", "prefill_attn",
+                                                  lambda xs, cb: mb.prefill_attention(
+                                                      device, tm, rnd, xs, cb))),
              ("graph gap", lambda: fixed_costs.graph_gap(device) if "launch" in base else [])]
     for name, fn in steps:
         progress_line("phase", f"calibrating: {name}")
