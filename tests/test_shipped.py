@@ -15,13 +15,9 @@ from kernels import tuning
 from sweep.analysis.calibration_store import SHIPPED_DIR
 
 STALE: dict = {  # (device file, kernel): why its shipped choices predate the code
-    ("nvidia_h100_80gb_hbm3", "decode_attention"):
-        "2026-11-27: decode attention reads a local layer's ring and starts from the sinks "
-        "(issue 39); the H100 reship was cut off at 300 s (77 of 206 entries, "
-        "reship_h100/2026-11-27e/), so a fresh H100 tunes it on first use (the main job's "
-        "gate on this tree: 177.1 s, fresh_h100/2026-11-27/windows/); next session's first call",
     ("nvidia_h200", "decode_attention"):
-        "2026-11-27: the same kernel change; no H200 call this session",
+        "2026-11-27: decode attention reads a local layer's ring and starts from the sinks "
+        "(issue 39); no H200 call this session: a fresh H200 tunes it on first use",
 }
 
 
