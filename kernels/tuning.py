@@ -202,13 +202,17 @@ def _merge_into(path: Path, device: str, kernels: dict) -> Path:
     return path
 
 
-def ship(source: str | Path, shipped_dir: str | Path | None = None) -> Path:
+def ship(source: str | Path, shipped_dir: str | Path | None = None,
+         triton_version: str | None = None) -> Path:
     """Merge a machine's choices file ``source`` (``<results_dir>/tuning/<device>.json``) into the
     shipped one of the same name (atomically). Only sections valid under the current
     fingerprint count, from either file: per kernel, the shipped choices are kept and the
     source's added over them; a source section of another fingerprint (a kernel this machine
     did not tune again since it changed) is left out. So shipping after one kernel changed keeps
-    every other kernel's choices. Returns the shipped path.
+    every other kernel's choices. ``triton_version``: the Triton the choices were made under,
+    default this machine's (shipping on a machine of another Triton, e.g. a CPU host merging a
+    GPU host's file, must name the GPU host's, or every section reads as stale and is left out).
+    Returns the shipped path.
 
     Raises:
         OSError: ``source`` cannot be read.
@@ -228,9 +232,13 @@ def ship(source: str | Path, shipped_dir: str | Path | None = None) -> Path:
         old = {}
     old = old if isinstance(old, dict) else {}
 
+    def valid(k: str) -> str:
+        return (fingerprint(triton_version, modules=SOURCES[k]) if triton_version
+                else kernel_fingerprint(k))
+
     def current(sections: dict) -> dict:
         return {k: sec for k, sec in sections.items() if k in SOURCES and isinstance(sec, dict)
-                and sec.get("fingerprint") == kernel_fingerprint(k)}
+                and sec.get("fingerprint") == valid(k)}
 
     secs = current(old.get("kernels", {}))
     for kernel, sec in current(new.get("kernels", {})).items():

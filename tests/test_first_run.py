@@ -348,3 +348,28 @@ def test_the_hosts_eager_cost_is_a_median_over_rounds_with_its_spread(monkeypatc
     assert per["median"] == pytest.approx(5e-4)
     assert per["max"] > 1.5 * per["median"]  # the slow round is in the spread, not the price
     assert rest["median"] == pytest.approx(1e-3)
+
+
+def test_shipping_a_gpu_hosts_choices_from_another_triton(tmp_path):
+    """A GPU host's choices file shipped on a machine of another Triton (the CPU host, 3.9,
+    merging an H100's, 3.6): with the GPU host's version named, its current sections are kept
+    and merged; without it every section reads as stale and is left out (what happened by
+    hand on 2026-11-27, results/reference/reship_h100/2026-11-27f/)."""
+    ver = "3.6.0"
+    fp = {k: tuning.fingerprint(ver, modules=tuning.SOURCES[k]) for k in tuning.SOURCES}
+    shipped, src = tmp_path / "shipped", tmp_path / "results"
+    shipped.mkdir(), src.mkdir()
+    name = "nvidia_h100.json"
+    (shipped / name).write_text(json.dumps({"device": "H100", "kernels": {
+        "gemv": {"fingerprint": fp["gemv"], "choices": {"a": 1}},
+        "decode_attention": {"fingerprint": "old", "choices": {"c": 3}}}}))
+    (src / name).write_text(json.dumps({"device": "H100", "kernels": {
+        "decode_attention": {"fingerprint": fp["decode_attention"], "choices": {"d": 4}}}}))
+    got = json.loads(tuning.ship(src / name, shipped, triton_version=ver).read_text())["kernels"]
+    assert got["gemv"]["choices"] == {"a": 1}
+    assert got["decode_attention"]["choices"] == {"d": 4}
+    import triton
+
+    if triton.__version__ != ver:  # this machine's own version reads them all as stale
+        (shipped / name).write_text(json.dumps({"kernels": got}))
+        assert json.loads(tuning.ship(src / name, shipped).read_text())["kernels"] == {}
