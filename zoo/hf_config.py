@@ -54,11 +54,7 @@ def _windows(hf: dict, mt: str, n_layers: int) -> dict[str, Any]:
         return {"sliding_window": None, "layer_types": ""}
     types = hf.get("layer_types")
     if mt in ("qwen2", "qwen3") and types:
-        bad = sorted(set(types) - set(lt.HF_NAMES))
-        if bad:
-            raise DesignError(f"layer_types: {', '.join(bad)}: only {', '.join(lt.HF_NAMES)} "
-                              "layers are modelled")
-        kinds = "".join(lt.HF_NAMES[t] for t in types)
+        kinds = lt.letters(types, n_layers)
     elif mt in ("qwen2", "qwen3"):
         first = hf.get("max_window_layers", HF_DEFAULTS[mt]["max_window_layers"])
         kinds = "".join(lt.LOCAL if i >= first else lt.GLOBAL for i in range(n_layers))
@@ -66,7 +62,7 @@ def _windows(hf: dict, mt: str, n_layers: int) -> dict[str, Any]:
         kinds = lt.LOCAL * n_layers
     if lt.LOCAL not in kinds:
         return {"sliding_window": None, "layer_types": ""}
-    return {"sliding_window": int(w), "layer_types": "" if set(kinds) == {lt.LOCAL} else kinds}
+    return {"sliding_window": int(w), "layer_types": kinds}  # (ModelConfig canonicalises)
 
 
 def _windows_to_hf(cfg: Any, family: str, hf: dict) -> None:

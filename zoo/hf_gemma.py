@@ -57,15 +57,9 @@ def fields(hf: dict) -> tuple[dict[str, Any], dict]:
     if act != "gelu_pytorch_tanh":
         raise DesignError(f"hidden_activation={act!r}: Gemma 3's GeGLU is gelu_pytorch_tanh")
     n = hf["num_hidden_layers"]
-    types = hf.get("layer_types")
-    if types:
-        kinds = "".join(lt.HF_NAMES.get(t, "?") for t in types)
-        if "?" in kinds:
-            raise DesignError(f"layer_types: {sorted(set(types) - set(lt.HF_NAMES))} not "
-                              f"one of {', '.join(lt.HF_NAMES)}")
-    else:  # the older files: every pattern-th layer global
-        every = hf.get("sliding_window_pattern", DEFAULTS["sliding_window_pattern"])
-        kinds = "".join(lt.GLOBAL if (i + 1) % every == 0 else lt.LOCAL for i in range(n))
+    # the older files: every pattern-th layer global
+    every = hf.get("sliding_window_pattern", DEFAULTS["sliding_window_pattern"])
+    kinds = lt.letters(hf.get("layer_types") or f"{every - 1}:1", n)
     glob, local_theta = _ropes(hf)
     window = hf.get("sliding_window", DEFAULTS["sliding_window"])
     local = window is not None and lt.LOCAL in kinds
@@ -75,7 +69,7 @@ def fields(hf: dict) -> tuple[dict[str, Any], dict]:
         ** -0.5,
         rope_local_theta=local_theta if local else None,
         sliding_window=int(window) if local else None,
-        layer_types=("" if set(kinds) == {lt.LOCAL} else kinds) if local else "",
+        layer_types=kinds if local else "",  # (ModelConfig canonicalises)
         tie_embeddings=bool(hf.get("tie_word_embeddings", DEFAULTS["tie_word_embeddings"])),
         head_dim=hf.get("head_dim") or DEFAULTS["head_dim"],
         norm_eps=float(hf.get("rms_norm_eps", DEFAULTS["rms_norm_eps"])),

@@ -40,16 +40,14 @@ def _as_ratio(kinds: str) -> str:
     return kinds
 
 
-def canonical(value, n_layers: int) -> str:
-    """``layer_types`` in its canonical spelling (module doc): a ratio ``"R:G"``, a string of
-    ``L`` / ``G`` (one per layer) that no ratio spells, or ``""`` for every layer alike.
+def letters(value, n_layers: int) -> str:
+    """The ``L`` / ``G`` letter of each of ``n_layers`` layers from any accepted spelling of
+    ``layer_types`` (a ratio, letters, or transformers' list; not ``""``).
 
     Raises:
         DesignError: an unknown layer type, a ratio that is not two non-negative integers with a
             positive sum, or a pattern whose length is not ``n_layers``, naming ``layer_types``.
     """
-    if value is None or value == "" or value == []:
-        return ""
     if isinstance(value, str) and ":" in value:
         try:
             r, g = (int(p) for p in value.split(":"))
@@ -76,6 +74,19 @@ def canonical(value, n_layers: int) -> str:
     if len(value) != n_layers:
         raise DesignError(f"layer_types has {len(value)} entries, n_layers is {n_layers}: one "
                           "per layer")
+    return value
+
+
+def canonical(value, n_layers: int) -> str:
+    """``layer_types`` in its canonical spelling (module doc): a ratio ``"R:G"``, a string of
+    ``L`` / ``G`` (one per layer) that no ratio spells, or ``""`` for every layer alike.
+
+    Raises:
+        DesignError: what ``letters`` refuses.
+    """
+    if value is None or value == "" or value == []:
+        return ""
+    value = letters(value, n_layers)
     return "" if set(value) == {LOCAL} else _as_ratio(value)
 
 
