@@ -6,14 +6,10 @@ the first layers dense). Called by ``zoo.hf_config``; torch-free.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from .errors import DesignError
-
-
-def _mscale(factor: float, m: float) -> float:
-    return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+from .yarn import mscale
 
 
 def fields(hf: dict, rope: dict | None) -> dict[str, Any]:
@@ -40,7 +36,7 @@ def fields(hf: dict, rope: dict | None) -> dict[str, Any]:
     nope, rope_dim = hf["qk_nope_head_dim"], hf["qk_rope_head_dim"]
     scale = (nope + rope_dim) ** -0.5
     if rope and rope.get("mscale_all_dim"):
-        scale *= _mscale(rope["factor"], rope["mscale_all_dim"]) ** 2
+        scale *= mscale(rope["factor"], rope["mscale_all_dim"]) ** 2
     out = dict(n_kv_heads=hf["num_attention_heads"], head_dim=rope_dim,
                q_lora_rank=hf.get("q_lora_rank") or 0, kv_lora_rank=hf["kv_lora_rank"],
                qk_nope_head_dim=nope, qk_rope_head_dim=rope_dim, v_head_dim=hf["v_head_dim"],

@@ -11,6 +11,7 @@ import math
 import torch
 
 from .config import ModelConfig
+from .yarn import mscale
 
 
 def rope_frequencies(cfg: ModelConfig) -> torch.Tensor:
@@ -41,10 +42,6 @@ def rope_frequencies(cfg: ModelConfig) -> torch.Tensor:
     return inv.float()
 
 
-def _mscale(factor: float, m: float = 1.0) -> float:
-    return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
-
-
 def _yarn(theta: float, d: int, rs: dict) -> tuple[torch.Tensor, float]:
     """YaRN (Peng et al. 2023, arXiv:2309.00071): ``(inverse frequencies [d // 2], attention
     factor)``. Frequencies interpolated by ``factor`` below the band of ``beta_slow`` rotations
@@ -56,7 +53,7 @@ def _yarn(theta: float, d: int, rs: dict) -> tuple[torch.Tensor, float]:
     att = rs.get("attention_factor")
     if att is None:
         m, m_all = rs.get("mscale"), rs.get("mscale_all_dim")
-        att = _mscale(factor, m) / _mscale(factor, m_all) if m and m_all else _mscale(factor)
+        att = mscale(factor, m) / mscale(factor, m_all) if m and m_all else mscale(factor)
     fast, slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
 
     def dim_of(rot):  # the dimension whose wavelength makes ``rot`` turns over the context
