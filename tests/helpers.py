@@ -71,22 +71,27 @@ def assert_decodes_like(zoo, hf, cfg, B: int, T: int, steps: int, seed: int) -> 
             tok = ref.argmax(-1, keepdim=True)
 
 
-def hf_random_model(transformers, hf_dict: dict, router_std: float | None = None):
-    """transformers' causal LM of ``hf_dict`` (fp32, eval), seeded, its 1-D parameters (norms,
-    biases, sinks) moved off their init by N(0, 0.1) so they are tested, and with
-    ``router_std`` its MoE routers drawn from N(0, router_std) (a router that prefers some
-    experts)."""
+def hf_random_model(transformers, hf_config, seed: int = 0, router_std: float | None = None,
+                    experts_std: float | None = None):
+    """transformers' causal LM of ``hf_config`` (a ``config.json`` dict or a config object;
+    fp32, eval) from ``torch.manual_seed(seed)``, its 1-D parameters (norms, biases, sinks) moved
+    off their init by N(0, 0.1) so they are tested; with ``router_std`` its MoE routers drawn from
+    N(0, router_std) (transformers starts some at zero: every token would route alike), with
+    ``experts_std`` its experts' weights from N(0, experts_std)."""
     import torch
 
-    torch.manual_seed(0)
-    hf = transformers.AutoModelForCausalLM.from_config(
-        transformers.AutoConfig.for_model(**hf_dict)).float().eval()
+    torch.manual_seed(seed)
+    if isinstance(hf_config, dict):
+        hf_config = transformers.AutoConfig.for_model(**hf_config)
+    hf = transformers.AutoModelForCausalLM.from_config(hf_config).float().eval()
     with torch.no_grad():
         for name, p in hf.named_parameters():
             if p.ndim == 1:
                 p.add_(0.1 * torch.randn_like(p))
-            if router_std and name.endswith("mlp.gate.weight"):
+            elif router_std and name.endswith("mlp.gate.weight"):
                 p.normal_(0.0, router_std)
+            elif experts_std and "experts" in name:
+                p.normal_(0.0, experts_std)
     return hf
 
 

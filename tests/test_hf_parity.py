@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tests.helpers import assert_decodes_like
+from tests.helpers import assert_decodes_like, hf_random_model
 from zoo import Generator, ModelConfig, Transformer
 from zoo.weights import load_hf_weights
 
@@ -21,14 +21,8 @@ CASES = {
 
 
 def _hf_model(cfg: ModelConfig, seed: int):
-    torch.manual_seed(seed)
-    hf_cfg = transformers.AutoConfig.for_model(**cfg.to_hf())
-    m = transformers.AutoModelForCausalLM.from_config(hf_cfg).float().eval()
-    with torch.no_grad():  # HF inits norms to 1 and biases to 0: randomize them so they are tested
-        for p in m.parameters():
-            if p.ndim == 1:
-                p.add_(0.1 * torch.randn_like(p))
-    return m
+    # HF inits norms to 1 and biases to 0: randomized so they are tested
+    return hf_random_model(transformers, cfg.to_hf(), seed)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -104,12 +98,7 @@ SAVED = {
 def test_save_pretrained_round_trip(case, tmp_path):
     """HF model -> save_pretrained (config.json + safetensors) -> ModelConfig.from_hf ->
     load_hf_weights -> logits within fp32 tolerance of Hugging Face's, prefill and decode."""
-    torch.manual_seed(7)
-    hf = transformers.AutoModelForCausalLM.from_config(SAVED[case]()).float().eval()
-    with torch.no_grad():
-        for p in hf.parameters():
-            if p.ndim == 1:
-                p.add_(0.1 * torch.randn_like(p))
+    hf = hf_random_model(transformers, SAVED[case](), seed=7)
     hf.save_pretrained(tmp_path)
     saved = __import__("json").loads((tmp_path / "config.json").read_text())
     assert "rope_parameters" in saved  # the layout this test is about
@@ -191,13 +180,7 @@ def _matches_transformers(hf_dict: dict, tmp_path, seed: int = 0, **overrides):
     """The zoo's logits of every prompt position against transformers', same weights, fp32."""
     from safetensors.torch import save_file
 
-    torch.manual_seed(seed)
-    hf_cfg = transformers.AutoConfig.for_model(**hf_dict)
-    hf = transformers.AutoModelForCausalLM.from_config(hf_cfg).float().eval()
-    with torch.no_grad():
-        for p in hf.parameters():
-            if p.ndim == 1:
-                p.add_(0.1 * torch.randn_like(p))
+    hf = hf_random_model(transformers, hf_dict, seed)
     cfg = ModelConfig.from_hf(hf_dict, dtype="fp32", kv_dtype="fp32", **overrides)
     save_file({k: v.contiguous() for k, v in hf.state_dict().items()}, tmp_path / "m.safetensors")
     zoo = load_hf_weights(Transformer.build(cfg, "cpu", init=False), tmp_path / "m.safetensors")

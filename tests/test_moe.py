@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from tests.helpers import assert_decodes_like
+from tests.helpers import assert_decodes_like, hf_random_model
 from zoo import DesignError, ModelConfig, Transformer, counts
 from zoo.moe import expected_touched
 from zoo.weights import load_hf_weights
@@ -31,16 +31,7 @@ def _hf_model(cfg: ModelConfig, seed: int):
     """transformers' model of ``cfg``'s family with random weights: its norms, biases and its
     router too (transformers starts a Qwen3-MoE / OLMoE router at zero: every token would route
     alike)."""
-    torch.manual_seed(seed)
-    m = transformers.AutoModelForCausalLM.from_config(
-        transformers.AutoConfig.for_model(**cfg.to_hf())).float().eval()
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if p.ndim == 1:
-                p.add_(0.1 * torch.randn_like(p))
-            elif "experts" in name or name.endswith("mlp.gate.weight"):
-                p.normal_(0.0, 0.05)
-    return m
+    return hf_random_model(transformers, cfg.to_hf(), seed, router_std=0.05, experts_std=0.05)
 
 
 def _assert_same(zoo, hf, cfg, steps=4):
