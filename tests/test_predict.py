@@ -520,3 +520,20 @@ def test_a_wider_ffn_never_prices_a_faster_prefill():
     for st in ("prefill", "decode"):
         t = [r[f"{st}_pred_ms_calibrated"] for r in rows]
         assert all(a < b for a, b in zip(t, t[1:])), (st, t)
+
+
+def test_checks_are_plain_bools_for_json():
+    """The targets' checks of a summary whose figures are numpy floats (as pandas gives them) are
+    plain bools: the command prints and stores them as JSON (a numpy bool made it fail after a
+    whole set had been measured)."""
+    import json
+
+    from sweep.report import validation
+
+    s = {"all": {"decode": {"calibrated": {"n": 3, "median": np.float64(2.0), "p90": np.float64(9.0)},
+                            "in_interval": np.float64(0.9), "narrow": np.float64(0.5)}}}
+    got = validation.passes(s)
+    assert got == {"decode_median<=3.0%": True, "decode_p90<=8.0%": False,
+                   "decode_in_interval>=80%": True, "decode_half_width<=15%": False}
+    assert all(type(v) is bool for v in got.values())
+    json.dumps(got)

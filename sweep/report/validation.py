@@ -85,11 +85,12 @@ def passes(s: dict, targets: dict | None = None) -> dict:
         c = a.get("calibrated", {})
         if not c.get("n"):
             continue
-        out[f"{st}_median<={med}%"] = c["median"] <= med
-        out[f"{st}_p90<={p90}%"] = c["p90"] <= p90
+        # plain bools (a numpy bool is not JSON)
+        out[f"{st}_median<={med}%"] = bool(c["median"] <= med)
+        out[f"{st}_p90<={p90}%"] = bool(c["p90"] <= p90)
         if "in_interval" in a:
-            out[f"{st}_in_interval>={COVERAGE:.0%}"] = a["in_interval"] >= COVERAGE
-            out[f"{st}_half_width<={HALF_WIDTH:.0f}%"] = a["narrow"] >= COVERAGE
+            out[f"{st}_in_interval>={COVERAGE:.0%}"] = bool(a["in_interval"] >= COVERAGE)
+            out[f"{st}_half_width<={HALF_WIDTH:.0f}%"] = bool(a["narrow"] >= COVERAGE)
     return out
 
 
