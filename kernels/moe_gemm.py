@@ -216,10 +216,49 @@ def tiles(slots: int) -> tuple[int, int, int, int, int]:
     return (16, 64, 128, 4, 3) if slots <= 1024 else (64, 64, 64, 4, 3)
 
 
+def moe_up(h: torch.Tensor, w13: torch.Tensor, k: int, aligned: tuple, tile: tuple
+           ) -> torch.Tensor:
+    """The first grouped GEMM with SwiGLU: ``act [M k, Fe]`` (slot ``t k + j``'s activation) of
+    tokens ``h [M, d]`` (contiguous) through ``w13 [E, 2 Fe, d]``, over ``aligned``
+    (``(sorted_ids, block_expert)`` of ``align`` / ``route_align`` with ``tile``'s block); one
+    launch. ``tile``: ``tiles``' tuple."""
+    M, d = h.shape
+    E, F = w13.shape[0], w13.shape[1] // 2
+    bm, bn, bk, warps, stages = tile
+    sorted_ids, bexp = aligned
+    act = torch.empty(M * k, F, device=h.device, dtype=h.dtype)
+    _moe_up_kernel[(bexp.numel(), triton.cdiv(F, bn))](
+        h, w13, act, sorted_ids, bexp, M * k, d, F, E, TOPK=k, BLOCK_M=bm, BLOCK_N=bn,
+        BLOCK_K=bk, PREC=_prec(h), num_warps=warps, num_stages=stages)
+    return act
+
+
+def moe_down(act: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor, aligned: tuple,
+             tile: tuple) -> torch.Tensor:
+    """The second grouped GEMM: ``y [S, d]`` = each slot's activation ``act [S, Fe]`` through its
+    expert's ``w2 [E, d, Fe]``, scaled by its routing weight (``weights``, ``S`` of them); one
+    launch. ``aligned`` and ``tile`` as ``moe_up``."""
+    S, F = act.shape
+    E, d = w2.shape[0], w2.shape[1]
+    bm, bn, bk, warps, stages = tile
+    sorted_ids, bexp = aligned
+    y = torch.empty(S, d, device=act.device, dtype=act.dtype)
+    _moe_down_kernel[(bexp.numel(), triton.cdiv(d, bn))](
+        act, w2, y, sorted_ids, bexp, weights.reshape(-1).contiguous(), S, F, d, E,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PREC=_prec(act), num_warps=warps,
+        num_stages=stages)
+    return y
+
+
+def _prec(x: torch.Tensor) -> str:
+    return "ieee" if x.dtype == torch.float32 else "tf32"  # float32: exact products (tests)
+
+
 def moe_experts(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,
                 idx: torch.Tensor, aligned: tuple | None = None, tile: tuple | None = None
                 ) -> torch.Tensor:
-    """The routed experts' weighted sum (see the module doc).
+    """The routed experts' weighted sum (see the module doc): ``moe_up`` then ``moe_down``, the
+    ``k`` slots of each token summed.
 
     Args:
         h: ``[M, d]`` tokens (contiguous). w13: ``[E, 2 Fe, d]`` (gate rows, then up rows).
@@ -232,24 +271,11 @@ def moe_experts(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: t
         ``[M, d]`` in ``h``'s dtype.
     """
     M, d = h.shape
-    E, F = w13.shape[0], w13.shape[1] // 2
     k = idx.shape[1]
-    S = M * k
-    bm, bn, bk, warps, stages = tile or tiles(S)
-    sorted_ids, bexp = aligned if aligned is not None else align(idx, E, bm)
-    nb = bexp.numel()
-    h = h.contiguous()
-    prec = "ieee" if h.dtype == torch.float32 else "tf32"  # float32: exact products (tests)
-    act = torch.empty(S, F, device=h.device, dtype=h.dtype)
-    _moe_up_kernel[(nb, triton.cdiv(F, bn))](h, w13, act, sorted_ids, bexp, S, d, F, E,
-                                             TOPK=k, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-                                             PREC=prec, num_warps=warps, num_stages=stages)
-    y = torch.empty(S, d, device=h.device, dtype=h.dtype)
-    _moe_down_kernel[(nb, triton.cdiv(d, bn))](act, w2, y, sorted_ids, bexp,
-                                               weights.reshape(-1).contiguous(), S, F, d, E,
-                                               BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PREC=prec,
-                                               num_warps=warps, num_stages=stages)
-    return y.view(M, k, d).sum(1)
+    tile = tile or tiles(M * k)
+    aligned = aligned if aligned is not None else align(idx, w13.shape[0], tile[0])
+    act = moe_up(h.contiguous(), w13, k, aligned, tile)
+    return moe_down(act, w2, weights, aligned, tile).view(M, k, d).sum(1)
 
 
 def reference(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,

@@ -237,3 +237,49 @@ def test_review_cases_windows_to_hf_rows_and_budget():
     finally:
         gqa._math, gqa.SCORE_BUDGET = real, budget
     assert max(sizes) * B * H <= 1 << 20 and len(sizes) > 1
+
+
+def test_a_rings_decode_entry_is_measured_and_priced_as_a_ring():
+    """A local layer's decode-attention entry is a ring's (``ring`` 1, the cache's capacity its
+    window: the kernel plans its splits by the capacity; timed with the workload's length as
+    capacity, a 4096-slot window read 52 us against 29 us in the model, H100,
+    ``results/reference/ring_moe_probe_h100``); a window longer than the context is an unwrapped
+    cache of the window's slots, a global layer's the workload's length. Priced, a ring entry
+    corrects rings only."""
+    import pandas as pd
+
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis import predict as perf
+    from sweep.analysis.needs import KEYS, missing, needs
+
+    base = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
+    wl = {"batch": 8, "prompt_len": 32768, "new_tokens": 64}
+    mix = base.replace(sliding_window=4096, layer_types="5:1")
+    want = needs([(mix, wl, "cudagraph")], "cuda")["decode_attn"]
+    ctx = 32768 + 32
+    assert set(want) == {("triton", "bf16", 8, 8, 4, 4096, 64, 1, 4096),
+                         ("triton", "bf16", 8, 8, 4, ctx, 64, 0, 32768 + 64)}
+    wide = base.replace(sliding_window=65536, max_seq_len=131072, layer_types="1:1")
+    assert ("triton", "bf16", 8, 8, 4, ctx, 64, 0, 32768 + 64) in \
+        needs([(wide, wl, "cudagraph")], "cuda")["decode_attn"]
+    # a table from before the column: its rows are no ring's, so the ring entry is missing
+    old = pd.DataFrame([dict(kind="decode_attn", impl="triton", kv_dtype="bf16", B=8, Hkv=8,
+                             G=4, S=4096, D=64, time_s=52e-6)])
+    assert len(missing(old, {"decode_attn": want})["decode_attn"]) == 2
+    assert KEYS["decode_attn"][-1] == "ring"
+
+    shipped = store.shipped("NVIDIA H100 80GB HBM3")
+    att = [x for x in perf.kernel_list(mix, 8, 1, ctx, "triton") if x.kind == "decode_attn"]
+    ring = next(x for x in att if x.shape["ring"])
+    assert ring.shape["S"] == 4096 and ring.shape["window"] == 4096
+    t0 = perf.Calibrated(shipped).price(ring)[0]
+    rows = pd.DataFrame([dict(kind="decode_attn", impl="triton", kv_dtype="bf16", B=8, Hkv=8,
+                              G=4, S=4096, D=64, ring=1, bytes=ring.bytes,
+                              scores=8 * 32 * 4096.0, time_s=3 * t0, time_s_min=3 * t0,
+                              time_s_p90=3 * t0)])
+    with_ring = perf.Calibrated(shipped.with_(table=pd.concat([shipped.table, rows],
+                                                             ignore_index=True)))
+    assert with_ring.price(ring)[0] == pytest.approx(3 * t0, rel=1e-6)  # its own entry
+    flat = dict(ring.shape, ring=0)
+    assert with_ring.decode_attn(flat, ring.bytes)[0] == pytest.approx(
+        perf.Calibrated(shipped).decode_attn(flat, ring.bytes)[0], rel=0.02)  # not a ring's

@@ -39,6 +39,9 @@ def test_a_study_plans_its_calibration_in_bounded_time():
     assert took < 5, took
     assert 8 <= len(items) <= 256
     for kind, most in cal.MOST.items():
+        if kind == "moe_gemm":  # a dense space launches no grouped GEMM
+            assert want[kind] == []
+            continue
         assert 0 < len(want[kind]) <= most, kind
     assert todo == want and grid  # nothing cached: all of it, and a fit's grid
 

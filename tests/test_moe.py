@@ -214,3 +214,66 @@ def test_to_hf_refuses_what_no_moe_family_holds():
         cfg.replace(qkv_bias=True).to_hf()
     with pytest.raises(DesignError, match="no Hugging Face family holds"):
         cfg.replace(router_renorm=False).to_hf()  # Mixtral renormalises always
+
+
+def test_the_grouped_gemms_are_priced_by_their_own_entries():
+    """A study of an MoE design on the Triton path needs ``moe_gemm`` entries keyed by the step's
+    tokens, experts, top-k and expert weight (prefill and decode); once the calibration holds
+    them, the predictor prices ``moe_up`` / ``moe_down`` from them (interpolated in log tokens,
+    scaled by a transfer), not from the cuBLAS GEMM proxy."""
+    import pandas as pd
+
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis import predict as perf
+    from sweep.analysis.needs import KEYS, needs
+
+    cfg = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
+    wl = {"batch": 8, "prompt_len": 512, "new_tokens": 64}
+    want = needs([(cfg, wl, "cudagraph")], "cuda")["moe_gemm"]
+    E, k, d, Fe = (cfg.n_experts, cfg.n_experts_active, cfg.d_model, cfg.expert_ffn_dim)
+    assert set(want) == {(op, M, E, k, N, K, "bf16") for M in (8, 8 * 512)
+                         for op, N, K in (("moe_up", 2 * Fe, d), ("moe_down", d, Fe))}
+    assert KEYS["moe_gemm"] == ("op", "M", "E", "k", "N", "K", "dtype")
+
+    base = store.shipped("NVIDIA H100 80GB HBM3")
+    up = next(x for x in perf.kernel_list(cfg, 8, 1, 600, "triton") if x.op == "moe_up")
+    proxy, proxy_basis = perf.Calibrated(base).price(up)
+    assert "rows stacked" in proxy_basis
+    rows = [{"kind": "moe_gemm", "op": "moe_up", "M": m, "E": E, "k": k, "N": 2 * Fe, "K": d,
+             "dtype": "bf16", "time_s": t, "time_s_min": t, "time_s_p90": t}
+            for m, t in ((4, 20e-6), (16, 80e-6))]
+    cal = perf.Calibrated(base.with_(table=pd.concat([base.table, pd.DataFrame(rows)],
+                                                     ignore_index=True)))
+    t, basis = cal.price(up)
+    assert basis.startswith("moe_gemm moe_up") and t == pytest.approx(40e-6, rel=1e-6)  # log-log
+    down = next(x for x in perf.kernel_list(cfg, 8, 1, 600, "triton") if x.op == "moe_down")
+    assert cal.price(down) == perf.Calibrated(base).price(down)  # no entry of its own: proxy
+    fast = perf.Calibrated(cal.calibration, {"compute": 0.5, "memory": 0.25, "ridge": 300.0})
+    assert fast.price(up)[0] == pytest.approx(10e-6, rel=1e-6)  # a decode step: memory-bound
+
+
+def test_the_grouped_gemm_micro_benchmark_times_the_models_kernels():
+    """``moe_gemms`` on the CPU (the Triton interpreter): each shape's row with its FLOPs, the
+    experts its uniform routing touched and their bytes; a wrong op refused by name."""
+    import os
+
+    from sweep.measure import microbench as mb
+    from sweep.measure.microbench_moe import moe_gemms
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the Triton kernels run on the CPU under TRITON_INTERPRET=1")
+    g = torch.Generator().manual_seed(0)
+
+    def rnd(*shape, dt=torch.float32):
+        return torch.randn(*shape, dtype=dt, generator=g)
+
+    shapes = [dict(op="moe_up", M=3, E=4, k=2, N=32, K=16, dtype="fp32"),
+              dict(op="moe_down", M=3, E=4, k=2, N=16, K=16, dtype="fp32")]
+    rows = moe_gemms("cpu", mb.timer(False, 2), rnd, shapes)
+    assert [r["op"] for r in rows] == ["moe_up", "moe_down"]
+    for r, sh in zip(rows, shapes):
+        assert r["kind"] == "moe_gemm" and r["flops"] == 2 * 3 * 2 * sh["N"] * sh["K"]
+        assert 2 <= r["touched"] <= 4 and r["time_s"] > 0
+        assert r["bytes"] >= r["touched"] * sh["N"] * sh["K"] * 4
+    with pytest.raises(ValueError, match="moe_up or moe_down"):
+        moe_gemms("cpu", mb.timer(False, 2), rnd, [dict(shapes[0], op="moe_gate")])

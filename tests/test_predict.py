@@ -220,7 +220,7 @@ def test_decode_attention_price_is_monotone_in_group_and_continuous_in_length(ca
     # at a calibrated shape the corrected fit is its measurement, and the price no lower
     cal = calibration.table
     for _, row in cal[cal.kind == "decode_attn"].iterrows():
-        shape = {"impl": row.impl, "kv_dtype": row.kv_dtype,
+        shape = {"impl": row.impl, "kv_dtype": row.kv_dtype, "ring": int(row.get("ring", 0)),
                  **{d: int(row[d]) for d in ("B", "Hkv", "G", "S", "D")}}
         t, _ = c.decode_attn(shape, row.bytes)
         fit = c._attn_fit((row.impl, row.kv_dtype))

@@ -127,7 +127,11 @@ class GQA:
             out.append(Kernel("attention", "decode_attn", "decode_attention",
                               4 * batch * H * D * context, kv_read,
                               {"impl": st.impl, "kv_dtype": cfg.kv_dtype, "bytes": kv_read,
-                               "B": batch, "Hkv": Hkv, "G": H // Hkv, "S": context, "D": D},
+                               "B": batch, "Hkv": Hkv, "G": H // Hkv, "S": context, "D": D,
+                               # a local layer's cache is a ring of its window, wrapped once
+                               # the window is full (its calibration entry is a ring's too)
+                               "window": window, "ring": int(window is not None
+                                                             and window <= st.context)},
                               n, L))
         else:
             out.append(Kernel("attention", "prefill_attn", "sdpa",

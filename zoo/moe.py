@@ -153,8 +153,8 @@ class MoEFFN:
         with the residual add (a kernel of its own: no GEMV prologue takes it); the router's GEMM
         (cuBLAS); its softmax and top-k; the device-side sort by expert (``ALIGN_LAUNCHES``
         small torch ops); the two grouped GEMMs, each one launch reading every touched expert's
-        weights once (priced as ``n_exp`` GEMMs of ``m`` tokens, noted); the slots' sum; the
-        shared experts as torch's dense FFN."""
+        weights once (priced by their own ``moe_gemm`` calibration entries, else as ``n_exp``
+        GEMMs of ``m`` tokens, noted); the slots' sum; the shared experts as torch's dense FFN."""
         cfg, M, wb = st.cfg, st.M, st.wb
         d, E, k, Fe, S = (cfg.d_model, cfg.n_experts, cfg.n_experts_active, cfg.expert_ffn_dim,
                           cfg.n_shared_experts)
@@ -162,8 +162,9 @@ class MoEFFN:
         def gemm(op, N, K, rows, experts=None):
             shape = {"M": rows, "N": N, "K": K, "dtype": cfg.dtype}
             n = experts or 1
-            if experts:
-                shape["experts"] = experts
+            if experts:  # a grouped GEMM: its own calibration entry is keyed by the step's
+                # tokens, experts and top-k (``sweep.analysis.needs``: ``moe_gemm``)
+                shape.update(experts=experts, tokens=M, E=E, topk=k)
             wbits = cfg.weight_bits  # a quantized weight format (predicted only) reads fewer
             if wbits != 8 * wb:
                 shape["weight_bits"] = wbits

@@ -9,6 +9,9 @@ A calibration is a table of entries (one row each: ``kind``, its shape columns, 
   the GEMV or cuBLAS, as the model runs it), ``M <= 16`` rows;
 - ``decode_attn``: one new token against a KV cache, torch and Triton, bf16 / int8 / fp8 caches;
 - ``prefill_attn``: causal SDPA in the model's layouts;
+- ``moe_gemm``: the MoE layer's two grouped GEMMs (``kernels.moe_gemm``) as the Triton path
+  launches them, per step's tokens, experts, top-k and expert width, the router's choice
+  uniform (as a random router's);
 - ``elementwise`` (by bytes) and ``launch`` (fixed costs): whole groups, the same for every design.
 
 **What is measured.** A study's calibration covers its own designs (``needs``): the exact GEMM,
@@ -57,6 +60,7 @@ POLICIES = ("auto", "frozen")
 _KERNELS = REPO / "kernels"
 _FIXED_COSTS = REPO / "sweep" / "measure" / "fixed_costs.py"  # the launch group's own code
 _MICROBENCH = REPO / "sweep" / "measure" / "microbench.py"  # the elementwise group's
+_MICROBENCH_MOE = REPO / "sweep" / "measure" / "microbench_moe.py"
 _ZOO = REPO / "zoo"
 
 
@@ -93,6 +97,7 @@ def fingerprints(device: dict, switches) -> dict:
         "decode_attn/triton": fingerprint(*base, tri, *tune, sw["pdl"],
                                           modules=k("decode_attention", "split_merge", "rope",
                                                     "graph_timing")),
+        "moe_gemm": fingerprint(*base, tri, modules=k("moe_gemm") + (str(_MICROBENCH_MOE),)),
         "gemv": fingerprint(*base, tri, *tune, sw["gemv_prefetch"], sw["gemv_w_ahead"], sw["pdl"],
                             modules=k("gemv", "decode_linear", "graph_timing", "rmsnorm",
                                       "swiglu")),
@@ -118,7 +123,8 @@ def _spec(device_type: str, quick: bool, switches, want: dict, base: list, grid:
             "gemv": [list(k[:4]) for k in want.get("gemv", [])],
             "decode_attn": da,
             "prefill_attn": [dict(zip(KEYS["prefill_attn"], k)) for k in want.get("prefill_attn",
-                                                                                   [])]}
+                                                                                   [])],
+            "moe_gemm": [dict(zip(KEYS["moe_gemm"], k)) for k in want.get("moe_gemm", [])]}
 
 
 def stale_families(meta: dict, current: dict) -> list[str]:

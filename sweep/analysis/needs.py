@@ -17,10 +17,15 @@ GEMV_M_GRID = [1, 2, 4, 8, 16]
 OFF_GRID = [(1000, 1000), (1536, 2880), (2112, 1344), (5000, 3000), (4160, 4160)]  # not x64
 # the shape columns that identify an entry of each per-shape kind
 KEYS = {"gemm": ("M", "N", "K", "dtype"), "gemv": ("M", "N", "K", "prologue", "dtype"),
-        "decode_attn": ("impl", "kv_dtype", "B", "Hkv", "G", "S", "D"),
-        "prefill_attn": ("impl", "T", "D", "G", "BH")}
+        "decode_attn": ("impl", "kv_dtype", "B", "Hkv", "G", "S", "D", "ring"),
+        "prefill_attn": ("impl", "T", "D", "G", "BH"),
+        # the MoE layer's grouped GEMMs (``kernels.moe_gemm``): ``op`` moe_up / moe_down, ``M``
+        # the step's tokens, ``E`` experts, ``k`` chosen per token, ``[N, K]`` an expert's weight
+        "moe_gemm": ("op", "M", "E", "k", "N", "K", "dtype")}
+# a key column's value in rows measured before it existed (a decode-attention entry: no ring)
+DEFAULTS = {"ring": 0}
 # a study's needs are bounded: beyond these the lattice is thinned (priced from neighbours)
-MOST = {"gemm": 600, "gemv": 400, "decode_attn": 96, "prefill_attn": 64}
+MOST = {"gemm": 600, "gemv": 400, "decode_attn": 96, "prefill_attn": 64, "moe_gemm": 64}
 
 
 def needs(items, device_type: str) -> dict:
@@ -48,12 +53,18 @@ def needs(items, device_type: str) -> dict:
             for k in kernel_list(cfg, B, new, ctx, kernels):
                 s = k.shape
                 if k.kind in ("gemm", "gemv") and "experts" in s:
-                    continue  # an MoE grouped GEMM: priced from like entries (analysis.proxies)
+                    if "tokens" in s:  # an MoE grouped GEMM of the Triton path: its own entry
+                        out["moe_gemm"].add((k.op, s["tokens"], s["E"], s["topk"], s["N"],
+                                             s["K"], s["dtype"]))
+                    continue
                 if k.kind in ("gemm", "gemv"):
                     out[k.kind].add(tuple(s[c] for c in KEYS[k.kind]))
-                elif k.kind == "decode_attn":  # + the cache's capacity, as the model's
+                elif k.kind == "decode_attn":  # + the cache's capacity, as the model's: a
+                    # local layer's its window (a ring), a global layer's the workload's length
+                    w = s.get("window")
                     out["decode_attn"].add((s["impl"], s["kv_dtype"], s["B"], s["Hkv"], s["G"],
-                                            s["S"], s["D"], T + N))
+                                            s["S"], s["D"], s.get("ring", 0),
+                                            T + N if w is None else min(w, T + N)))
                 elif k.kind == "prefill_attn":
                     out["prefill_attn"].add((s["impl"], s["T"], s["D"], s["G"],
                                              s["B"] * s["H"]))
@@ -67,13 +78,21 @@ def _thin(xs: list, most: int) -> list:
     return [xs[int(i * step)] for i in range(most)]
 
 
+def _defaults(sel, kind: str):
+    """``sel`` (rows of ``kind``) with each key column later than the table at its default."""
+    for c, v in DEFAULTS.items():
+        if c in KEYS[kind]:
+            sel = sel.assign(**{c: sel[c].fillna(v) if c in sel else v})
+    return sel
+
+
 def missing(table, want: dict) -> dict:
     """The entries of ``want`` (``needs``) that ``table`` (a calibration, or None) lacks."""
     out = {}
     for kind, keys in want.items():
         have = set()
         if table is not None and len(table) and kind in set(table.kind):
-            sel = table[table.kind == kind]
+            sel = _defaults(table[table.kind == kind], kind)
             cols = [c for c in KEYS[kind] if c in sel]
             if len(cols) == len(KEYS[kind]):
                 have = {tuple(_norm(v) for v in r) for r in sel[cols].itertuples(index=False)}
@@ -129,7 +148,7 @@ def attn_grid(table, todo: dict, device_type: str, quick: bool, full: bool) -> l
     cuda = device_type == "cuda"
     wanted = {(k[0], k[1]) for k in todo.get("decode_attn", [])}
     if table is not None and len(table) and "decode_attn" in set(table.kind):
-        d = table[table.kind == "decode_attn"]
+        d = _defaults(table[table.kind == "decode_attn"], "decode_attn")
         counts = d.groupby(["impl", "kv_dtype"]).size().to_dict()
     else:
         counts = {}

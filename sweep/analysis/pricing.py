@@ -20,6 +20,7 @@ from zoo.formats import DTYPE_BYTES
 
 from .calibration_store import Calibration
 from .interp import interp_log
+from .price_moe import moe_gemm_price
 from .proxies import proxy_price
 
 # added to the Shepard weights' sum of the decode-attention correction (``_attn_point``): small
@@ -31,6 +32,11 @@ SHEPARD_FLOOR = 0.1
 def _covers(rows, m: float) -> bool:
     """Whether calibrated GEMM ``rows`` (one ``(N, K)``) hold an M at or around ``m``."""
     return len(rows) > 0 and rows.M.min() <= m <= rows.M.max()
+
+
+# a ring's decode-attention entries (a local layer's cache of its window) correct only rings, the
+# others only the others: a ring entry sits this far (log units) from any other shape
+RING_FAR = math.log(16)
 
 
 class Calibrated:
@@ -248,7 +254,9 @@ class Calibrated:
             fixed = max(full[0], 0.0)
             # each calibrated shape's measured / fitted ratio, to correct the fit near it
             ratio = y / (fixed + X[:, 1] * full[1] + X[:, 2] * full[2])
-            shapes = np.log(sel[["B", "Hkv", "G", "S", "D"]].to_numpy(float))
+            ring = sel.ring.fillna(0).to_numpy(float) if "ring" in sel else np.zeros(len(sel))
+            shapes = np.hstack([np.log(sel[["B", "Hkv", "G", "S", "D"]].to_numpy(float)),
+                                ring[:, None] * RING_FAR])  # ring: 0 in a table before it
             self._fits[key] = (fixed, full[1], full[2], sel.bytes.min(), sel.bytes.max(),
                                int(sel.G.min()), int(sel.G.max()), shapes, ratio)
         return self._fits[key]
@@ -267,6 +275,7 @@ class Calibrated:
         t = fixed + (a * nbytes + b * s["B"] * s["Hkv"] * g * s["S"]) * self.scale["memory"]
         q = np.log(np.stack([np.full_like(g, s[k]) if k != "G" else g
                              for k in ("B", "Hkv", "G", "S", "D")], 1))  # [groups, 5]
+        q = np.hstack([q, np.full((len(g), 1), s.get("ring", 0) * RING_FAR)])
         far = np.abs(shapes[None] - q[:, None]).max(2)  # [groups, calibrated]
         at = far < 1e-9
         w = np.clip((math.log(4) - far) / math.log(2), 0.0, 1.0) / np.maximum(far, 1e-9) ** 2
@@ -371,7 +380,7 @@ class Calibrated:
         """Calibrated time of one launch of ``k`` (a ``predict.Kernel``; s) and the entry it came
         from."""
         if k.kind == "gemm" and k.shape.get("experts"):  # a grouped GEMM over touched experts
-            return proxy_price(self, k)
+            return moe_gemm_price(self, k)
         if k.kind == "gemm":
             return self.quantized(k.shape, *self.gemm(k.shape))
         if k.kind == "gemv":

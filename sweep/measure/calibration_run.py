@@ -8,7 +8,8 @@ ones a study's designs need and its cache lacks) with the micro-benchmarks of
      "base": ["launch", "elementwise"],          # whole groups (fixed costs, by-bytes kernels)
      "gemm": [[M, N, K], ...], "gemv": [[M, N, K, prologue], ...],
      "decode_attn": [{impl, kv_dtype, B, Hkv, G, S, D}, ...],
-     "prefill_attn": [{impl, T, D, G, BH}, ...]}
+     "prefill_attn": [{impl, T, D, G, BH}, ...],
+     "moe_gemm": [{op, M, E, k, N, K, dtype}, ...]}  # sweep.measure.microbench_moe
 
 On a GPU the order matters: small kernels first, before any compute-bound benchmark idles the GPU
 between its repeats (duty cycle) and its clocks drop; the launch costs first of all (the host's
@@ -27,6 +28,7 @@ from ..common.atomic import write_atomic
 from . import fixed_costs
 from . import microbench as mb
 from .child import ChildTimeout, launch, log_tail, progress_line
+from .microbench_moe import moe_gemms
 
 CHUNK = 16  # shapes measured between two saves of what a run has so far (``measure``)
 
@@ -72,6 +74,9 @@ def measure(spec: dict, log=print, partial=None) -> list[dict]:
                                                  mb.decode_attention(device, tm, rnd, xs, cb))),
              ("decode GEMV", lambda: listed("decode GEMV", "gemv", lambda xs, cb: mb.gemvs(
                  xs, cuda, tm, rnd, dtype, cb), tup=True)),
+             ("MoE grouped GEMMs", lambda: listed("MoE grouped GEMMs", "moe_gemm",
+                                                  lambda xs, cb: moe_gemms(device, tm, rnd, xs,
+                                                                           cb))),
              ("GEMMs", lambda: listed("GEMMs", "gemm", lambda xs, cb: mb.gemms(
                  xs, cuda, tm, rnd, dtype, cb), tup=True)),
              ("prefill attention", lambda: listed("prefill attention", "prefill_attn",

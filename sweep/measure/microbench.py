@@ -115,7 +115,7 @@ def decode_attention_grid(cuda: bool, quick: bool, kv_dtypes=None, full: bool = 
             if (impl == "torch" and kvd in ("int8", "fp8_e4m3")) or (
                     kv_dtypes is not None and (impl, kvd) not in kv_dtypes):
                 continue
-            out += [dict(impl=impl, kv_dtype=kvd, B=B, Hkv=Hkv, G=G, S=S, D=D)
+            out += [dict(impl=impl, kv_dtype=kvd, B=B, Hkv=Hkv, G=G, S=S, D=D, ring=0)
                     for B, Hkv, G, S, D in grid]
     return out
 
@@ -123,7 +123,8 @@ def decode_attention_grid(cuda: bool, quick: bool, kv_dtypes=None, full: bool = 
 def decode_attention(device, tm, rnd, shapes, progress=None) -> list[dict]:
     """One new token against a KV cache, for each of ``shapes`` (``impl`` torch or triton,
     ``kv_dtype``, ``B``, ``Hkv``, ``G``, ``S`` (positions attended), ``D``, optionally ``cap``:
-    the cache's capacity, default ``S + 64``): the caches rotated through copies so each call
+    the cache's capacity, default ``S + 64``, and ``ring``: 1 where the cache is a local layer's
+    ring of ``S`` slots, ``cap == S``): the caches rotated through copies so each call
     reads from DRAM. The Triton kernel is launched as the model's decode step launches it
     (``zoo.attention``): with RoPE and the cache write folded in under
     ``switches.rope_in_attention``, and programmatic dependent launch where supported, so its
@@ -174,7 +175,7 @@ def decode_attention(device, tm, rnd, shapes, progress=None) -> list[dict]:
                        decode_attention(q, k, v, pos, ks, vs, pdl=pdl, new_kv=new_kv))
         sp = tm(fns)
         rows.append(entry("decode_attn", sp, impl=impl, kv_dtype=kvd, B=B, Hkv=Hkv, G=G, S=S, D=D,
-                          bytes=nbytes, scores=float(B * H * S)))
+                          ring=int(sh.get("ring") or 0), bytes=nbytes, scores=float(B * H * S)))
         del fns
         if progress:
             progress(i + 1, len(shapes))

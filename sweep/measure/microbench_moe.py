@@ -1,0 +1,64 @@
+"""The MoE layer's micro-benchmark (``moe_gemm`` calibration entries): the two grouped GEMMs of
+``kernels.moe_gemm`` (``moe_up``: gate and up projections with SwiGLU; ``moe_down``: the down
+projection scaled by the routing weight) launched as the model's Triton path launches them, on
+the step's tokens sorted by expert with ``tiles``' block, each expert's weights read from DRAM.
+
+The router's choice is uniform at random (``k`` distinct experts per token), as the zoo's random
+routers route: the experts a step touches, and the rows each gets, are those of a model of
+random weights. Times in s; FLOPs and bytes per call (``bytes``: the touched experts' weights and
+the activations, the kernel's minimum DRAM traffic).
+"""
+
+from __future__ import annotations
+
+from .microbench import cold_copies, entry
+
+MOST_COPIES = 8  # a small layer's weights are rotated through at most this many copies
+
+
+def moe_gemms(device: str, tm, rnd, shapes, progress=None) -> list[dict]:
+    """``moe_gemm`` entries for ``shapes`` (dicts of ``op`` ``moe_up`` / ``moe_down``, ``M``
+    tokens, ``E`` experts, ``k`` per token, an expert's weight ``[N, K]``, ``dtype``): one call
+    of the kernel per timing, its inputs rotated through copies (``cold_copies``).
+
+    ``tm``, ``rnd``: ``sweep.measure.calibration_run``'s timer and random tensors. Returns rows
+    with ``flops`` (``2 M k N K``), ``bytes`` and ``touched`` (the experts the routing chose).
+
+    Raises:
+        ValueError: an ``op`` that is neither kernel.
+    """
+    import torch
+
+    from kernels import moe_gemm as K_
+
+    cuda = device == "cuda"
+    rows = []
+    for i, sh in enumerate(shapes):
+        op, dtype = sh["op"], sh["dtype"]
+        M, E, k, N, K = (int(sh[c]) for c in ("M", "E", "k", "N", "K"))
+        if op not in ("moe_up", "moe_down"):
+            raise ValueError(f"moe_gemm op must be moe_up or moe_down, not {op!r}")
+        S, tile = M * k, K_.tiles(M * k)
+        idx = rnd(M, E, dt=torch.float32).topk(k, dim=-1).indices  # k distinct, uniform
+        aligned = K_.align(idx, E, tile[0])
+        touched = int(torch.unique(idx).numel())
+        w = rnd(M, k).abs()
+        x = rnd(M, K) if op == "moe_up" else rnd(S, K)
+        wb = x.element_size()
+        nbytes = float(touched * N * K * wb + x.numel() * wb
+                       + (S * N // 2 if op == "moe_up" else S * N) * wb)
+        fns = []
+        for _ in range(cold_copies(E * N * K * wb, cuda, cap=MOST_COPIES)):
+            wt = rnd(E, N, K)
+            if op == "moe_up":
+                fns.append(lambda x=x, wt=wt: K_.moe_up(x, wt, k, aligned, tile))
+            else:
+                fns.append(lambda x=x, wt=wt: K_.moe_down(x, wt, w, aligned, tile))
+        flops = 2.0 * S * N * K
+        sp = tm(fns, duty=flops / nbytes > 100)
+        rows.append(entry("moe_gemm", sp, op=op, M=M, E=E, k=k, N=N, K=K, dtype=dtype,
+                          flops=flops, bytes=nbytes, touched=touched))
+        del fns
+        if progress:
+            progress(i + 1, len(shapes))
+    return rows
