@@ -5,6 +5,7 @@ device queries, the GEMV-or-cuBLAS choice): tracing the Triton decode step faile
 ``Unsupported: torch.* op returned non-Tensor``. Each function here has the signature of the
 kernel module's own (``kernels.rmsnorm.rmsnorm``, ``kernels.swiglu.swiglu``,
 ``kernels.rope.rope_kv_write_``, ``kernels.decode_attention.decode_attention``,
+``kernels.prefill_attention.prefill_attention``,
 ``kernels.decode_linear.linear``) and calls it directly when run eagerly; while Dynamo traces
 (``torch.compiler.is_compiling()``) it calls the op ``torch.ops.designzoo.<name>``, registered with
 ``torch.library.custom_op`` (PyTorch's recommended route for a kernel with Python around it,
@@ -26,6 +27,7 @@ from torch import Tensor
 
 from . import decode_attention as _attention
 from . import decode_linear as _linear
+from . import prefill_attention as _prefill
 from . import rmsnorm as _rmsnorm
 from . import rope as _rope
 from . import swiglu as _swiglu
@@ -193,3 +195,25 @@ def linear(x: Tensor, layer: torch.nn.Linear, prologue: str = "none",
         return _linear_residual_op(x, w, b, nw, eps, residual, pdl_trigger)
     y = _linear_op(x, w, b, prologue, nw, eps, pdl_trigger)
     return (y, x) if prologue == "norm" else y
+
+
+@torch.library.custom_op("designzoo::prefill_attention", mutates_args=())
+def _prefill_attention_op(q: Tensor, k: Tensor, v: Tensor, window: int | None,
+                          sinks: Tensor | None, scale: float | None) -> Tensor:
+    return _prefill.prefill_attention(q, k, v, window, sinks, scale)
+
+
+@_prefill_attention_op.register_fake
+def _(q, k, v, window, sinks, scale):
+    B, H, T, D = q.shape
+    return q.new_empty(B, T, H, D).transpose(1, 2)
+
+
+def prefill_attention(q: Tensor, k: Tensor, v: Tensor, window: int | None = None,
+                      sinks: Tensor | None = None, scale: float | None = None) -> Tensor:
+    """``kernels.prefill_attention.prefill_attention`` (a local or sink layer's causal prefill,
+    ``q [B, H, T, D]``, ``k, v [B, Hkv, T, D]`` -> ``[B, H, T, D]``), as an op under
+    ``torch.compile``."""
+    if not _compiling():
+        return _prefill.prefill_attention(q, k, v, window, sinks, scale)
+    return _prefill_attention_op(q, k, v, window, sinks, scale)

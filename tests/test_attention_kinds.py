@@ -283,3 +283,38 @@ def test_a_rings_decode_entry_is_measured_and_priced_as_a_ring():
     flat = dict(ring.shape, ring=0)
     assert with_ring.decode_attn(flat, ring.bytes)[0] == pytest.approx(
         perf.Calibrated(shipped).decode_attn(flat, ring.bytes)[0], rel=0.02)  # not a ring's
+
+
+def test_a_local_or_sink_layers_prefill_is_priced_by_its_own_kernel():
+    """A local layer's prefill attention is keyed by its window (``W``, the band's FLOPs) and a
+    sink layer's by ``sink``: measured by the kernel the layer launches (the band kernel), priced
+    from those entries once there, and until then as causal SDPA, noted."""
+    import pandas as pd
+
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis import predict as perf
+    from sweep.analysis.calibration import family
+    from sweep.analysis.needs import needs
+
+    base = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
+    wl = {"batch": 1, "prompt_len": 8192, "new_tokens": 64}
+    mix = base.replace(sliding_window=1024, layer_types="3:1", attn_sinks=True)
+    want = needs([(mix, wl, "cudagraph")], "cuda")["prefill_attn"]
+    assert set(want) == {("triton", 8192, 64, 4, 32, 1024, 1), ("triton", 8192, 64, 4, 32, 0, 1)}
+    assert family("prefill_attn", "triton", True) == "prefill_attn/band"
+    att = [k for k in perf.kernel_list(mix, 1, 8192, 8192, "triton") if k.kind == "prefill_attn"]
+    local = next(k for k in att if k.shape["W"])
+    assert local.flops == 2 * 32 * 64 * 8192 * 1024 and local.shape["sink"] == 1
+    shipped = store.shipped("NVIDIA H100 80GB HBM3")
+    c = perf.Calibrated(shipped)
+    t_sdpa, basis = c.price(local)
+    assert "W=" not in basis and any("not calibrated: priced as causal SDPA" in n for n in c.notes)
+    t = 2 * t_sdpa  # the band kernel measured at half SDPA's rate
+    row = dict(kind="prefill_attn", impl="triton", T=8192, D=64, G=4, BH=32, W=1024, sink=1,
+               flops=local.flops, time_s=t, time_s_min=t, time_s_p90=t)
+    c = perf.Calibrated(shipped.with_(table=pd.concat([shipped.table, pd.DataFrame([row])],
+                                                      ignore_index=True)))
+    got, basis = c.price(local)
+    assert got == pytest.approx(t, rel=1e-9) and "W=1024 sinks" in basis
+    full = next(k for k in att if not k.shape["W"])  # a global sink layer: no entry of its kind
+    assert c.price(full)[0] == pytest.approx(perf.Calibrated(shipped).price(full)[0])

@@ -1,8 +1,9 @@
 """Causal self-attention with grouped-query heads, RoPE and the static KV cache: the torch path,
 and the Triton path (RoPE fused with the cache write, the split-K decode kernel; SDPA for a
-prefill). Part of ``zoo.model``'s block. A local layer (``cfg.layer_window``) attends over its
-sliding window, its cache a ring of the window's slots (``zoo.cache``); with ``attn_sinks`` each
-query head has a learned sink logit (``zoo.gqa``).
+prefill, ``kernels.prefill_attention`` for a local or sink layer's). Part of ``zoo.model``'s
+block. A local layer (``cfg.layer_window``) attends over its sliding window, its cache a ring of
+the window's slots (``zoo.cache``); with ``attn_sinks`` each query head has a learned sink logit
+(``zoo.gqa``).
 """
 
 from __future__ import annotations
@@ -176,12 +177,12 @@ class Attention(nn.Module):
                                      *scales, pdl=self.pdl, sinks=self.sinks)
         elif mask is None and kv_len == T and (self.window or self.sinks is not None):
             with annotate("rope"):  # a local or sink layer's prefill: RoPE, the (ring) write,
-                rope_(q, k, *rope, input_pos)  # then attention over the fresh k, v (zoo.gqa)
+                rope_(q, k, *rope, input_pos)  # then attention over the fresh k, v
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             with annotate("kv_write"):
                 cache.write(i, input_pos, k, v)
-            with annotate("attention"):
-                y = gqa.attention(q, k, v, causal=True, window=self.window, sinks=self.sinks)
+            with annotate("attention"):  # one kernel over the band (kernels.prefill_attention)
+                y = ops.prefill_attention(q, k, v, self.window, self.sinks)
         elif mask is None and kv_len == T:  # prefill from position 0: attend to the fresh k, v
             with annotate("kv_write"):
                 self._rope_write(q, k, v, rope, input_pos, k_inplace=True)

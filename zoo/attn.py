@@ -137,7 +137,10 @@ class GQA:
             out.append(Kernel("attention", "prefill_attn", "sdpa",
                               2 * batch * H * D * new * context, 2 * M * (H + 2 * Hkv) * D * wb,
                               {"B": batch, "H": H, "T": new, "D": D, "G": H // Hkv,
-                               "impl": st.impl}, st.launches("prefill_attn"), L))
+                               "impl": st.impl,
+                               # a local or sink layer's own kernel (the band's; its entry)
+                               "W": context if window is not None else 0,
+                               "sink": int(cfg.attn_sinks)}, st.launches("prefill_attn"), L))
         out.append(st.gemm("out_proj", "wo", d, cfg.q_dim, rep=L))
         return out
 

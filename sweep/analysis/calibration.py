@@ -64,12 +64,13 @@ _MICROBENCH_MOE = REPO / "sweep" / "measure" / "microbench_moe.py"
 _ZOO = REPO / "zoo"
 
 
-def family(kind: str, impl=None) -> str:
+def family(kind: str, impl=None, band: bool = False) -> str:
     """The fingerprint family of an entry: ``decode_attn`` and ``elementwise`` by implementation
-    (``decode_attn/triton``), the others by kind."""
+    (``decode_attn/triton``), a local or sink layer's prefill attention (``band``) apart from
+    SDPA's (``prefill_attn/band``), the others by kind."""
     if kind in ("decode_attn", "elementwise") and isinstance(impl, str):
         return f"{kind}/{impl}"
-    return kind
+    return "prefill_attn/band" if kind == "prefill_attn" and band else kind
 
 
 def fingerprints(device: dict, switches) -> dict:
@@ -93,6 +94,8 @@ def fingerprints(device: dict, switches) -> dict:
     return {
         "gemm": fingerprint(*base),
         "prefill_attn": fingerprint(*base),
+        "prefill_attn/band": fingerprint(*base, tri, modules=k("prefill_attention")
+                                         + (str(_ZOO / "gqa.py"),)),
         "decode_attn/torch": fingerprint(*base, modules=(str(_ZOO / "gqa.py"),)),
         "decode_attn/triton": fingerprint(*base, tri, *tune, sw["pdl"],
                                           modules=k("decode_attention", "split_merge", "rope",
@@ -239,8 +242,10 @@ def _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings, wal
     import pandas as pd
 
     if len(new):
-        new["family"] = [family(k, i) for k, i in zip(new.kind, new.get("impl", [None] *
-                                                                        len(new)))]
+        band = [bool((w == w and w > 0) or (s == s and s > 0))  # (NaN: another kind's row)
+                for w, s in zip(new.get("W", [0] * len(new)), new.get("sink", [0] * len(new)))]
+        new["family"] = [family(k, i, b and k == "prefill_attn") for k, i, b in
+                         zip(new.kind, new.get("impl", [None] * len(new)), band)]
     table = new if table is None else pd.concat([table, new], ignore_index=True)
     wall = round(wall, 1)
     meta = {**{k: v for k, v in meta.items() if k not in ("stale", "measured_now")},

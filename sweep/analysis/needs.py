@@ -18,12 +18,13 @@ OFF_GRID = [(1000, 1000), (1536, 2880), (2112, 1344), (5000, 3000), (4160, 4160)
 # the shape columns that identify an entry of each per-shape kind
 KEYS = {"gemm": ("M", "N", "K", "dtype"), "gemv": ("M", "N", "K", "prologue", "dtype"),
         "decode_attn": ("impl", "kv_dtype", "B", "Hkv", "G", "S", "D", "ring"),
-        "prefill_attn": ("impl", "T", "D", "G", "BH"),
+        "prefill_attn": ("impl", "T", "D", "G", "BH", "W", "sink"),
         # the MoE layer's grouped GEMMs (``kernels.moe_gemm``): ``op`` moe_up / moe_down, ``M``
         # the step's tokens, ``E`` experts, ``k`` chosen per token, ``[N, K]`` an expert's weight
         "moe_gemm": ("op", "M", "E", "k", "N", "K", "dtype")}
-# a key column's value in rows measured before it existed (a decode-attention entry: no ring)
-DEFAULTS = {"ring": 0}
+# a key column's value in rows measured before it existed (a decode-attention entry: no ring; a
+# prefill attention's: full causal SDPA, no window, no sinks)
+DEFAULTS = {"ring": 0, "W": 0, "sink": 0}
 # a study's needs are bounded: beyond these the lattice is thinned (priced from neighbours)
 MOST = {"gemm": 600, "gemv": 400, "decode_attn": 96, "prefill_attn": 64, "moe_gemm": 64}
 
@@ -67,7 +68,7 @@ def needs(items, device_type: str) -> dict:
                                             T + N if w is None else min(w, T + N)))
                 elif k.kind == "prefill_attn":
                     out["prefill_attn"].add((s["impl"], s["T"], s["D"], s["G"],
-                                             s["B"] * s["H"]))
+                                             s["B"] * s["H"], s.get("W", 0), s.get("sink", 0)))
     return {kind: _thin(sorted(v, key=str), MOST[kind]) for kind, v in out.items()}
 
 

@@ -20,6 +20,7 @@ from zoo.formats import DTYPE_BYTES
 
 from .calibration_store import Calibration
 from .interp import interp_log
+from .price_attention import prefill_attn_price
 from .price_moe import moe_gemm_price
 from .proxies import proxy_price
 
@@ -285,44 +286,8 @@ class Calibrated:
         return t * corr, w.any(1)
 
     def prefill_attn(self, s: dict, flops: float) -> tuple[float, str]:
-        """Causal prefill attention of ``flops`` (counted as the calibration counts them, ``2 * H
-        * D * T * T``, causal in both): the achieved FLOP/s of the calibrated entries of the same
-        implementation, nearest head_dim and GQA group (among the groups measured at this ``T``
-        when any is), interpolated in log T. The efficiency is a median over the group's head
-        counts: a group measured at this T with few heads only still prices it slow (the head
-        count is not matched; matching it moved the records' other rows +4-5%, so it was left).
-        ``flops`` in FLOP; returns ``(time s, basis)``.
-
-        Raises:
-            KeyError: no prefill-attention entry in the calibration.
-        """
-        p = self.t[(self.t.kind == "prefill_attn")]
-        if "impl" in p and p.impl.notna().any():
-            p = p[p.impl == s.get("impl", "torch")] if (p.impl == s.get("impl")).any() else p
-        if p.empty:
-            raise KeyError("no prefill attention in the calibration")
-        p = p[p.D == min(p.D.unique(), key=lambda v: abs(v - s["D"]))]
-        if "G" in p and p.G.notna().all():
-            # the nearest group among those measured at this T when any is: the group changes
-            # only the K/V bytes of a FLOP-bound kernel, the length (and head count) its
-            # efficiency: a G=2 entry of 4 heads at T=256 priced a 32-head T=512 prefill 7x slow
-            # (offline repricing of predict_h100_v3 and predict_h200_from_h100_v3: TTFT +48%, +50%)
-            at_t = p[p["T"] == s["T"]] if "T" in p else p.iloc[:0]
-            g = min((at_t if not at_t.empty else p).G.unique(),
-                    key=lambda v: abs(math.log(v) - math.log(s.get("G", 1))))
-            p = p[p.G == g]
-        bh = s.get("B", 1) * s.get("H", 0)
-        exact = (p["T"] == s["T"]) & (p["BH"] == bh) if "BH" in p else None
-        if exact is not None and exact.any():  # this very shape, measured
-            p = p[exact]
-        d = p.assign(eff=p.flops / p.time_s).groupby("T", as_index=False).eff.median()
-        eff = d.eff.to_numpy(float)  # FLOP/s at each T (median over head counts)
-        e, inside = interp_log(s["T"], d["T"].to_numpy(float), eff)
-        if not inside:
-            self._note(f"prefill attention T={s['T']} outside the calibrated "
-                       f"[{int(d['T'].min())}, {int(d['T'].max())}]")
-        extra = f" G={int(p.G.iloc[0])}" if "G" in p and p.G.notna().all() else ""
-        return flops / e * self.scale["compute"], f"prefill_attn D={int(p.D.iloc[0])}{extra}"
+        """Causal prefill attention of ``flops``: ``sweep.analysis.price_attention``."""
+        return prefill_attn_price(self, s, flops)
 
     # a kernel's relative uncertainty by what its price rests on (``uncertainty``); tuned on the
     # development set (conf/validation/development.yaml)

@@ -191,16 +191,23 @@ def prefill_attention_grid(cuda: bool, quick: bool) -> list[dict]:
             for D in ((16,) if quick else (64, 128)):
                 for G in ((1, 4) if quick else (1, 4, 32)):
                     out.append(dict(impl=impl, T=T, D=D, G=G,
-                                    BH=max(G, (2**21 if cuda else 2**14) // T)))
+                                    BH=max(G, (2**21 if cuda else 2**14) // T), W=0, sink=0))
     return out
 
 
 def prefill_attention(device, tm, rnd, shapes, progress=None) -> list[dict]:
-    """Causal SDPA as the model's prefill calls it, for each of ``shapes`` (``impl``, ``T``,
-    ``D``, ``G``, ``BH`` query heads over the batch): torch path q a transposed view and k/v
-    slices of the cache; Triton path all three views of the fused qkv output. Compute-bound:
+    """Causal prefill attention as the model's prefill calls it, for each of ``shapes``
+    (``impl``, ``T``, ``D``, ``G``, ``BH`` query heads over the batch, optionally ``W`` a local
+    layer's window and ``sink`` 1 with attention sinks): torch path q a transposed view and k/v
+    slices of the cache; Triton path all three views of the fused qkv output. A full layer's is
+    causal SDPA; a local or sink layer's the band kernel (``kernels.prefill_attention``; torch
+    path ``zoo.gqa.attention``'s blocks), its FLOPs the band's (``2 H D T W``). Compute-bound:
     timed at a duty cycle."""
+    import torch
     import torch.nn.functional as F
+
+    from kernels.prefill_attention import prefill_attention as band
+    from zoo.gqa import attention as blocked
 
     rows = []
     for i, sh in enumerate(shapes):
@@ -218,10 +225,19 @@ def prefill_attention(device, tm, rnd, shapes, progress=None) -> list[dict]:
             q = q.view(1, T, H, D).transpose(1, 2)
             k = k.view(1, T, Hkv, D).transpose(1, 2)
             v = v.view(1, T, Hkv, D).transpose(1, 2)
-        sp = tm(lambda q=q, k=k, v=v, g=G > 1: F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, enable_gqa=g), n=2 if T >= 4096 else 8, duty=True)
-        rows.append(entry("prefill_attn", sp, impl=impl, T=T, D=D, G=G, BH=H,
-                          flops=2.0 * H * D * T * T))
+        W, sink = int(sh.get("W") or 0), int(sh.get("sink") or 0)
+        sinks = rnd(H, dt=torch.float32) if sink else None
+        if not (W or sink):
+            fn = lambda q=q, k=k, v=v, g=G > 1: F.scaled_dot_product_attention(  # noqa: E731
+                q, k, v, is_causal=True, enable_gqa=g)
+        elif impl == "triton":
+            fn = lambda q=q, k=k, v=v: band(q, k, v, W or None, sinks)  # noqa: E731
+        else:
+            fn = lambda q=q, k=k, v=v: blocked(q, k, v, causal=True, window=W or None,  # noqa: E731
+                                               sinks=sinks)
+        sp = tm(fn, n=2 if T >= 4096 else 8, duty=True)
+        rows.append(entry("prefill_attn", sp, impl=impl, T=T, D=D, G=G, BH=H, W=W, sink=sink,
+                          flops=2.0 * H * D * T * (W or T)))
         del q, k, v
         if progress:
             progress(i + 1, len(shapes))
