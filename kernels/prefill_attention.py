@@ -27,14 +27,15 @@ LOG2E = 1.4426950408889634
 
 @triton.jit
 def _tile(acc, m_i, l_i, q, k_base, v_base, n0, offs_m, offs_d, dmask, skt, svt, T, window,
-          qk_scale, MASK: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
+          qk_scale, MASK: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr,
+          PREC: tl.constexpr):
     offs_n = n0 + tl.arange(0, BLOCK_N)
     nmask = offs_n < T
     k = tl.load(k_base + offs_n[None, :] * skt + offs_d[:, None],
                 mask=nmask[None, :] & dmask[:, None], other=0.0)  # [BLOCK_D, BLOCK_N]
     if UPCAST:
         k = k.to(tl.float32)
-    s = tl.dot(q, k) * qk_scale  # [BLOCK_M, BLOCK_N], log2 units
+    s = tl.dot(q, k, input_precision=PREC) * qk_scale  # [BLOCK_M, BLOCK_N], log2 units
     if MASK:  # causal, inside the window, inside the prompt
         vis = (offs_n[None, :] <= offs_m[:, None]) & nmask[None, :]
         if window > 0:
@@ -49,7 +50,7 @@ def _tile(acc, m_i, l_i, q, k_base, v_base, n0, offs_m, offs_d, dmask, skt, svt,
                 mask=nmask[:, None] & dmask[None, :], other=0.0)  # [BLOCK_N, BLOCK_D]
     if UPCAST:
         v = v.to(tl.float32)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
     return acc, m_new, l_i
 
 
@@ -58,7 +59,7 @@ def _prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, sink_ptr,
                     sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sob, soh, sot,
                     T, H, G, D, window, qk_scale,
                     HAS_SINK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    BLOCK_D: tl.constexpr, UPCAST: tl.constexpr):
+                    BLOCK_D: tl.constexpr, UPCAST: tl.constexpr, PREC: tl.constexpr):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -95,13 +96,13 @@ def _prefill_kernel(q_ptr, k_ptr, v_ptr, o_ptr, sink_ptr,
     full_hi = tl.maximum((m0 + 1) // BLOCK_N * BLOCK_N, full_lo)  # tiles ending by row m0
     for n0 in range(lo, full_lo, BLOCK_N):  # the window's far edge: masked
         acc, m_i, l_i = _tile(acc, m_i, l_i, q, k_base, v_base, n0, offs_m, offs_d, dmask, skt,
-                              svt, T, window, qk_scale, True, BLOCK_N, UPCAST)
+                              svt, T, window, qk_scale, True, BLOCK_N, UPCAST, PREC)
     for n0 in range(full_lo, full_hi, BLOCK_N):  # inside the band: no mask
         acc, m_i, l_i = _tile(acc, m_i, l_i, q, k_base, v_base, n0, offs_m, offs_d, dmask, skt,
-                              svt, T, window, qk_scale, False, BLOCK_N, UPCAST)
+                              svt, T, window, qk_scale, False, BLOCK_N, UPCAST, PREC)
     for n0 in range(full_hi, hi, BLOCK_N):  # the diagonal: masked
         acc, m_i, l_i = _tile(acc, m_i, l_i, q, k_base, v_base, n0, offs_m, offs_d, dmask, skt,
-                              svt, T, window, qk_scale, True, BLOCK_N, UPCAST)
+                              svt, T, window, qk_scale, True, BLOCK_N, UPCAST, PREC)
     o = acc / l_i[:, None]
     tl.store(o_ptr + b.to(tl.int64) * sob + h * soh + offs_m[:, None] * sot + offs_d[None, :],
              o.to(o_ptr.dtype.element_ty), mask=mmask[:, None] & dmask[None, :])
@@ -149,6 +150,7 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         q, k, v, out, sk, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
         T, H, H // Hkv, D, 0 if window is None or window >= T else int(window), qk_scale,
         HAS_SINK=sinks is not None, BLOCK_M=bm, BLOCK_N=bn,
-        BLOCK_D=max(16, triton.next_power_of_2(D)), UPCAST=_interpreted(q), num_warps=warps,
-        num_stages=stages)
+        BLOCK_D=max(16, triton.next_power_of_2(D)), UPCAST=_interpreted(q),
+        PREC="ieee" if q.dtype == torch.float32 else "tf32",  # float32: exact products
+        num_warps=warps, num_stages=stages)
     return out
