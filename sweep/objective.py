@@ -131,7 +131,8 @@ class Objective:
         if plan.constraints:  # pruned before any GPU work, the reason kept
             from zoo import counts
 
-            analytic = counts.summary(cfg, wl["batch"], wl["prompt_len"], wl["new_tokens"])
+            analytic = counts.summary(cfg, wl["batch"], wl["prompt_len"], wl["new_tokens"],
+                                      wl.get("routing_skew", 0.0))
             broken = violations(plan.constraints, analytic)
             row.update({k: analytic[k] for k in plan.constraints})
             if broken:
@@ -249,7 +250,8 @@ class Objective:
         from .analysis.targets import predict_on
 
         plan = self.plan
-        analytic = counts.summary(cfg, wl["batch"], wl["prompt_len"], wl["new_tokens"])
+        analytic = counts.summary(cfg, wl["batch"], wl["prompt_len"], wl["new_tokens"],
+                                      wl.get("routing_skew", 0.0))
         try:
             p = predict_on(cfg, wl, plan.spec, self.calibration, mode=mode, analytic=analytic,
                            switches=plan.switches)

@@ -254,7 +254,9 @@ def identity(base: ModelConfig, wl: dict, mode: str, weights: str | None, spec: 
     folder are not part of it. A stored study is resumed only under the same identity
     (``sweep.storage.open_study``)."""
     ident = {"base_model": base.identity_dict(),
-             "workload": {k: wl[k] for k in sorted(wl) if k != "name"},
+             # routing_skew only when set: every other study keeps its identity
+             "workload": {k: wl[k] for k in sorted(wl)
+                          if k != "name" and (k != "routing_skew" or wl[k])},
              "mode": mode, "weights": str(Path(weights).resolve()) if weights else None,
              "hardware_spec": spec.name, "device": device["name"], "profile": profile,
              "seed": seed, "space": space, "constraints": constraints, "objectives": objectives}
@@ -322,7 +324,8 @@ def check_workload(wl: dict, base: ModelConfig, space: dict) -> None:
 
     Raises:
         ValueError: an unknown field; ``batch``, ``prompt_len``, ``new_tokens`` or ``repeats`` below 1,
-            ``warmup`` below 0, ``timeout_s`` not positive, or ``prompt_len + new_tokens`` over
+            ``warmup`` below 0, ``timeout_s`` not positive, ``routing_skew`` outside [0, 8], or
+            ``prompt_len + new_tokens`` over
             the design's ``max_seq_len`` (the largest of the space's choices checked).
     """
     import dataclasses
@@ -337,6 +340,10 @@ def check_workload(wl: dict, base: ModelConfig, space: dict) -> None:
             raise ValueError(f"workload.{key}={wl[key]!r} must be an integer >= {low}")
     if not wl.get("timeout_s", 1) > 0:
         raise ValueError(f"workload.timeout_s={wl['timeout_s']!r} must be positive")
+    skew = wl.get("routing_skew", 0.0)
+    if isinstance(skew, bool) or not isinstance(skew, int | float) or not 0 <= skew <= 8:
+        raise ValueError(f"workload.routing_skew={skew!r} must be a number in [0, 8] (the Zipf "
+                         "exponent over a design's experts; 0: the router as built)")
 
     def most(key):
         sp = space.get(key) or {}

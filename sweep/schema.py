@@ -23,7 +23,9 @@ class WorkloadConf:
     """What each trial runs: ``batch`` sequences, a ``prompt_len`` prefill, ``new_tokens`` generated.
 
     ``warmup`` and ``repeats`` count whole prefills and whole decode loops; ``timeout_s`` bounds the
-    trial's child process (s).
+    trial's child process (s). ``routing_skew``: how a mixture-of-experts design's tokens spread
+    over its experts, the Zipf exponent ``s`` of their prior (``zoo.routing``: each token's experts
+    drawn from ``p_e ~ (e + 1)^-s``); 0 is the router as built (random weights: near uniform).
     """
 
     name: str = "default"
@@ -33,6 +35,7 @@ class WorkloadConf:
     warmup: int = 3
     repeats: int = 10
     timeout_s: float = 900.0
+    routing_skew: float = 0.0
 
 
 @dataclass

@@ -13,7 +13,7 @@ import optuna
 
 from zoo import ModelConfig
 
-WORKLOAD_KEYS = ("batch", "prompt_len", "new_tokens")
+WORKLOAD_KEYS = ("batch", "prompt_len", "new_tokens", "routing_skew")
 RUN_KEYS = ("mode",)  # sampled like a design field, but how the trial runs (zoo.generate.MODES)
 SAMPLERS = ("auto", "grid", "tpe", "nsga2", "random")
 

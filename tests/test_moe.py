@@ -250,6 +250,10 @@ def test_the_grouped_gemms_are_priced_by_their_own_entries():
     assert cal.price(down) == perf.Calibrated(base).price(down)  # no entry of its own: proxy
     fast = perf.Calibrated(cal.calibration, {"compute": 0.5, "memory": 0.25, "ridge": 300.0})
     assert fast.price(up)[0] == pytest.approx(10e-6, rel=1e-6)  # a decode step: memory-bound
+    # entries whose draw touched twice the bytes this step expects: the same rate, half the time
+    two = pd.DataFrame([dict(r, bytes=2 * up.bytes) for r in rows])
+    cal2 = perf.Calibrated(base.with_(table=pd.concat([base.table, two], ignore_index=True)))
+    assert cal2.price(up)[0] == pytest.approx(20e-6, rel=1e-6)
 
 
 def test_the_grouped_gemm_micro_benchmark_times_the_models_kernels():
@@ -277,3 +281,86 @@ def test_the_grouped_gemm_micro_benchmark_times_the_models_kernels():
         assert r["bytes"] >= r["touched"] * sh["N"] * sh["K"] * 4
     with pytest.raises(ValueError, match="moe_up or moe_down"):
         moe_gemms("cpu", mb.timer(False, 2), rnd, [dict(shapes[0], op="moe_gate")])
+
+
+def test_routing_skew_draws_each_tokens_experts_from_the_zipf_prior():
+    """``routing_skew`` (a workload fact, ``zoo.routing``): at 0 the router as built (uniform
+    inclusion ``k / E``, the touched-experts formula unchanged); above it each token's ``k``
+    experts are drawn from ``p_e ~ (e + 1)^-s``: the model's draws (eager, CPU) include each
+    expert as often as ``inclusion`` says, fewer experts are touched and the busiest gets more;
+    the counts and the predictor read fewer expert bytes; a negative skew is refused."""
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis import predict as perf
+    from sweep.analysis.hardware import load_spec
+    from zoo import routing
+    from zoo.experts import MoEFeedForward, set_routing_skew
+
+    assert routing.inclusion(8, 2, 0.0) == (0.25,) * 8
+    q = routing.inclusion(8, 2, 1.5)
+    assert sum(q) == pytest.approx(2, abs=1e-9) and list(q) == sorted(q, reverse=True)
+    assert routing.expected_touched(64, 8, 8) == pytest.approx(expected_touched(64, 8, 8))
+    assert routing.expected_touched(64, 8, 8, 1.0) < routing.expected_touched(64, 8, 8) - 5
+    assert routing.load_max_over_mean(64, 8) == pytest.approx(1.0)
+    assert 1 < routing.load_max_over_mean(64, 8, 0.5) < routing.load_max_over_mean(64, 8, 1.0)
+    with pytest.raises(ValueError, match="routing_skew must be >= 0"):
+        routing.inclusion(8, 2, -1.0)
+
+    cfg = ModelConfig.from_name("tiny", n_experts=8, n_experts_active=2, expert_ffn_dim=32,
+                                kernels="torch", dtype="fp32")
+    torch.manual_seed(0)
+    model = Transformer.build(cfg, "cpu", seed=0)
+    assert set_routing_skew(model, 1.5) == cfg.n_layers
+    layer = next(m for m in model.modules() if isinstance(m, MoEFeedForward))
+    layer.record = []
+    with torch.no_grad():
+        layer(torch.randn(1, 4000, cfg.d_model))
+    got = torch.bincount(layer.record[0].reshape(-1), minlength=8).float() / 4000
+    assert torch.allclose(got, torch.tensor(q), atol=0.03), (got, q)
+    with pytest.raises(ValueError, match="routing_skew must be >= 0"):
+        set_routing_skew(model, -0.5)
+
+    big = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
+    assert counts.decode_mean(big, 8, 512, 64, 1.0).min_bytes < \
+        0.8 * counts.decode_mean(big, 8, 512, 64).min_bytes
+    cal = perf.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
+    wl = {"batch": 8, "prompt_len": 512, "new_tokens": 64}
+    flat, skewed = (perf.predict(big, dict(wl, routing_skew=s), load_spec("h100_sxm"), cal)
+                    for s in (0.0, 1.0))
+    assert skewed["decode_pred_ms_ffn"] < 0.8 * flat["decode_pred_ms_ffn"]
+
+
+def test_a_trial_records_how_its_tokens_were_routed():
+    """``sweep.measure.moe_routing.routing_stats`` after a run: the busiest expert's load and the
+    experts a decode step touched, measured, beside what the skew expects; nothing for a dense
+    design; a study's identity is unchanged by an unset skew."""
+    from sweep.measure.moe_routing import routing_stats
+    from sweep.plan import identity
+    from zoo import Generator
+    from zoo.experts import set_routing_skew
+
+    cfg = ModelConfig.from_name("tiny", n_experts=8, n_experts_active=2, expert_ffn_dim=32,
+                                kernels="torch", dtype="fp32")
+    for skew in (0.0, 2.0):
+        model = Transformer.build(cfg, "cpu", seed=0)
+        set_routing_skew(model, skew)
+        gen = Generator(model, 4, 40)
+        prompt = torch.randint(0, cfg.vocab_size, (4, 32), generator=torch.Generator().manual_seed(0))
+        tok = gen.prefill(prompt).argmax(-1, keepdim=True)
+        got = routing_stats(gen, prompt, tok, skew)
+        assert 1 <= got["moe_decode_experts_touched"] <= 8
+        assert got["moe_prefill_load_max_over_mean"] >= 1
+        assert got["moe_decode_experts_touched_expected"] == pytest.approx(
+            expected_touched(8, 2, 4, skew))
+        if skew:  # the head of the prior takes most of the 256 slots
+            assert got["moe_prefill_load_max_over_mean"] > 2
+    dense = Transformer.build(ModelConfig.from_name("tiny", kernels="torch", dtype="fp32"), "cpu")
+    g = Generator(dense, 1, 8)
+    p = torch.zeros(1, 4, dtype=torch.long)
+    assert routing_stats(g, p, g.prefill(p).argmax(-1, keepdim=True)) == {}
+    args = (cfg, None, "eager", None, type("S", (), {"name": "cpu"})(), {"name": "cpu"}, {}, 0,
+            {}, {}, [])
+    wl = {"batch": 1, "prompt_len": 8, "new_tokens": 4}
+    assert identity(*args[:1], wl, *args[2:]) == identity(*args[:1], dict(wl, routing_skew=0.0),
+                                                          *args[2:])
+    assert identity(*args[:1], wl, *args[2:]) != identity(*args[:1], dict(wl, routing_skew=1.0),
+                                                          *args[2:])

@@ -77,6 +77,7 @@ def test_cpu_fallback_applies_overrides(tmp_path):
     ("cpu.workload.prompt_len=253", "prompt_len + workload.new_tokens = 257 exceeds the design's "
                                     "max_seq_len 256"),
     ("study.n_trials=0", "study.n_trials=0 must be at least 1"),
+    ("cpu.workload.routing_skew=-1", "workload.routing_skew=-1"),
     ("study.directions=[maximize]", "study.directions must give maximize or minimize for each"),
     ("weights=/no/such/checkpoint", "weights=/no/such/checkpoint: no such file"),
 ])

@@ -107,8 +107,8 @@ class StageCounts:
         return dict(asdict(self), arithmetic_intensity=self.arithmetic_intensity)
 
 
-def stage(cfg: ModelConfig, batch: int, new: int, context: int, logits_per_seq: int = 1
-          ) -> StageCounts:
+def stage(cfg: ModelConfig, batch: int, new: int, context: int, logits_per_seq: int = 1,
+          skew: float = 0.0) -> StageCounts:
     """Counts for one forward over ``new`` tokens per sequence that attend to ``context`` positions.
 
     Args:
@@ -139,7 +139,7 @@ def stage(cfg: ModelConfig, batch: int, new: int, context: int, logits_per_seq: 
     # gathered embedding rows, at most the whole table; tied: the LM head reads it all anyway
     emb_rows = 0 if cfg.tie_embeddings else min(N, V) * d
     # the experts no token of this forward routes to are not read (``zoo.moe.read_params``)
-    unread = sum(n * (k.params(cfg) - k.read_params(cfg, N)) for k, n in groups)
+    unread = sum(n * (k.params(cfg) - k.read_params(cfg, N, skew)) for k, n in groups)
     b = {
         # weights at their format's bits (cfg.weight_bits: 16 for bf16, 4.5 for q4_0, ...)
         "weights": (p.non_embedding - unread + p.lm_head + emb_rows) * cfg.weight_bits / 8,
@@ -154,14 +154,15 @@ def stage(cfg: ModelConfig, batch: int, new: int, context: int, logits_per_seq: 
                        elementwise_flops=elementwise, bytes=b, min_bytes=sum(b.values()))
 
 
-def prefill(cfg: ModelConfig, batch: int, prompt_len: int) -> StageCounts:
-    """Counts for the prefill of ``batch`` prompts of ``prompt_len`` tokens (last-position logits)."""
-    return stage(cfg, batch, prompt_len, prompt_len)
+def prefill(cfg: ModelConfig, batch: int, prompt_len: int, skew: float = 0.0) -> StageCounts:
+    """Counts for the prefill of ``batch`` prompts of ``prompt_len`` tokens (last-position logits;
+    ``skew``: the workload's ``routing_skew``)."""
+    return stage(cfg, batch, prompt_len, prompt_len, skew=skew)
 
 
-def decode_step(cfg: ModelConfig, batch: int, cache_len: int) -> StageCounts:
+def decode_step(cfg: ModelConfig, batch: int, cache_len: int, skew: float = 0.0) -> StageCounts:
     """Counts for one decode step with ``cache_len`` positions already cached per sequence."""
-    return stage(cfg, batch, 1, cache_len + 1)
+    return stage(cfg, batch, 1, cache_len + 1, skew=skew)
 
 
 def mean_decode_context(prompt_len: int, new_tokens: int) -> int:
@@ -173,10 +174,11 @@ def mean_decode_context(prompt_len: int, new_tokens: int) -> int:
     return prompt_len + (steps - 1) // 2 + 1
 
 
-def decode_mean(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int) -> StageCounts:
+def decode_mean(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int,
+                skew: float = 0.0) -> StageCounts:
     """Mean counts over the ``new_tokens - 1`` decode steps that follow a ``prompt_len`` prefill:
     one step attending ``mean_decode_context`` positions (FLOPs and bytes are linear in it)."""
-    return stage(cfg, batch, 1, mean_decode_context(prompt_len, new_tokens))
+    return stage(cfg, batch, 1, mean_decode_context(prompt_len, new_tokens), skew=skew)
 
 
 def kv_bytes_per_token(cfg: ModelConfig) -> int:
@@ -216,10 +218,13 @@ def memory_need(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int,
     return out
 
 
-def summary(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int) -> dict:
-    """Flat dict of the analytic figures for one design and workload (the results-row names)."""
+def summary(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int,
+            skew: float = 0.0) -> dict:
+    """Flat dict of the analytic figures for one design and workload (the results-row names;
+    ``skew``: the workload's ``routing_skew``, an MoE design's touched experts)."""
     p = params(cfg)
-    pf, dc = prefill(cfg, batch, prompt_len), decode_mean(cfg, batch, prompt_len, new_tokens)
+    pf, dc = (prefill(cfg, batch, prompt_len, skew),
+              decode_mean(cfg, batch, prompt_len, new_tokens, skew))
     row = {
         "params_total": p.total,
         "params_non_embedding": p.non_embedding,

@@ -58,13 +58,26 @@ class MoEFeedForward(nn.Module):
         self.w13 = nn.Parameter(torch.empty(E, 2 * Fe, d))
         self.w2 = nn.Parameter(torch.empty(E, d, Fe))
         self.shared = SharedExperts(cfg) if cfg.n_shared_experts else None
+        self.log_prior: torch.Tensor | None = None  # a workload's routing skew (set_routing_skew)
+        self.record: list | None = None  # each forward's experts [N, k] kept here when a list
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """The router's logits ``[N, E]`` of tokens ``h [N, d_model]``; under a routing skew
+        (``set_routing_skew``) the GEMM still runs and the logits are a draw of
+        ``log p_e + Gumbel`` (float32): their top ``k`` a Plackett-Luce sample of the Zipf prior
+        (``zoo.routing``), made on the device (a CUDA graph replays a new draw)."""
+        logits = self.router(h)
+        if self.log_prior is None:
+            return logits
+        u = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
+        return self.log_prior - torch.log(-torch.log(u.clamp_(1e-20, 1.0)))
 
     def route(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(weights [N, k] in h's dtype, experts [N, k] int64)`` of tokens ``h [N, d_model]``:
         softmax over the router's logits in float32, the top ``k``, renormalised with
         ``router_renorm``."""
         with annotate("router"):
-            logits = self.router(h)
+            logits = self.logits(h)
         with annotate("topk"):
             probs = torch.softmax(logits.float(), dim=-1)
             w, idx = torch.topk(probs, self.cfg.n_experts_active, dim=-1)
@@ -102,7 +115,7 @@ class MoEFeedForward(nn.Module):
         k = cfg.n_experts_active
         if cfg.kernels == "triton" and moe_kernels.fused_route(B * T * k, cfg.n_experts):
             with annotate("router"):  # the GEMM, then softmax, top-k and the sort in one kernel
-                logits = self.router(h)
+                logits = self.logits(h)
             with annotate("topk"):
                 w, idx, *aligned = moe_kernels.route_align(
                     logits, k, cfg.router_renorm, moe_kernels.tiles(B * T * k)[0], h.dtype)
@@ -115,6 +128,8 @@ class MoEFeedForward(nn.Module):
                     out = moe_kernels.moe_experts(h, self.w13, self.w2, w, idx)
                 else:
                     out = self.experts(h, w, idx)
+        if self.record is not None:
+            self.record.append(idx)
         if self.shared is not None:
             with annotate("shared"):
                 out = out + self.shared(h)
@@ -126,3 +141,25 @@ class MoEFeedForward(nn.Module):
         ``[B, 1, d_model]``; returns ``(ffn_out, h)``, ``h = o + residual``."""
         f, h = norm.fused(o, residual=residual)
         return self.forward(f), h
+
+
+def set_routing_skew(model: nn.Module, skew: float) -> int:
+    """Route every MoE layer of ``model`` by the workload's ``routing_skew`` (``zoo.routing``:
+    each token's experts drawn from the Zipf prior ``p_e ~ (e + 1)^-skew``); 0 restores the
+    router as built. Returns the number of MoE layers set.
+
+    Raises:
+        ValueError: ``skew < 0``.
+    """
+    from .routing import zipf_prior
+
+    if skew < 0:
+        raise ValueError(f"routing_skew must be >= 0, got {skew}")
+    n = 0
+    for m in model.modules():
+        if isinstance(m, MoEFeedForward):
+            p = torch.tensor(zipf_prior(m.cfg.n_experts, skew), dtype=torch.float32,
+                             device=m.w13.device)
+            m.log_prior = p.log() if skew > 0 else None
+            n += 1
+    return n

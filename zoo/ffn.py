@@ -64,8 +64,9 @@ class DenseFFN:
         """Parameters a token uses per layer: all of them (``params``)."""
         return self.params(cfg)
 
-    def read_params(self, cfg: ModelConfig, tokens: int) -> int:
-        """Parameters a forward reads per layer: all of them (``params``)."""
+    def read_params(self, cfg: ModelConfig, tokens: int, skew: float = 0.0) -> int:
+        """Parameters a forward reads per layer: all of them (``params``; ``skew``, the
+        routing's, is an MoE layer's)."""
         return self.params(cfg)
 
     def flops(self, cfg: ModelConfig, tokens: int) -> int:

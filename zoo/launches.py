@@ -63,6 +63,7 @@ class Stage:
     new: int
     context: int
     kernels: str
+    skew: float = 0.0  # the workload's routing_skew (an MoE layer's touched experts: zoo.routing)
 
     @property
     def M(self) -> int:

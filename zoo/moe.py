@@ -17,18 +17,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import routing
 from .config import ModelConfig
 from .kinds import module_class
 from .launches import Kernel, Stage
 
 
-def expected_touched(n_experts: int, k: int, tokens: int) -> float:
-    """Expected number of distinct experts ``tokens`` tokens route to when each picks ``k`` of
-    ``n_experts`` uniformly and independently (a router with random weights routes almost so):
-    ``E (1 - (1 - k/E)^N)``. The bytes of a decode step's experts follow it."""
-    if tokens <= 0:
-        return 0.0
-    return n_experts * (1.0 - (1.0 - k / n_experts) ** tokens)
+def expected_touched(n_experts: int, k: int, tokens: int, skew: float = 0.0) -> float:
+    """Expected number of distinct experts ``tokens`` tokens route to, each picking ``k`` of
+    ``n_experts``: uniformly (a router with random weights routes almost so), ``E (1 - (1 -
+    k/E)^N)``, or under the workload's ``routing_skew`` (``zoo.routing``). The bytes of a decode
+    step's experts follow it."""
+    return routing.expected_touched(n_experts, k, tokens, skew)
 
 
 # the small torch ops of ``kernels.moe_gemm.align`` (the slots' device-side sort by expert), counted
@@ -86,11 +86,12 @@ class MoEFFN:
         """Parameters one token uses per MoE layer: the router and ``k + S`` experts."""
         return self._with(cfg, cfg.n_experts_active)
 
-    def read_params(self, cfg: ModelConfig, tokens: int) -> float:
+    def read_params(self, cfg: ModelConfig, tokens: int, skew: float = 0.0) -> float:
         """Parameters a forward of ``tokens`` tokens reads per MoE layer (the minimum: each
-        touched expert once): the router, the expected touched experts (``expected_touched``)
-        and the shared ones."""
-        return self._with(cfg, expected_touched(cfg.n_experts, cfg.n_experts_active, tokens))
+        touched expert once): the router, the expected touched experts under ``routing_skew``
+        ``skew`` (``expected_touched``) and the shared ones."""
+        return self._with(cfg, expected_touched(cfg.n_experts, cfg.n_experts_active, tokens,
+                                                skew))
 
     def flops(self, cfg: ModelConfig, tokens: int) -> int:
         """Matmul FLOP per MoE layer for ``tokens`` rows: the router ``2 N d E`` and ``k + S``
@@ -126,7 +127,7 @@ class MoEFFN:
         cfg, M, wb = st.cfg, st.M, st.wb
         d, E, k, Fe, S = (cfg.d_model, cfg.n_experts, cfg.n_experts_active, cfg.expert_ffn_dim,
                           cfg.n_shared_experts)
-        touched = expected_touched(E, k, M)
+        touched = expected_touched(E, k, M, st.skew)
         n_exp = max(1, round(touched))
         m = max(1, round(M * k / touched))  # tokens per touched expert, on average
         casts = 0 if cfg.dtype == "fp32" else 2  # the router's float32 and back

@@ -45,7 +45,7 @@ def derived(cfg: ModelConfig, workload: dict, measured: dict, spec: HardwareSpec
         ``{stage}_mbu_vs_{datasheet,measured}``, the peaks used, and ``_reason`` columns for NaNs.
     """
     B, T, N = workload["batch"], workload["prompt_len"], workload["new_tokens"]
-    row = counts.summary(cfg, B, T, N)
+    row = counts.summary(cfg, B, T, N, workload.get("routing_skew", 0.0))
     peaks = {
         "datasheet": (spec.peak_flops(cfg.dtype), spec.peak_bytes_s),
         "measured": (ceilings.get(f"gemm_flops_{cfg.dtype}", math.nan),

@@ -61,7 +61,7 @@ CONFIDENCE = ((0.06, "high"), (0.15, "medium"))  # half-width / prediction, else
 
 
 def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: str,
-                fold: bool = True) -> list[Kernel]:
+                fold: bool = True, skew: float = 0.0) -> list[Kernel]:
     """The kernels of one forward of ``new`` tokens per sequence over ``context`` positions
     (prefill: ``new == context``; a decode step: ``new == 1``), in the zoo's order. ``fold``
     (``switches.rope_in_attention``, as the model reads it) folds a Triton decode step's RoPE and
@@ -69,7 +69,7 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     ``kernels.gemv.MAX_M`` sequences runs its linear layers as ``gemv`` kernels (the norm or
     activation in their prologue: ``kernels.decode_linear``); the attention's and the FFN's
     kernels are their kinds' (``zoo.attn``, ``zoo.ffn``)."""
-    st = Stage(cfg, batch, new, context, kernels)
+    st = Stage(cfg, batch, new, context, kernels, skew)
     d, V, wb, M, fused = cfg.d_model, cfg.vocab_size, st.wb, st.M, st.fused
     norm_bytes = (4 if fused else 2) * M * d * wb  # fused: residual read and written too
     nl = None if cfg.norm == "rmsnorm" else NORM_LAUNCHES[cfg.norm]  # (priced as RMSNorm)
@@ -114,11 +114,11 @@ def graphed(mode: str, batch: int, new: int, prefill: bool | None = None) -> boo
 
 
 def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
-           stage: str = "decode", power: tuple | None = None) -> dict:
+           stage: str = "decode", power: tuple | None = None, skew: float = 0.0) -> dict:
     """Predicted times (s) of one stage: per module kind for both kinds, with bases and notes.
     ``power``: ``(slow-down, onset s, runs before the timed one, steps per run)`` of the power
     limit (``power_limit``), applied to the compute-bound kernels."""
-    ks = kernel_list(cfg, batch, new, context, kernels, fold)
+    ks = kernel_list(cfg, batch, new, context, kernels, fold, skew)
     roof = dict.fromkeys(MODULES, 0.0)
     calib = dict.fromkeys(MODULES, 0.0)
     hot = dict.fromkeys(MODULES, 0.0)  # compute-bound kernels' calibrated time
@@ -194,7 +194,7 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
             # the per-layer costs are a plain layer's: experts and QK-norm issue more ops
             plain = cfg.replace(**LATER_FIELDS)
             extra = launches - sum(k.repeat * k.launches for k in kernel_list(
-                plain, batch, new, context, kernels, fold))
+                plain, batch, new, context, kernels, fold, skew))
             host += max(extra, 0) * cal.launch("eager_op")
             basis.setdefault("launch_overhead", set()).add(
                 f"{extra} MoE / QK-norm launches beyond a plain layer's at eager_op each")
@@ -255,7 +255,8 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
         steps, before = (1, warm + middle) if stage == "prefill" else (
             max(N - 1, 1), warm + middle + 0.5)
         power = None if limit is None else (*limit, before, steps)
-        st = _stage(cfg, B, new, context, kernels, mode, cal, (pf, pb), fold, stage, power)
+        st = _stage(cfg, B, new, context, kernels, mode, cal, (pf, pb), fold, stage, power,
+                    workload.get("routing_skew", 0.0))
         row[pred(stage, "roofline")] = 1e3 * st["roofline_total"]
         src = st.get("calibrated", st["roofline"])
         row[pred(stage, "calibrated")] = 1e3 * st["calibrated_total"] if cal else math.nan

@@ -10,10 +10,15 @@ from __future__ import annotations
 from .interp import interp_log
 from .proxies import proxy_price
 
+RIDGE = 100.0  # FLOP/byte where the calibration names no ceilings
+
 
 def moe_gemm_price(cal, k) -> tuple[float, str]:
     """``(time s, basis)`` of one launch of grouped GEMM ``k`` priced by ``cal`` (a
-    ``pricing.Calibrated``). A transfer to another device scales the time by the compute ratio
+    ``pricing.Calibrated``). A memory-bound call (a decode step's) is priced at the entries'
+    rate on its own bytes: the experts expected touched under the workload's routing (the
+    entries were timed with uniform routing). A transfer to another device scales the time by the
+    compute ratio
     when the call's arithmetic intensity (``k.flops / k.bytes``, FLOP/byte) is at or past the
     source's ridge, else by the memory ratio. Tokens outside the calibrated range: the nearest
     entry's time (below) or extended along the last segment (above), noted."""
@@ -25,12 +30,22 @@ def moe_gemm_price(cal, k) -> tuple[float, str]:
                 & (t.N == s["N"]) & (t.K == s["K"]) & (t.dtype == s["dtype"])]
     if sel.empty:
         return proxy_price(cal, k)
-    same = sel.groupby("M", as_index=False).time_s.median()
+    same = sel.groupby("M", as_index=False)[["time_s", "bytes"]].median() if "bytes" in sel \
+        else sel.groupby("M", as_index=False).time_s.median()
     sec, inside = interp_log(s["tokens"], same.M.to_numpy(float), same.time_s.to_numpy(float))
     basis = f"moe_gemm {k.op} E={s['E']} k={s['topk']} N={s['N']} K={s['K']}"
     if not inside:
         cal._note(f"{basis} at {s['tokens']} tokens: outside the calibrated "
                   f"[{int(same.M.min())}, {int(same.M.max())}]")
-    f = cal.scale["compute"] if k.flops >= cal.scale.get("ridge", 0.0) * k.bytes else \
-        cal.scale["memory"]
+    ceil = cal.meta.get("ceilings") or {}
+    ridge = cal.scale.get("ridge") or (  # FLOP/byte: the calibrated device's, else a GPU's
+        ceil.get(f"gemm_flops_{s['dtype']}", 0.0) / ceil["copy_bytes_s"]
+        if ceil.get("copy_bytes_s") else RIDGE)
+    memory_bound = k.flops < ridge * k.bytes
+    if memory_bound and "bytes" in same and same["bytes"].notna().all():
+        # the entry's routing touched its own draw of experts; this step touches the number
+        # expected under the workload's routing (zoo.routing): the same rate on its bytes
+        got, _ = interp_log(s["tokens"], same.M.to_numpy(float), same["bytes"].to_numpy(float))
+        sec *= k.bytes / got
+    f = cal.scale["memory"] if memory_bound else cal.scale["compute"]
     return sec * f, basis

@@ -117,10 +117,11 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
                  f"{spec.assumptions.get('launch_us', 0.0)} us)")
     kind = basis.split(" ")[0]
     ttft, tpot = row[pred("prefill")], row[pred("decode")]
-    s = analytic or counts.summary(cfg, B, T, N)
+    skew = workload.get("routing_skew", 0.0)
+    s = analytic or counts.summary(cfg, B, T, N, skew)
     need = s["memory_need_bytes"]  # weights, KV cache, prefill activations (zoo.counts)
     mods = {m: row.get(pred_module("decode", m), 0.0) for m in MODULES}
-    dc = counts.decode_mean(cfg, B, T, N)
+    dc = counts.decode_mean(cfg, B, T, N, skew)
     t_mem = dc.min_bytes / ceil["copy_bytes_s"] * 1e3
     t_flop = dc.matmul_flops / ceil[f"gemm_flops_{cfg.dtype}"] * 1e3
     bound = max((("memory", t_mem), ("compute", t_flop),
@@ -164,8 +165,9 @@ def _fitted(cfg: ModelConfig, workload: dict, spec, ceil: dict) -> dict:
     fit keeps the roofline x stated efficiencies)."""
     B, T, N = workload["batch"], workload["prompt_len"], workload["new_tokens"]
     row = predict(cfg, workload, spec, None, ceilings=ceil)
-    for stage, st in (("prefill", counts.prefill(cfg, B, T)),
-                      ("decode", counts.decode_mean(cfg, B, T, N))):
+    skew = workload.get("routing_skew", 0.0)
+    for stage, st in (("prefill", counts.prefill(cfg, B, T, skew)),
+                      ("decode", counts.decode_mean(cfg, B, T, N, skew))):
         f = spec.fitted.get(stage)
         if not f:
             continue
@@ -236,11 +238,11 @@ def predict_designs(items, spec, calibration: Calibrated | None = None,
     rows = []
     for cfg, wl, mode in items:
         B, T, N = wl["batch"], wl["prompt_len"], wl["new_tokens"]
-        analytic = counts.summary(cfg, B, T, N)
+        analytic = counts.summary(cfg, B, T, N, wl.get("routing_skew", 0.0))
         row = {k: getattr(cfg, k) for k in DESIGN_FIELDS}
         row["rope_scaling"] = json.dumps(cfg.rope_scaling) if cfg.rope_scaling else ""  # as measured rows
         row.update(model=cfg.name, batch=B, prompt_len=T, new_tokens=N, mode=mode,
-                   predicted=True, **{k: analytic[k] for k in (
+                   routing_skew=wl.get("routing_skew", 0.0), predicted=True, **{k: analytic[k] for k in (
                        "params_non_embedding", "params_total", "params_active",
                        "kv_bytes_per_token", "kv_cache_bytes")})
         broken = []

@@ -145,6 +145,11 @@ def measure(spec: dict) -> dict:
     if fault and fault.endswith(":nan"):
         with torch.no_grad():
             model.norm.weight.fill_(float("nan"))
+    skew = wl.get("routing_skew", 0.0)
+    if skew:  # each token's experts drawn from the workload's Zipf prior (zoo.routing)
+        from zoo.experts import set_routing_skew
+
+        set_routing_skew(model, skew)
     gen = Generator(model, B, T + N, spec.get("mode", "eager"))
     build_s = time.perf_counter() - t0
     _inject(fault, "measure")
@@ -224,6 +229,9 @@ def measure(spec: dict) -> dict:
         raise NaNLogits("decode produced non-finite logits")
     measure_s += time.perf_counter() - t_measure
     tuning.save()  # the shapes tuned here are never tuned again on this device
+    from .moe_routing import routing_stats
+
+    routed = routing_stats(gen, prompt, first, skew)  # after the timed runs: eager, recorded
 
     s_ttft, s_tpot, s_step = spread(ttft), spread(per_repeat), spread(per_step)
     out = {
@@ -241,6 +249,7 @@ def measure(spec: dict) -> dict:
         "build_s": build_s, "compile_s": compile_s, "measure_s": measure_s,
         "decode_linear": decode_linear_path(model, B, gen.mode),
         "torch_threads": torch.get_num_threads(),
+        **routed,
     }
     if sampler is not None:
         out.update(sampler.summary({"prefill": B * T * wl["repeats"],
