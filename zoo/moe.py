@@ -36,6 +36,9 @@ def expected_touched(n_experts: int, k: int, tokens: int, skew: float = 0.0) -> 
 # ROUTE_ALIGN_MAX_SLOTS slots over at most ROUTE_ALIGN_MAX_EXPERTS experts routes and sorts in
 # one launch instead (``kernels.moe_gemm.route_align``; the zoo is torch-free: a test holds them equal)
 ALIGN_LAUNCHES = 25
+# a routing skew's draw after the router's GEMM (zoo.experts.MoEFeedForward.logits): rand, the
+# clamp, a log, its negation, a log and the prior's subtraction
+SKEW_LAUNCHES = 6
 ROUTE_ALIGN_MAX_SLOTS = 512
 ROUTE_ALIGN_MAX_EXPERTS = 256
 ROUTE_ALIGN_MAX_CELLS = 32768
@@ -134,6 +137,8 @@ class MoEFFN:
         if st.fused:
             return self._fused_kernels(st, rep, n_exp, m, casts)
         out = [st.gemm("ffn", "router", E, d, rep=rep),
+               st.elem("router", 4 * M * E * 4, rep=rep, launches=SKEW_LAUNCHES)
+               if st.skew else None,
                st.elem("router", (2 * M * E + 2 * M * k) * 4 + M * d * wb, rep=rep,
                        launches=casts + 2 + 2 * cfg.router_renorm + 3),
                st.elem("moe_gather", 2 * m * d * wb, rep=rep * n_exp, launches=3),
@@ -181,6 +186,7 @@ class MoEFFN:
                torch_op("router", (2 * M * E + 2 * M * k) * 4 + M * d * wb,
                         1 if fused_route(M * k, E)
                         else casts + 2 + 2 * cfg.router_renorm + ALIGN_LAUNCHES),
+               torch_op("router", 4 * M * E * 4, SKEW_LAUNCHES) if st.skew else None,
                gemm("moe_up", 2 * Fe, d, m, n_exp),
                gemm("moe_down", d, Fe, m, n_exp),
                torch_op("residual", (M * k + M) * d * wb)]  # the slots summed per token
