@@ -4,7 +4,9 @@ decoupled key, nothing per head.
 
 A prefill expands every position's keys and values through ``kv_b`` (the naive form); a decode
 step attends in the absorbed form (``q_nope W_UK`` scored against the latents, ``W_UV`` after the
-softmax: FlashMLA's), reading the latents once for every head; its Triton kernel is to come.
+softmax: FlashMLA's), reading the latents once for every head. Its Triton kernel is
+``kernels.mla_decode`` (tested against ``absorbed``), not yet on the model's path: MLA designs run
+on the torch path (``zoo.torch_only``).
 RoPE on the decoupled part rotates interleaved channel pairs (transformers' ``apply_rotary_emb``
 on complex pairs), from the design's ``cos, sin`` tables (YaRN's attention factor included).
 """

@@ -1,0 +1,145 @@
+"""Multi-head latent attention's decode step in the absorbed form, in one Triton kernel and the
+split merge (DeepSeek-V2, Sec. 2.1.2; FlashMLA's layout): every query head of a sequence scores
+the cached latents and rotated keys, and sums the latents, reading them once for all heads.
+
+Per sequence the cache holds ``S`` latents ``c [S, r]`` (``kv_lora_rank``, RMS-normed) and
+rotated keys ``k_pe [S, R]`` (``qk_rope_head_dim``). A head's absorbed query ``q_lat = q_nope
+W_UK [r]`` and its rotated ``q_pe [R]`` score position ``j`` as ``q_lat . c_j + q_pe . k_pe_j``;
+the output latent is ``o_lat = sum_j p_j c_j`` (``W_UV`` is applied after, outside). A program
+takes ``BLOCK_H`` heads of one sequence over one split of the positions: the scores are a
+``[BLOCK_H, r] x [r, BLOCK_N]`` product, so a tile of latents feeds all its heads (heads are the
+rows of the tensor-core products, as in FlashMLA). The splits are merged by their log-sum-exp
+(``kernels.split_merge.merge_kernel``). The new position is read from a device tensor: a CUDA graph
+replays the step.
+
+``zoo.mla_attention.MLAttention.absorbed`` is the PyTorch reference
+(``tests/kernels/test_mla_decode.py``).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .decode_attention import _interpreted, _n_sm
+from .split_merge import merge_kernel, plan_splits
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+@triton.jit
+def _mla_split_kernel(ql_ptr, qp_ptr, lat_ptr, kpe_ptr, pos_ptr, o_ptr, lse_ptr,
+                      H, r, R, split_len, qk_scale,
+                      s_qlb, s_qlh, s_qpb, s_qph, s_lb, s_ls, s_kb, s_ks,
+                      BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr,
+                      BLOCK_RP: tl.constexpr, UPCAST: tl.constexpr, PREC: tl.constexpr):
+    b = tl.program_id(0)
+    hb = tl.program_id(1)
+    sp = tl.program_id(2)
+    n_splits = tl.num_programs(2)
+    kv_len = tl.load(pos_ptr).to(tl.int32) + 1
+    start = sp * split_len
+    end = tl.minimum(start + split_len, kv_len)
+    heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    hmask = heads < H
+    offs_r = tl.arange(0, BLOCK_R)
+    rmask = offs_r < r
+    offs_p = tl.arange(0, BLOCK_RP)
+    pmask = offs_p < R
+    b64 = b.to(tl.int64)
+    q = tl.load(ql_ptr + b64 * s_qlb + heads[:, None] * s_qlh + offs_r[None, :],
+                mask=hmask[:, None] & rmask[None, :], other=0.0)
+    qp = tl.load(qp_ptr + b64 * s_qpb + heads[:, None] * s_qph + offs_p[None, :],
+                 mask=hmask[:, None] & pmask[None, :], other=0.0)
+    if UPCAST:  # the interpreter's 16-bit tl.dot is wrong (triton 3.9): float32 there
+        q = q.to(tl.float32)
+        qp = qp.to(tl.float32)
+    m_i = tl.full((BLOCK_H,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_H, BLOCK_R), dtype=tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        nmask = offs_n < end
+        c = tl.load(lat_ptr + b64 * s_lb + offs_n[:, None] * s_ls + offs_r[None, :],
+                    mask=nmask[:, None] & rmask[None, :], other=0.0)  # [BLOCK_N, BLOCK_R]
+        kp = tl.load(kpe_ptr + b64 * s_kb + offs_n[:, None] * s_ks + offs_p[None, :],
+                     mask=nmask[:, None] & pmask[None, :], other=0.0)  # [BLOCK_N, BLOCK_RP]
+        if UPCAST:
+            c = c.to(tl.float32)
+            kp = kp.to(tl.float32)
+        s = tl.dot(q, tl.trans(c), input_precision=PREC)
+        s = tl.dot(qp, tl.trans(kp), s, input_precision=PREC) * qk_scale  # log2 units
+        s = tl.where(nmask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_use)
+        p = tl.exp2(s - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(c.dtype), c, input_precision=PREC)
+        m_i = m_new
+    o = acc / tl.maximum(l_i, 1e-30)[:, None]  # an empty split: o 0, lse -inf (no weight)
+    lse = tl.where(l_i > 0, (m_i + tl.log2(tl.maximum(l_i, 1e-30))) * 0.6931471805599453,
+                   float("-inf"))
+    row = (b64 * H + heads) * n_splits + sp
+    tl.store(o_ptr + row[:, None] * BLOCK_R + offs_r[None, :], o, mask=hmask[:, None])
+    tl.store(lse_ptr + row, lse, mask=hmask)
+
+
+def tiles(r: int) -> tuple[int, int, int, int]:
+    """``(BLOCK_H, BLOCK_N, warps, stages)`` for latents of ``r`` channels."""
+    return (16, 32, 4, 2) if r > 256 else (16, 64, 4, 2)
+
+
+def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_pe: torch.Tensor,
+               pos: torch.Tensor, scale: float, tile: tuple | None = None) -> torch.Tensor:
+    """The absorbed-form attention of one new token per sequence over cache positions
+    ``[0, pos + 1)``.
+
+    Args:
+        q_lat: ``[B, H, r]`` absorbed queries (``q_nope W_UK``), in the cache's dtype.
+        q_pe: ``[B, H, R]`` rotated decoupled queries.
+        latent: ``[B, S, r]`` (or ``[B, 1, S, r]``) cached latents; k_pe: ``[B, S, R]`` (or
+            ``[B, 1, S, R]``) cached rotated keys; last dims contiguous.
+        pos: int64 device tensor whose first element is the new token's position (its latent
+            already in the cache).
+        scale: the softmax scale (``qk_head_dim ** -0.5`` or the design's).
+        tile: ``tiles``' tuple to use instead of its choice (tests, benchmarks).
+
+    Returns:
+        ``[B, H, r]`` float32 output latents (``W_UV`` not applied).
+
+    Raises:
+        ValueError: shapes that do not agree.
+    """
+    if latent.dim() == 4:
+        latent, k_pe = latent[:, 0], k_pe[:, 0]
+    B, H, r = q_lat.shape
+    S, R = latent.shape[1], k_pe.shape[2]
+    if latent.shape != (B, S, r) or k_pe.shape[:2] != (B, S) or q_pe.shape != (B, H, R):
+        raise ValueError(f"mla_decode: q_lat {list(q_lat.shape)}, q_pe {list(q_pe.shape)}, "
+                         f"latent {list(latent.shape)}, k_pe {list(k_pe.shape)} do not agree")
+    bh, bn, warps, stages = tile or tiles(r)
+    BLOCK_R = max(16, triton.next_power_of_2(r))
+    n_hb = triton.cdiv(H, bh)
+    n_splits, split_len = plan_splits(B, n_hb, S, bn, _n_sm(q_lat.device))
+    o_part = torch.empty(B * H * n_splits, BLOCK_R, device=q_lat.device, dtype=torch.float32)
+    lse = torch.empty(B * H * n_splits, device=q_lat.device, dtype=torch.float32)
+    interp = _interpreted(q_lat)
+    _mla_split_kernel[(B, n_hb, n_splits)](
+        q_lat, q_pe, latent, k_pe, pos, o_part, lse, H, r, R, split_len, scale * LOG2E,
+        q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1),
+        latent.stride(0), latent.stride(1), k_pe.stride(0), k_pe.stride(1),
+        BLOCK_H=bh, BLOCK_N=bn, BLOCK_R=BLOCK_R, BLOCK_RP=max(16, triton.next_power_of_2(R)),
+        UPCAST=interp, PREC="ieee" if q_lat.dtype == torch.float32 else "tf32",
+        num_warps=warps, num_stages=stages)
+    out = torch.empty(B, H, r, device=q_lat.device, dtype=torch.float32)
+    merge_kernel[(B * H,)](o_part, lse, out, n_splits, D=r, BLOCK_D=BLOCK_R,
+                           BLOCK_S=max(2, triton.next_power_of_2(n_splits)))
+    return out
+
+
+def launches() -> int:
+    """Kernel launches of one call: the split kernel and the merge."""
+    return 2
