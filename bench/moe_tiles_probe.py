@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-from pathlib import Path
 
 SHAPES = {"olmoe": (64, 8, 2048, 1024), "qwen3_30b_a3b": (128, 8, 2048, 768),
           "mixtral": (8, 2, 4096, 14336)}
@@ -31,16 +30,10 @@ def candidates(decode: bool):
 def main() -> int:
     import torch
 
+    from bench.gpu import setup
     from kernels import moe_gemm as K_
-    from sweep.measure import microbench as mb
 
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "out")
-    out.mkdir(parents=True, exist_ok=True)
-    tm = mb.timer(True, 5)
-    g = torch.Generator(device="cuda").manual_seed(0)
-
-    def rnd(*s, dt=torch.bfloat16):
-        return torch.randn(*s, device="cuda", dtype=dt, generator=g)
+    out, tm, rnd = setup(5)
 
     rows = []
     for name, (E, k, d, Fe) in SHAPES.items():

@@ -12,24 +12,18 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 
 def main() -> int:
     import torch
 
+    from bench.gpu import setup
     from kernels import moe_gemm as K_
     from kernels.decode_attention import decode_attention
     from sweep.measure import microbench as mb
     from sweep.measure.microbench_moe import moe_gemms
 
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "out")
-    out.mkdir(parents=True, exist_ok=True)
-    tm = mb.timer(True, 7)
-    g = torch.Generator(device="cuda").manual_seed(0)
-
-    def rnd(*s, dt=torch.bfloat16):
-        return torch.randn(*s, device="cuda", dtype=dt, generator=g)
+    out, tm, rnd = setup(7)
 
     rows = []
     B, Hkv, G, D = 8, 8, 4, 64
