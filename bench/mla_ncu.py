@@ -5,8 +5,8 @@ roofline, and Nsight Compute's DRAM bytes against the analytic latent + rotated-
 
 Shapes: DeepSeek-V2-Lite's heads (16, ``kv_lora_rank`` 512, ``qk_rope_head_dim`` 64) and
 DeepSeek-V3's 128, batch 1 and 8, a cache of 4096 and 32768 positions, bf16, the last position
-attended. Timing: CUDA events over 20 calls after 3, each call on another copy of the cache (cold,
-``sweep.measure.microbench.cold_copies``); roofline: the analytic bytes
+attended. Timing: the calibration's timer (``sweep.measure.microbench.timer``: a CUDA graph of
+back-to-back calls, each on another copy of the cache, ``cold_copies``); roofline: the analytic bytes
 ``B S (r + R) 2 + B H (r + R) 2`` over the copy bandwidth measured in the same run. ncu: one call
 in a child between ``cudaProfilerStart/Stop`` (``sweep.measure.ncu.command``, the ``memory``
 set, caches flushed before each kernel, clocks as they are).
@@ -53,22 +53,13 @@ def child(H: int, B: int, S: int) -> None:
 
 
 def timed(H: int, B: int, S: int, copy_bw: float) -> dict:
-    import torch
-
     from kernels.mla_decode import mla_decode
-    from sweep.measure.microbench import cold_copies
+    from sweep.measure import microbench as mb
 
     nbytes = 2.0 * B * S * (R_LAT + R_PE) + 2.0 * B * H * (R_LAT + R_PE)
-    q, qp, caches, pos = _inputs(H, B, S, cold_copies(nbytes, True, cap=16))
-    for i in range(3):
-        mla_decode(q, qp, *caches[i % len(caches)], pos, 0.07)
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for i in range(20):
-        mla_decode(q, qp, *caches[i % len(caches)], pos, 0.07)
-    b.record()
-    b.synchronize()
-    us = a.elapsed_time(b) / 20 * 1e3
+    q, qp, caches, pos = _inputs(H, B, S, mb.cold_copies(nbytes, True, cap=16))
+    sp = mb.timer(True, 7)([lambda c=c: mla_decode(q, qp, *c, pos, 0.07) for c in caches])
+    us = sp["median"] * 1e6
     return {"H": H, "B": B, "S": S, "us": us, "bytes": nbytes,
             "of_roofline": nbytes / copy_bw / (us / 1e6)}
 

@@ -17,19 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import routing
 from .config import ModelConfig
 from .kinds import module_class
 from .launches import Kernel, Stage
-
-
-def expected_touched(n_experts: int, k: int, tokens: int, skew: float = 0.0) -> float:
-    """Expected number of distinct experts ``tokens`` tokens route to, each picking ``k`` of
-    ``n_experts``: uniformly (a router with random weights routes almost so), ``E (1 - (1 -
-    k/E)^N)``, or under the workload's ``routing_skew`` (``zoo.routing``). The bytes of a decode
-    step's experts follow it."""
-    return routing.expected_touched(n_experts, k, tokens, skew)
-
+from .routing import expected_touched  # the experts a step touches (uniform or skewed routing)
 
 # the small torch ops of ``kernels.moe_gemm.align`` (the slots' device-side sort by expert), counted
 # as tests/test_launches.py counts (ATen ops that launch a kernel); a step of at most

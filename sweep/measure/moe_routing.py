@@ -35,7 +35,7 @@ def routing_stats(gen, prompt, token, skew: float = 0.0) -> dict:
         m.record = []
     try:
         with torch.no_grad():
-            gen.model(prompt, gen.model.positions[:T], kv_len=T, last_only=True)
+            gen.prefill_step(prompt)
             pre = [m.record.pop() for m in layers]
             gen.model(token, gen.model.positions[T:T + 1], kv_len=T + 1)
             dec = [m.record.pop() for m in layers]

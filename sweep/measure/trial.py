@@ -118,6 +118,7 @@ def measure(spec: dict) -> dict:
     from zoo.weights import load_hf_weights
 
     from .child import progress_line
+    from .moe_routing import routing_stats
     from .timing import Timer, spread
 
     fault = spec.get("fault")
@@ -229,8 +230,6 @@ def measure(spec: dict) -> dict:
         raise NaNLogits("decode produced non-finite logits")
     measure_s += time.perf_counter() - t_measure
     tuning.save()  # the shapes tuned here are never tuned again on this device
-    from .moe_routing import routing_stats
-
     routed = routing_stats(gen, prompt, first, skew)  # after the timed runs: eager, recorded
 
     s_ttft, s_tpot, s_step = spread(ttft), spread(per_repeat), spread(per_step)
