@@ -318,3 +318,20 @@ def test_a_local_or_sink_layers_prefill_is_priced_by_its_own_kernel():
     assert got == pytest.approx(t, rel=1e-9) and "W=1024 sinks" in basis
     full = next(k for k in att if not k.shape["W"])  # a global sink layer: no entry of its kind
     assert c.price(full)[0] == pytest.approx(perf.Calibrated(shipped).price(full)[0])
+
+
+def test_a_torch_only_kind_needs_the_entries_of_the_torch_path():
+    """A latent-attention design runs on the torch path even where ``kernels=auto`` means Triton
+    (``zoo.torch_only``): its calibration needs are that path's GEMMs, never a decode GEMV of more
+    rows than the GEMV takes (the H100 calibration of 2026-11-27 failed on one: M = 576, MLA's
+    up-projection of the whole cache)."""
+    from kernels.gemv import MAX_M
+    from sweep.analysis.needs import needs
+
+    cfg = ModelConfig.from_name("deepseek_v2_lite", dtype="bf16", kv_dtype="bf16")
+    assert cfg.resolved("cuda").kernels == "torch"
+    got = needs([(cfg, {"batch": 1, "prompt_len": 512, "new_tokens": 64}, "cudagraph")], "cuda")
+    assert got["gemm"] and not got["gemv"]
+    dense = needs([(ModelConfig.from_name("llama3_2_1b"),
+                    {"batch": 1, "prompt_len": 512, "new_tokens": 64}, "cudagraph")], "cuda")
+    assert dense["gemv"] and all(k[0] <= MAX_M for k in dense["gemv"])

@@ -44,7 +44,7 @@ def needs(items, device_type: str) -> dict:
     for cfg, wl, mode in items:
         if cfg.dtype != dtype:
             continue  # calibrated in the device's model dtype only (others: roofline, noted)
-        kernels = cfg.kernels if cfg.kernels != "auto" else ("triton" if cuda else "torch")
+        kernels = cfg.resolved(device_type).kernels  # as the model runs it (torch-only kinds)
         if kernels == "triton" and not cuda:
             continue  # the interpreter's times say nothing of a GPU
         B, T, N = wl["batch"], wl["prompt_len"], wl["new_tokens"]
