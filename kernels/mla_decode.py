@@ -8,9 +8,14 @@ W_UK [r]`` and its rotated ``q_pe [R]`` score position ``j`` as ``q_lat . c_j + 
 the output latent is ``o_lat = sum_j p_j c_j`` (``W_UV`` is applied after, outside). A program
 takes ``BLOCK_H`` heads of one sequence over one split of the positions: the scores are a
 ``[BLOCK_H, r] x [r, BLOCK_N]`` product, so a tile of latents feeds all its heads (heads are the
-rows of the tensor-core products, as in FlashMLA). The splits are merged by their log-sum-exp
-(``kernels.split_merge.merge_kernel``). The new position is read from a device tensor: a CUDA graph
-replays the step.
+rows of the tensor-core products, as in FlashMLA). A split is at least ``MIN_TILES`` tiles of
+positions, so the partial outputs (``H r`` float32 a split) stay small beside the latents they
+replace. The splits are merged by their log-sum-exp in a kernel of its own
+(``_mla_merge_kernel``), one program per (sequence, head, ``MERGE_CHUNK`` channels): a head's
+partials are ``n_splits x r`` floats, too many for one program's registers at ``r = 512``
+(``kernels.split_merge.merge_kernel`` holds a head's whole tile in one program; the times of both
+on the H100 are in ``results/reference/mla_ncu_h100.md``).
+The new position is read from a device tensor: a CUDA graph replays the step.
 
 ``zoo.mla_attention.MLAttention.absorbed`` is the PyTorch reference
 (``tests/kernels/test_mla_decode.py``).
@@ -23,10 +28,13 @@ import triton
 import triton.language as tl
 
 from .decode_attention import _interpreted, _n_sm
-from .split_merge import merge_kernel, plan_splits
+from .split_merge import plan_splits
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
+MIN_TILES = 4  # a split's positions: at least this many BLOCK_N tiles
+MERGE_CHUNK = 64  # channels of the output latent per merge program
+MERGE_SPLITS = 32  # splits the merge reads per step of its loop
 
 
 @triton.jit
@@ -87,6 +95,34 @@ def _mla_split_kernel(ql_ptr, qp_ptr, lat_ptr, kpe_ptr, pos_ptr, o_ptr, lse_ptr,
     tl.store(lse_ptr + row, lse, mask=hmask)
 
 
+@triton.jit
+def _mla_merge_kernel(o_ptr, lse_ptr, out_ptr, n_splits, r, BLOCK_R: tl.constexpr,
+                      CHUNK: tl.constexpr, BLOCK_S: tl.constexpr):
+    """``out[bh, chunk] = sum_s o_s exp(lse_s - m) / sum_s exp(lse_s - m)`` over the splits,
+    ``BLOCK_S`` splits at a time (two passes: the max of the lse, then the weighted sum)."""
+    bh = tl.program_id(0).to(tl.int64)
+    offs_d = tl.program_id(1) * CHUNK + tl.arange(0, CHUNK)
+    dmask = offs_d < r
+    mv = tl.full((BLOCK_S,), float("-inf"), dtype=tl.float32)
+    for s0 in range(0, n_splits, BLOCK_S):
+        offs_s = s0 + tl.arange(0, BLOCK_S)
+        mv = tl.maximum(mv, tl.load(lse_ptr + bh * n_splits + offs_s, mask=offs_s < n_splits,
+                                    other=float("-inf")))
+    m = tl.max(mv, 0)
+    acc = tl.zeros((CHUNK,), dtype=tl.float32)
+    lv = tl.zeros((BLOCK_S,), dtype=tl.float32)
+    for s0 in range(0, n_splits, BLOCK_S):
+        offs_s = s0 + tl.arange(0, BLOCK_S)
+        smask = offs_s < n_splits
+        lse = tl.load(lse_ptr + bh * n_splits + offs_s, mask=smask, other=float("-inf"))
+        w = tl.where(smask & (lse > float("-inf")), tl.exp(lse - m), 0.0)
+        o = tl.load(o_ptr + (bh * n_splits + offs_s)[:, None] * BLOCK_R + offs_d[None, :],
+                    mask=smask[:, None] & dmask[None, :], other=0.0)
+        acc += tl.sum(o * w[:, None], 0)
+        lv += w
+    tl.store(out_ptr + bh * r + offs_d, acc / tl.sum(lv, 0), mask=dmask)
+
+
 def tiles(r: int) -> tuple[int, int, int, int]:
     """``(BLOCK_H, BLOCK_N, warps, stages)`` for latents of ``r`` channels."""
     return (16, 32, 4, 2) if r > 256 else (16, 64, 4, 2)
@@ -123,7 +159,7 @@ def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_
     bh, bn, warps, stages = tile or tiles(r)
     BLOCK_R = max(16, triton.next_power_of_2(r))
     n_hb = triton.cdiv(H, bh)
-    n_splits, split_len = plan_splits(B, n_hb, S, bn, _n_sm(q_lat.device))
+    n_splits, split_len = plan_splits(B, n_hb, S, bn * MIN_TILES, _n_sm(q_lat.device))
     o_part = torch.empty(B * H * n_splits, BLOCK_R, device=q_lat.device, dtype=torch.float32)
     lse = torch.empty(B * H * n_splits, device=q_lat.device, dtype=torch.float32)
     interp = _interpreted(q_lat)
@@ -135,8 +171,10 @@ def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_
         UPCAST=interp, PREC="ieee" if q_lat.dtype == torch.float32 else "tf32",
         num_warps=warps, num_stages=stages)
     out = torch.empty(B, H, r, device=q_lat.device, dtype=torch.float32)
-    merge_kernel[(B * H,)](o_part, lse, out, n_splits, D=r, BLOCK_D=BLOCK_R,
-                           BLOCK_S=max(2, triton.next_power_of_2(n_splits)))
+    chunk = min(MERGE_CHUNK, BLOCK_R)
+    _mla_merge_kernel[(B * H, triton.cdiv(r, chunk))](
+        o_part, lse, out, n_splits, r, BLOCK_R=BLOCK_R, CHUNK=chunk,
+        BLOCK_S=min(MERGE_SPLITS, max(2, triton.next_power_of_2(n_splits))))
     return out
 
 

@@ -42,19 +42,40 @@ def test_the_models_absorbed_form_is_the_kernels():
 
     cfg = ModelConfig.from_name("tiny", kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
                                 v_head_dim=16, q_lora_rank=0, dtype="fp32", kernels="torch")
-    att = MLAttention(cfg, 0)
+    att = MLAttention(cfg, 0).to(DEVICE)
     torch.nn.init.normal_(att.wkv_b.weight, std=0.2)
     B, H, S, n = 2, cfg.n_heads, 24, 19
     g = torch.Generator().manual_seed(0)
-    q_nope = torch.randn(B, H, 1, 16, generator=g)
-    q_pe = torch.randn(B, H, 1, 8, generator=g)
-    lat, kpe = torch.randn(B, 1, S, 32, generator=g), torch.randn(B, 1, S, 8, generator=g)
+    q_nope = torch.randn(B, H, 1, 16, generator=g).to(DEVICE)
+    q_pe = torch.randn(B, H, 1, 8, generator=g).to(DEVICE)
+    lat = torch.randn(B, 1, S, 32, generator=g).to(DEVICE)
+    kpe = torch.randn(B, 1, S, 8, generator=g).to(DEVICE)
     scale = 24 ** -0.5
-    want = att.absorbed(q_nope, q_pe, lat[:, :, :n], kpe[:, :, :n], None, scale)
+    with torch.no_grad():
+        want = att.absorbed(q_nope, q_pe, lat[:, :, :n], kpe[:, :, :n], None, scale)
     w = att.wkv_b.weight.view(H, 32, 32)
     w_uk, w_uv = w[:, :16], w[:, 16:]
     q_lat = torch.einsum("bhn,hnr->bhr", q_nope[:, :, 0], w_uk).contiguous()
-    o = mla_decode(q_lat, q_pe[:, :, 0].contiguous(), lat, kpe, torch.tensor([n - 1]), scale,
-                   tile=(16, 16, 4, 1))
+    o = mla_decode(q_lat, q_pe[:, :, 0].contiguous(), lat, kpe,
+                   torch.tensor([n - 1], device=DEVICE), scale, tile=(16, 16, 4, 1))
     got = torch.einsum("bhr,hvr->bhv", o, w_uv)[:, :, None]
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_many_splits_merge_in_chunks_and_blocks(monkeypatch):
+    """Splits more than the merge takes per step and a rank not a multiple of its chunk: the
+    merge's loop over blocks of splits and its masked channels give the reference (float32)."""
+    import kernels.mla_decode as M
+
+    monkeypatch.setattr(M, "MERGE_SPLITS", 2)
+    monkeypatch.setattr(M, "MERGE_CHUNK", 16)
+    monkeypatch.setattr(M, "_n_sm", lambda device: 64)
+    B, H, r, R, S, P = 1, 5, 40, 8, 300, 290
+    g = torch.Generator().manual_seed(3)
+    q_lat, q_pe = torch.randn(B, H, r, generator=g), torch.randn(B, H, R, generator=g)
+    lat, kpe = torch.randn(B, S, r, generator=g), torch.randn(B, S, R, generator=g)
+    dev = [t.to(DEVICE) for t in (q_lat, q_pe, lat, kpe)]
+    got = mla_decode(*dev, torch.tensor([P], device=DEVICE), 0.1, tile=(16, 16, 4, 1))
+    n_splits, _ = M.plan_splits(B, 1, S, 16 * M.MIN_TILES, 64)
+    assert n_splits >= 4  # the merge loops over at least two blocks of two splits
+    close(got, reference(q_lat, q_pe, lat, kpe, P + 1, 0.1).to(DEVICE), torch.float32)
