@@ -206,7 +206,7 @@ def tile_rows(names, batches, copy_bw) -> list[dict]:
                     print(f"{name} b{b} {tile}: {type(e).__name__}", flush=True)
                 rows.append({"model": name, "batch": b, "tile": list(tile), "us": us,
                              "touched_bytes_us": touched * 3 * d * F * 2 / copy_bw * 1e6,
-                             "shipped": list(tile) == list(moe.tiles(b * k))})
+                             "shipped": list(tile) == list(moe.tiles(b * k, E))})
             best = min((r for r in rows if r["model"] == name and r["batch"] == b),
                        key=lambda r: r["us"] if r["us"] == r["us"] else 1e9)
             print(json.dumps(best), flush=True)

@@ -42,7 +42,7 @@ def main() -> int:
             S = M * k
             x, act, w = rnd(M, d), rnd(S, Fe), rnd(M, k).abs()
             idx = rnd(M, E, dt=torch.float32).topk(k, dim=-1).indices
-            today = K_.tiles(S)
+            today = K_.tiles(S, E)
             for tile in candidates(S <= 1024):
                 al = K_.align(idx, E, tile[0])
                 up = (x, w13, k, al, tile)

@@ -53,7 +53,7 @@ def main() -> int:
                 rows.append(dict(what="moe_gemm", model=name, op=op, M=M, us=r["time_s"] * 1e6,
                                  tflops=r["flops"] / r["time_s"] / 1e12,
                                  tb_s=r["bytes"] / r["time_s"] / 1e12, touched=r["touched"],
-                                 tile=list(K_.tiles(M * k))))
+                                 tile=list(K_.tiles(M * k, E))))
         for M in (4096,):  # the prefill's up GEMM under other tiles
             S_ = M * k
             x = rnd(M, d)

@@ -118,7 +118,7 @@ class MoEFeedForward(nn.Module):
                 logits = self.logits(h)
             with annotate("topk"):
                 w, idx, *aligned = moe_kernels.route_align(
-                    logits, k, cfg.router_renorm, moe_kernels.tiles(B * T * k)[0], h.dtype)
+                    logits, k, cfg.router_renorm, moe_kernels.tiles(B * T * k, cfg.n_experts)[0], h.dtype)
             with annotate("experts"):
                 out = moe_kernels.moe_experts(h, self.w13, self.w2, w, idx, aligned)
         else:

@@ -38,7 +38,7 @@ def moe_gemms(device: str, tm, rnd, shapes, progress=None) -> list[dict]:
         M, E, k, N, K = (int(sh[c]) for c in ("M", "E", "k", "N", "K"))
         if op not in ("moe_up", "moe_down"):
             raise ValueError(f"moe_gemm op must be moe_up or moe_down, not {op!r}")
-        S, tile = M * k, K_.tiles(M * k)
+        S, tile = M * k, K_.tiles(M * k, E)
         idx = rnd(M, E, dt=torch.float32).topk(k, dim=-1).indices  # k distinct, uniform
         aligned = K_.align(idx, E, tile[0])
         touched = int(torch.unique(idx).numel())
