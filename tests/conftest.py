@@ -67,6 +67,9 @@ def pytest_collection_modifyitems(config, items):
     import inspect
 
     for item in items:
+        if "measured_study" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)  # the shared study is measured by children
+            continue
         try:
             src = inspect.getsource(item.function)
         except (AttributeError, OSError, TypeError):
@@ -90,6 +93,33 @@ def shared_device_cache(tmp_path_factory):
     helpers.CACHE = tmp_path_factory.mktemp("device-cache")
     yield helpers.CACHE
     helpers.CACHE = None
+
+
+@pytest.fixture(scope="session")
+def measured_study(tmp_path_factory, shared_device_cache):
+    """One completed tiny study, ``+experiment=gqa_vs_mha`` (4 designs, ``tests.helpers.run_tiny``),
+    measured once per test run and shared by the xdist workers (a file lock in the run's common
+    temporary folder: the first worker to ask measures it, the others read it): ``(plan, study,
+    df)``. Its readers (report pages, predicted columns, what-if, fronts) write nowhere inside
+    ``plan.results``."""
+    import optuna
+    import pandas as pd
+    from filelock import FileLock
+
+    from sweep.plan import plan_from_config
+    from tests.helpers import compose_cfg, run_tiny, tiny_overrides
+
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    folder, over = root / "measured-study", ("+experiment=gqa_vs_mha",)
+    with FileLock(str(root / "measured-study.lock")):
+        if not (folder / "done").exists():
+            plan, study, df = run_tiny(folder, *over)
+            (folder / "done").write_text(plan.name)
+            return plan, study, df
+    plan = plan_from_config(compose_cfg(tiny_overrides(folder, *over)))
+    study = optuna.load_study(study_name=plan.name, storage=plan.storage)
+    return plan, study, pd.read_parquet(plan.results / "trials.parquet")
 
 
 def project_processes(under: str) -> list[tuple[int, str]]:

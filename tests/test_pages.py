@@ -9,8 +9,6 @@ import subprocess
 
 import pytest
 
-from tests.helpers import run_tiny
-
 pytestmark = pytest.mark.slow
 CHROMIUM = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")
                  if shutil.which(b)), None)
@@ -54,10 +52,9 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("pages")
-    plan, study, df = run_tiny(tmp, "+experiment=gqa_vs_mha")
-    return plan, study, df
+def study(measured_study):
+    """The run's shared completed study (``conftest.measured_study``)."""
+    return measured_study
 
 
 def test_pages_load_no_external_url(study):

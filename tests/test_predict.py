@@ -172,8 +172,8 @@ def test_prefill_attention_takes_a_group_measured_at_its_length():
 
 
 @pytest.mark.slow
-def test_every_row_has_the_predicted_columns(tmp_path):
-    _, _, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha")
+def test_every_row_has_the_predicted_columns(measured_study):
+    _, _, df = measured_study
     for st in ("prefill", "decode"):
         for col in ([f"{st}_pred_ms_roofline", f"{st}_pred_ms_calibrated", f"{st}_pred_error_pct",
                      f"{st}_pred_error_pct_roofline"] + [f"{st}_pred_ms_{m}" for m in perf.MODULES]):

@@ -84,11 +84,11 @@ def test_hypervolume_and_dominance():
     assert summary["warnings"] == []
 
 
-def test_compare_fronts_cli(tmp_path):
-    _, _, _ = run_tiny(tmp_path, "+experiment=gqa_vs_mha")
+def test_compare_fronts_cli(tmp_path, measured_study):
     # kv_quant's CPU space is n_kv_heads alone; torch kernels spare the Triton interpreter
     _, _, _ = run_tiny(tmp_path, "+experiment=kv_quant", "study.n_trials=3", "model.kernels=torch")
-    dirs = sorted(str(p) for p in tmp_path.iterdir() if (p / "study.json").exists())
+    dirs = [str(measured_study[0].results)] + sorted(
+        str(p) for p in tmp_path.iterdir() if (p / "study.json").exists())
     out = tmp_path / "fronts"
     r = subprocess.run([sys.executable, "-m", "sweep.cli.compare_fronts", *dirs, "--objectives",
                         "decode_tok_s:max", "kv_bytes_per_token:min", "--out", str(out)],

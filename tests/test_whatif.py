@@ -99,10 +99,10 @@ def test_predictions_follow_the_switches_on_every_basis():
 
 
 @pytest.mark.slow
-def test_whatif_over_a_measured_study(tmp_path):
+def test_whatif_over_a_measured_study(tmp_path, measured_study):
     from sweep.report.other_hardware import main
 
-    plan, _, _ = run_tiny(tmp_path, "+experiment=gqa_vs_mha")
+    plan, _, _ = measured_study
     out = tmp_path / "wf"
     assert main([str(plan.results), "--hardware", "h100_sxm", "mi300x", "m4_max",
                  "snapdragon_8_gen3", "--out", str(out)]) == 0
