@@ -283,6 +283,30 @@ def test_the_grouped_gemm_micro_benchmark_times_the_models_kernels():
         moe_gemms("cpu", mb.timer(False, 2), rnd, [dict(shapes[0], op="moe_gate")])
 
 
+def test_the_grouped_gemm_entries_read_the_touched_experts_cold(monkeypatch):
+    """The copies a ``moe_gemm`` entry rotates through are sized by the bytes one call reads (the
+    touched experts' weights), so a step's few experts are not read from L2 when they fit it
+    while the whole tensor does not."""
+    import os
+
+    from sweep.measure import microbench as mb
+    from sweep.measure import microbench_moe
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the Triton kernels run on the CPU under TRITON_INTERPRET=1")
+    asked = []
+    monkeypatch.setattr(microbench_moe, "cold_copies",
+                        lambda nbytes, cuda, cap=64: asked.append(nbytes) or 1)
+    g = torch.Generator().manual_seed(1)
+
+    def rnd(*shape, dt=torch.float32):
+        return torch.randn(*shape, dtype=dt, generator=g)
+
+    rows = microbench_moe.moe_gemms("cpu", mb.timer(False, 2), rnd,
+                                    [dict(op="moe_down", M=1, E=16, k=2, N=16, K=8, dtype="fp32")])
+    assert rows[0]["touched"] == 2 and asked == [2 * 16 * 8 * 4]  # not 16 experts' bytes
+
+
 def test_routing_skew_draws_each_tokens_experts_from_the_zipf_prior():
     """``routing_skew`` (a workload fact, ``zoo.routing``): at 0 the router as built (uniform
     inclusion ``k / E``, the touched-experts formula unchanged); above it each token's ``k``

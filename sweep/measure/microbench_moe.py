@@ -48,7 +48,10 @@ def moe_gemms(device: str, tm, rnd, shapes, progress=None) -> list[dict]:
         nbytes = float(touched * N * K * wb + x.numel() * wb
                        + (S * N // 2 if op == "moe_up" else S * N) * wb)
         fns = []
-        for _ in range(cold_copies(E * N * K * wb, cuda, cap=MOST_COPIES)):
+        # copies by the bytes a call reads (the touched experts'), not the whole tensor: eight of
+        # OLMoE's 64 experts are 34 MB, inside an H100's L2, and one copy read them warm (its
+        # moe_down entry priced a batch-1 step's call at 9 us, ncu read it cold and alone in 16)
+        for _ in range(cold_copies(touched * N * K * wb, cuda, cap=MOST_COPIES)):
             wt = rnd(E, N, K)
             if op == "moe_up":
                 fns.append(lambda x=x, wt=wt: K_.moe_up(x, wt, k, aligned, tile))
