@@ -388,3 +388,41 @@ def test_a_trial_records_how_its_tokens_were_routed():
                                                           *args[2:])
     assert identity(*args[:1], wl, *args[2:]) != identity(*args[:1], dict(wl, routing_skew=1.0),
                                                           *args[2:])
+
+
+def test_the_moe_layers_small_kernels_have_entries_of_their_own():
+    """The Triton path's fused routing (``route_align``) and the slots' sum (``moe_sum``) are
+    kernels of the decode step's list with ``elementwise`` entries of their own (measured by
+    ``microbench.elementwise``); a calibration without them prices them as before (a graph launch;
+    the ``residual`` add's entry), with them by them."""
+    import pandas as pd
+
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis import predict as perf
+    from sweep.measure import microbench as mb
+
+    cfg = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
+    ks = perf.kernel_list(cfg, 1, 1, 600, "triton")
+    route = next(x for x in ks if x.op == "route_align")
+    total = next(x for x in ks if x.op == "moe_sum")
+    assert route.shape["impl"] == "triton" and route.launches == 1 and route.repeat == 16
+    assert not any(x.op == "router" and x.kind == "elementwise" for x in ks)  # one kernel, fused
+    base = store.shipped("NVIDIA H100 80GB HBM3")
+    c = perf.Calibrated(base)
+    t, basis = c.price(route)
+    assert t == pytest.approx(c.launch("graph_kernel")) and "fused softmax" in basis
+    residual = c.linear("elementwise", {"op": "residual", "impl": "torch"}, total.bytes)[0]
+    assert c.price(total)[0] == pytest.approx(residual)
+    rows = [{"kind": "elementwise", "op": "route_align", "impl": "triton", "bytes": b, "M": m,
+             "time_s": s, "time_s_min": s, "time_s_p90": s}
+            for m, b, s in ((1, 1e3, 4e-6), (64, 6e4, 8e-6))]
+    cal = perf.Calibrated(base.with_(table=pd.concat([base.table, pd.DataFrame(rows)],
+                                                     ignore_index=True)))
+    t2, basis2 = cal.price(route)
+    assert basis2.startswith("elementwise route_align/triton") and 4e-6 <= t2 <= 8e-6
+    g = torch.Generator().manual_seed(0)
+    got = mb.elementwise("cpu", mb.timer(False, 2), lambda *s, dt=torch.float32: torch.randn(
+        *s, dtype=dt, generator=g), quick=True)
+    sums = [r for r in got if r["op"] == "moe_sum"]
+    assert [r["M"] for r in sums] == [1, 16, 256]
+    assert all(r["bytes"] == (9 * r["M"]) * 128 * 4 for r in sums)

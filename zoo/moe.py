@@ -148,10 +148,14 @@ class MoEFFN:
                        ) -> list[Kernel]:
         """``kernels`` on the Triton path (``kernels.moe_gemm``): on the decode GEMV path the FFN norm
         with the residual add (a kernel of its own: no GEMV prologue takes it); the router's GEMM
-        (cuBLAS); its softmax and top-k; the device-side sort by expert (``ALIGN_LAUNCHES``
-        small torch ops); the two grouped GEMMs, each one launch reading every touched expert's
-        weights once (priced by their own ``moe_gemm`` calibration entries, else as ``n_exp``
-        GEMMs of ``m`` tokens, noted); the slots' sum; the shared experts as torch's dense FFN."""
+        (cuBLAS); its softmax, top-k and sort by expert in one kernel (``route_align``, its own
+        ``elementwise`` entry) where it takes the step, else ``ALIGN_LAUNCHES`` small torch ops;
+        the two grouped GEMMs, each one launch reading every touched expert's weights once
+        (priced by their own ``moe_gemm`` calibration entries, else as ``n_exp`` GEMMs of ``m``
+        tokens, noted); the slots' sum (``moe_sum``: torch's reduction over the ``k`` slots); the
+        shared experts as torch's dense FFN. ``route_align`` and ``moe_sum`` without entries of
+        their own (calibrations before 2026-11-27's sixth session): priced as before, as a graph
+        launch and as the ``residual`` add (``sweep.analysis.proxies``), noted."""
         cfg, M, wb = st.cfg, st.M, st.wb
         d, E, k, Fe, S = (cfg.d_model, cfg.n_experts, cfg.n_experts_active, cfg.expert_ffn_dim,
                           cfg.n_shared_experts)
@@ -172,15 +176,19 @@ class MoEFFN:
             return Kernel("norms_elementwise", "elementwise", op, 0, nbytes,
                           {"op": op, "impl": "torch", "bytes": nbytes}, launches, rep)
 
+        def route_op(nbytes):  # kernels.moe_gemm.route_align: one program, latency-bound
+            return Kernel("norms_elementwise", "elementwise", "route_align", 0, nbytes,
+                          {"op": "route_align", "impl": "triton", "bytes": nbytes}, 1, rep)
+
         out = [st.elem("rmsnorm", 4 * M * d * wb, rep=rep) if st.skinny else None,
                gemm("router", E, d, M),
-               torch_op("router", (2 * M * E + 2 * M * k) * 4 + M * d * wb,
-                        1 if fused_route(M * k, E)
-                        else casts + 2 + 2 * cfg.router_renorm + ALIGN_LAUNCHES),
+               route_op((2 * M * E + 2 * M * k) * 4 + M * d * wb) if fused_route(M * k, E)
+               else torch_op("router", (2 * M * E + 2 * M * k) * 4 + M * d * wb,
+                             casts + 2 + 2 * cfg.router_renorm + ALIGN_LAUNCHES),
                torch_op("router", 4 * M * E * 4, SKEW_LAUNCHES) if st.skew else None,
                gemm("moe_up", 2 * Fe, d, m, n_exp),
                gemm("moe_down", d, Fe, m, n_exp),
-               torch_op("residual", (M * k + M) * d * wb)]  # the slots summed per token
+               torch_op("moe_sum", (M * k + M) * d * wb)]  # the slots summed per token
         if S:
             out += [gemm("shared_w13", 2 * S * Fe, d, M),
                     torch_op("swiglu", 3 * M * S * Fe * wb, 2),

@@ -107,7 +107,8 @@ def fingerprints(device: dict, switches) -> dict:
         "elementwise/torch": fingerprint(*base, modules=k("rmsnorm", "rope", "swiglu",
                                                           "kv_quant") + (str(_MICROBENCH),)),
         "elementwise/triton": fingerprint(*base, tri, modules=k("rmsnorm", "rope", "swiglu",
-                                                                "kv_quant") + (str(_MICROBENCH),)),
+                                                                "kv_quant", "moe_gemm")
+                                          + (str(_MICROBENCH),)),
         # the host's own costs: another machine's CPU issues ops at another rate (the eager
         # decode of one design read 2.3x the shipped H100's per-layer cost on an H200 host)
         "launch": fingerprint(*base, tri, json.dumps(sw, sort_keys=True), platform.node(),

@@ -3,7 +3,9 @@ in the prediction (``Calibrated.notes``): the mixture-of-experts layer's (``zoo.
 kernels have entries of their own.
 
 - ``router``: the router's softmax, top-k and the device-side sort by expert, small torch ops on
-  a few rows: each launch as the graph's tiny kernel (``graph_kernel``).
+  a few rows: each launch as the graph's tiny kernel (``graph_kernel``); ``route_align`` (the
+  three in one Triton kernel) the same, one launch.
+- ``moe_sum``: the sum of each token's ``k`` expert outputs, as the ``residual`` add's entry.
 - ``moe_gather`` / ``moe_combine`` (the torch path's gather of an expert's tokens and its
   weighted add into them): the ``embedding`` gather's and the ``residual`` add's entries, per
   launch.
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 # op -> (the like entry, its launches, what it stands for)
 PROXIES = {"router": ("graph_kernel", 1, "the MoE router's softmax / top-k / sort"),
+           "route_align": ("graph_kernel", 1, "the MoE router's fused softmax / top-k / sort"),
+           "moe_sum": ("residual", 1, "the MoE slots' sum"),
            "moe_gather": ("embedding", 1, "the MoE tokens' gather"),
            "moe_combine": ("residual", 1, "the MoE experts' weighted combine")}
 

@@ -310,12 +310,13 @@ def gemvs(shapes, cuda: bool, tm, rnd, dtype: str, progress=None) -> list[dict]:
 
 
 def elementwise(device, tm, rnd, quick) -> list[dict]:
-    """The norms, RoPE, SwiGLU, KV write and quantize kernels (torch and Triton) by bytes, and
+    """The norms, RoPE, SwiGLU, KV write and quantize kernels (torch and Triton) by bytes, the
+    MoE layer's slots' sum and fused routing (``moe_sum``, ``route_align``), and
     the greedy sampling of a stage's logits (``sample``: their clone and argmax, as
     ``zoo.generate`` and a trial run them; bytes: read, written, read again)."""
     import torch
 
-    from kernels import kv_quant, rmsnorm, rope, swiglu
+    from kernels import kv_quant, moe_gemm, rmsnorm, rope, swiglu
 
     cuda = device == "cuda"
     wb = 2 if cuda else 4
@@ -359,6 +360,18 @@ def elementwise(device, tm, rnd, quick) -> list[dict]:
                     lambda: (kv_quant.quantize_kv(kn, out, sc, pos, "int8"),
                              kv_quant.quantize_kv(kn, out, sc, pos, "int8")),
                     2 * M * Hkv * (D * (wb + 1) + 4))
+        # the MoE layer's small kernels (zoo.moe): the slots' sum over k = 8, and on the Triton
+        # path the router's fused softmax / top-k / sort (64 experts; one program, a decode
+        # step's tokens), bytes as the kernel list counts them
+        if M <= 4096:
+            y = rnd(M * 8, d)
+            ops[("moe_sum", "torch")] = (lambda: y.view(M, 8, d).sum(1), (M * 8 + M) * d * wb)
+        if (cuda or (triton_interpret() and not quick)) and \
+                moe_gemm.fused_route(M * 8, 64):
+            lg = rnd(M, 64, dt=torch.float32)
+            ops[("route_align", "triton")] = (
+                lambda: moe_gemm.route_align(lg, 8, False, 16, x.dtype),
+                (2 * M * 64 + 2 * M * 8) * 4 + M * d * wb)
         if M <= 512:  # a stage's last-position logits [batch, vocab], sampled greedily
             V = 512 if quick else 128256
             logits = rnd(M, V)
