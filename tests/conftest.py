@@ -60,25 +60,11 @@ STARTS_CHILDREN = ("run_tiny(", "sweep_cli(", "subprocess.", "Popen(", "_start_h
                    "run_child(", "check_output(")
 
 
-# the modules of the longest tests (each of their studies starts child processes; the README's
-# runs every README command, 3-4 minutes on two cores): run first, so that under ``-n 2`` no
-# worker is left alone with one of them at the end while the other has nothing to do
-LONGEST_FIRST = ("test_readme.py", "test_integrity.py", "test_trust.py", "test_scale.py",
-                 "test_study.py")
-
-
 def pytest_collection_modifyitems(config, items):
     """A test whose code starts processes (``STARTS_CHILDREN``) is marked ``slow`` whether or
-    not its module says so: ``-m "not slow"`` is the in-process lane. The modules of
-    ``LONGEST_FIRST`` go first, each kept whole and in its order (its module fixtures set up
-    once). Without a GPU, ``gpu`` tests are skipped."""
+    not its module says so: ``-m "not slow"`` is the in-process lane. Without a GPU, ``gpu``
+    tests are skipped."""
     import inspect
-
-    def rank(item):
-        name = item.path.name if hasattr(item, "path") else ""
-        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
-
-    items.sort(key=rank)  # stable: every other module as collected
 
     for item in items:
         if "measured_study" in getattr(item, "fixturenames", ()):
