@@ -86,17 +86,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session", autouse=True)
 def shared_device_cache(tmp_path_factory):
-    """The tests' studies share one folder of device caches (``tests.helpers.CACHE``), one for
-    the whole run: the xdist workers' too (the run's common temporary folder), so the CPU is
-    calibrated once, not once per worker; its read-modify-writes hold the caches' file locks
-    (``sweep.common.locks``), as a study's workers do. A test about calibrating sets its own
-    ``cal_dir``."""
+    """The tests' studies share one folder of device caches (``tests.helpers.CACHE``): the CPU
+    is calibrated once per session. A test about calibrating sets its own ``cal_dir``."""
     from tests import helpers
 
-    root = tmp_path_factory.getbasetemp()
-    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
-    helpers.CACHE = root / "device-cache"
-    helpers.CACHE.mkdir(exist_ok=True)
+    helpers.CACHE = tmp_path_factory.mktemp("device-cache")
     yield helpers.CACHE
     helpers.CACHE = None
 
