@@ -218,9 +218,9 @@ def tiles(slots: int, n_experts: int) -> tuple[int, int, int, int, int]:
     ``bench/moe_tiles_probe.py`` (``results/reference/moe_tiles_probe_h100.md``): at 4096 and
     16384 tokens of Qwen3-30B-A3B's and Mixtral-8x7B's layers, ``BLOCK_M`` 128 took 0.80-0.85x the
     time of 64 (up GEMM) and 0.70-1.00x (down); at 8 and 64 tokens 16 and 32 were within 4%."""
-    per_expert = slots / max(1, n_experts)
     if slots <= 1024:
         return (16, 64, 128, 4, 3)
+    per_expert = slots / max(1, n_experts)
     return (64, 128, 64, 4, 3) if per_expert < 128 else (128, 128, 64, 8, 3)
 
 

@@ -117,8 +117,9 @@ class MoEFeedForward(nn.Module):
             with annotate("router"):  # the GEMM, then softmax, top-k and the sort in one kernel
                 logits = self.logits(h)
             with annotate("topk"):
-                w, idx, *aligned = moe_kernels.route_align(
-                    logits, k, cfg.router_renorm, moe_kernels.tiles(B * T * k, cfg.n_experts)[0], h.dtype)
+                block = moe_kernels.tiles(B * T * k, cfg.n_experts)[0]
+                w, idx, *aligned = moe_kernels.route_align(logits, k, cfg.router_renorm, block,
+                                                           h.dtype)
             with annotate("experts"):
                 out = moe_kernels.moe_experts(h, self.w13, self.w2, w, idx, aligned)
         else:

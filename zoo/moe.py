@@ -40,6 +40,20 @@ def _pow2(n: int) -> int:
     return max(16, 1 << (n - 1).bit_length())
 
 
+def route_bytes(tokens: int, n_experts: int, k: int, d_model: int, wb: int) -> int:
+    """Bytes the routing after the router's GEMM moves for ``tokens`` tokens: the fp32 logits
+    ``[tokens, n_experts]`` read and their softmax written, the top-k weights and ids
+    ``[tokens, k]`` (fp32 / int32) written and read, and the hidden ``[tokens, d_model]`` (``wb``
+    bytes an element) cast. The kernel list and ``sweep.measure.microbench`` both count it."""
+    return (2 * tokens * n_experts + 2 * tokens * k) * 4 + tokens * d_model * wb
+
+
+def sum_bytes(tokens: int, k: int, d_model: int, wb: int) -> int:
+    """Bytes of the slots' sum (``moe_sum``): ``[tokens k, d_model]`` read, ``[tokens, d_model]``
+    written, ``wb`` bytes an element."""
+    return (tokens * k + tokens) * d_model * wb
+
+
 def fused_route(slots: int, n_experts: int) -> bool:
     """``kernels.moe_gemm.fused_route``: whether a step routes and sorts in one launch."""
     return (slots <= ROUTE_ALIGN_MAX_SLOTS and n_experts <= ROUTE_ALIGN_MAX_EXPERTS
@@ -172,28 +186,25 @@ class MoEFFN:
             return Kernel("ffn", "gemm", op, 2 * rows * n * N * K,
                           n * N * K * wbits / 8 + rows * n * (N + K) * wb, shape, 1, rep)
 
-        def torch_op(op, nbytes, launches=1):  # the torch ops around the Triton kernels
-            return Kernel("norms_elementwise", "elementwise", op, 0, nbytes,
-                          {"op": op, "impl": "torch", "bytes": nbytes}, launches, rep)
+        def op(name, nbytes, launches=1, impl="torch"):  # the small ops around the GEMMs
+            return Kernel("norms_elementwise", "elementwise", name, 0, nbytes,
+                          {"op": name, "impl": impl, "bytes": nbytes}, launches, rep)
 
-        def route_op(nbytes):  # kernels.moe_gemm.route_align: one program, latency-bound
-            return Kernel("norms_elementwise", "elementwise", "route_align", 0, nbytes,
-                          {"op": "route_align", "impl": "triton", "bytes": nbytes}, 1, rep)
-
+        routed = route_bytes(M, E, k, d, wb)
         out = [st.elem("rmsnorm", 4 * M * d * wb, rep=rep) if st.skinny else None,
                gemm("router", E, d, M),
-               route_op((2 * M * E + 2 * M * k) * 4 + M * d * wb) if fused_route(M * k, E)
-               else torch_op("router", (2 * M * E + 2 * M * k) * 4 + M * d * wb,
-                             casts + 2 + 2 * cfg.router_renorm + ALIGN_LAUNCHES),
-               torch_op("router", 4 * M * E * 4, SKEW_LAUNCHES) if st.skew else None,
+               # kernels.moe_gemm.route_align: one program, latency-bound
+               op("route_align", routed, impl="triton") if fused_route(M * k, E)
+               else op("router", routed, casts + 2 + 2 * cfg.router_renorm + ALIGN_LAUNCHES),
+               op("router", 4 * M * E * 4, SKEW_LAUNCHES) if st.skew else None,
                gemm("moe_up", 2 * Fe, d, m, n_exp),
                gemm("moe_down", d, Fe, m, n_exp),
-               torch_op("moe_sum", (M * k + M) * d * wb)]  # the slots summed per token
+               op("moe_sum", sum_bytes(M, k, d, wb))]  # the slots summed per token
         if S:
             out += [gemm("shared_w13", 2 * S * Fe, d, M),
-                    torch_op("swiglu", 3 * M * S * Fe * wb, 2),
+                    op("swiglu", 3 * M * S * Fe * wb, 2),
                     gemm("shared_w2", d, S * Fe, M),
-                    torch_op("residual", 3 * M * d * wb)]
+                    op("residual", 3 * M * d * wb)]
         return [x for x in out if x is not None]
 
     def decode_linears(self, ffn) -> list[tuple]:

@@ -317,6 +317,7 @@ def elementwise(device, tm, rnd, quick) -> list[dict]:
     import torch
 
     from kernels import kv_quant, moe_gemm, rmsnorm, rope, swiglu
+    from zoo.moe import route_bytes, sum_bytes
 
     cuda = device == "cuda"
     wb = 2 if cuda else 4
@@ -365,13 +366,13 @@ def elementwise(device, tm, rnd, quick) -> list[dict]:
         # step's tokens), bytes as the kernel list counts them
         if M <= 4096:
             y = rnd(M * 8, d)
-            ops[("moe_sum", "torch")] = (lambda: y.view(M, 8, d).sum(1), (M * 8 + M) * d * wb)
+            ops[("moe_sum", "torch")] = (lambda: y.view(M, 8, d).sum(1), sum_bytes(M, 8, d, wb))
         if (cuda or (triton_interpret() and not quick)) and \
                 moe_gemm.fused_route(M * 8, 64):
             lg = rnd(M, 64, dt=torch.float32)
             ops[("route_align", "triton")] = (
                 lambda: moe_gemm.route_align(lg, 8, False, 16, x.dtype),
-                (2 * M * 64 + 2 * M * 8) * 4 + M * d * wb)
+                route_bytes(M, 64, 8, d, wb))
         if M <= 512:  # a stage's last-position logits [batch, vocab], sampled greedily
             V = 512 if quick else 128256
             logits = rnd(M, V)
