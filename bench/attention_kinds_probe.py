@@ -9,7 +9,8 @@ CUDA graph (``kernels.graph_timing.time_ms``, cold: each call after a read of 2.
 global layer's cache of every position against a local layer's ring of ``W`` slots, at each
 context. ``model``: Llama-3.2-1B as built (``gqa8``), with a 5:1 local/global pattern over a
 1024-token window (``L5G1_w1024``) and with every layer local over 4096 (``local_w4096``,
-Mistral-7B-v0.1's kind), random bf16 weights, ``cudagraph`` mode: a prompt of each context, then
+Mistral-7B-v0.1's kind) and with DeepSeek-V2-Lite's latent attention (``mla``), random bf16
+weights, ``cudagraph`` mode: a prompt of each context, then
 32 decode steps, TPOT the median of 3 timed runs; ``frac_roofline``: ``zoo.counts.decode_step``'s
 minimum bytes (a local layer reading its window) over the copy bandwidth measured here, over the
 measured TPOT.
@@ -27,7 +28,11 @@ from pathlib import Path
 import torch
 
 DESIGNS = {"gqa8": {}, "L5G1_w1024": {"sliding_window": 1024, "layer_types": "5:1"},
-           "local_w4096": {"sliding_window": 4096}}
+           "local_w4096": {"sliding_window": 4096},
+           # latent attention on the same body: DeepSeek-V2-Lite's attention (16 heads, a latent
+           # of 512 and a RoPE key of 64 cached; nope 128, v 128), kernels.mla_decode
+           "mla": {"n_heads": 16, "n_kv_heads": 16, "head_dim": 64, "kv_lora_rank": 512,
+                   "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}}
 
 
 def layer_rows(contexts, batches, copy_bw) -> list[dict]:
@@ -59,14 +64,17 @@ def layer_rows(contexts, batches, copy_bw) -> list[dict]:
     return rows
 
 
-def model_rows(contexts, batches, copy_bw, steps=32) -> list[dict]:
-    """TPOT of each design at each context and batch (module doc)."""
+def model_rows(contexts, batches, copy_bw, steps=32, designs=None) -> list[dict]:
+    """TPOT of each design (``designs``: these names, default all) at each context and batch
+    (module doc)."""
     from zoo import Generator, ModelConfig, Transformer, counts
 
     from .tpot import tpot_runs
 
     rows = []
     for name, over in DESIGNS.items():
+        if designs and name not in designs:
+            continue
         cfg = ModelConfig.from_name("llama3_2_1b", **over).resolved("cuda")
         model = Transformer.build(cfg, "cuda", seed=0)
         for b in batches:
@@ -111,6 +119,8 @@ def main(argv=None) -> int:
     ap.add_argument("--contexts", default="8192,16384,32768")
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--skip-models", action="store_true")
+    ap.add_argument("--skip-layers", action="store_true")
+    ap.add_argument("--designs", help="comma-separated DESIGNS names (default: all)")
     a = ap.parse_args(argv)
     from sweep.measure.ceilings import copy_rate
 
@@ -119,8 +129,10 @@ def main(argv=None) -> int:
     batches = [int(b) for b in a.batches.split(",")]
     bw = copy_rate("cuda")["copy_bytes_s"]
     out = {"env": f"{torch.cuda.get_device_name()}, torch {torch.__version__}",
-           "copy_bytes_s": bw, "layer": layer_rows(contexts, batches, bw)}
-    out["model"] = [] if a.skip_models else model_rows(contexts, batches, bw)
+           "copy_bytes_s": bw,
+           "layer": [] if a.skip_layers else layer_rows(contexts, batches, bw)}
+    out["model"] = [] if a.skip_models else model_rows(
+        contexts, batches, bw, designs=a.designs.split(",") if a.designs else None)
     (a.out / "attention_kinds.json").write_text(json.dumps(out, indent=1))
     (a.out / "attention_kinds.md").write_text(_md(out))
     print(_md(out))

@@ -129,7 +129,8 @@ def tiles(r: int) -> tuple[int, int, int, int]:
 
 
 def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_pe: torch.Tensor,
-               pos: torch.Tensor, scale: float, tile: tuple | None = None) -> torch.Tensor:
+               pos: torch.Tensor, scale: float, tile: tuple | None = None,
+               out_dtype: torch.dtype = torch.float32, min_tiles: int = MIN_TILES) -> torch.Tensor:
     """The absorbed-form attention of one new token per sequence over cache positions
     ``[0, pos + 1)``.
 
@@ -142,9 +143,12 @@ def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_
             already in the cache).
         scale: the softmax scale (``qk_head_dim ** -0.5`` or the design's).
         tile: ``tiles``' tuple to use instead of its choice (tests, benchmarks).
+        out_dtype: the output's dtype (the merge sums in float32 and rounds once on its store:
+            the model asks for its own dtype, so ``W_UV``'s product needs no cast of its own).
+        min_tiles: a split's fewest ``BLOCK_N`` tiles (``MIN_TILES``; probes try others).
 
     Returns:
-        ``[B, H, r]`` float32 output latents (``W_UV`` not applied).
+        ``[B, H, r]`` output latents in ``out_dtype`` (``W_UV`` not applied).
 
     Raises:
         ValueError: shapes that do not agree.
@@ -159,7 +163,7 @@ def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_
     bh, bn, warps, stages = tile or tiles(r)
     BLOCK_R = max(16, triton.next_power_of_2(r))
     n_hb = triton.cdiv(H, bh)
-    n_splits, split_len = plan_splits(B, n_hb, S, bn * MIN_TILES, _n_sm(q_lat.device))
+    n_splits, split_len = plan_splits(B, n_hb, S, bn * min_tiles, _n_sm(q_lat.device))
     o_part = torch.empty(B * H * n_splits, BLOCK_R, device=q_lat.device, dtype=torch.float32)
     lse = torch.empty(B * H * n_splits, device=q_lat.device, dtype=torch.float32)
     interp = _interpreted(q_lat)
@@ -170,7 +174,7 @@ def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_
         BLOCK_H=bh, BLOCK_N=bn, BLOCK_R=BLOCK_R, BLOCK_RP=max(16, triton.next_power_of_2(R)),
         UPCAST=interp, PREC="ieee" if q_lat.dtype == torch.float32 else "tf32",
         num_warps=warps, num_stages=stages)
-    out = torch.empty(B, H, r, device=q_lat.device, dtype=torch.float32)
+    out = torch.empty(B, H, r, device=q_lat.device, dtype=out_dtype)
     chunk = min(MERGE_CHUNK, BLOCK_R)
     _mla_merge_kernel[(B * H, triton.cdiv(r, chunk))](
         o_part, lse, out, n_splits, r, BLOCK_R=BLOCK_R, CHUNK=chunk,

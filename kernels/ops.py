@@ -5,7 +5,8 @@ device queries, the GEMV-or-cuBLAS choice): tracing the Triton decode step faile
 ``Unsupported: torch.* op returned non-Tensor``. Each function here has the signature of the
 kernel module's own (``kernels.rmsnorm.rmsnorm``, ``kernels.swiglu.swiglu``,
 ``kernels.rope.rope_kv_write_``, ``kernels.decode_attention.decode_attention``,
-``kernels.prefill_attention.prefill_attention``,
+``kernels.prefill_attention.prefill_attention``, ``kernels.mla_decode.mla_decode``,
+``kernels.mla_rope.mla_rope_write_``,
 ``kernels.decode_linear.linear``) and calls it directly when run eagerly; while Dynamo traces
 (``torch.compiler.is_compiling()``) it calls the op ``torch.ops.designzoo.<name>``, registered with
 ``torch.library.custom_op`` (PyTorch's recommended route for a kernel with Python around it,
@@ -27,6 +28,8 @@ from torch import Tensor
 
 from . import decode_attention as _attention
 from . import decode_linear as _linear
+from . import mla_decode as _mla
+from . import mla_rope as _mla_rope
 from . import prefill_attention as _prefill
 from . import rmsnorm as _rmsnorm
 from . import rope as _rope
@@ -217,3 +220,50 @@ def prefill_attention(q: Tensor, k: Tensor, v: Tensor, window: int | None = None
     if not _compiling():
         return _prefill.prefill_attention(q, k, v, window, sinks, scale)
     return _prefill_attention_op(q, k, v, window, sinks, scale)
+
+
+@torch.library.custom_op("designzoo::mla_decode", mutates_args=())
+def _mla_decode_op(q_lat: Tensor, q_pe: Tensor, latent: Tensor, k_pe: Tensor, pos: Tensor,
+                   scale: float, out_dtype: torch.dtype) -> Tensor:
+    return _mla.mla_decode(q_lat, q_pe, latent, k_pe, pos, scale, out_dtype=out_dtype)
+
+
+@_mla_decode_op.register_fake
+def _(q_lat, q_pe, latent, k_pe, pos, scale, out_dtype):
+    return q_lat.new_empty(q_lat.shape, dtype=out_dtype)
+
+
+def mla_decode(q_lat: Tensor, q_pe: Tensor, latent: Tensor, k_pe: Tensor, pos: Tensor,
+               scale: float, out_dtype: torch.dtype = torch.float32) -> Tensor:
+    """``kernels.mla_decode.mla_decode`` (absorbed queries ``q_lat [B, H, r]``, rotated ``q_pe
+    [B, H, R]`` over the cached latents ``[B, (1,) S, r]`` and keys ``[B, (1,) S, R]`` ->
+    ``[B, H, r]`` in ``out_dtype``), as an op under ``torch.compile``."""
+    if not _compiling():
+        return _mla.mla_decode(q_lat, q_pe, latent, k_pe, pos, scale, out_dtype=out_dtype)
+    return _mla_decode_op(q_lat, q_pe, latent, k_pe, pos, scale, out_dtype)
+
+
+@torch.library.custom_op("designzoo::mla_rope_write", mutates_args=("q", "lat_cache", "kpe_cache"))
+def _mla_rope_write_op(q: Tensor, kv: Tensor, norm_weight: Tensor, eps: float, cos: Tensor,
+                       sin: Tensor, input_pos: Tensor, lat_cache: Tensor, kpe_cache: Tensor,
+                       nope: int) -> None:
+    _mla_rope.mla_rope_write_(q, kv, norm_weight, eps, cos, sin, input_pos, lat_cache, kpe_cache,
+                              nope)
+
+
+@_mla_rope_write_op.register_fake
+def _(q, kv, norm_weight, eps, cos, sin, input_pos, lat_cache, kpe_cache, nope):
+    return None
+
+
+def mla_rope_write_(q: Tensor, kv: Tensor, norm_weight: Tensor, eps: float, cos: Tensor,
+                    sin: Tensor, input_pos: Tensor, lat_cache: Tensor, kpe_cache: Tensor,
+                    nope: int) -> Tensor:
+    """``kernels.mla_rope.mla_rope_write_`` (``q [B, T, H, nope + R]`` rotated in place, the
+    latents of ``kv [B, T, r + R]`` normed and its RoPE keys rotated into the caches; returns
+    ``q``), as an op under ``torch.compile``."""
+    if not _compiling():
+        return _mla_rope.mla_rope_write_(q, kv, norm_weight, eps, cos, sin, input_pos, lat_cache,
+                                         kpe_cache, nope)
+    _mla_rope_write_op(q, kv, norm_weight, eps, cos, sin, input_pos, lat_cache, kpe_cache, nope)
+    return q

@@ -257,18 +257,20 @@ def test_a_rings_decode_entry_is_measured_and_priced_as_a_ring():
     mix = base.replace(sliding_window=4096, layer_types="5:1")
     want = needs([(mix, wl, "cudagraph")], "cuda")["decode_attn"]
     ctx = 32768 + 32
-    assert set(want) == {("triton", "bf16", 8, 8, 4, 4096, 64, 1, 4096),
-                         ("triton", "bf16", 8, 8, 4, ctx, 64, 0, 32768 + 64)}
+    assert set(want) == {("triton", "bf16", 8, 8, 4, 4096, 64, 1, 0, 4096),
+                         ("triton", "bf16", 8, 8, 4, ctx, 64, 0, 0, 32768 + 64)}
     wide = base.replace(sliding_window=65536, max_seq_len=131072, layer_types="1:1")
-    assert ("triton", "bf16", 8, 8, 4, ctx, 64, 0, 32768 + 64) in \
+    assert ("triton", "bf16", 8, 8, 4, ctx, 64, 0, 0, 32768 + 64) in \
         needs([(wide, wl, "cudagraph")], "cuda")["decode_attn"]
     # a table from before the column: its rows are no ring's, so the ring entry is missing
     old = pd.DataFrame([dict(kind="decode_attn", impl="triton", kv_dtype="bf16", B=8, Hkv=8,
                              G=4, S=4096, D=64, time_s=52e-6)])
     assert len(missing(old, {"decode_attn": want})["decode_attn"]) == 2
-    assert KEYS["decode_attn"][-1] == "ring"
+    assert KEYS["decode_attn"][-2:] == ("ring", "R")  # R: latent attention's RoPE key
 
     shipped = store.shipped("NVIDIA H100 80GB HBM3")
+    t = shipped.table  # without any ring entry (the reship of 2026-11-27g measured this one)
+    shipped = shipped.with_(table=t[~((t.kind == "decode_attn") & (t.ring.fillna(0) == 1))])
     att = [x for x in perf.kernel_list(mix, 8, 1, ctx, "triton") if x.kind == "decode_attn"]
     ring = next(x for x in att if x.shape["ring"])
     assert ring.shape["S"] == 4096 and ring.shape["window"] == 4096
@@ -320,18 +322,25 @@ def test_a_local_or_sink_layers_prefill_is_priced_by_its_own_kernel():
     assert c.price(full)[0] == pytest.approx(perf.Calibrated(shipped).price(full)[0])
 
 
-def test_a_torch_only_kind_needs_the_entries_of_the_torch_path():
-    """A latent-attention design runs on the torch path even where ``kernels=auto`` means Triton
-    (``zoo.torch_only``): its calibration needs are that path's GEMMs, never a decode GEMV of more
-    rows than the GEMV takes (the H100 calibration of 2026-11-27 failed on one: M = 576, MLA's
-    up-projection of the whole cache)."""
+def test_a_latent_attention_design_needs_gemms_and_its_own_decode_entry():
+    """A latent-attention design runs on the Triton path where ``kernels=auto`` means Triton (its
+    decode through ``kernels.mla_decode``) but has no decode GEMV path (``zoo.attn.MLA.skinny``):
+    its calibration needs are GEMMs, never a decode GEMV (the H100 calibration of 2026-11-27
+    failed on one: M = 576, MLA's up-projection of the whole cache), and its decode attention
+    is keyed by the latent kernel's shape (``impl`` mla, one latent head shared by every query
+    head, the latent's and the RoPE key's widths). Over a quantized cache it stays on the torch
+    path, refused on the Triton one by name."""
     from kernels.gemv import MAX_M
     from sweep.analysis.needs import needs
+    from zoo import DesignError
 
     cfg = ModelConfig.from_name("deepseek_v2_lite", dtype="bf16", kv_dtype="bf16")
-    assert cfg.resolved("cuda").kernels == "torch"
+    assert cfg.resolved("cuda").kernels == "triton"
     got = needs([(cfg, {"batch": 1, "prompt_len": 512, "new_tokens": 64}, "cudagraph")], "cuda")
     assert got["gemm"] and not got["gemv"]
+    assert {k[:9] for k in got["decode_attn"]} == {("mla", "bf16", 1, 1, 16, 544, 512, 0, 64)}
+    with pytest.raises(DesignError, match="kv_lora_rank=512 with kv_dtype=int8"):
+        cfg.replace(kv_dtype="int8", kernels="triton").validate()
     dense = needs([(ModelConfig.from_name("llama3_2_1b"),
                     {"batch": 1, "prompt_len": 512, "new_tokens": 64}, "cudagraph")], "cuda")
     assert dense["gemv"] and all(k[0] <= MAX_M for k in dense["gemv"])

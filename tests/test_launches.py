@@ -36,7 +36,12 @@ ODD = {"d64_w768": dict(n_layers=64), "gelu_layernorm": dict(ffn_type="gelu", no
            qkv_bias=True, tie_embeddings=True),
        "moe_shared_dense_first": dict(n_experts=3, n_experts_active=3, expert_ffn_dim=24,
                                       n_shared_experts=2, first_k_dense=1, n_layers=3,
-                                      router_renorm=False, qk_norm="full")}
+                                      router_renorm=False, qk_norm="full"),
+       # latent attention (DeepSeek-V2's), with and without the query's bottleneck
+       "mla": dict(n_kv_heads=4, head_dim=8, kv_lora_rank=32, qk_nope_head_dim=16,
+                   qk_rope_head_dim=8, v_head_dim=12),
+       "mla_q_lora": dict(n_kv_heads=4, head_dim=8, kv_lora_rank=32, qk_nope_head_dim=16,
+                          qk_rope_head_dim=8, v_head_dim=12, q_lora_rank=24)}
 
 
 def _copies(e) -> bool:

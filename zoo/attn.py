@@ -10,8 +10,8 @@ Shipped: ``gqa`` (``GQA``): grouped-query attention (Ainslie et al. 2023, arXiv:
 RoPE and a static KV cache, which covers MHA (``n_kv_heads == n_heads``) and MQA (1), local
 (sliding-window) layers and attention sinks: its counts and kernels take the layer's window
 (``windows``: the design's layers grouped by it; ``attended``: what one token reads). Every design
-is ``gqa`` today (``kind``); latent attention (MLA) registers here with a config field that names
-it. Torch-free.
+is ``gqa`` but those with ``kv_lora_rank > 0``: multi-head latent attention (``MLA``, DeepSeek-V2's;
+``zoo.latent``). Torch-free.
 """
 
 from __future__ import annotations
@@ -24,6 +24,15 @@ from .kinds import Kinds, module_class
 from .launches import NORM_LAUNCHES, Kernel, Stage
 
 _KINDS = Kinds("attention kind")
+# latent attention's torch ops (zoo.mla_attention, counted as tests/test_launches.py counts): RoPE
+# on the query's and the key's RoPE parts, 9 each (the float cast, four products, the difference
+# and sum, the stack, the cast back); the torch path's absorbed decode between its two GEMMs
+# (casts of the query, the latents twice, the RoPE parts and W_UK / W_UV, the RoPE scores' matmul
+# and add, the scale, the mask's negation, masked_fill, softmax, the cast back); the Triton
+# path's attention launches (kernels.mla_decode.launches: the split kernel and the merge)
+MLA_ROPE_LAUNCHES = 18
+MLA_TORCH_DECODE_LAUNCHES = 16
+MLA_DECODE_LAUNCHES = 2
 
 
 def kv_scale_bytes(cfg: ModelConfig) -> int:
@@ -48,10 +57,13 @@ class GQA:
         name: the kind's name.
         module: ``"package.module:Class"`` of its ``nn.Module`` (``build``).
         ranges: its profiler ranges (``zoo.nvtx.annotate``) and the module kind each times.
+        skinny: whether its decode step has a GEMV path (``zoo.model.Block.skinny``: the qkv
+            GEMV with the norm in its prologue).
     """
 
     name: str = "gqa"
     module: str = "zoo.attention:Attention"
+    skinny: bool = True
     ranges: tuple = (("qkv", "qkv"), ("qk_norm", "norms_elementwise"), ("attention", "attention"),
                      ("out_proj", "out_proj"))
 
@@ -165,6 +177,7 @@ class MLA:
 
     name: str = "mla"
     module: str = "zoo.mla_attention:MLAttention"
+    skinny: bool = False  # no GEMV path: its decode runs Block.forward (zoo.launches.Stage too)
     ranges: tuple = (("qkv", "qkv"), ("attention", "attention"), ("out_proj", "out_proj"))
 
     def _q_params(self, cfg: ModelConfig) -> int:
@@ -215,38 +228,79 @@ class MLA:
 
     def kernels(self, st: Stage, fold: bool, launches_decode, rep: int | None = None,
                 window: int | None = None) -> list[Kernel]:
-        """The torch path's kernels of ``rep`` layers: the query and latent projections (as one
-        GEMM each), the norms, RoPE and the cache write, ``wkv_b`` over the attended positions,
-        the attention over ``qk``-wide heads (priced from the SDPA / decode entries of its
-        shape), the output projection."""
+        """The kernels of ``rep`` layers (``zoo.mla_attention``), counted as
+        ``tests/test_launches.py`` counts the torch path's. The query projection (or ``wq_a``, its
+        RMSNorm and ``wq_b``) and ``wkv_a`` as GEMMs. On the torch path RoPE on the query's and
+        the key's RoPE parts (``MLA_ROPE_LAUNCHES`` ops), the latent's RMSNorm and the cache write
+        (two copies); on the Triton path the three in one launch (``kernels.mla_rope``, priced by
+        the Triton RoPE kernel's entry at its bytes). A decode step in the absorbed form:
+        ``q_nope W_UK`` and ``W_UV`` as GEMMs of ``batch`` rows over ``H kv_lora_rank`` and
+        ``H v_head_dim`` columns (a batched GEMM over the heads: the FLOPs and weight bytes of
+        that one GEMM); between them the attention over the latents: on the Triton path
+        ``kernels.mla_decode`` (its own ``decode_attn`` entry, ``impl`` mla: the latent ``D``
+        and RoPE ``R`` wide, one KV head shared by ``G = n_heads``, two launches) and the heads'
+        outputs gathered for ``wo`` (a copy), on the torch path its float32 ops
+        (``MLA_TORCH_DECODE_LAUNCHES``, priced by the torch decode entry of its shape). A
+        prefill expands the latents through ``wkv_b``, builds the heads' keys and queries (two
+        concatenations), attends through SDPA and reshapes its output (a copy). The output
+        projection."""
         cfg, M, batch, new, C = st.cfg, st.M, st.batch, st.new, st.context
         H, r, R, wb = cfg.n_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim, st.wb
-        L, qk = cfg.n_layers if rep is None else rep, cfg.qk_nope_head_dim + R
+        nope, V, d = cfg.qk_nope_head_dim, cfg.v_head_dim, cfg.d_model
+        L, qk = cfg.n_layers if rep is None else rep, nope + R
         f = self.flops(cfg, batch, new, C)
-        q_rows = H * qk
-        out = [st.gemm("qkv", "wq", q_rows, cfg.d_model, rep=L),
-               st.gemm("qkv", "wkv_a", r + R, cfg.d_model, rep=L),
-               st.elem("rmsnorm", 2 * M * r * wb, rep=L),
-               st.elem("rope", 2 * M * (H + 1) * R * wb, rep=L),
-               st.elem("kv_write", 2 * M * (r + R) * wb, rep=L),
-               st.gemm("attention", "wkv_b", H * (cfg.qk_nope_head_dim + cfg.v_head_dim), r,
-                       m=batch * C, rep=L)]
-        kv = batch * C * (r + R) * DTYPE_BYTES[cfg.kv_dtype]
-        if new == 1:
-            out.append(Kernel("attention", "decode_attn", "decode_attention", f["attention"], kv,
-                              {"impl": st.impl, "kv_dtype": cfg.kv_dtype, "bytes": kv, "B": batch,
-                               "Hkv": H, "G": 1, "S": C, "D": qk}, st.launches("decode_attn"),
-                              L))
+
+        def torch_op(op, like, nbytes, launches):  # torch ops priced by the entry ``like``
+            return Kernel("norms_elementwise", "elementwise", op, 0, nbytes,
+                          {"op": like, "impl": "torch", "bytes": nbytes}, launches, L)
+
+        if cfg.q_lora_rank:
+            q = cfg.q_lora_rank
+            out = [st.gemm("qkv", "wq_a", q, d, rep=L), st.elem("rmsnorm", 2 * M * q * wb, rep=L),
+                   st.gemm("qkv", "wq_b", H * qk, q, rep=L)]
         else:
-            out.append(Kernel("attention", "prefill_attn", "sdpa", f["attention"],
-                              2 * M * H * (qk + cfg.v_head_dim) * wb,
-                              {"B": batch, "H": H, "T": new, "D": qk, "G": 1, "impl": st.impl},
-                              st.launches("prefill_attn"), L))
-        out.append(st.gemm("out_proj", "wo", cfg.d_model, H * cfg.v_head_dim, rep=L))
+            out = [st.gemm("qkv", "wq", H * qk, d, rep=L)]
+        out.append(st.gemm("qkv", "wkv_a", r + R, d, rep=L))
+        if st.fused:  # kernels.mla_rope: RoPE, the latent's norm and the cache write, one launch
+            nbytes = (2 * H * R + 2 * (r + R)) * M * wb  # the RoPE parts read and written, the
+            out.append(Kernel("norms_elementwise", "elementwise", "mla_rope", 0, nbytes,  # latent
+                              {"op": "rope", "impl": "triton", "bytes": nbytes}, 1, L))  # & key
+        else:
+            out += [torch_op("rope", "rope", 2 * M * (H + 1) * R * wb, MLA_ROPE_LAUNCHES),
+                    st.elem("rmsnorm", 2 * M * r * wb, rep=L),
+                    torch_op("kv_write", "kv_write", 2 * M * (r + R) * wb, 2)]
+        kvb = DTYPE_BYTES[cfg.kv_dtype]
+        kv = batch * C * (r + R) * kvb
+        if new == 1:
+            out.append(st.gemm("attention", "w_uk", H * r, nope, rep=L))
+            if st.fused:
+                out.append(Kernel("attention", "decode_attn", "mla_decode",
+                                  f["attention"] - 2 * M * H * r * (nope + V), kv,
+                                  {"impl": "mla", "kv_dtype": cfg.kv_dtype, "bytes": kv,
+                                   "B": batch, "Hkv": 1, "G": H, "S": C, "D": r, "R": R},
+                                  MLA_DECODE_LAUNCHES, L))
+            else:
+                out.append(Kernel("attention", "decode_attn", "decode_attention",
+                                  f["attention"] - 2 * M * H * r * (nope + V), kv,
+                                  {"impl": "torch", "kv_dtype": cfg.kv_dtype, "bytes": kv,
+                                   "B": batch, "Hkv": H, "G": 1, "S": C, "D": qk},
+                                  MLA_TORCH_DECODE_LAUNCHES, L))
+            out.append(st.gemm("attention", "w_uv", H * V, r, rep=L))
+            if st.fused:  # [H, B, v] -> [B, H v] for wo
+                out.append(torch_op("mla_gather", "kv_write", 2 * M * H * V * wb, 1))
+        else:
+            out += [st.gemm("attention", "wkv_b", H * (nope + V), r, m=batch * C, rep=L),
+                    torch_op("mla_concat", "kv_write", 2 * (batch * C + M) * H * qk * wb, 2),
+                    Kernel("attention", "prefill_attn", "sdpa", 2 * batch * H * new * C * (qk + V),
+                           2 * M * H * (qk + V) * wb + 2 * batch * C * H * (qk + V) * wb,
+                           {"B": batch, "H": H, "T": new, "D": qk, "G": 1, "impl": st.impl},
+                           st.launches("prefill_attn"), L),
+                    torch_op("mla_gather", "kv_write", 2 * M * H * V * wb, 1)]
+        out.append(st.gemm("out_proj", "wo", d, H * V, rep=L))
         return out
 
     def decode_linears(self, attn) -> list[tuple]:
-        """None on the decode GEMV path: MLA runs on the torch path (``zoo.torch_only``)."""
+        """None: MLA has no decode GEMV path (``skinny``)."""
         return []
 
     def build(self, cfg: ModelConfig, layer: int):

@@ -4,9 +4,13 @@ decoupled key, nothing per head.
 
 A prefill expands every position's keys and values through ``kv_b`` (the naive form); a decode
 step attends in the absorbed form (``q_nope W_UK`` scored against the latents, ``W_UV`` after the
-softmax: FlashMLA's), reading the latents once for every head. Its Triton kernel is
-``kernels.mla_decode`` (tested against ``absorbed``), not yet on the model's path: MLA designs run
-on the torch path (``zoo.torch_only``).
+softmax: FlashMLA's), reading the latents once for every head: on the torch path in float32
+(``absorbed``, the reference), on the Triton path (``kernels=triton``, a GPU's default) as
+``decode``: ``q_nope W_UK`` and ``W_UV`` as batched GEMMs over the heads (cuBLAS), the attention
+over the latents in ``kernels.mla_decode`` (one pass over the cache for every head, the splits
+merged in the model's dtype). On the Triton path the RoPE rotations, the latent's norm and the
+cache write are one launch (``kernels.mla_rope``) at every stage, and the query bottleneck's norm
+Triton's RMSNorm. No host synchronisation: a CUDA graph replays it.
 RoPE on the decoupled part rotates interleaved channel pairs (transformers' ``apply_rotary_emb``
 on complex pairs), from the design's ``cos, sin`` tables (YaRN's attention factor included).
 """
@@ -15,6 +19,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+
+from kernels import ops
 
 from . import gqa
 from .cache import KVCache
@@ -83,6 +89,21 @@ class MLAttention(nn.Module):
         o_lat = s.softmax(-1) @ lat.float()  # [B, H, 1, r]
         return (o_lat @ w_uv.float().transpose(-1, -2)).to(q_nope.dtype)
 
+    def decode(self, q_nope, q_pe, lat, kpe, pos, scale):
+        """The absorbed form on the Triton path (``absorbed`` is its reference): ``q_nope W_UK``
+        and the output's ``W_UV`` as batched GEMMs over the heads in the model's dtype,
+        ``kernels.mla_decode`` between them over the cache's positions ``[0, pos + 1)``.
+        q_nope ``[B, H, 1, nope]``, q_pe ``[B, H, 1, rope]``, lat ``[B, 1, S, r]``, kpe
+        ``[B, 1, S, rope]``, pos ``[1]`` int64 (a device tensor) -> ``[B, H, 1, v_head_dim]``."""
+        cfg = self.cfg
+        H, nope, r = cfg.n_heads, cfg.qk_nope_head_dim, cfg.kv_lora_rank
+        w = self.wkv_b.weight.view(H, nope + cfg.v_head_dim, r)
+        q_lat = torch.bmm(q_nope[:, :, 0].transpose(0, 1), w[:, :nope])  # [H, B, r]
+        o_lat = ops.mla_decode(q_lat.transpose(0, 1), q_pe[:, :, 0], lat, kpe, pos, scale,
+                               out_dtype=q_nope.dtype)  # [B, H, r]
+        y = torch.bmm(o_lat.transpose(0, 1), w[:, nope:].transpose(1, 2))  # [H, B, v]
+        return y.transpose(0, 1).unsqueeze(2)
+
     def forward(self, x, rope, input_pos, kv_len, mask):
         """``x [B, T, d_model]`` at positions ``input_pos [T]`` -> ``[B, T, d_model]``, the
         latents written into the cache and attended over ``[0, kv_len)`` (``mask [T, kv_len]``
@@ -90,23 +111,38 @@ class MLAttention(nn.Module):
         cfg = self.cfg
         B, T, _ = x.shape
         H, nope, R, V = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+        triton = cfg.kernels == "triton"
         with annotate("qkv"):
-            q = self.wq_b(self.q_norm(self.wq_a(x))) if cfg.q_lora_rank else self.wq(x)
-            latent, k_pe = self.wkv_a(x).split([cfg.kv_lora_rank, R], dim=-1)
-        q = q.view(B, T, H, nope + R).transpose(1, 2)
-        q_nope, q_pe = q.split([nope, R], dim=-1)
-        with annotate("rope"):
-            q_pe = rotate_interleaved(q_pe, *rope)
-            k_pe = rotate_interleaved(k_pe.view(B, 1, T, R), *rope)
-        with annotate("kv_write"):
-            lat, kpe = self.cache.update(self.layer, input_pos,
-                                         self.kv_norm(latent).view(B, 1, T, cfg.kv_lora_rank),
-                                         k_pe)
+            if cfg.q_lora_rank:  # the bottleneck's norm: Triton's on the Triton path
+                qa = self.wq_a(x)
+                q = self.wq_b(self.q_norm.fused(qa) if triton else self.q_norm(qa))
+            else:
+                q = self.wq(x)
+            kv = self.wkv_a(x)  # [B, T, kv_lora_rank + R]
+        q = q.view(B, T, H, nope + R)
+        cache, i = self.cache, self.layer
+        if triton:  # RoPE, the latent's norm and the cache write in one launch; the full tables
+            with annotate("kv_write"):  # (zoo.model hands the Triton path all positions')
+                ops.mla_rope_write_(q, kv, self.kv_norm.weight, self.kv_norm.eps, *rope,
+                                    input_pos, cache.k[i], cache.v[i], nope)
+            lat, kpe = cache.k[i], cache.v[i]
+            q_nope, q_pe = q.transpose(1, 2).split([nope, R], dim=-1)
+        else:
+            latent, k_pe = kv.split([cfg.kv_lora_rank, R], dim=-1)
+            q_nope, q_pe = q.transpose(1, 2).split([nope, R], dim=-1)
+            with annotate("rope"):
+                q_pe = rotate_interleaved(q_pe, *rope)
+                k_pe = rotate_interleaved(k_pe.view(B, 1, T, R), *rope)
+            with annotate("kv_write"):
+                lat, kpe = cache.update(i, input_pos,
+                                        self.kv_norm(latent).view(B, 1, T, cfg.kv_lora_rank), k_pe)
         with annotate("attention"):
             n = kv_len if kv_len is not None else lat.shape[2]
             scale = cfg.attn_scale or qk_head_dim(cfg) ** -0.5
             m = None if mask is None else mask[:, :n]
-            if T == 1:  # a decode step: the absorbed form over the latents
+            if T == 1 and triton:  # the length read from input_pos on the device: no mask
+                y = self.decode(q_nope, q_pe, lat, kpe, input_pos[-1:], scale)
+            elif T == 1:  # a decode step: the absorbed form over the latents
                 y = self.absorbed(q_nope, q_pe, lat[:, :, :n], kpe[:, :, :n], m, scale)
             else:
                 kv = self.wkv_b(lat[:, 0, :n]).view(B, n, H, nope + V).transpose(1, 2)

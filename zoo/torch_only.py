@@ -1,13 +1,15 @@
-"""Design features the zoo runs on its torch path only (so far): Gemma's, and latent attention.
+"""Design features the zoo runs on its torch path only (so far): Gemma's, and latent attention
+over a quantized cache.
 
 Gemma 2 / 3 build their blocks with RMSNorm of weight ``1 + w`` (``norm="rmsnorm1p"``, computed
 in float32), norms after the attention and the FFN as well as before (``sandwich_norm``),
 embeddings scaled by ``sqrt(d_model)`` (``embed_scale``), a softmax scale of
-``query_pre_attn_scalar ** -0.5`` (``attn_scale``), and a RoPE base of their own on the local
-layers (``rope_local_theta``); DeepSeek-V2 attends with multi-head latent attention
-(``kv_lora_rank``, ``zoo.latent``). The fused kernels of ``kernels/`` do not take them yet: a
-design with any of them resolves ``kernels=auto`` to ``torch`` and refuses ``kernels=triton``
-by field.
+``query_pre_attn_scalar ** -0.5`` (``attn_scale``; latent attention takes one on either path),
+and a RoPE base of their own on the local layers (``rope_local_theta``). Multi-head latent
+attention (``kv_lora_rank``, ``zoo.latent``) runs on the Triton path over a 16-bit cache only
+(``kernels.mla_decode`` reads no quantized one). The fused kernels of ``kernels/`` do not take
+these yet: a design with any of them resolves ``kernels=auto`` to ``torch`` and refuses
+``kernels=triton`` by field.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ def features(cfg) -> list[str]:
         if getattr(cfg, f):
             out.append(f"{f}=true")
     for f in ("attn_scale", "rope_local_theta"):
-        if getattr(cfg, f) is not None:
+        # (latent attention takes its scale on both paths: zoo.mla_attention)
+        if getattr(cfg, f) is not None and not (f == "attn_scale" and cfg.kv_lora_rank):
             out.append(f"{f}={getattr(cfg, f)}")
-    if cfg.kv_lora_rank:  # MLA: its absorbed decode kernel is not built yet
-        out.append(f"kv_lora_rank={cfg.kv_lora_rank}")
+    if cfg.kv_lora_rank and cfg.kv_dtype not in ("bf16", "fp16", "fp32"):
+        out.append(f"kv_lora_rank={cfg.kv_lora_rank} with kv_dtype={cfg.kv_dtype}")
     return out
 
 
@@ -50,4 +53,5 @@ def check(cfg) -> None:
             raise DesignError(f"{f} must be a positive number or null, got {v!r}")
     if cfg.kernels == "triton" and features(cfg):
         raise DesignError(f"{', '.join(features(cfg))}: runs on kernels=torch only (the fused "
-                          "kernels do not take Gemma's norms, scales and local RoPE yet)")
+                          "kernels do not take Gemma's norms, scales and local RoPE, nor a quantized "
+                          "latent cache, yet)")

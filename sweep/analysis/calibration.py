@@ -61,6 +61,7 @@ _KERNELS = REPO / "kernels"
 _FIXED_COSTS = REPO / "sweep" / "measure" / "fixed_costs.py"  # the launch group's own code
 _MICROBENCH = REPO / "sweep" / "measure" / "microbench.py"  # the elementwise group's
 _MICROBENCH_MOE = REPO / "sweep" / "measure" / "microbench_moe.py"
+_MICROBENCH_MLA = REPO / "sweep" / "measure" / "microbench_mla.py"
 _ZOO = REPO / "zoo"
 
 
@@ -100,6 +101,9 @@ def fingerprints(device: dict, switches) -> dict:
         "decode_attn/triton": fingerprint(*base, tri, *tune, sw["pdl"],
                                           modules=k("decode_attention", "split_merge", "rope",
                                                     "graph_timing")),
+        "decode_attn/mla": fingerprint(*base, tri, modules=k("mla_decode", "split_merge",
+                                                             "graph_timing")
+                                       + (str(_MICROBENCH_MLA),)),
         "moe_gemm": fingerprint(*base, tri, modules=k("moe_gemm") + (str(_MICROBENCH_MOE),)),
         "gemv": fingerprint(*base, tri, *tune, sw["gemv_prefetch"], sw["gemv_w_ahead"], sw["pdl"],
                             modules=k("gemv", "decode_linear", "graph_timing", "rmsnorm",

@@ -17,14 +17,16 @@ GEMV_M_GRID = [1, 2, 4, 8, 16]
 OFF_GRID = [(1000, 1000), (1536, 2880), (2112, 1344), (5000, 3000), (4160, 4160)]  # not x64
 # the shape columns that identify an entry of each per-shape kind
 KEYS = {"gemm": ("M", "N", "K", "dtype"), "gemv": ("M", "N", "K", "prologue", "dtype"),
-        "decode_attn": ("impl", "kv_dtype", "B", "Hkv", "G", "S", "D", "ring"),
+        # (latent attention's, impl ``mla``: one KV head of the latent, ``D`` its width, ``R``
+        # the RoPE key's, ``G`` every query head; ``R`` 0 for the others)
+        "decode_attn": ("impl", "kv_dtype", "B", "Hkv", "G", "S", "D", "ring", "R"),
         "prefill_attn": ("impl", "T", "D", "G", "BH", "W", "sink"),
         # the MoE layer's grouped GEMMs (``kernels.moe_gemm``): ``op`` moe_up / moe_down, ``M``
         # the step's tokens, ``E`` experts, ``k`` chosen per token, ``[N, K]`` an expert's weight
         "moe_gemm": ("op", "M", "E", "k", "N", "K", "dtype")}
-# a key column's value in rows measured before it existed (a decode-attention entry: no ring; a
-# prefill attention's: full causal SDPA, no window, no sinks)
-DEFAULTS = {"ring": 0, "W": 0, "sink": 0}
+# a key column's value in rows measured before it existed (a decode-attention entry: no ring, no
+# RoPE key of its own; a prefill attention's: full causal SDPA, no window, no sinks)
+DEFAULTS = {"ring": 0, "R": 0, "W": 0, "sink": 0}
 # a study's needs are bounded: beyond these the lattice is thinned (priced from neighbours)
 MOST = {"gemm": 600, "gemv": 400, "decode_attn": 96, "prefill_attn": 64, "moe_gemm": 64}
 
@@ -64,7 +66,7 @@ def needs(items, device_type: str) -> dict:
                     # local layer's its window (a ring), a global layer's the workload's length
                     w = s.get("window")
                     out["decode_attn"].add((s["impl"], s["kv_dtype"], s["B"], s["Hkv"], s["G"],
-                                            s["S"], s["D"], s.get("ring", 0),
+                                            s["S"], s["D"], s.get("ring", 0), s.get("R", 0),
                                             T + N if w is None else min(w, T + N)))
                 elif k.kind == "prefill_attn":
                     out["prefill_attn"].add((s["impl"], s["T"], s["D"], s["G"],
@@ -145,6 +147,7 @@ def attn_grid(table, todo: dict, device_type: str, quick: bool, full: bool) -> l
     reduced one where the table holds fewer than 6 entries of it; those it holds left out.
     (``full``: the 16-bit caches' full grid, the quantized ones' reduced.)"""
     from ..measure.microbench import decode_attention_grid
+    from ..measure.microbench_mla import mla_grid
 
     cuda = device_type == "cuda"
     wanted = {(k[0], k[1]) for k in todo.get("decode_attn", [])}
@@ -164,11 +167,14 @@ def attn_grid(table, todo: dict, device_type: str, quick: bool, full: bool) -> l
     wide = {w for w in sparse if w[1] not in ("int8", "fp8_e4m3")} if full else set()
     grid = (decode_attention_grid(cuda, quick, kv_dtypes=wide, full=True) if wide else []) + \
         (decode_attention_grid(cuda, quick, kv_dtypes=sparse - wide) if sparse - wide else [])
+    if cuda and ("mla", "bf16") in sparse:  # latent attention's kernel (its own grid)
+        grid += mla_grid(quick)
     have = set()
     if counts:
         have = {tuple(_norm(v) for v in r) for r in
                 d[list(KEYS["decode_attn"])].itertuples(index=False)}
     todo_keys = {tuple(k[:len(KEYS["decode_attn"])]) for k in todo.get("decode_attn", [])}
-    return [g for g in grid if tuple(g[c] for c in KEYS["decode_attn"]) not in have | todo_keys]
+    return [g for g in grid if tuple(g.get(c, DEFAULTS.get(c)) for c in KEYS["decode_attn"])
+            not in have | todo_keys]
 
 

@@ -213,12 +213,24 @@ class Calibrated:
         never falls as the GQA group grows at the same KV bytes (more scores, same cache): it is
         the largest over groups ``1 .. G``. Outside the calibrated KV bytes or groups the notes
         say so. A transfer scales the bytes and scores terms. ``nbytes``: the call's KV bytes;
-        returns ``(time s, basis)``.
+        returns ``(time s, basis)``. Latent attention's kernel (``impl`` mla) without entries
+        of its own: priced as the Triton GQA kernel's at its bytes (noted).
 
         Raises:
             KeyError: fewer than three calibrated entries of this implementation and KV dtype.
         """
         key = (s["impl"], s["kv_dtype"])
+        if key[0] == "mla":
+            try:
+                self._attn_fit(key)
+            except KeyError:  # a calibration before the latent kernel's entries: the GQA
+                # kernel's fit at the same KV bytes, one KV head (its groups capped at 32)
+                self._note("latent attention's decode kernel (kernels.mla_decode) not "
+                           "calibrated: priced as the Triton GQA kernel's entry of its KV bytes")
+                like = dict(s, impl="triton", Hkv=1, G=min(int(s["G"]), 32),
+                            D=int(s["D"]) + int(s.get("R", 0)))
+                t, basis = self.decode_attn(like, nbytes)
+                return t, basis + " (as latent attention's)"
         fit = self._attn_fit(key)
         lo, hi, g_lo, g_hi = fit[3:7]
         if not lo <= nbytes <= hi or not g_lo <= s["G"] <= g_hi:

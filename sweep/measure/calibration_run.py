@@ -28,6 +28,7 @@ from ..common.atomic import write_atomic
 from . import fixed_costs
 from . import microbench as mb
 from .child import ChildTimeout, launch, log_tail, progress_line
+from .microbench_mla import mla_decode
 from .microbench_moe import moe_gemms
 
 CHUNK = 16  # shapes measured between two saves of what a run has so far (``measure``)
@@ -71,7 +72,10 @@ def measure(spec: dict, log=print, partial=None) -> list[dict]:
              ("elementwise kernels", lambda: mb.elementwise(device, tm, rnd, spec.get("quick"))
               if "elementwise" in base else []),
              ("decode attention", lambda: listed("decode attention", "decode_attn", lambda xs, cb:
-                                                 mb.decode_attention(device, tm, rnd, xs, cb))),
+                                                 mb.decode_attention(device, tm, rnd, [
+                                                     x for x in xs if x["impl"] != "mla"], cb)
+                                                 + mla_decode(device, tm, rnd, [
+                                                     x for x in xs if x["impl"] == "mla"]))),
              ("decode GEMV", lambda: listed("decode GEMV", "gemv", lambda xs, cb: mb.gemvs(
                  xs, cuda, tm, rnd, dtype, cb), tup=True)),
              ("MoE grouped GEMMs", lambda: listed("MoE grouped GEMMs", "moe_gemm",

@@ -23,6 +23,9 @@ def _logits(cfg, prompt, steps, mode="eager"):
 
 
 MOE = dict(n_experts=6, n_experts_active=2, expert_ffn_dim=40)
+# latent attention (DeepSeek-V2's layout, shrunk): a latent of 48, RoPE part 8, no query LoRA
+MLA = dict(n_kv_heads=8, head_dim=8, kv_lora_rank=48, qk_nope_head_dim=16, qk_rope_head_dim=8,
+           v_head_dim=12)
 
 
 @pytest.mark.parametrize("over", [dict(), dict(n_kv_heads=1, head_dim=24), dict(n_kv_heads=8),
@@ -30,9 +33,11 @@ MOE = dict(n_experts=6, n_experts_active=2, expert_ffn_dim=40)
                                   dict(MOE, first_k_dense=1, n_shared_experts=1),
                                   dict(sliding_window=8, layer_types="1:1"),
                                   dict(sliding_window=5, attn_sinks=True, out_bias=True,
-                                       qkv_bias=True)],
+                                       qkv_bias=True),
+                                  dict(MLA, q_lora_rank=32, **MOE)],
                          ids=["gqa", "mqa_d24", "mha", "qk_norm_head", "moe_qk_norm_full",
-                              "moe_dense_first_shared", "local_global", "window_sinks"])
+                              "moe_dense_first_shared", "local_global", "window_sinks",
+                              "mla_qlora_moe"])
 def test_triton_path_matches_torch_path(over):
     dtype = "bf16" if DEVICE == "cuda" else "fp32"
     cfg = ModelConfig.from_name("tiny", dtype=dtype, kv_dtype=dtype, **over)
@@ -102,7 +107,7 @@ def test_triton_kernels_refused_on_cpu_without_interpreter(monkeypatch):
 
 
 @pytest.mark.parametrize("over", [dict(), dict(kv_dtype="int8"),
-                                  dict(n_kv_heads=1, batch=20)])
+                                  dict(n_kv_heads=1, batch=20), MLA])
 def test_compiled_triton_decode_step_matches_eager(over):
     """``torch.compile(fullgraph=True)`` traces the Triton decode step (its kernels are custom ops,
     ``kernels.ops``; Dynamo failed on their Python dispatch before) and gives the eager step's
