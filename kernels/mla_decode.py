@@ -2,19 +2,19 @@
 split merge (DeepSeek-V2, Sec. 2.1.2; FlashMLA's layout): every query head of a sequence scores
 the cached latents and rotated keys, and sums the latents, reading them once for all heads.
 
-Per sequence the cache holds ``S`` latents ``c [S, r]`` (``kv_lora_rank``, RMS-normed) and
-rotated keys ``k_pe [S, R]`` (``qk_rope_head_dim``). A head's absorbed query ``q_lat = q_nope
-W_UK [r]`` and its rotated ``q_pe [R]`` score position ``j`` as ``q_lat . c_j + q_pe . k_pe_j``;
-the output latent is ``o_lat = sum_j p_j c_j`` (``W_UV`` is applied after, outside). A program
-takes ``BLOCK_H`` heads of one sequence over one split of the positions: the scores are a
-``[BLOCK_H, r] x [r, BLOCK_N]`` product, so a tile of latents feeds all its heads (heads are the
-rows of the tensor-core products, as in FlashMLA). A split is at least ``MIN_TILES`` tiles of
-positions, so the partial outputs (``H r`` float32 a split) stay small beside the latents they
-replace. The splits are merged by their log-sum-exp in a kernel of its own
+Per sequence the cache holds ``S`` latents ``c [S, r]`` (``kv_lora_rank``, RMS-normed) and rotated
+keys ``k_pe [S, R]`` (``qk_rope_head_dim``). A head's absorbed query ``q_lat = q_nope W_UK [r]`` and
+its rotated ``q_pe [R]`` score position ``j`` as ``q_lat . c_j + q_pe . k_pe_j``; the output latent
+is ``o_lat = sum_j p_j c_j`` (``W_UV`` is applied after, outside). A program takes ``BLOCK_H`` heads
+of one sequence over one split of the positions: the scores are a ``[BLOCK_H, r] x [r, BLOCK_N]``
+product, so a tile of latents feeds all its heads (heads are the rows of the tensor-core products,
+as in FlashMLA). The splits aim at one program per SM (``PER_SM``), each at least ``MIN_TILES``
+tiles of positions, so the partial outputs (``H r`` float32 a split) stay small beside the latents
+they replace. The splits are merged by their log-sum-exp in a kernel of its own
 (``_mla_merge_kernel``), one program per (sequence, head, ``MERGE_CHUNK`` channels): a head's
 partials are ``n_splits x r`` floats, too many for one program's registers at ``r = 512``
-(``kernels.split_merge.merge_kernel`` holds a head's whole tile in one program; the times of both
-on the H100 are in ``results/reference/mla_ncu_h100.md``).
+(``kernels.split_merge.merge_kernel`` holds a head's whole tile in one program; the times of both on
+the H100 are in ``results/reference/mla_ncu_h100.md``).
 The new position is read from a device tensor: a CUDA graph replays the step.
 
 ``zoo.mla_attention.MLAttention.absorbed`` is the PyTorch reference
@@ -123,9 +123,18 @@ def _mla_merge_kernel(o_ptr, lse_ptr, out_ptr, n_splits, r, BLOCK_R: tl.constexp
     tl.store(out_ptr + bh * r + offs_d, acc / tl.sum(lv, 0), mask=dmask)
 
 
+# Programs per SM the splits aim at: one. A split's partials (``H r`` float32, written and read
+# again by the merge) grow with the splits: at batch 1, 16 heads and 32k positions two programs
+# an SM (256 splits) took 31.3 us, one (128) 25.4, a half 30.0 (H100, bench.mla_tiles_probe,
+# results/reference/mla_model_h100.md)
+PER_SM = 1
+
+
 def tiles(r: int) -> tuple[int, int, int, int]:
-    """``(BLOCK_H, BLOCK_N, warps, stages)`` for latents of ``r`` channels."""
-    return (16, 32, 4, 2) if r > 256 else (16, 64, 4, 2)
+    """``(BLOCK_H, BLOCK_N, warps, stages)`` for latents of ``r`` channels: at DeepSeek's 512 the
+    fastest of five on the H100 at every shape probed (16 and 128 heads, batch 1 and 8, 4k and
+    32k positions; three stages 3-20% faster than two)."""
+    return (16, 32, 4, 3) if r > 256 else (16, 64, 4, 2)
 
 
 def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_pe: torch.Tensor,
@@ -163,7 +172,8 @@ def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_
     bh, bn, warps, stages = tile or tiles(r)
     BLOCK_R = max(16, triton.next_power_of_2(r))
     n_hb = triton.cdiv(H, bh)
-    n_splits, split_len = plan_splits(B, n_hb, S, bn * min_tiles, _n_sm(q_lat.device))
+    n_splits, split_len = plan_splits(B, n_hb, S, bn * min_tiles, _n_sm(q_lat.device),
+                                      per_sm=PER_SM)
     o_part = torch.empty(B * H * n_splits, BLOCK_R, device=q_lat.device, dtype=torch.float32)
     lse = torch.empty(B * H * n_splits, device=q_lat.device, dtype=torch.float32)
     interp = _interpreted(q_lat)

@@ -322,14 +322,15 @@ def test_a_local_or_sink_layers_prefill_is_priced_by_its_own_kernel():
     assert c.price(full)[0] == pytest.approx(perf.Calibrated(shipped).price(full)[0])
 
 
-def test_a_latent_attention_design_needs_gemms_and_its_own_decode_entry():
+def test_a_latent_attention_design_needs_gemvs_of_a_step_and_its_own_decode_entry():
     """A latent-attention design runs on the Triton path where ``kernels=auto`` means Triton (its
-    decode through ``kernels.mla_decode``) but has no decode GEMV path (``zoo.attn.MLA.skinny``):
-    its calibration needs are GEMMs, never a decode GEMV (the H100 calibration of 2026-11-27
-    failed on one: M = 576, MLA's up-projection of the whole cache), and its decode attention
-    is keyed by the latent kernel's shape (``impl`` mla, one latent head shared by every query
-    head, the latent's and the RoPE key's widths). Over a quantized cache it stays on the torch
-    path, refused on the Triton one by name."""
+    decode through ``kernels.mla_decode``, its projections on the decode GEMV path): its decode
+    GEMVs are of a step's rows, never more than the GEMV takes (the H100 calibration of
+    2026-11-27 failed on one: M = 576, MLA's up-projection of the whole cache), the absorbed
+    ``W_UK`` / ``W_UV`` products GEMMs of the step's rows, and its decode attention is keyed by
+    the latent kernel's shape (``impl`` mla, one latent head shared by every query head, the
+    latent's and the RoPE key's widths). Over a quantized cache it stays on the torch path,
+    refused on the Triton one by name."""
     from kernels.gemv import MAX_M
     from sweep.analysis.needs import needs
     from zoo import DesignError
@@ -337,7 +338,10 @@ def test_a_latent_attention_design_needs_gemms_and_its_own_decode_entry():
     cfg = ModelConfig.from_name("deepseek_v2_lite", dtype="bf16", kv_dtype="bf16")
     assert cfg.resolved("cuda").kernels == "triton"
     got = needs([(cfg, {"batch": 1, "prompt_len": 512, "new_tokens": 64}, "cudagraph")], "cuda")
-    assert got["gemm"] and not got["gemv"]
+    assert got["gemv"] and all(k[0] <= MAX_M for k in got["gemv"])
+    H, r, nope, v = 16, 512, 128, 128
+    assert {(1, H * r, nope, "bf16"), (1, H * v, r, "bf16")} <= set(got["gemm"])
+    assert (1, 3072, 2048, "norm+res", "bf16") in got["gemv"]  # wq, the block's norm in it
     assert {k[:9] for k in got["decode_attn"]} == {("mla", "bf16", 1, 1, 16, 544, 512, 0, 64)}
     with pytest.raises(DesignError, match="kv_lora_rank=512 with kv_dtype=int8"):
         cfg.replace(kv_dtype="int8", kernels="triton").validate()

@@ -408,7 +408,9 @@ def test_the_moe_layers_small_kernels_have_entries_of_their_own():
     total = next(x for x in ks if x.op == "moe_sum")
     assert route.shape["impl"] == "triton" and route.launches == 1 and route.repeat == 16
     assert not any(x.op == "router" and x.kind == "elementwise" for x in ks)  # one kernel, fused
-    base = store.shipped("NVIDIA H100 80GB HBM3")
+    base = store.shipped("NVIDIA H100 80GB HBM3")  # without its route_align / moe_sum entries
+    t = base.table  # (the reship of 2026-11-27g measured them)
+    base = base.with_(table=t[~t.op.isin(["route_align", "moe_sum"])])
     c = perf.Calibrated(base)
     t, basis = c.price(route)
     assert t == pytest.approx(c.launch("graph_kernel")) and "fused softmax" in basis

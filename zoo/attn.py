@@ -57,13 +57,10 @@ class GQA:
         name: the kind's name.
         module: ``"package.module:Class"`` of its ``nn.Module`` (``build``).
         ranges: its profiler ranges (``zoo.nvtx.annotate``) and the module kind each times.
-        skinny: whether its decode step has a GEMV path (``zoo.model.Block.skinny``: the qkv
-            GEMV with the norm in its prologue).
     """
 
     name: str = "gqa"
     module: str = "zoo.attention:Attention"
-    skinny: bool = True
     ranges: tuple = (("qkv", "qkv"), ("qk_norm", "norms_elementwise"), ("attention", "attention"),
                      ("out_proj", "out_proj"))
 
@@ -177,7 +174,6 @@ class MLA:
 
     name: str = "mla"
     module: str = "zoo.mla_attention:MLAttention"
-    skinny: bool = False  # no GEMV path: its decode runs Block.forward (zoo.launches.Stage too)
     ranges: tuple = (("qkv", "qkv"), ("attention", "attention"), ("out_proj", "out_proj"))
 
     def _q_params(self, cfg: ModelConfig) -> int:
@@ -230,18 +226,19 @@ class MLA:
                 window: int | None = None) -> list[Kernel]:
         """The kernels of ``rep`` layers (``zoo.mla_attention``), counted as
         ``tests/test_launches.py`` counts the torch path's. The query projection (or ``wq_a``, its
-        RMSNorm and ``wq_b``) and ``wkv_a`` as GEMMs. On the torch path RoPE on the query's and
-        the key's RoPE parts (``MLA_ROPE_LAUNCHES`` ops), the latent's RMSNorm and the cache write
-        (two copies); on the Triton path the three in one launch (``kernels.mla_rope``, priced by
-        the Triton RoPE kernel's entry at its bytes). A decode step in the absorbed form:
-        ``q_nope W_UK`` and ``W_UV`` as GEMMs of ``batch`` rows over ``H kv_lora_rank`` and
-        ``H v_head_dim`` columns (a batched GEMM over the heads: the FLOPs and weight bytes of
-        that one GEMM); between them the attention over the latents: on the Triton path
-        ``kernels.mla_decode`` (its own ``decode_attn`` entry, ``impl`` mla: the latent ``D``
-        and RoPE ``R`` wide, one KV head shared by ``G = n_heads``, two launches) and the heads'
-        outputs gathered for ``wo`` (a copy), on the torch path its float32 ops
-        (``MLA_TORCH_DECODE_LAUNCHES``, priced by the torch decode entry of its shape). A
-        prefill expands the latents through ``wkv_b``, builds the heads' keys and queries (two
+        RMSNorm and ``wq_b``) and ``wkv_a`` as GEMMs (on the decode GEMV path GEMVs, the block's
+        norm in the prologues of the query's and the latent's, the bottleneck's in ``wq_b``'s). On
+        the torch path RoPE on the query's and the key's RoPE parts (``MLA_ROPE_LAUNCHES`` ops), the
+        latent's RMSNorm and the cache write (two copies); on the Triton path the three in one
+        launch (``kernels.mla_rope``, priced by the Triton RoPE kernel's entry at its bytes). A
+        decode step in the absorbed form: ``q_nope W_UK`` and ``W_UV`` as GEMMs of ``batch`` rows
+        over ``H kv_lora_rank`` and ``H v_head_dim`` columns (a batched GEMM over the heads: the
+        FLOPs and weight bytes of that one GEMM); between them the attention over the latents: on
+        the Triton path ``kernels.mla_decode`` (its own ``decode_attn`` entry, ``impl`` mla: the
+        latent ``D`` and RoPE ``R`` wide, one KV head shared by ``G = n_heads``, two launches) and
+        the heads' outputs gathered for ``wo`` (a copy), on the torch path its float32 ops
+        (``MLA_TORCH_DECODE_LAUNCHES``, priced by the torch decode entry of its shape). A prefill
+        expands the latents through ``wkv_b``, builds the heads' keys and queries (two
         concatenations), attends through SDPA and reshapes its output (a copy). The output
         projection."""
         cfg, M, batch, new, C = st.cfg, st.M, st.batch, st.new, st.context
@@ -254,13 +251,21 @@ class MLA:
             return Kernel("norms_elementwise", "elementwise", op, 0, nbytes,
                           {"op": like, "impl": "torch", "bytes": nbytes}, launches, L)
 
+        def bmm(op, N, K):  # a batched GEMM over the heads (cuBLAS), on the GEMV path too
+            g = st.gemm("attention", op, N, K, rep=L)
+            return Kernel(g.module, "gemm", op, g.flops, g.bytes,
+                          {k: v for k, v in g.shape.items() if k != "prologue"}, 1, L)
+
+        # on the decode GEMV path the block's norm (and the residual add) in the query's and the
+        # latent's projections' prologues, each (zoo.mla_attention.MLAttention.skinny)
         if cfg.q_lora_rank:
             q = cfg.q_lora_rank
-            out = [st.gemm("qkv", "wq_a", q, d, rep=L), st.elem("rmsnorm", 2 * M * q * wb, rep=L),
-                   st.gemm("qkv", "wq_b", H * qk, q, rep=L)]
+            out = [st.gemm("qkv", "wq_a", q, d, rep=L, prologue="norm+res"),
+                   st.elem("rmsnorm", 2 * M * q * wb, rep=L, in_prologue=True),
+                   st.gemm("qkv", "wq_b", H * qk, q, rep=L, prologue="norm")]
         else:
-            out = [st.gemm("qkv", "wq", H * qk, d, rep=L)]
-        out.append(st.gemm("qkv", "wkv_a", r + R, d, rep=L))
+            out = [st.gemm("qkv", "wq", H * qk, d, rep=L, prologue="norm+res")]
+        out.append(st.gemm("qkv", "wkv_a", r + R, d, rep=L, prologue="norm+res"))
         if st.fused:  # kernels.mla_rope: RoPE, the latent's norm and the cache write, one launch
             nbytes = (2 * H * R + 2 * (r + R)) * M * wb  # the RoPE parts read and written, the
             out.append(Kernel("norms_elementwise", "elementwise", "mla_rope", 0, nbytes,  # latent
@@ -272,7 +277,7 @@ class MLA:
         kvb = DTYPE_BYTES[cfg.kv_dtype]
         kv = batch * C * (r + R) * kvb
         if new == 1:
-            out.append(st.gemm("attention", "w_uk", H * r, nope, rep=L))
+            out.append(bmm("w_uk", H * r, nope))
             if st.fused:
                 out.append(Kernel("attention", "decode_attn", "mla_decode",
                                   f["attention"] - 2 * M * H * r * (nope + V), kv,
@@ -285,7 +290,7 @@ class MLA:
                                   {"impl": "torch", "kv_dtype": cfg.kv_dtype, "bytes": kv,
                                    "B": batch, "Hkv": H, "G": 1, "S": C, "D": qk},
                                   MLA_TORCH_DECODE_LAUNCHES, L))
-            out.append(st.gemm("attention", "w_uv", H * V, r, rep=L))
+            out.append(bmm("w_uv", H * V, r))
             if st.fused:  # [H, B, v] -> [B, H v] for wo
                 out.append(torch_op("mla_gather", "kv_write", 2 * M * H * V * wb, 1))
         else:
@@ -300,8 +305,13 @@ class MLA:
         return out
 
     def decode_linears(self, attn) -> list[tuple]:
-        """None: MLA has no decode GEMV path (``skinny``)."""
-        return []
+        """``(range, nn.Linear, prologue)`` of the module ``attn``'s layers on the decode GEMV
+        path (``zoo.mla_attention.MLAttention.skinny``)."""
+        first = attn.wq_a if attn.cfg.q_lora_rank else attn.wq
+        out = [("qkv", first, "norm"), ("qkv", attn.wkv_a, "norm")]
+        if attn.cfg.q_lora_rank:
+            out.append(("qkv", attn.wq_b, "norm"))
+        return out + [("out_proj", attn.wo, "none")]
 
     def build(self, cfg: ModelConfig, layer: int):
         """The attention's ``nn.Module`` for ``cfg`` at block ``layer``."""

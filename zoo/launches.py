@@ -84,7 +84,7 @@ class Stage:
     def skinny(self) -> bool:
         """Whether the linear layers run on the decode GEMV path (see the class doc)."""
         return (self.fused and self.new == 1 and self.batch <= GEMV_MAX_M
-                and self.cfg.norm == "rmsnorm" and not self.cfg.kv_lora_rank)  # MLA: no GEMV path
+                and self.cfg.norm == "rmsnorm")
 
     @property
     def wb(self) -> int:

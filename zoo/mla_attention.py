@@ -104,21 +104,49 @@ class MLAttention(nn.Module):
         y = torch.bmm(o_lat.transpose(0, 1), w[:, nope:].transpose(1, 2))  # [H, B, v]
         return y.transpose(0, 1).unsqueeze(2)
 
+    def skinny(self, x, norm, residual, rope, input_pos):
+        """The decode step on the GEMV path (``zoo.model.Block.skinny``): the query and latent
+        projections as GEMVs with ``norm`` and the residual add in their prologues (each
+        recomputes it: ``kernels.decode_linear``; the query bottleneck's norm in ``wq_b``'s),
+        ``attend``, the output projection a GEMV. x, residual: ``[B, 1, d_model]``; returns
+        ``(attention out, h)``, ``h = x + residual``."""
+        cfg = self.cfg
+        with annotate("qkv"):
+            if cfg.q_lora_rank:
+                qa, h = ops.linear(x, self.wq_a, "norm", norm, residual, pdl_trigger=False)
+                q = ops.linear(qa, self.wq_b, "norm", self.q_norm, pdl_trigger=False)[0]
+            else:
+                q, h = ops.linear(x, self.wq, "norm", norm, residual, pdl_trigger=False)
+            kv = ops.linear(x, self.wkv_a, "norm", norm, residual, pdl_trigger=False)[0]
+        y = self.attend(q, kv, rope, input_pos, None, None)
+        with annotate("out_proj"):
+            return ops.linear(y, self.wo), h
+
     def forward(self, x, rope, input_pos, kv_len, mask):
         """``x [B, T, d_model]`` at positions ``input_pos [T]`` -> ``[B, T, d_model]``, the
         latents written into the cache and attended over ``[0, kv_len)`` (``mask [T, kv_len]``
         or None: causal)."""
         cfg = self.cfg
-        B, T, _ = x.shape
-        H, nope, R, V = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
-        triton = cfg.kernels == "triton"
         with annotate("qkv"):
             if cfg.q_lora_rank:  # the bottleneck's norm: Triton's on the Triton path
                 qa = self.wq_a(x)
-                q = self.wq_b(self.q_norm.fused(qa) if triton else self.q_norm(qa))
+                q = self.wq_b(self.q_norm.fused(qa) if cfg.kernels == "triton"
+                              else self.q_norm(qa))
             else:
                 q = self.wq(x)
             kv = self.wkv_a(x)  # [B, T, kv_lora_rank + R]
+        y = self.attend(q, kv, rope, input_pos, kv_len, mask)
+        with annotate("out_proj"):
+            return self.wo(y)
+
+    def attend(self, q, kv, rope, input_pos, kv_len, mask):
+        """From the query ``q [B, T, H (nope + R)]`` and the latent projection ``kv [B, T,
+        kv_lora_rank + R]``: RoPE, the latent's norm, the cache write and the attention
+        (``forward``'s arguments) -> ``[B, T, H v_head_dim]``, before the output projection."""
+        cfg = self.cfg
+        B, T, _ = q.shape
+        H, nope, R, V = cfg.n_heads, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+        triton = cfg.kernels == "triton"
         q = q.view(B, T, H, nope + R)
         cache, i = self.cache, self.layer
         if triton:  # RoPE, the latent's norm and the cache write in one launch; the full tables
@@ -150,5 +178,4 @@ class MLAttention(nn.Module):
                 k = torch.cat([k_nope, kpe[:, :, :n].expand(B, H, n, R)], dim=-1)
                 qs = torch.cat([q_nope, q_pe], dim=-1)
                 y = gqa.attention(qs, k, v, causal=m is None, mask=m, scale=scale)
-        with annotate("out_proj"):
-            return self.wo(y.transpose(1, 2).reshape(B, T, H * V))
+        return y.transpose(1, 2).reshape(B, T, H * V)

@@ -259,12 +259,10 @@ class Transformer(nn.Module):
 
     def skinny_ok(self, tokens: torch.Tensor) -> bool:
         """Whether a call takes the decode GEMV path: one new token per sequence, at most
-        ``kernels.gemv.MAX_M`` sequences, RMSNorm blocks (``Block.skinny``), an attention kind
-        with a GEMV path (latent attention has none: ``zoo.attn``); under ``torch.compile`` too
-        (the kernels are custom ops there, ``kernels.ops``)."""
+        ``kernels.gemv.MAX_M`` sequences, RMSNorm blocks (``Block.skinny``); under
+        ``torch.compile`` too (the kernels are custom ops there, ``kernels.ops``)."""
         B, T = tokens.shape
-        return (T == 1 and B <= gemv.MAX_M and self.cfg.norm == "rmsnorm"
-                and attn.kind(self.cfg).skinny)
+        return T == 1 and B <= gemv.MAX_M and self.cfg.norm == "rmsnorm"
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor, kv_len: int | None = None,
                 last_only: bool = False, masked: bool = False) -> torch.Tensor:
