@@ -5,7 +5,7 @@
 # (bench.mla_tiles_probe), MLA against GQA-8 on the Llama-3.2-1B body at 8k and 32k, batch 1 and 8,
 # against the roofline (bench.attention_kinds_probe), and one DeepSeek-V2-Lite decode step (MLA +
 # MoE) under ncu against its analytic bytes (bench.moe_ncu).
-#   bash bench/reference/run_mla_model.sh     # $OUT: card.txt, pytest.log, tiles/, kinds/, step/
+#   [TILES=0] bash bench/reference/run_mla_model.sh     # $OUT: card.txt, pytest.log, tiles/, kinds/, step/
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT/tiles" "$OUT/kinds" "$OUT/step"
@@ -16,8 +16,10 @@ OUT=${OUT:-out}; mkdir -p "$OUT/tiles" "$OUT/kinds" "$OUT/step"
 timeout 170 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_mla_rope.py \
   tests/kernels/test_mla_decode.py tests/kernels/test_model_triton.py -k "mla or over3 or absorbed" \
   > "$OUT/pytest.log" 2>&1; echo "pytest rc=$?"; tail -n 3 "$OUT/pytest.log"
-timeout 110 python3 -m bench.mla_tiles_probe "$OUT/tiles" > "$OUT/tiles/console.log" 2>&1
-echo "tiles rc=$?"; tail -n 9 "$OUT/tiles/console.log"
+if [ "${TILES:-1}" = 1 ]; then  # TILES=0: the tiles are chosen already
+  timeout 110 python3 -m bench.mla_tiles_probe "$OUT/tiles" > "$OUT/tiles/console.log" 2>&1
+  echo "tiles rc=$?"; tail -n 9 "$OUT/tiles/console.log"
+fi
 timeout 170 python3 -m bench.attention_kinds_probe "$OUT/kinds" --skip-layers --designs gqa8,mla \
   --contexts 8192,32768 --batches 1,8 > "$OUT/kinds/console.log" 2>&1; echo "kinds rc=$?"
 tail -n 10 "$OUT/kinds/console.log"
