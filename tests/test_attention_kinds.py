@@ -348,3 +348,31 @@ def test_a_latent_attention_design_needs_gemvs_of_a_step_and_its_own_decode_entr
     dense = needs([(ModelConfig.from_name("llama3_2_1b"),
                     {"batch": 1, "prompt_len": 512, "new_tokens": 64}, "cudagraph")], "cuda")
     assert dense["gemv"] and all(k[0] <= MAX_M for k in dense["gemv"])
+
+
+def test_the_latent_decode_micro_benchmark_times_the_models_kernel():
+    """``microbench_mla.mla_decode`` on the CPU (the Triton interpreter): the calibration child's
+    split of the decode-attention shapes sends ``impl`` mla to it, each row keyed as the kernel
+    list keys the model's call (one latent head, ``G`` query heads, ``D`` / ``R`` wide) with the
+    cache's bytes; a quantized cache refused by name; its grid is the kernel's own."""
+    import os
+
+    from sweep.measure import microbench as mb
+    from sweep.measure.microbench_mla import mla_decode, mla_grid
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the Triton kernels run on the CPU under TRITON_INTERPRET=1")
+    g = torch.Generator().manual_seed(0)
+
+    def rnd(*shape, dt=torch.float32):
+        return torch.randn(*shape, dtype=dt, generator=g)
+
+    grid = mla_grid(quick=True)
+    assert {s["impl"] for s in grid} == {"mla"} and all(s["Hkv"] == 1 for s in grid)
+    rows = mla_decode("cpu", mb.timer(False, 2), rnd, grid[:2])
+    for r, sh in zip(rows, grid):
+        assert r["kind"] == "decode_attn" and r["impl"] == "mla" and r["time_s"] > 0
+        assert (r["G"], r["S"], r["D"], r["R"]) == (sh["G"], sh["S"], sh["D"], sh["R"])
+        assert r["bytes"] == sh["B"] * sh["S"] * (sh["D"] + sh["R"]) * 2  # bf16: the kernel's
+    with pytest.raises(ValueError, match="kv_dtype=int8"):
+        mla_decode("cpu", mb.timer(False, 2), rnd, [dict(grid[0], kv_dtype="int8")])
