@@ -296,7 +296,9 @@ class MLA:
         else:
             out += [st.gemm("attention", "wkv_b", H * (nope + V), r, m=batch * C, rep=L),
                     torch_op("mla_concat", "kv_write", 2 * (batch * C + M) * H * qk * wb, 2),
-                    Kernel("attention", "prefill_attn", "sdpa", 2 * batch * H * new * C * (qk + V),
+                    # causal: half the 2 B H new C (qk + v) of the full products, as GQA's
+                    # kernel counts (its SDPA entries' FLOP/s are on that count)
+                    Kernel("attention", "prefill_attn", "sdpa", batch * H * new * C * (qk + V),
                            2 * M * H * (qk + V) * wb + 2 * batch * C * H * (qk + V) * wb,
                            {"B": batch, "H": H, "T": new, "D": qk, "G": 1, "impl": st.impl},
                            st.launches("prefill_attn"), L),

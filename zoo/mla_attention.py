@@ -1,4 +1,4 @@
-"""Multi-head latent attention on the torch path (``zoo.latent``; DeepSeek-V2's, as transformers'
+"""Multi-head latent attention (``zoo.latent``; DeepSeek-V2's, as transformers'
 ``DeepseekV2Attention`` computes it): the cache holds each token's normed latent and its rotated
 decoupled key, nothing per head.
 
