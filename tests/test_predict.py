@@ -423,6 +423,22 @@ def test_sustained_gemm_profile_finds_the_slow_down_and_its_onset():
     assert flat["power_onset_s"] == pytest.approx(0.12)
 
 
+def test_the_sustained_rate_and_onset_are_medians_over_runs():
+    """``sweep.measure.ceilings.median_profile``: three sustained runs (one slowing early and
+    hard, as single runs on one H100 did) give the median rate and the median onset, not the
+    outlier's; the rate's spread spans the runs."""
+    from sweep.measure.ceilings import median_profile, sustained_profile
+
+    flop = 2 * 8192**3
+    runs = [sustained_profile([1.2e-3] * n + [t] * 1000, flop, flop / 1.2e-3)
+            for n, t in ((30, 1.40e-3), (80, 1.30e-3), (120, 1.28e-3))]
+    m = median_profile(runs)
+    assert m["gemm_flops_bf16_sustained"] == pytest.approx(flop / 1.30e-3)
+    assert 0.09 <= m["power_onset_s"] <= 0.105
+    lo, hi = m["gemm_flops_bf16_sustained_spread"]
+    assert lo <= flop / 1.40e-3 * 1.0001 and hi >= flop / 1.28e-3 * 0.9999
+
+
 def test_a_ceiling_is_the_median_of_its_readings():
     """``sweep.measure.ceilings``: a burst rate is the median of its short readings' medians
     (one low reading does not move it), the spread spans every call, each reading is kept."""
