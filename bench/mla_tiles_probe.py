@@ -60,7 +60,7 @@ def main(argv=None) -> int:
         torch.cuda.empty_cache()
     (out / "mla_tiles.json").write_text(json.dumps({"copy_bytes_s": bw, "rows": rows}, indent=1))
     lines = [f"copy bandwidth {bw / 1e12:.2f} TB/s", "",
-             "| H | B | S | best tile | min_tiles | us | of roofline | default (16,32,4,2) x 4 us |",
+             "| H | B | S | best tile | min_tiles | us | of roofline | (16,32,4,2) x 4 us |",
              "|---:|---:|---:|---|---:|---:|---:|---:|"]
     for H, B, S in SHAPES:
         ok = [r for r in rows if (r["H"], r["B"], r["S"]) == (H, B, S) and "us" in r]

@@ -126,6 +126,7 @@ def _mla_merge_kernel(o_ptr, lse_ptr, out_ptr, n_splits, r, BLOCK_R: tl.constexp
 # Programs per SM the splits aim at: one. A split's partials (``H r`` float32, written and read
 # again by the merge) grow with the splits: at batch 1, 16 heads and 32k positions two programs
 # an SM (256 splits) took 31.3 us, one (128) 25.4, a half 30.0 (H100, bench.mla_tiles_probe,
+# which sets the split counts through ``min_tiles`` at two programs an SM;
 # results/reference/mla_model_h100.md)
 PER_SM = 1
 

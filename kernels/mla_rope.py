@@ -88,7 +88,8 @@ def mla_rope_write_(q: torch.Tensor, kv: torch.Tensor, norm_weight: torch.Tensor
         nope: ``qk_nope_head_dim``.
 
     Raises:
-        ValueError: shapes that do not agree.
+        ValueError: shapes that do not agree; a last dim not contiguous, tokens not at one
+            stride, or tables of different strides.
     """
     B, T, H, qk = q.shape
     r = lat_cache.shape[-1]
@@ -100,6 +101,9 @@ def mla_rope_write_(q: torch.Tensor, kv: torch.Tensor, norm_weight: torch.Tensor
     qs = q.stride()
     if qs[0] != T * qs[1] or kv.stride(0) != T * kv.stride(1):
         raise ValueError("mla_rope_write_: q and kv must hold their tokens at one stride")
+    if any(t.stride(-1) != 1 for t in (q, kv, lat_cache, kpe_cache, cos, sin)) \
+            or sin.stride(0) != cos.stride(0):
+        raise ValueError("mla_rope_write_: last dims must be contiguous and the tables alike")
     half = R // 2
     _mla_rope_kernel[(B * T,)](
         q, kv, norm_weight, cos, sin, input_pos, lat_cache, kpe_cache, T, H, r, nope, eps,

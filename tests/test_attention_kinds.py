@@ -329,8 +329,8 @@ def test_a_latent_attention_design_needs_gemvs_of_a_step_and_its_own_decode_entr
     2026-11-27 failed on one: M = 576, MLA's up-projection of the whole cache), the absorbed
     ``W_UK`` / ``W_UV`` products GEMMs of the step's rows, and its decode attention is keyed by
     the latent kernel's shape (``impl`` mla, one latent head shared by every query head, the
-    latent's and the RoPE key's widths). Over a quantized cache it stays on the torch path,
-    refused on the Triton one by name."""
+    latent's and the RoPE key's widths). A quantized latent cache is refused by name (neither
+    path reads one)."""
     from kernels.gemv import MAX_M
     from sweep.analysis.needs import needs
     from zoo import DesignError
@@ -343,8 +343,9 @@ def test_a_latent_attention_design_needs_gemvs_of_a_step_and_its_own_decode_entr
     assert {(1, H * r, nope, "bf16"), (1, H * v, r, "bf16")} <= set(got["gemm"])
     assert (1, 3072, 2048, "norm+res", "bf16") in got["gemv"]  # wq, the block's norm in it
     assert {k[:9] for k in got["decode_attn"]} == {("mla", "bf16", 1, 1, 16, 544, 512, 0, 64)}
-    with pytest.raises(DesignError, match="kv_lora_rank=512 with kv_dtype=int8"):
-        cfg.replace(kv_dtype="int8", kernels="triton").validate()
+    for kernels in ("triton", "torch", "auto"):  # a quantized latent cache: no path reads it
+        with pytest.raises(DesignError, match="kv_dtype=int8 with kv_lora_rank"):
+            cfg.replace(kv_dtype="int8", kernels=kernels).validate()
     dense = needs([(ModelConfig.from_name("llama3_2_1b"),
                     {"batch": 1, "prompt_len": 512, "new_tokens": 64}, "cudagraph")], "cuda")
     assert dense["gemv"] and all(k[0] <= MAX_M for k in dense["gemv"])

@@ -26,10 +26,11 @@ from .launches import NORM_LAUNCHES, Kernel, Stage
 _KINDS = Kinds("attention kind")
 # latent attention's torch ops (zoo.mla_attention, counted as tests/test_launches.py counts): RoPE
 # on the query's and the key's RoPE parts, 9 each (the float cast, four products, the difference
-# and sum, the stack, the cast back); the torch path's absorbed decode between its two GEMMs
-# (casts of the query, the latents twice, the RoPE parts and W_UK / W_UV, the RoPE scores' matmul
-# and add, the scale, the mask's negation, masked_fill, softmax, the cast back); the Triton
-# path's attention launches (kernels.mla_decode.launches: the split kernel and the merge)
+# and sum, the stack, the cast back); the torch path's absorbed decode between its two GEMMs (16:
+# casts of the query, the latents twice, the RoPE parts and W_UK / W_UV, the latents' two
+# matmuls, the RoPE scores' matmul and add, the scale, the mask's negation, masked_fill, softmax,
+# the cast back); the Triton path's attention launches (kernels.mla_decode.launches: the split
+# kernel and the merge; a test holds them equal)
 MLA_ROPE_LAUNCHES = 18
 MLA_TORCH_DECODE_LAUNCHES = 16
 MLA_DECODE_LAUNCHES = 2
@@ -236,11 +237,11 @@ class MLA:
         FLOPs and weight bytes of that one GEMM); between them the attention over the latents: on
         the Triton path ``kernels.mla_decode`` (its own ``decode_attn`` entry, ``impl`` mla: the
         latent ``D`` and RoPE ``R`` wide, one KV head shared by ``G = n_heads``, two launches) and
-        the heads' outputs gathered for ``wo`` (a copy), on the torch path its float32 ops
+        the heads' outputs gathered for ``wo`` (a copy above batch 1), on the torch path its float32 ops
         (``MLA_TORCH_DECODE_LAUNCHES``, priced by the torch decode entry of its shape). A prefill
-        expands the latents through ``wkv_b``, builds the heads' keys and queries (two
-        concatenations), attends through SDPA and reshapes its output (a copy). The output
-        projection."""
+        expands the latents through ``wkv_b``, builds the heads' keys (and on the torch path their
+        queries: two concatenations), attends through SDPA and reshapes its output (a copy). The
+        output projection."""
         cfg, M, batch, new, C = st.cfg, st.M, st.batch, st.new, st.context
         H, r, R, wb = cfg.n_heads, cfg.kv_lora_rank, cfg.qk_rope_head_dim, st.wb
         nope, V, d = cfg.qk_nope_head_dim, cfg.v_head_dim, cfg.d_model
@@ -251,10 +252,12 @@ class MLA:
             return Kernel("norms_elementwise", "elementwise", op, 0, nbytes,
                           {"op": like, "impl": "torch", "bytes": nbytes}, launches, L)
 
-        def bmm(op, N, K):  # a batched GEMM over the heads (cuBLAS), on the GEMV path too
-            g = st.gemm("attention", op, N, K, rep=L)
-            return Kernel(g.module, "gemm", op, g.flops, g.bytes,
-                          {k: v for k, v in g.shape.items() if k != "prologue"}, 1, L)
+        def bmm(op, n, k):  # [M, k] x [k, n] per head: a batched GEMM over the heads (cuBLAS,
+            # on the GEMV path too), keyed as the one GEMM of its FLOPs and weight bytes
+            g = st.gemm("attention", op, H * n, k, rep=L)
+            nbytes = H * n * k * cfg.weight_bits / 8 + M * H * (n + k) * wb
+            return Kernel(g.module, "gemm", op, g.flops, nbytes,
+                          {k_: v for k_, v in g.shape.items() if k_ != "prologue"}, 1, L)
 
         # on the decode GEMV path the block's norm (and the residual add) in the query's and the
         # latent's projections' prologues, each (zoo.mla_attention.MLAttention.skinny)
@@ -277,7 +280,7 @@ class MLA:
         kvb = DTYPE_BYTES[cfg.kv_dtype]
         kv = batch * C * (r + R) * kvb
         if new == 1:
-            out.append(bmm("w_uk", H * r, nope))
+            out.append(bmm("w_uk", r, nope))
             if st.fused:
                 out.append(Kernel("attention", "decode_attn", "mla_decode",
                                   f["attention"] - 2 * M * H * r * (nope + V), kv,
@@ -290,16 +293,20 @@ class MLA:
                                   {"impl": "torch", "kv_dtype": cfg.kv_dtype, "bytes": kv,
                                    "B": batch, "Hkv": H, "G": 1, "S": C, "D": qk},
                                   MLA_TORCH_DECODE_LAUNCHES, L))
-            out.append(bmm("w_uv", H * V, r))
-            if st.fused:  # [H, B, v] -> [B, H v] for wo
+            out.append(bmm("w_uv", V, r))
+            if st.fused and batch > 1:  # [H, B, v] -> [B, H v] for wo (at batch 1 a view)
                 out.append(torch_op("mla_gather", "kv_write", 2 * M * H * V * wb, 1))
         else:
+            # the heads' keys built (and, on the torch path, their queries: the Triton path
+            # rotated them in place)
+            cat = 2 * (batch * C + M * (not st.fused)) * H * qk * wb
             out += [st.gemm("attention", "wkv_b", H * (nope + V), r, m=batch * C, rep=L),
-                    torch_op("mla_concat", "kv_write", 2 * (batch * C + M) * H * qk * wb, 2),
+                    torch_op("mla_concat", "kv_write", cat, 1 + (not st.fused)),
                     # causal: half the 2 B H new C (qk + v) of the full products, as GQA's
-                    # kernel counts (its SDPA entries' FLOP/s are on that count)
+                    # kernel counts (its SDPA entries' FLOP/s are on that count); q, k, v read
+                    # and the output written once
                     Kernel("attention", "prefill_attn", "sdpa", batch * H * new * C * (qk + V),
-                           2 * M * H * (qk + V) * wb + 2 * batch * C * H * (qk + V) * wb,
+                           (M + batch * C) * H * (qk + V) * wb,
                            {"B": batch, "H": H, "T": new, "D": qk, "G": 1, "impl": st.impl},
                            st.launches("prefill_attn"), L),
                     torch_op("mla_gather", "kv_write", 2 * M * H * V * wb, 1)]

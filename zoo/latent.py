@@ -40,7 +40,7 @@ def check(cfg) -> None:
             ``kv_lora_rank`` or ``q_lora_rank`` not below ``d_model`` (no compression); a
             ``qk_rope_head_dim`` that is odd, zero, or not the design's ``head_dim``; a zero
             ``qk_nope_head_dim`` or ``v_head_dim``; ``n_kv_heads`` other than ``n_heads``; a
-            window, sinks or QK-norm with MLA (not modelled).
+            quantized cache; a window, sinks or QK-norm with MLA (not modelled).
     """
     for f in FIELDS:
         v = getattr(cfg, f)
@@ -68,6 +68,9 @@ def check(cfg) -> None:
     if cfg.n_kv_heads != cfg.n_heads:
         raise DesignError(f"n_kv_heads ({cfg.n_kv_heads}) must equal n_heads ({cfg.n_heads}) "
                           "for MLA: every head expands its own key and value from the latent")
+    if cfg.kv_dtype in ("int8", "fp8_e4m3"):
+        raise DesignError(f"kv_dtype={cfg.kv_dtype} with kv_lora_rank > 0: the latent cache is "
+                          "16-bit (kernels.mla_decode reads no quantized one)")
     if cfg.sliding_window is not None or cfg.attn_sinks or cfg.qk_norm != "none":
         raise DesignError("sliding_window, attn_sinks or qk_norm with kv_lora_rank > 0: not "
                           "modelled for MLA")

@@ -2,15 +2,16 @@
 ``DeepseekV2Attention`` computes it): the cache holds each token's normed latent and its rotated
 decoupled key, nothing per head.
 
-A prefill expands every position's keys and values through ``kv_b`` (the naive form); a decode
-step attends in the absorbed form (``q_nope W_UK`` scored against the latents, ``W_UV`` after the
+A prefill expands every position's keys and values through ``kv_b`` (the naive form); a decode step
+attends in the absorbed form (``q_nope W_UK`` scored against the latents, ``W_UV`` after the
 softmax: FlashMLA's), reading the latents once for every head: on the torch path in float32
 (``absorbed``, the reference), on the Triton path (``kernels=triton``, a GPU's default) as
 ``decode``: ``q_nope W_UK`` and ``W_UV`` as batched GEMMs over the heads (cuBLAS), the attention
 over the latents in ``kernels.mla_decode`` (one pass over the cache for every head, the splits
-merged in the model's dtype). On the Triton path the RoPE rotations, the latent's norm and the
-cache write are one launch (``kernels.mla_rope``) at every stage, and the query bottleneck's norm
-Triton's RMSNorm. No host synchronisation: a CUDA graph replays it.
+merged in the model's dtype). On the Triton path the RoPE rotations, the latent's norm and the cache
+write are one launch (``kernels.mla_rope``) at every stage, and the query bottleneck's norm Triton's
+RMSNorm (on the decode GEMV path: in ``wq_b``'s prologue). No host synchronisation: a CUDA graph
+replays it.
 RoPE on the decoupled part rotates interleaved channel pairs (transformers' ``apply_rotary_emb``
 on complex pairs), from the design's ``cos, sin`` tables (YaRN's attention factor included).
 """
@@ -68,7 +69,7 @@ class MLAttention(nn.Module):
                                bias=False)
         self.wo = nn.Linear(H * cfg.v_head_dim, d, bias=False)
         self.cache: KVCache | None = None
-        self.pdl = self.fold_rope = False  # (set by setup_cache; the torch path has no use)
+        self.pdl = self.fold_rope = False  # (set by setup_cache; neither MLA path uses them)
 
     def absorbed(self, q_nope, q_pe, lat, kpe, mask, scale):
         """Attention of one token per sequence in the absorbed form (DeepSeek-V2, Sec. 2.1.2;
@@ -154,10 +155,9 @@ class MLAttention(nn.Module):
                 ops.mla_rope_write_(q, kv, self.kv_norm.weight, self.kv_norm.eps, *rope,
                                     input_pos, cache.k[i], cache.v[i], nope)
             lat, kpe = cache.k[i], cache.v[i]
-            q_nope, q_pe = q.transpose(1, 2).split([nope, R], dim=-1)
-        else:
+        q_nope, q_pe = q.transpose(1, 2).split([nope, R], dim=-1)  # (rotated: Triton's)
+        if not triton:
             latent, k_pe = kv.split([cfg.kv_lora_rank, R], dim=-1)
-            q_nope, q_pe = q.transpose(1, 2).split([nope, R], dim=-1)
             with annotate("rope"):
                 q_pe = rotate_interleaved(q_pe, *rope)
                 k_pe = rotate_interleaved(k_pe.view(B, 1, T, R), *rope)
@@ -176,6 +176,6 @@ class MLAttention(nn.Module):
                 kv = self.wkv_b(lat[:, 0, :n]).view(B, n, H, nope + V).transpose(1, 2)
                 k_nope, v = kv.split([nope, V], dim=-1)
                 k = torch.cat([k_nope, kpe[:, :, :n].expand(B, H, n, R)], dim=-1)
-                qs = torch.cat([q_nope, q_pe], dim=-1)
+                qs = q.transpose(1, 2) if triton else torch.cat([q_nope, q_pe], dim=-1)
                 y = gqa.attention(qs, k, v, causal=m is None, mask=m, scale=scale)
         return y.transpose(1, 2).reshape(B, T, H * V)

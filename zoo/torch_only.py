@@ -1,15 +1,12 @@
-"""Design features the zoo runs on its torch path only (so far): Gemma's, and latent attention
-over a quantized cache.
+"""Design features the zoo runs on its torch path only (so far): Gemma's.
 
 Gemma 2 / 3 build their blocks with RMSNorm of weight ``1 + w`` (``norm="rmsnorm1p"``, computed
 in float32), norms after the attention and the FFN as well as before (``sandwich_norm``),
 embeddings scaled by ``sqrt(d_model)`` (``embed_scale``), a softmax scale of
 ``query_pre_attn_scalar ** -0.5`` (``attn_scale``; latent attention takes one on either path),
-and a RoPE base of their own on the local layers (``rope_local_theta``). Multi-head latent
-attention (``kv_lora_rank``, ``zoo.latent``) runs on the Triton path over a 16-bit cache only
-(``kernels.mla_decode`` reads no quantized one). The fused kernels of ``kernels/`` do not take
-these yet: a design with any of them resolves ``kernels=auto`` to ``torch`` and refuses
-``kernels=triton`` by field.
+and a RoPE base of their own on the local layers (``rope_local_theta``). The fused kernels of
+``kernels/`` do not take these yet: a design with any of them resolves ``kernels=auto`` to
+``torch`` and refuses ``kernels=triton`` by field.
 """
 
 from __future__ import annotations
@@ -31,8 +28,6 @@ def features(cfg) -> list[str]:
         # (latent attention takes its scale on both paths: zoo.mla_attention)
         if getattr(cfg, f) is not None and not (f == "attn_scale" and cfg.kv_lora_rank):
             out.append(f"{f}={getattr(cfg, f)}")
-    if cfg.kv_lora_rank and cfg.kv_dtype not in ("bf16", "fp16", "fp32"):
-        out.append(f"kv_lora_rank={cfg.kv_lora_rank} with kv_dtype={cfg.kv_dtype}")
     return out
 
 
@@ -53,5 +48,4 @@ def check(cfg) -> None:
             raise DesignError(f"{f} must be a positive number or null, got {v!r}")
     if cfg.kernels == "triton" and features(cfg):
         raise DesignError(f"{', '.join(features(cfg))}: runs on kernels=torch only (the fused "
-                          "kernels do not take Gemma's norms, scales and local RoPE, nor a quantized "
-                          "latent cache, yet)")
+                          "kernels do not take Gemma's norms, scales and local RoPE yet)")

@@ -6,8 +6,9 @@ context. On a GPU also the sustained bf16 GEMM rate: the same GEMM back to back 
 ``SUSTAIN_S`` from idle, as a long prefill's repeats run; at the board's power limit the clocks
 drop (H100 SXM, 700 W: SM clock 1980 -> ~1400 MHz after ~0.1 s, NVML clock-event reason
 "SW power cap"; ``results/reference/power_probe.md``), so a compute-bound kernel timed in a short
-burst runs slower inside a long stage. ``gemm_flops_bf16_sustained`` is the rate over the run's
-second half, ``power_onset_s`` the busy time after which the calls slow down.
+burst runs slower inside a long stage. ``gemm_flops_bf16_sustained`` is the rate over a run's
+second half, ``power_onset_s`` the busy time after which the calls slow down, each the median of
+``SUSTAIN_RUNS`` runs.
 ``sweep.analysis.hardware.measure_ceilings`` caches what this measures and gives every
 MFU and MBU its "measured" peak.
 """

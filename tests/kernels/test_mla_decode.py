@@ -79,3 +79,11 @@ def test_many_splits_merge_in_chunks_and_blocks(monkeypatch):
     n_splits, _ = M.plan_splits(B, 1, S, 16 * M.MIN_TILES, 64)
     assert n_splits >= 4  # the merge loops over at least two blocks of two splits
     close(got, reference(q_lat, q_pe, lat, kpe, P + 1, 0.1).to(DEVICE), torch.float32)
+
+
+def test_the_kernel_list_counts_the_kernels_launches():
+    """``zoo.attn.MLA_DECODE_LAUNCHES`` (the torch-free kernel list's count) is the kernel's."""
+    from kernels.mla_decode import launches
+    from zoo.attn import MLA_DECODE_LAUNCHES
+
+    assert MLA_DECODE_LAUNCHES == launches()

@@ -41,3 +41,8 @@ def test_refuses_shapes_that_do_not_agree():
         mla_rope_write_(q, torch.zeros(1, 1, 30), torch.ones(16), 1e-6, torch.zeros(8, 8),
                         torch.zeros(8, 8), torch.tensor([0]), torch.zeros(1, 1, 8, 16),
                         torch.zeros(1, 1, 8, 8), 16)
+    q2 = torch.zeros(1, 1, 2, 24)
+    with pytest.raises(ValueError, match="contiguous"):
+        mla_rope_write_(q2, torch.zeros(1, 1, 24), torch.ones(16), 1e-6, torch.zeros(8, 8),
+                        torch.zeros(8, 16)[:, ::2], torch.tensor([0]), torch.zeros(1, 1, 8, 16),
+                        torch.zeros(1, 1, 8, 8), 16)
