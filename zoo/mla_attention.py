@@ -71,6 +71,14 @@ class MLAttention(nn.Module):
         self.cache: KVCache | None = None
         self.pdl = self.fold_rope = False  # (set by setup_cache; neither MLA path uses them)
 
+    def absorbed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(W_UK [H, nope, r], W_UV [H, v, r])``: views of ``wkv_b``'s weight, each head's rows
+        that expand the latent into its key's non-RoPE part and into its value."""
+        cfg = self.cfg
+        w = self.wkv_b.weight.view(cfg.n_heads, cfg.qk_nope_head_dim + cfg.v_head_dim,
+                                   cfg.kv_lora_rank)
+        return w[:, :cfg.qk_nope_head_dim], w[:, cfg.qk_nope_head_dim:]
+
     def absorbed(self, q_nope, q_pe, lat, kpe, mask, scale):
         """Attention of one token per sequence in the absorbed form (DeepSeek-V2, Sec. 2.1.2;
         FlashMLA): ``q_nope W_UK`` scored against the latents themselves, the probabilities
@@ -78,10 +86,7 @@ class MLAttention(nn.Module):
         latents and ``[S, qk_rope_head_dim]`` keys once, no per-head keys or values built.
         q_nope ``[B, H, 1, nope]``, q_pe ``[B, H, 1, rope]``, lat ``[B, 1, S, r]``, kpe
         ``[B, 1, S, rope]``, mask ``[1, S]`` or None -> ``[B, H, 1, v_head_dim]``."""
-        cfg = self.cfg
-        H, nope, r = cfg.n_heads, cfg.qk_nope_head_dim, cfg.kv_lora_rank
-        w = self.wkv_b.weight.view(H, nope + cfg.v_head_dim, r)
-        w_uk, w_uv = w[:, :nope], w[:, nope:]  # [H, nope, r], [H, v, r]
+        w_uk, w_uv = self.absorbed_weights()
         q_lat = q_nope.float() @ w_uk.float()  # [B, H, 1, r]
         s = (q_lat @ lat.float().transpose(-1, -2) + q_pe.float() @ kpe.float().transpose(-1, -2))
         s = s * scale  # [B, H, 1, S]
@@ -96,13 +101,11 @@ class MLAttention(nn.Module):
         ``kernels.mla_decode`` between them over the cache's positions ``[0, pos + 1)``.
         q_nope ``[B, H, 1, nope]``, q_pe ``[B, H, 1, rope]``, lat ``[B, 1, S, r]``, kpe
         ``[B, 1, S, rope]``, pos ``[1]`` int64 (a device tensor) -> ``[B, H, 1, v_head_dim]``."""
-        cfg = self.cfg
-        H, nope, r = cfg.n_heads, cfg.qk_nope_head_dim, cfg.kv_lora_rank
-        w = self.wkv_b.weight.view(H, nope + cfg.v_head_dim, r)
-        q_lat = torch.bmm(q_nope[:, :, 0].transpose(0, 1), w[:, :nope])  # [H, B, r]
+        w_uk, w_uv = self.absorbed_weights()
+        q_lat = torch.bmm(q_nope[:, :, 0].transpose(0, 1), w_uk)  # [H, B, r]
         o_lat = ops.mla_decode(q_lat.transpose(0, 1), q_pe[:, :, 0], lat, kpe, pos, scale,
                                out_dtype=q_nope.dtype)  # [B, H, r]
-        y = torch.bmm(o_lat.transpose(0, 1), w[:, nope:].transpose(1, 2))  # [H, B, v]
+        y = torch.bmm(o_lat.transpose(0, 1), w_uv.transpose(1, 2))  # [H, B, v]
         return y.transpose(0, 1).unsqueeze(2)
 
     def skinny(self, x, norm, residual, rope, input_pos):
