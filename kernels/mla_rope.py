@@ -114,8 +114,10 @@ def mla_rope_write_(q: torch.Tensor, kv: torch.Tensor, norm_weight: torch.Tensor
     return q
 
 
-def _rotated(x, c, s):
-    # interleaved pairs of x [..., R] rotated by c, s [T, R / 2] (broadcast over x's leading dims)
+def rotate_pairs(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """RoPE on adjacent channel pairs ``(x0, x1) -> (x0 c - x1 s, x0 s + x1 c)`` in PyTorch:
+    ``x [..., R]``, ``c, s`` float32 ``[..., R / 2]`` broadcast against x's leading dims; float32
+    math, x's dtype out (the numerics the kernel keeps; ``zoo.mla_attention`` runs it)."""
     xf = x.float().reshape(*x.shape[:-1], x.shape[-1] // 2, 2)
     a, b = xf[..., 0], xf[..., 1]
     return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2).to(x.dtype)
@@ -123,15 +125,15 @@ def _rotated(x, c, s):
 
 def reference(q, kv, norm_weight, eps, cos, sin, input_pos, lat_cache, kpe_cache, nope):
     """PyTorch reference of ``mla_rope_write_`` (the numerics of ``zoo.mla_attention``'s torch
-    path: ``rotate_interleaved`` and ``zoo.norms.RMSNorm``)."""
+    path: ``rotate_pairs`` and ``zoo.norms.RMSNorm``)."""
     r = lat_cache.shape[-1]
     R = q.shape[-1] - nope
     c = cos[input_pos, : R // 2].float()[:, None]  # [T, 1, R / 2]: over q's heads
     s = sin[input_pos, : R // 2].float()[:, None]
-    q[..., nope:] = _rotated(q[..., nope:], c, s)
+    q[..., nope:] = rotate_pairs(q[..., nope:], c, s)
     lat, kpe = kv.split([r, R], dim=-1)
     xf = lat.float()
     normed = norm_weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(lat.dtype)
     lat_cache[:, 0, input_pos] = normed.to(lat_cache.dtype)
-    kpe_cache[:, 0, input_pos] = _rotated(kpe, c[:, 0], s[:, 0])
+    kpe_cache[:, 0, input_pos] = rotate_pairs(kpe, c[:, 0], s[:, 0])
     return q

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from kernels import ops
+from kernels.mla_rope import rotate_pairs
 
 from . import gqa
 from .cache import KVCache
@@ -34,13 +35,10 @@ from .nvtx import annotate
 def rotate_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """RoPE on adjacent channel pairs ``(x0, x1) -> (x0 c - x1 s, x0 s + x1 c)``.
     x: ``[B, heads, T, R]``; cos, sin: ``[T, R]`` in the rotate-half layout (``zoo.rope_tables``:
-    each frequency twice), of which the first ``R / 2`` columns are used. Float32 math, x's
-    dtype out."""
+    each frequency twice), of which the first ``R / 2`` columns are used
+    (``kernels.mla_rope.rotate_pairs``). Float32 math, x's dtype out."""
     R = x.shape[-1]
-    c, s = cos[:, : R // 2].float(), sin[:, : R // 2].float()
-    xf = x.float().reshape(*x.shape[:-1], R // 2, 2)
-    a, b = xf[..., 0], xf[..., 1]
-    return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2).to(x.dtype)
+    return rotate_pairs(x, cos[:, : R // 2].float(), sin[:, : R // 2].float())
 
 
 class MLAttention(nn.Module):
