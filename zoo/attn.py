@@ -119,10 +119,9 @@ class GQA:
         if cfg.qk_norm != "none":  # two RMSNorms: torch's ops, or two Triton kernels, each
             nbytes = 2 * M * (H + Hkv) * D * wb  # after a copy to dense rows (rows of several
             # tokens are strided in the qkv output), and v made dense: one token's are dense
-            out.append(Kernel("norms_elementwise", "elementwise", "rmsnorm", 0, nbytes,
-                              {"op": "rmsnorm", "impl": st.impl, "bytes": nbytes},
-                              2 + 3 * (M > 1) if st.fused else 2 * NORM_LAUNCHES[
-                                  "rmsnorm1p" if cfg.norm == "rmsnorm1p" else "rmsnorm"], L))
+            out.append(st.elem("rmsnorm", nbytes, rep=L, launches=2 + 3 * (M > 1) if st.fused
+                               else 2 * NORM_LAUNCHES["rmsnorm1p" if cfg.norm == "rmsnorm1p"
+                                                      else "rmsnorm"]))
         if st.fused and new == 1 and fold:
             pass  # folded into the decode attention launch (zoo.attention; its bytes are a token's)
         elif st.fused:  # one kernel: RoPE and the cache write (priced on their bytes together)
@@ -249,8 +248,7 @@ class MLA:
         f = self.flops(cfg, batch, new, C)
 
         def torch_op(op, like, nbytes, launches):  # torch ops priced by the entry ``like``
-            return Kernel("norms_elementwise", "elementwise", op, 0, nbytes,
-                          {"op": like, "impl": "torch", "bytes": nbytes}, launches, L)
+            return st.elem(op, nbytes, rep=L, launches=launches, like=like, impl="torch")
 
         def bmm(op, n, k):  # [M, k] x [k, n] per head: a batched GEMM over the heads (cuBLAS,
             # on the GEMV path too), keyed as the one GEMM of its FLOPs and weight bytes
@@ -271,8 +269,7 @@ class MLA:
         out.append(st.gemm("qkv", "wkv_a", r + R, d, rep=L, prologue="norm+res"))
         if st.fused:  # kernels.mla_rope: RoPE, the latent's norm and the cache write, one launch
             nbytes = (2 * H * R + 2 * (r + R)) * M * wb  # the RoPE parts read and written, the
-            out.append(Kernel("norms_elementwise", "elementwise", "mla_rope", 0, nbytes,  # latent
-                              {"op": "rope", "impl": "triton", "bytes": nbytes}, 1, L))  # & key
+            out.append(st.elem("mla_rope", nbytes, rep=L, launches=1, like="rope"))  # latent, key
         else:
             out += [torch_op("rope", "rope", 2 * M * (H + 1) * R * wb, MLA_ROPE_LAUNCHES),
                     st.elem("rmsnorm", 2 * M * r * wb, rep=L),

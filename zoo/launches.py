@@ -117,13 +117,15 @@ class Stage:
         return Kernel(module, "gemm", op, 2 * m * N * K, nbytes, shape, 1, rep)
 
     def elem(self, op: str, nbytes: float, rep: int | None = None, launches: int | None = None,
-             in_prologue: bool = False) -> Kernel | None:
-        """An elementwise op ``op`` moving ``nbytes`` (priced by its ``elementwise`` entry),
-        repeated ``rep`` times (default: once per layer); None where it runs in a GEMV's prologue
-        on the decode GEMV path (``in_prologue``)."""
+             in_prologue: bool = False, like: str | None = None,
+             impl: str | None = None) -> Kernel | None:
+        """An elementwise op ``op`` moving ``nbytes`` (priced by its ``elementwise`` entry, or
+        ``like``'s: another op's entry), repeated ``rep`` times (default: once per layer), run by
+        ``impl`` (default the stage's path: torch ops on the Triton path say so); None where it
+        runs in a GEMV's prologue on the decode GEMV path (``in_prologue``)."""
         if self.skinny and in_prologue:
             return None
         return Kernel("norms_elementwise", "elementwise", op, 0, nbytes,
-                      {"op": op, "impl": self.impl, "bytes": nbytes},
+                      {"op": like or op, "impl": impl or self.impl, "bytes": nbytes},
                       self.launches(op) if launches is None else launches,
                       self.cfg.n_layers if rep is None else rep)

@@ -187,8 +187,7 @@ class MoEFFN:
                           n * N * K * wbits / 8 + rows * n * (N + K) * wb, shape, 1, rep)
 
         def op(name, nbytes, launches=1, impl="torch"):  # the small ops around the GEMMs
-            return Kernel("norms_elementwise", "elementwise", name, 0, nbytes,
-                          {"op": name, "impl": impl, "bytes": nbytes}, launches, rep)
+            return st.elem(name, nbytes, rep=rep, launches=launches, impl=impl)
 
         routed = route_bytes(M, E, k, d, wb)
         out = [st.elem("rmsnorm", 4 * M * d * wb, rep=rep) if st.skinny else None,

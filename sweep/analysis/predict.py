@@ -77,8 +77,7 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     # decode step as its graph runs it builds the position mask: launches of their own (counted
     # with the embedding's gather; their few bytes priced there)
     gathers = 1 + (0 if fused else 2 + (new == 1))
-    out = [Kernel("norms_elementwise", "elementwise", "embedding", 0, 2 * M * d * wb,
-                  {"op": "embedding", "impl": "torch", "bytes": 2 * M * d * wb}, gathers, 1)]
+    out = [st.elem("embedding", 2 * M * d * wb, rep=1, launches=gathers, impl="torch")]
     out += [st.elem("rmsnorm", norm_bytes, launches=nl, in_prologue=True),
             *(k for w, n in attn.windows(cfg)  # layers grouped by the window they attend over
               for k in attn.kind(cfg).kernels(st, fold, decode_attention.launches, n, w)),
@@ -91,8 +90,7 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     out += [st.elem("rmsnorm", 2 * batch * d * wb, rep=1, launches=nl, in_prologue=True),
             st.gemm("lm_head", "output", V, d, m=batch, rep=1, prologue="norm+res"),
             # the last position's logits [batch, vocab] cloned out of the graph and sampled
-            Kernel("norms_elementwise", "elementwise", "sample", 0, 3 * batch * V * wb,
-                   {"op": "sample", "impl": "torch", "bytes": 3 * batch * V * wb}, 2, 1)]
+            st.elem("sample", 3 * batch * V * wb, rep=1, launches=2, impl="torch")]
     return [k for k in out if k is not None]
 
 
