@@ -220,18 +220,19 @@ class Calibrated:
             KeyError: fewer than three calibrated entries of this implementation and KV dtype.
         """
         key = (s["impl"], s["kv_dtype"])
-        if key[0] == "mla":
-            try:
-                self._attn_fit(key)
-            except KeyError:  # a calibration before the latent kernel's entries: the GQA
-                # kernel's fit at the same KV bytes, one KV head (its groups capped at 32)
-                self._note("latent attention's decode kernel (kernels.mla_decode) not "
-                           "calibrated: priced as the Triton GQA kernel's entry of its KV bytes")
-                like = dict(s, impl="triton", Hkv=1, G=min(int(s["G"]), 32),
-                            D=int(s["D"]) + int(s.get("R", 0)))
-                t, basis = self.decode_attn(like, nbytes)
-                return t, basis + " (as latent attention's)"
-        fit = self._attn_fit(key)
+        try:
+            fit = self._attn_fit(key)
+        except KeyError:
+            if key[0] != "mla":
+                raise
+            # a calibration before the latent kernel's entries: the GQA kernel's fit at the same
+            # KV bytes, one KV head (its groups capped at 32)
+            self._note("latent attention's decode kernel (kernels.mla_decode) not "
+                       "calibrated: priced as the Triton GQA kernel's entry of its KV bytes")
+            like = dict(s, impl="triton", Hkv=1, G=min(int(s["G"]), 32),
+                        D=int(s["D"]) + int(s.get("R", 0)))
+            t, basis = self.decode_attn(like, nbytes)
+            return t, basis + " (as latent attention's)"
         lo, hi, g_lo, g_hi = fit[3:7]
         if not lo <= nbytes <= hi or not g_lo <= s["G"] <= g_hi:
             self._note(f"decode_attn {'/'.join(key)} at {nbytes:.3g} KV bytes, group {s['G']}: "
