@@ -8,7 +8,8 @@ dir=$1
 port=${PGPORT_CI:-55432}
 if ! command -v pg_ctl >/dev/null && [ ! -x /usr/lib/postgresql/15/bin/pg_ctl ]; then
   if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      postgresql >&2
   else
     echo "postgres.sh: pg_ctl not found and not root to install postgresql" >&2; exit 1
   fi

@@ -76,12 +76,34 @@ def pytest_collection_modifyitems(config, items):
             continue
         if any(s in src for s in STARTS_CHILDREN):
             item.add_marker(pytest.mark.slow)
+    _longest_first(items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; none is visible")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# the one test that runs for minutes (every README command in turn): started first
+LONGEST = "tests/test_readme.py::test_every_readme_command_runs_on_the_cpu"
+
+
+def _longest_first(items) -> None:
+    """Order the run so the long work starts first and the short fills the end (longest
+    processing time first, for ``-n 2`` with ``--dist worksteal``: an idle worker takes half of
+    the other's queue, so a minutes-long test started last would hold one core alone at the
+    end): ``LONGEST``, then the modules by their share of ``slow`` tests (a child-process study
+    each) and Triton-interpreter tests (``tests/kernels``), each module's tests kept together in
+    their order (module fixtures are set up once)."""
+    weight: dict = {}
+    for item in items:
+        mod = item.nodeid.split("::")[0]
+        w = 1.0 if "slow" in item.keywords else 0.25 if mod.startswith("tests/kernels/") else 0.0
+        weight[mod] = weight.get(mod, 0.0) + w
+    order = {m: i for i, m in enumerate(dict.fromkeys(it.nodeid.split("::")[0] for it in items))}
+    items.sort(key=lambda it: (it.nodeid != LONGEST, -weight[it.nodeid.split("::")[0]],
+                               order[it.nodeid.split("::")[0]]))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -234,18 +234,32 @@ def _keys(r: Row) -> tuple[str, ...]:
     return keys_of(r.family, r.engine)
 
 
-def _fit_on(prepared: list[tuple], keep) -> dict:
+def _fit_on(prepared: list[tuple], keep, memo: dict | None = None) -> dict:
     """Fits per key of ``_keys`` and stage over the prepared rows that ``keep`` accepts:
-    ``{(key, stage): (coefficients of ``fit``, rows, chips)}``."""
+    ``{(key, stage): (coefficients of ``fit``, rows, chips)}``. ``memo`` (a dict kept by the
+    caller for one ``prepared`` list) holds each fit by its key, stage and rows: the fits of a
+    leave-one-chip-out check differ only where the left-out chip had rows (``_nested_spread``
+    fits the same row sets thousands of times)."""
     groups: dict = {}
-    for r, f, obs, _ in prepared:
+    for i, (r, f, obs, _) in enumerate(prepared):
         if not keep(r) or not math.isfinite(f[1]):
             continue
         for key in _keys(r):
-            groups.setdefault((key, _stage(r)), []).append((f, obs, r.group))
-    return {k: (fit(np.array([a for a, _, _ in v]), np.array([b for _, b, _ in v]),
-                    [g for _, _, g in v]), len(v), len({g for _, _, g in v}))
-            for k, v in groups.items()}
+            groups.setdefault((key, _stage(r)), []).append(i)
+    out = {}
+    for k, idx in groups.items():
+        mk = (k, tuple(idx))
+        if memo is None or mk not in memo:
+            rows = [prepared[i] for i in idx]
+            c = fit(np.array([f for _, f, _, _ in rows]), np.array([obs for _, _, obs, _ in rows]),
+                    [r.group for r, _, _, _ in rows])
+            val = (c, len(idx), len({r.group for r, _, _, _ in rows}))
+            if memo is None:
+                out[k] = val
+                continue
+            memo[mk] = val
+        out[k] = memo[mk]
+    return out
 
 
 def _price(r: Row, f: np.ndarray, fits: dict, least: int = 3) -> tuple[float, str, str]:

@@ -57,8 +57,10 @@ def check(rows: list[Row], chips: dict, models: dict, specs: dict | None = None,
     """
     prepared = [(r, *terms(r, chips[r.chip], models[r.model])) for r in rows]
     lines = _generations(chips)
-    without = {g: _fit_on(prepared, lambda o, g=g: o.group != g) for g in {r.group for r in rows}}
-    spread = _nested_spread(prepared) if intervals else {}
+    memo: dict = {}  # one fit per key, stage and set of rows (``_fit_on``)
+    without = {g: _fit_on(prepared, lambda o, g=g: o.group != g, memo)
+               for g in {r.group for r in rows}}
+    spread = _nested_spread(prepared, memo) if intervals else {}
     by_older: dict = {}  # one fit per set of older generations, not one per row of the newest
     out = []
     for r, f, obs, reason in prepared:
@@ -70,7 +72,7 @@ def check(rows: list[Row], chips: dict, models: dict, specs: dict | None = None,
         if older is not None and math.isfinite(x):
             key_old = tuple(older)
             if key_old not in by_older:
-                by_older[key_old] = _fit_on(prepared, lambda o, old=older: o.chip in old)
+                by_older[key_old] = _fit_on(prepared, lambda o, old=older: o.chip in old, memo)
             t_new, _, basis_new = _price(r, f, by_older[key_old])
         else:
             t_new, basis_new = t_loo, basis
@@ -99,16 +101,17 @@ def check(rows: list[Row], chips: dict, models: dict, specs: dict | None = None,
     return out
 
 
-def _nested_spread(prepared: list[tuple]) -> dict:
+def _nested_spread(prepared: list[tuple], memo: dict | None = None) -> dict:
     """For each chip ``g`` (silicon group): the absolute log errors ``|ln(published /
     predicted)|`` of every other chip's rows, each priced by a fit without ``g`` and without its
     own chip: ``{g: [(row, error), ...]}``. An interval for a row of ``g`` is drawn from them
-    (``_half_width``), so neither the point nor its interval has seen ``g``."""
+    (``_half_width``), so neither the point nor its interval has seen ``g``. ``memo``:
+    ``_fit_on``'s."""
     groups = sorted({r.group for r, *_ in prepared})
     errs: dict = {g: [] for g in groups}
     for i, g in enumerate(groups):
         for h in groups[i + 1:]:
-            fits = _fit_on(prepared, lambda o, g=g, h=h: o.group not in (g, h))
+            fits = _fit_on(prepared, lambda o, g=g, h=h: o.group not in (g, h), memo)
             for r, f, obs, _ in prepared:
                 if r.group not in (g, h) or not math.isfinite(f[1]):
                     continue
