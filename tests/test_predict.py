@@ -298,6 +298,11 @@ def test_module_of_follows_the_innermost_range():
     # the Triton decode GEMV is the GEMM of its range (an H100 step put every one of them in
     # norms_elementwise)
     assert module_of(["decode", "layer0", "attn", "qkv"], "_gemv_kernel") == "qkv"
+    # the MoE layer's grouped GEMMs are its GEMMs; its slots' sum is elementwise
+    assert module_of(["decode", "layer2", "ffn", "experts"], "_moe_up_kernel") == "ffn"
+    assert module_of(["decode", "layer2", "ffn", "experts"], "_moe_down_kernel") == "ffn"
+    assert module_of(["decode", "layer2", "ffn", "experts"],
+                     "void at::native::reduce_kernel<128, 4>") == "norms_elementwise"
     assert module_of(["decode", "layer0", "ffn", "w13"], "_gemv_kernel") == "ffn"
 
 
@@ -553,3 +558,22 @@ def test_checks_are_plain_bools_for_json():
                    "decode_in_interval>=80%": True, "decode_half_width<=15%": False}
     assert all(type(v) is bool for v in got.values())
     json.dumps(got)
+
+
+def test_qk_norm_pays_each_of_its_launches():
+    """QK-norm on the Triton decode path at batch 8 launches five kernels a layer (the query and
+    key RMSNorms, and the strided q, k, v copied to dense rows first), each priced at its own
+    bytes with its own fixed cost: on the shipped H100 calibration the layer's QK-norm costs at
+    least a microsecond per launch (one entry of their summed bytes priced the five as one:
+    OLMoE's decode step came out 150 us short, results/reference/moe_modules_h100.md)."""
+    h100 = perf.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
+    olmoe = ModelConfig.from_name("olmoe_1b_7b", kernels="triton")
+    plain = olmoe.replace(qk_norm="none")
+    for B, launches in ((8, 5), (1, 2)):
+        ks = [k for k in perf.kernel_list(olmoe, B, 1, 1024, "triton")
+              if k not in perf.kernel_list(plain, B, 1, 1024, "triton")]
+        assert sum(k.launches for k in ks) == launches
+        assert all(k.module == "norms_elementwise" and k.repeat == olmoe.n_layers for k in ks)
+        each = [h100.price(k)[0] for k in ks]
+        assert len(each) == launches  # one priced kernel per launch, not one for all five
+        assert min(each) > 1e-6  # each pays a kernel's fixed cost: a microsecond or more

@@ -48,8 +48,10 @@ def _gemm_range(leaves: dict[str, str], r: str | None) -> bool:
     return leaves.get(r) not in (None, "norms_elementwise", "attention")
 
 
+# gemv: kernels.gemv's _gemv_kernel; moe_up / moe_down: kernels.moe_gemm's grouped GEMMs (an
+# H100 profile of +experiment=moe_vs_dense put every one of them in norms_elementwise)
 _GEMM = re.compile(r"gemm|gemv|nvjet|cutlass|xmma|cublas|splitKreduce|sm90_|matmul|_mm_|"
-                   r"addmm|linear|::(add)?b?mm\b", re.I)  # gemv: kernels.gemv's _gemv_kernel
+                   r"addmm|linear|::(add)?b?mm\b|_moe_(up|down)_kernel", re.I)
 _LAUNCH = re.compile(r"Launch|cudaGraphLaunch", re.I)
 
 
