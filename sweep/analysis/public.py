@@ -241,7 +241,7 @@ def _fit_on(prepared: list[tuple], keep, memo: dict | None = None) -> dict:
     leave-one-chip-out check differ only where the left-out chip had rows (``_nested_spread``
     fits the same row sets thousands of times)."""
     groups: dict = {}
-    for i, (r, f, obs, _) in enumerate(prepared):
+    for i, (r, f, _, _) in enumerate(prepared):
         if not keep(r) or not math.isfinite(f[1]):
             continue
         for key in _keys(r):
