@@ -80,7 +80,8 @@ def mla_rope_write_(q: torch.Tensor, kv: torch.Tensor, norm_weight: torch.Tensor
 
     Args:
         q: ``[B, T, H, nope + R]`` queries (last dim contiguous; rotated in place).
-        kv: ``[B, T, r + R]`` the latent projection's output (``wkv_a``; last dim contiguous).
+        kv: ``[B, T, r + R]`` the latent projection's output (``wqkv_a``'s last rows; last dim
+            contiguous, tokens at one stride).
         norm_weight: ``[r]`` the latent's RMSNorm weight; eps: its epsilon.
         cos, sin: ``[max_seq_len, R]`` float32 tables (rotate-half layout).
         input_pos: ``[T]`` int64 positions (the same for every sequence).
@@ -99,7 +100,10 @@ def mla_rope_write_(q: torch.Tensor, kv: torch.Tensor, norm_weight: torch.Tensor
                          f"{list(lat_cache.shape)}, key cache {list(kpe_cache.shape)}, tables "
                          f"{list(cos.shape)}, nope {nope} do not agree")
     qs = q.stride()
-    if qs[0] != T * qs[1] or kv.stride(0) != T * kv.stride(1):
+    # the token rows' stride (one token per sequence: the sequence's; a size-1 dim's own
+    # stride is arbitrary, e.g. a slice of the stacked projection's output)
+    q_tok, kv_tok = (qs[1], kv.stride(1)) if T > 1 else (qs[0], kv.stride(0))
+    if qs[0] != T * q_tok or kv.stride(0) != T * kv_tok:
         raise ValueError("mla_rope_write_: q and kv must hold their tokens at one stride")
     if any(t.stride(-1) != 1 for t in (q, kv, lat_cache, kpe_cache, cos, sin)) \
             or sin.stride(0) != cos.stride(0):
@@ -107,7 +111,7 @@ def mla_rope_write_(q: torch.Tensor, kv: torch.Tensor, norm_weight: torch.Tensor
     half = R // 2
     _mla_rope_kernel[(B * T,)](
         q, kv, norm_weight, cos, sin, input_pos, lat_cache, kpe_cache, T, H, r, nope, eps,
-        qs[1], qs[2], kv.stride(1), cos.stride(0), lat_cache.stride(0), lat_cache.stride(2),
+        q_tok, qs[2], kv_tok, cos.stride(0), lat_cache.stride(0), lat_cache.stride(2),
         kpe_cache.stride(0), kpe_cache.stride(2),
         HALF=half, BLOCK_HALF=max(16, triton.next_power_of_2(half)),
         BLOCK_R=triton.next_power_of_2(r), BLOCK_H=16, num_warps=4)

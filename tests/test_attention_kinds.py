@@ -341,7 +341,9 @@ def test_a_latent_attention_design_needs_gemvs_of_a_step_and_its_own_decode_entr
     assert got["gemv"] and all(k[0] <= MAX_M for k in got["gemv"])
     H, r, nope, v = 16, 512, 128, 128
     assert {(1, H * r, nope, "bf16"), (1, H * v, r, "bf16")} <= set(got["gemm"])
-    assert (1, 3072, 2048, "norm+res", "bf16") in got["gemv"]  # wq, the block's norm in it
+    # the query projection over the latent projection (3072 + 512 + 64 rows), one GEMV with the
+    # block's norm in it
+    assert (1, 3648, 2048, "norm+res", "bf16") in got["gemv"]
     assert {k[:9] for k in got["decode_attn"]} == {("mla", "bf16", 1, 1, 16, 544, 512, 0, 64)}
     for kernels in ("triton", "torch", "auto"):  # a quantized latent cache: no path reads it
         with pytest.raises(DesignError, match="kv_dtype=int8 with kv_lora_rank"):

@@ -189,8 +189,8 @@ class MLA:
         return cfg.d_model * r + r + r * qk if r else cfg.d_model * qk
 
     def params(self, cfg: ModelConfig) -> int:
-        """Per layer: the query projection(s) and its norm, ``wkv_a``, the latent's norm,
-        ``wkv_b``, ``wo``."""
+        """Per layer: the query projection(s) and its norm, the latent projection (the two
+        stacked as ``wqkv_a``), the latent's norm, ``wkv_b``, ``wo``."""
         H, r = cfg.n_heads, cfg.kv_lora_rank
         return (self._q_params(cfg) + cfg.d_model * (r + cfg.qk_rope_head_dim) + r
                 + r * H * (cfg.qk_nope_head_dim + cfg.v_head_dim) + H * cfg.v_head_dim * cfg.d_model)
@@ -232,9 +232,10 @@ class MLA:
     def kernels(self, st: Stage, fold: bool, launches_decode, rep: int | None = None,
                 window: int | None = None) -> list[Kernel]:
         """The kernels of ``rep`` layers (``zoo.mla_attention``), counted as
-        ``tests/test_launches.py`` counts the torch path's. The query projection (or ``wq_a``, its
-        RMSNorm and ``wq_b``) and ``wkv_a`` as GEMMs (on the decode GEMV path GEMVs, the block's
-        norm in the prologues of the query's and the latent's, the bottleneck's in ``wq_b``'s). On
+        ``tests/test_launches.py`` counts the torch path's. The query projection (or its
+        bottleneck's down-projection) stacked over the latent projection as one GEMM ``wqkv_a``
+        (then the bottleneck's RMSNorm and ``wq_b``; on the decode GEMV path GEMVs, the block's
+        norm in ``wqkv_a``'s prologue, the bottleneck's in ``wq_b``'s). On
         the torch path RoPE on the query's and the key's RoPE parts (``MLA_ROPE_LAUNCHES`` ops), the
         latent's RMSNorm and the cache write (two copies); on the Triton path the three in one
         launch (``kernels.mla_rope``, priced by the Triton RoPE kernel's entry at its bytes). A
@@ -264,16 +265,14 @@ class MLA:
             return Kernel(g.module, "gemm", op, g.flops, nbytes,
                           {k_: v for k_, v in g.shape.items() if k_ != "prologue"}, 1, L)
 
-        # on the decode GEMV path the block's norm (and the residual add) in the query's and the
-        # latent's projections' prologues, each (zoo.mla_attention.MLAttention.skinny)
+        # the query projection (or its bottleneck) stacked over the latent projection, one
+        # GEMM; on the decode GEMV path the block's norm (and the residual add) in its prologue
+        # (zoo.mla_attention.MLAttention.skinny)
+        q = cfg.q_lora_rank or H * qk
+        out = [st.gemm("qkv", "wqkv_a", q + r + R, d, rep=L, prologue="norm+res")]
         if cfg.q_lora_rank:
-            q = cfg.q_lora_rank
-            out = [st.gemm("qkv", "wq_a", q, d, rep=L, prologue="norm+res"),
-                   st.elem("rmsnorm", 2 * M * q * wb, rep=L, in_prologue=True),
-                   st.gemm("qkv", "wq_b", H * qk, q, rep=L, prologue="norm")]
-        else:
-            out = [st.gemm("qkv", "wq", H * qk, d, rep=L, prologue="norm+res")]
-        out.append(st.gemm("qkv", "wkv_a", r + R, d, rep=L, prologue="norm+res"))
+            out += [st.elem("rmsnorm", 2 * M * q * wb, rep=L, in_prologue=True),
+                    st.gemm("qkv", "wq_b", H * qk, q, rep=L, prologue="norm")]
         if st.fused:  # kernels.mla_rope: RoPE, the latent's norm and the cache write, one launch
             nbytes = (2 * H * R + 2 * (r + R)) * M * wb  # the RoPE parts read and written, the
             out.append(st.elem("mla_rope", nbytes, rep=L, launches=1, like="rope"))  # latent, key
@@ -320,8 +319,7 @@ class MLA:
     def decode_linears(self, attn) -> list[tuple]:
         """``(range, nn.Linear, prologue)`` of the module ``attn``'s layers on the decode GEMV
         path (``zoo.mla_attention.MLAttention.skinny``)."""
-        first = attn.wq_a if attn.cfg.q_lora_rank else attn.wq
-        out = [("qkv", first, "norm"), ("qkv", attn.wkv_a, "norm")]
+        out = [("qkv", attn.wqkv_a, "norm")]
         if attn.cfg.q_lora_rank:
             out.append(("qkv", attn.wq_b, "norm"))
         return out + [("out_proj", attn.wo, "none")]

@@ -44,24 +44,25 @@ def rotate_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) ->
 class MLAttention(nn.Module):
     """Multi-head latent attention: x ``[B, T, d_model]`` -> ``[B, T, d_model]``.
 
-    Parameters: ``wq [H (nope + rope), d]`` (or ``wq_a [q_lora_rank, d]``, ``q_norm``,
-    ``wq_b [H (nope + rope), q_lora_rank]``), ``wkv_a [kv_lora_rank + rope, d]``, ``kv_norm``,
-    ``wkv_b [H (nope + v), kv_lora_rank]``, ``wo [d, H v]``. The cache's ``k`` buffers hold the
-    latents ``[B, 1, S, kv_lora_rank]`` and its ``v`` buffers the rotated keys
-    ``[B, 1, S, qk_rope_head_dim]``.
+    Parameters: ``wqkv_a [Q + kv_lora_rank + rope, d]``, the query projection (``Q = H (nope +
+    rope)``; with a query bottleneck its down-projection, ``Q = q_lora_rank``, then ``q_norm`` and
+    ``wq_b [H (nope + rope), q_lora_rank]``) stacked over the latent projection (DeepSeek's
+    ``q_proj`` / ``q_a_proj`` over ``kv_a_proj_with_mqa``: both read the block's normed input, so
+    a decode step reads them in one GEMV launch), ``kv_norm``, ``wkv_b [H (nope + v),
+    kv_lora_rank]``, ``wo [d, H v]``. The cache's ``k`` buffers hold the latents ``[B, 1, S,
+    kv_lora_rank]`` and its ``v`` buffers the rotated keys ``[B, 1, S, qk_rope_head_dim]``.
     """
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.cfg, self.layer = cfg, layer
         H, d, qk = cfg.n_heads, cfg.d_model, qk_head_dim(cfg)
+        self.q_out = cfg.q_lora_rank or H * qk  # the stacked projection's query rows
+        self.wqkv_a = nn.Linear(d, self.q_out + cfg.kv_lora_rank + cfg.qk_rope_head_dim,
+                                bias=False)
         if cfg.q_lora_rank:
-            self.wq_a = nn.Linear(d, cfg.q_lora_rank, bias=False)
             self.q_norm = RMSNorm(cfg.q_lora_rank, cfg.norm_eps)
             self.wq_b = nn.Linear(cfg.q_lora_rank, H * qk, bias=False)
-        else:
-            self.wq = nn.Linear(d, H * qk, bias=False)
-        self.wkv_a = nn.Linear(d, cfg.kv_lora_rank + cfg.qk_rope_head_dim, bias=False)
         self.kv_norm = RMSNorm(cfg.kv_lora_rank, cfg.norm_eps)
         self.wkv_b = nn.Linear(cfg.kv_lora_rank, H * (cfg.qk_nope_head_dim + cfg.v_head_dim),
                                bias=False)
@@ -107,19 +108,17 @@ class MLAttention(nn.Module):
         return y.transpose(0, 1).unsqueeze(2)
 
     def skinny(self, x, norm, residual, rope, input_pos):
-        """The decode step on the GEMV path (``zoo.model.Block.skinny``): the query and latent
-        projections as GEMVs with ``norm`` and the residual add in their prologues (each
-        recomputes it: ``kernels.decode_linear``; the query bottleneck's norm in ``wq_b``'s),
-        ``attend``, the output projection a GEMV. x, residual: ``[B, 1, d_model]``; returns
-        ``(attention out, h)``, ``h = x + residual``."""
+        """The decode step on the GEMV path (``zoo.model.Block.skinny``): the stacked query and
+        latent projection one GEMV with ``norm`` and the residual add in its prologue
+        (``kernels.decode_linear``; the query bottleneck's norm in ``wq_b``'s), ``attend``, the
+        output projection a GEMV. x, residual: ``[B, 1, d_model]``; returns ``(attention out,
+        h)``, ``h = x + residual``."""
         cfg = self.cfg
         with annotate("qkv"):
+            qkv_a, h = ops.linear(x, self.wqkv_a, "norm", norm, residual, pdl_trigger=False)
+            q, kv = qkv_a.split([self.q_out, qkv_a.shape[-1] - self.q_out], dim=-1)
             if cfg.q_lora_rank:
-                qa, h = ops.linear(x, self.wq_a, "norm", norm, residual, pdl_trigger=False)
-                q = ops.linear(qa, self.wq_b, "norm", self.q_norm, pdl_trigger=False)[0]
-            else:
-                q, h = ops.linear(x, self.wq, "norm", norm, residual, pdl_trigger=False)
-            kv = ops.linear(x, self.wkv_a, "norm", norm, residual, pdl_trigger=False)[0]
+                q = ops.linear(q, self.wq_b, "norm", self.q_norm, pdl_trigger=False)[0]
         y = self.attend(q, kv, rope, input_pos, None, None)
         with annotate("out_proj"):
             return ops.linear(y, self.wo), h
@@ -130,13 +129,11 @@ class MLAttention(nn.Module):
         or None: causal)."""
         cfg = self.cfg
         with annotate("qkv"):
+            qkv_a = self.wqkv_a(x)  # the query (or its bottleneck) over the latent projection
+            q, kv = qkv_a.split([self.q_out, qkv_a.shape[-1] - self.q_out], dim=-1)
             if cfg.q_lora_rank:  # the bottleneck's norm: Triton's on the Triton path
-                qa = self.wq_a(x)
-                q = self.wq_b(self.q_norm.fused(qa) if cfg.kernels == "triton"
-                              else self.q_norm(qa))
-            else:
-                q = self.wq(x)
-            kv = self.wkv_a(x)  # [B, T, kv_lora_rank + R]
+                q = self.wq_b(self.q_norm.fused(q) if cfg.kernels == "triton"
+                              else self.q_norm(q))
         y = self.attend(q, kv, rope, input_pos, kv_len, mask)
         with annotate("out_proj"):
             return self.wo(y)

@@ -92,12 +92,11 @@ def _mla(take, cfg: ModelConfig, a: str, z: str) -> dict[str, torch.Tensor]:
     """One MLA layer's projections and norms (``zoo.mla_attention``) from DeepSeek-V2's names."""
     out = {}
     if cfg.q_lora_rank:
-        out.update({z + "wq_a.weight": take(a + "q_a_proj.weight"),
-                    z + "q_norm.weight": take(a + "q_a_layernorm.weight"),
+        out.update({z + "q_norm.weight": take(a + "q_a_layernorm.weight"),
                     z + "wq_b.weight": take(a + "q_b_proj.weight")})
-    else:
-        out[z + "wq.weight"] = take(a + "q_proj.weight")
-    out.update({z + "wkv_a.weight": take(a + "kv_a_proj_with_mqa.weight"),
+    q = take(a + ("q_a_proj.weight" if cfg.q_lora_rank else "q_proj.weight"))
+    # the query projection (or its bottleneck) stacked over the latent projection: ``wqkv_a``
+    out.update({z + "wqkv_a.weight": torch.cat([q, take(a + "kv_a_proj_with_mqa.weight")]),
                 z + "kv_norm.weight": take(a + "kv_a_layernorm.weight"),
                 z + "wkv_b.weight": take(a + "kv_b_proj.weight"),
                 z + "wo.weight": take(a + "o_proj.weight")})
