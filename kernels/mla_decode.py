@@ -42,7 +42,10 @@ def _mla_split_kernel(ql_ptr, qp_ptr, lat_ptr, kpe_ptr, pos_ptr, o_ptr, lse_ptr,
                       H, r, R, split_len, qk_scale,
                       s_qlb, s_qlh, s_qpb, s_qph, s_lb, s_ls, s_kb, s_ks,
                       BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr,
-                      BLOCK_RP: tl.constexpr, UPCAST: tl.constexpr, PREC: tl.constexpr):
+                      BLOCK_RP: tl.constexpr, UPCAST: tl.constexpr, PREC: tl.constexpr,
+                      PDL: tl.constexpr):
+    if PDL:  # programmatic dependent launch: wait for the previous kernel's writes first
+        tl.extra.cuda.gdc_wait()
     b = tl.program_id(0)
     hb = tl.program_id(1)
     sp = tl.program_id(2)
@@ -97,9 +100,11 @@ def _mla_split_kernel(ql_ptr, qp_ptr, lat_ptr, kpe_ptr, pos_ptr, o_ptr, lse_ptr,
 
 @triton.jit
 def _mla_merge_kernel(o_ptr, lse_ptr, out_ptr, n_splits, r, BLOCK_R: tl.constexpr,
-                      CHUNK: tl.constexpr, BLOCK_S: tl.constexpr):
+                      CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
     """``out[bh, chunk] = sum_s o_s exp(lse_s - m) / sum_s exp(lse_s - m)`` over the splits,
     ``BLOCK_S`` splits at a time (two passes: the max of the lse, then the weighted sum)."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
     bh = tl.program_id(0).to(tl.int64)
     offs_d = tl.program_id(1) * CHUNK + tl.arange(0, CHUNK)
     dmask = offs_d < r
@@ -140,7 +145,8 @@ def tiles(r: int) -> tuple[int, int, int, int]:
 
 def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_pe: torch.Tensor,
                pos: torch.Tensor, scale: float, tile: tuple | None = None,
-               out_dtype: torch.dtype = torch.float32, min_tiles: int = MIN_TILES) -> torch.Tensor:
+               out_dtype: torch.dtype = torch.float32, min_tiles: int = MIN_TILES,
+               pdl: bool = False) -> torch.Tensor:
     """The absorbed-form attention of one new token per sequence over cache positions
     ``[0, pos + 1)``.
 
@@ -156,6 +162,10 @@ def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_
         out_dtype: the output's dtype (the merge sums in float32 and rounds once on its store:
             the model asks for its own dtype, so ``W_UV``'s product needs no cast of its own).
         min_tiles: a split's fewest ``BLOCK_N`` tiles (``MIN_TILES``; probes try others).
+        pdl: launch both kernels with programmatic dependent launch (Hopper, a Triton with
+            ``launch_pdl``; ``kernels.gemv``): each waits for its predecessor's writes before
+            its first load, its launch overlapping the predecessor's tail. Off in the
+            interpreter.
 
     Returns:
         ``[B, H, r]`` output latents in ``out_dtype`` (``W_UV`` not applied).
@@ -178,18 +188,20 @@ def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_
     o_part = torch.empty(B * H * n_splits, BLOCK_R, device=q_lat.device, dtype=torch.float32)
     lse = torch.empty(B * H * n_splits, device=q_lat.device, dtype=torch.float32)
     interp = _interpreted(q_lat)
+    pdl = pdl and not interp
+    launch = {"launch_pdl": True} if pdl else {}
     _mla_split_kernel[(B, n_hb, n_splits)](
         q_lat, q_pe, latent, k_pe, pos, o_part, lse, H, r, R, split_len, scale * LOG2E,
         q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1),
         latent.stride(0), latent.stride(1), k_pe.stride(0), k_pe.stride(1),
         BLOCK_H=bh, BLOCK_N=bn, BLOCK_R=BLOCK_R, BLOCK_RP=max(16, triton.next_power_of_2(R)),
-        UPCAST=interp, PREC="ieee" if q_lat.dtype == torch.float32 else "tf32",
-        num_warps=warps, num_stages=stages)
+        UPCAST=interp, PREC="ieee" if q_lat.dtype == torch.float32 else "tf32", PDL=pdl,
+        num_warps=warps, num_stages=stages, **launch)
     out = torch.empty(B, H, r, device=q_lat.device, dtype=out_dtype)
     chunk = min(MERGE_CHUNK, BLOCK_R)
     _mla_merge_kernel[(B * H, triton.cdiv(r, chunk))](
         o_part, lse, out, n_splits, r, BLOCK_R=BLOCK_R, CHUNK=chunk,
-        BLOCK_S=min(MERGE_SPLITS, max(2, triton.next_power_of_2(n_splits))))
+        BLOCK_S=min(MERGE_SPLITS, max(2, triton.next_power_of_2(n_splits))), PDL=pdl, **launch)
     return out
 
 

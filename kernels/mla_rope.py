@@ -18,6 +18,8 @@ once into the cache.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -38,7 +40,9 @@ def _mla_rope_kernel(q_ptr, kv_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, lat_ptr, k
                      T, H, r, nope, eps,
                      s_qt, s_qh, s_kvt, s_cos, s_lb, s_ls, s_kb, s_ks,
                      HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_R: tl.constexpr,
-                     BLOCK_H: tl.constexpr):
+                     BLOCK_H: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # programmatic dependent launch: wait for the projection's writes first
+        tl.extra.cuda.gdc_wait()
     row = tl.program_id(0)  # token b * T + t
     b = (row // T).to(tl.int64)
     pos = tl.load(pos_ptr + row % T).to(tl.int64)
@@ -74,7 +78,8 @@ def _mla_rope_kernel(q_ptr, kv_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, lat_ptr, k
 
 def mla_rope_write_(q: torch.Tensor, kv: torch.Tensor, norm_weight: torch.Tensor, eps: float,
                     cos: torch.Tensor, sin: torch.Tensor, input_pos: torch.Tensor,
-                    lat_cache: torch.Tensor, kpe_cache: torch.Tensor, nope: int) -> torch.Tensor:
+                    lat_cache: torch.Tensor, kpe_cache: torch.Tensor, nope: int,
+                    pdl: bool = False) -> torch.Tensor:
     """Rotate ``q``'s RoPE parts in place; norm the latents and rotate the RoPE keys of ``kv``
     into the cache at ``input_pos`` (module doc). Returns ``q``.
 
@@ -87,6 +92,8 @@ def mla_rope_write_(q: torch.Tensor, kv: torch.Tensor, norm_weight: torch.Tensor
         input_pos: ``[T]`` int64 positions (the same for every sequence).
         lat_cache: ``[B, 1, S, r]``; kpe_cache: ``[B, 1, S, R]`` (last dims contiguous).
         nope: ``qk_nope_head_dim``.
+        pdl: launch with programmatic dependent launch (``kernels.mla_decode``'s ``pdl``; off in
+            the interpreter).
 
     Raises:
         ValueError: shapes that do not agree; a last dim not contiguous, tokens not at one
@@ -109,12 +116,14 @@ def mla_rope_write_(q: torch.Tensor, kv: torch.Tensor, norm_weight: torch.Tensor
             or sin.stride(0) != cos.stride(0):
         raise ValueError("mla_rope_write_: last dims must be contiguous and the tables alike")
     half = R // 2
+    pdl = pdl and q.device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
     _mla_rope_kernel[(B * T,)](
         q, kv, norm_weight, cos, sin, input_pos, lat_cache, kpe_cache, T, H, r, nope, eps,
         q_tok, qs[2], kv_tok, cos.stride(0), lat_cache.stride(0), lat_cache.stride(2),
         kpe_cache.stride(0), kpe_cache.stride(2),
         HALF=half, BLOCK_HALF=max(16, triton.next_power_of_2(half)),
-        BLOCK_R=triton.next_power_of_2(r), BLOCK_H=16, num_warps=4)
+        BLOCK_R=triton.next_power_of_2(r), BLOCK_H=16, PDL=pdl, num_warps=4,
+        **({"launch_pdl": True} if pdl else {}))
     return q
 
 

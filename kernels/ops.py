@@ -224,46 +224,49 @@ def prefill_attention(q: Tensor, k: Tensor, v: Tensor, window: int | None = None
 
 @torch.library.custom_op("designzoo::mla_decode", mutates_args=())
 def _mla_decode_op(q_lat: Tensor, q_pe: Tensor, latent: Tensor, k_pe: Tensor, pos: Tensor,
-                   scale: float, out_dtype: torch.dtype) -> Tensor:
-    return _mla.mla_decode(q_lat, q_pe, latent, k_pe, pos, scale, out_dtype=out_dtype)
+                   scale: float, out_dtype: torch.dtype, pdl: bool) -> Tensor:
+    return _mla.mla_decode(q_lat, q_pe, latent, k_pe, pos, scale, out_dtype=out_dtype, pdl=pdl)
 
 
 @_mla_decode_op.register_fake
-def _(q_lat, q_pe, latent, k_pe, pos, scale, out_dtype):
+def _(q_lat, q_pe, latent, k_pe, pos, scale, out_dtype, pdl):
     return q_lat.new_empty(q_lat.shape, dtype=out_dtype)
 
 
 def mla_decode(q_lat: Tensor, q_pe: Tensor, latent: Tensor, k_pe: Tensor, pos: Tensor,
-               scale: float, out_dtype: torch.dtype = torch.float32) -> Tensor:
+               scale: float, out_dtype: torch.dtype = torch.float32, pdl: bool = False) -> Tensor:
     """``kernels.mla_decode.mla_decode`` (absorbed queries ``q_lat [B, H, r]``, rotated ``q_pe
     [B, H, R]`` over the cached latents ``[B, (1,) S, r]`` and keys ``[B, (1,) S, R]`` ->
-    ``[B, H, r]`` in ``out_dtype``), as an op under ``torch.compile``."""
+    ``[B, H, r]`` in ``out_dtype``; ``pdl``: its programmatic dependent launch), as an op under
+    ``torch.compile``."""
     if not _compiling():
-        return _mla.mla_decode(q_lat, q_pe, latent, k_pe, pos, scale, out_dtype=out_dtype)
-    return _mla_decode_op(q_lat, q_pe, latent, k_pe, pos, scale, out_dtype)
+        return _mla.mla_decode(q_lat, q_pe, latent, k_pe, pos, scale, out_dtype=out_dtype,
+                               pdl=pdl)
+    return _mla_decode_op(q_lat, q_pe, latent, k_pe, pos, scale, out_dtype, pdl)
 
 
 @torch.library.custom_op("designzoo::mla_rope_write", mutates_args=("q", "lat_cache", "kpe_cache"))
 def _mla_rope_write_op(q: Tensor, kv: Tensor, norm_weight: Tensor, eps: float, cos: Tensor,
                        sin: Tensor, input_pos: Tensor, lat_cache: Tensor, kpe_cache: Tensor,
-                       nope: int) -> None:
+                       nope: int, pdl: bool) -> None:
     _mla_rope.mla_rope_write_(q, kv, norm_weight, eps, cos, sin, input_pos, lat_cache, kpe_cache,
-                              nope)
+                              nope, pdl)
 
 
 @_mla_rope_write_op.register_fake
-def _(q, kv, norm_weight, eps, cos, sin, input_pos, lat_cache, kpe_cache, nope):
+def _(q, kv, norm_weight, eps, cos, sin, input_pos, lat_cache, kpe_cache, nope, pdl):
     return None
 
 
 def mla_rope_write_(q: Tensor, kv: Tensor, norm_weight: Tensor, eps: float, cos: Tensor,
                     sin: Tensor, input_pos: Tensor, lat_cache: Tensor, kpe_cache: Tensor,
-                    nope: int) -> Tensor:
+                    nope: int, pdl: bool = False) -> Tensor:
     """``kernels.mla_rope.mla_rope_write_`` (``q [B, T, H, nope + R]`` rotated in place, the
     latents of ``kv [B, T, r + R]`` normed and its RoPE keys rotated into the caches; returns
-    ``q``), as an op under ``torch.compile``."""
+    ``q``; ``pdl``: its programmatic dependent launch), as an op under ``torch.compile``."""
     if not _compiling():
         return _mla_rope.mla_rope_write_(q, kv, norm_weight, eps, cos, sin, input_pos, lat_cache,
-                                         kpe_cache, nope)
-    _mla_rope_write_op(q, kv, norm_weight, eps, cos, sin, input_pos, lat_cache, kpe_cache, nope)
+                                         kpe_cache, nope, pdl)
+    _mla_rope_write_op(q, kv, norm_weight, eps, cos, sin, input_pos, lat_cache, kpe_cache, nope,
+                       pdl)
     return q

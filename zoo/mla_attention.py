@@ -68,7 +68,9 @@ class MLAttention(nn.Module):
                                bias=False)
         self.wo = nn.Linear(H * cfg.v_head_dim, d, bias=False)
         self.cache: KVCache | None = None
-        self.pdl = self.fold_rope = False  # (set by setup_cache; neither MLA path uses them)
+        # set by setup_cache: the decode kernels' programmatic dependent launch (the Triton
+        # path's RoPE / cache write and the latent attention); the RoPE fold is GQA's only
+        self.pdl = self.fold_rope = False
 
     def absorbed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(W_UK [H, nope, r], W_UV [H, v, r])``: views of ``wkv_b``'s weight, each head's rows
@@ -103,7 +105,7 @@ class MLAttention(nn.Module):
         w_uk, w_uv = self.absorbed_weights()
         q_lat = torch.bmm(q_nope[:, :, 0].transpose(0, 1), w_uk)  # [H, B, r]
         o_lat = ops.mla_decode(q_lat.transpose(0, 1), q_pe[:, :, 0], lat, kpe, pos, scale,
-                               out_dtype=q_nope.dtype)  # [B, H, r]
+                               out_dtype=q_nope.dtype, pdl=self.pdl)  # [B, H, r]
         y = torch.bmm(o_lat.transpose(0, 1), w_uv.transpose(1, 2))  # [H, B, v]
         return y.transpose(0, 1).unsqueeze(2)
 
@@ -151,7 +153,8 @@ class MLAttention(nn.Module):
         if triton:  # RoPE, the latent's norm and the cache write in one launch; the full tables
             with annotate("kv_write"):  # (zoo.model hands the Triton path all positions')
                 ops.mla_rope_write_(q, kv, self.kv_norm.weight, self.kv_norm.eps, *rope,
-                                    input_pos, cache.k[i], cache.v[i], nope)
+                                    input_pos, cache.k[i], cache.v[i], nope,
+                                    pdl=self.pdl and T == 1)
             lat, kpe = cache.k[i], cache.v[i]
         q_nope, q_pe = q.transpose(1, 2).split([nope, R], dim=-1)  # (rotated: Triton's)
         if not triton:
