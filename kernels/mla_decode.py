@@ -11,8 +11,9 @@ product, so a tile of latents feeds all its heads (heads are the rows of the ten
 as in FlashMLA). The splits aim at one program per SM (``PER_SM``), each at least ``MIN_TILES``
 tiles of positions, so the partial outputs (``H r`` a split, in the latents' dtype: each is
 normalised by its own sum before it is stored) stay small beside the latents they replace. The
-splits are merged by their log-sum-exp in a kernel of its own (``_mla_merge_kernel``), one program per (sequence, head, ``MERGE_CHUNK`` channels): a head's
-partials are ``n_splits x r`` floats, too many for one program's registers at ``r = 512``
+splits are merged by their log-sum-exp in a kernel of its own (``_mla_merge_kernel``), one
+program per (sequence, head, ``MERGE_CHUNK`` channels): a head's partials are ``n_splits x r``
+values, too many for one program's registers at ``r = 512``
 (``kernels.split_merge.merge_kernel`` holds a head's whole tile in one program; the times of both on
 the H100 are in ``results/reference/mla_ncu_h100.md``).
 The new position is read from a device tensor: a CUDA graph replays the step.
@@ -131,8 +132,8 @@ def _mla_merge_kernel(o_ptr, lse_ptr, out_ptr, n_splits, r, BLOCK_R: tl.constexp
 
 # Programs per SM the splits aim at: one. A split's partials (``H r``, written and read again by
 # the merge; float32 when this was measured) grow with the splits: at batch 1, 16 heads and 32k
-# positions two programs an SM (256 splits) took 31.3 us, one (128) 25.4, a half 30.0 (H100, bench.mla_tiles_probe,
-# which sets the split counts through ``min_tiles`` at two programs an SM;
+# positions two programs an SM (256 splits) took 31.3 us, one (128) 25.4, a half 30.0 (H100,
+# bench.mla_tiles_probe, which sets the split counts through ``min_tiles`` at two programs an SM;
 # results/reference/mla_model_h100.md)
 PER_SM = 1
 
