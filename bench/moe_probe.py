@@ -49,12 +49,13 @@ def _predicted(cfg, batch, prompt, steps) -> float:
     (``sweep.analysis.predict``; the MoE kernels priced from like entries, noted)."""
     from sweep.analysis import calibration_store as store
     from sweep.analysis import predict as perf
+    from sweep.analysis import pricing
     from sweep.analysis.hardware import load_spec
 
     have = store.shipped(torch.cuda.get_device_name())
     spec = load_spec("auto", torch.cuda.get_device_name())
     row = perf.predict(cfg, {"batch": batch, "prompt_len": prompt, "new_tokens": steps}, spec,
-                       perf.Calibrated(have) if have else None, mode="cudagraph")
+                       pricing.Calibrated(have) if have else None, mode="cudagraph")
     return float(row["decode_pred_ms"])
 
 

@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 from zoo import DesignError, ModelConfig
 
 from . import measure
-from .analysis import derived, diagnosis
+from .analysis import anchors, derived, diagnosis, pricing
 from .analysis import module_shares as modules
 from .analysis import predict as perf
 from .analysis.memory import check_fits
@@ -225,7 +225,7 @@ class Objective:
         if not any(cal.missing(self.calibration.t, cal.needs(item, plan.device["type"])).values()):
             return
         try:
-            self.calibration = perf.Calibrated(cal.ensure(
+            self.calibration = pricing.Calibrated(cal.ensure(
                 plan.device, item, plan.switches, self.ceilings, cal_dir=plan.cache("calibration"),
                 tuning_dir=plan.cache("tuning"), on_line=self.progress.on_line,
                 log=self.progress.line))
@@ -302,14 +302,14 @@ def given_calibration(path: str | None, spec=None):
 
     if path:
         try:
-            return perf.Calibrated(store.load_file(path)), ""
+            return pricing.Calibrated(store.load_file(path)), ""
         except (OSError, ValueError) as e:
             return None, str(e)
     have = store.shipped_for(spec) if spec is not None else None
     if have is None:
         return None, ("no calibration given (calibration=FILE.json) nor shipped for this target: "
                       "roofline x stated efficiencies")
-    return perf.Calibrated(have), ""
+    return pricing.Calibrated(have), ""
 
 
 def model_calibration(plan, ceilings: dict, progress=None):
@@ -330,18 +330,18 @@ def model_calibration(plan, ceilings: dict, progress=None):
         if plan.calibration:
             given = store.load_file(plan.calibration)
             if given.device == plan.device["name"]:  # this device's own: used as it is
-                return perf.Calibrated(given), ""
+                return pricing.Calibrated(given), ""
             # another device's: its GPU entries transferred, the fixed costs this host's
             given = cal.host_costs(plan.device, given, plan.switches, plan.cache("tuning"))
-            return perf.transfer_here(plan.device, given, ceilings, plan.base.dtype,
-                                      plan.switches, plan.cache("tuning"))[0], ""
+            return anchors.transfer_here(plan.device, given, ceilings, plan.base.dtype,
+                                         plan.switches, plan.cache("tuning"))[0], ""
         items = study_designs(plan.space, plan.base, plan.workload, plan.mode)
         log = (lambda m: None) if plan.quiet else (progress.line if progress else print)
         with TaskProgress("calibration", quiet=plan.quiet) as bar:
             got = cal.ensure(plan.device, items, plan.switches, ceilings,
                              cal_dir=plan.cache("calibration"), tuning_dir=plan.cache("tuning"),
                              policy=plan.calibration_policy, on_line=bar.on_line, log=log)
-        return perf.Calibrated(got), ""
+        return pricing.Calibrated(got), ""
     except (RuntimeError, OSError, KeyError, ValueError, subprocess.TimeoutExpired) as e:
         return None, f"no calibration: {e}"[:500]
 

@@ -102,7 +102,7 @@ def shadow_predictions(plan) -> list:
 
     from .analysis import calibration_store as store
     from .analysis.hardware import load_spec
-    from .analysis.predict import Calibrated
+    from .analysis.pricing import Calibrated
     from .analysis.targets import predict_designs
     from .common.atomic import write_atomic
     from .report.tables import predicted_summary

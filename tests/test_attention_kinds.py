@@ -250,6 +250,7 @@ def test_a_rings_decode_entry_is_measured_and_priced_as_a_ring():
 
     from sweep.analysis import calibration_store as store
     from sweep.analysis import predict as perf
+    from sweep.analysis import pricing
     from sweep.analysis.needs import KEYS, missing, needs
 
     base = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
@@ -274,17 +275,17 @@ def test_a_rings_decode_entry_is_measured_and_priced_as_a_ring():
     att = [x for x in perf.kernel_list(mix, 8, 1, ctx, "triton") if x.kind == "decode_attn"]
     ring = next(x for x in att if x.shape["ring"])
     assert ring.shape["S"] == 4096 and ring.shape["window"] == 4096
-    t0 = perf.Calibrated(shipped).price(ring)[0]
+    t0 = pricing.Calibrated(shipped).price(ring)[0]
     rows = pd.DataFrame([dict(kind="decode_attn", impl="triton", kv_dtype="bf16", B=8, Hkv=8,
                               G=4, S=4096, D=64, ring=1, bytes=ring.bytes,
                               scores=8 * 32 * 4096.0, time_s=3 * t0, time_s_min=3 * t0,
                               time_s_p90=3 * t0)])
-    with_ring = perf.Calibrated(shipped.with_(table=pd.concat([shipped.table, rows],
+    with_ring = pricing.Calibrated(shipped.with_(table=pd.concat([shipped.table, rows],
                                                              ignore_index=True)))
     assert with_ring.price(ring)[0] == pytest.approx(3 * t0, rel=1e-6)  # its own entry
     flat = dict(ring.shape, ring=0)
     assert with_ring.decode_attn(flat, ring.bytes)[0] == pytest.approx(
-        perf.Calibrated(shipped).decode_attn(flat, ring.bytes)[0], rel=0.02)  # not a ring's
+        pricing.Calibrated(shipped).decode_attn(flat, ring.bytes)[0], rel=0.02)  # not a ring's
 
 
 def test_a_local_or_sink_layers_prefill_is_priced_by_its_own_kernel():
@@ -295,6 +296,7 @@ def test_a_local_or_sink_layers_prefill_is_priced_by_its_own_kernel():
 
     from sweep.analysis import calibration_store as store
     from sweep.analysis import predict as perf
+    from sweep.analysis import pricing
     from sweep.analysis.calibration import family
     from sweep.analysis.needs import needs
 
@@ -308,18 +310,18 @@ def test_a_local_or_sink_layers_prefill_is_priced_by_its_own_kernel():
     local = next(k for k in att if k.shape["W"])
     assert local.flops == 2 * 32 * 64 * 8192 * 1024 and local.shape["sink"] == 1
     shipped = store.shipped("NVIDIA H100 80GB HBM3")
-    c = perf.Calibrated(shipped)
+    c = pricing.Calibrated(shipped)
     t_sdpa, basis = c.price(local)
     assert "W=" not in basis and any("not calibrated: priced as causal SDPA" in n for n in c.notes)
     t = 2 * t_sdpa  # the band kernel measured at half SDPA's rate
     row = dict(kind="prefill_attn", impl="triton", T=8192, D=64, G=4, BH=32, W=1024, sink=1,
                flops=local.flops, time_s=t, time_s_min=t, time_s_p90=t)
-    c = perf.Calibrated(shipped.with_(table=pd.concat([shipped.table, pd.DataFrame([row])],
+    c = pricing.Calibrated(shipped.with_(table=pd.concat([shipped.table, pd.DataFrame([row])],
                                                       ignore_index=True)))
     got, basis = c.price(local)
     assert got == pytest.approx(t, rel=1e-9) and "W=1024 sinks" in basis
     full = next(k for k in att if not k.shape["W"])  # a global sink layer: no entry of its kind
-    assert c.price(full)[0] == pytest.approx(perf.Calibrated(shipped).price(full)[0])
+    assert c.price(full)[0] == pytest.approx(pricing.Calibrated(shipped).price(full)[0])
 
 
 def test_a_latent_attention_design_needs_gemvs_of_a_step_and_its_own_decode_entry():

@@ -35,7 +35,8 @@ def test_a_registered_ffn_kind_is_counted_priced_and_run_on_the_cpu():
     activation."""
     from sweep.analysis import calibration_store as store
     from sweep.analysis.hardware import load_spec
-    from sweep.analysis.predict import Calibrated, kernel_list, predict
+    from sweep.analysis.predict import kernel_list, predict
+    from sweep.analysis.pricing import Calibrated
     from tests.relu2_ffn import KIND  # registers relu2
     from zoo import TINY, Transformer, counts, generate
     from zoo.ffn import kind

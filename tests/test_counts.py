@@ -99,7 +99,8 @@ def test_weight_formats_count_their_bits_and_are_predicted_only():
 def test_a_quantized_design_is_priced_on_its_bytes():
     from sweep.analysis import calibration_store as store
     from sweep.analysis.hardware import load_spec
-    from sweep.analysis.predict import Calibrated, predict
+    from sweep.analysis.predict import predict
+    from sweep.analysis.pricing import Calibrated
     from zoo import ModelConfig
 
     have = store.shipped("NVIDIA H100 80GB HBM3")

@@ -16,6 +16,7 @@ from kernels import switches, tuning
 from sweep.analysis import calibration as cal
 from sweep.analysis import calibration_store as store
 from sweep.analysis import predict as perf
+from sweep.analysis import pricing
 from sweep.common.env import REPO, detect_device
 from sweep.space import study_designs
 from tests.helpers import run_tiny
@@ -93,7 +94,7 @@ def test_a_changed_kernel_is_measured_again_or_flagged(cpu_cal, monkeypatch, tmp
     frozen = cal.ensure(dev, items, switches.Switches(), cal_dir=tmp_path, quick=True,
                         policy="frozen", log=lambda m: None)
     assert frozen.meta["stale"] == ["decode_attn/torch"] and frozen.meta["measured_now"] == 0
-    row = perf.predict(TINY, WL, _cpu_spec(), perf.Calibrated(frozen), mode="eager")
+    row = perf.predict(TINY, WL, _cpu_spec(), pricing.Calibrated(frozen), mode="eager")
     assert row["prediction_stale"] is True
     assert row["prediction_notes"].startswith("stale calibration: decode_attn/torch")
     fresh = cal.ensure(dev, items, switches.Switches(), cal_dir=tmp_path, quick=True,
@@ -106,7 +107,7 @@ def test_a_changed_kernel_is_measured_again_or_flagged(cpu_cal, monkeypatch, tmp
     assert len(tab) - n_new == len(table) - n_attn  # every other family kept as it was
     assert json.loads((tmp_path / "cpu.json").read_text())["fingerprints"][
         "decode_attn/torch"] == "0" * 12
-    row = perf.predict(TINY, WL, _cpu_spec(), perf.Calibrated(fresh), mode="eager")
+    row = perf.predict(TINY, WL, _cpu_spec(), pricing.Calibrated(fresh), mode="eager")
     assert row["prediction_stale"] is False
 
 

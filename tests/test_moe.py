@@ -194,9 +194,10 @@ def test_a_quantized_weight_format_prices_fewer_expert_bytes():
     format's bits, priced below the bf16 design's."""
     from sweep.analysis import calibration_store as store
     from sweep.analysis import predict as perf
+    from sweep.analysis import pricing
     from sweep.analysis.hardware import load_spec
 
-    cal = perf.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
+    cal = pricing.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
     cfg = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
     q4 = cfg.replace(weight_dtype="q4_0")
     ups = [next(k for k in perf.kernel_list(c, 8, 1, 600, "triton") if k.op == "moe_up")
@@ -225,6 +226,7 @@ def test_the_grouped_gemms_are_priced_by_their_own_entries():
 
     from sweep.analysis import calibration_store as store
     from sweep.analysis import predict as perf
+    from sweep.analysis import pricing
     from sweep.analysis.needs import KEYS, needs
 
     cfg = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
@@ -238,22 +240,22 @@ def test_the_grouped_gemms_are_priced_by_their_own_entries():
     base = store.shipped("NVIDIA H100 80GB HBM3")  # without its moe_gemm entries (the reship of
     base = base.with_(table=base.table[base.table.kind != "moe_gemm"])  # 2026-11-27g has them)
     up = next(x for x in perf.kernel_list(cfg, 8, 1, 600, "triton") if x.op == "moe_up")
-    proxy, proxy_basis = perf.Calibrated(base).price(up)
+    proxy, proxy_basis = pricing.Calibrated(base).price(up)
     assert "rows stacked" in proxy_basis
     rows = [{"kind": "moe_gemm", "op": "moe_up", "M": m, "E": E, "k": k, "N": 2 * Fe, "K": d,
              "dtype": "bf16", "time_s": t, "time_s_min": t, "time_s_p90": t}
             for m, t in ((4, 20e-6), (16, 80e-6))]
-    cal = perf.Calibrated(base.with_(table=pd.concat([base.table, pd.DataFrame(rows)],
+    cal = pricing.Calibrated(base.with_(table=pd.concat([base.table, pd.DataFrame(rows)],
                                                      ignore_index=True)))
     t, basis = cal.price(up)
     assert basis.startswith("moe_gemm moe_up") and t == pytest.approx(40e-6, rel=1e-6)  # log-log
     down = next(x for x in perf.kernel_list(cfg, 8, 1, 600, "triton") if x.op == "moe_down")
-    assert cal.price(down) == perf.Calibrated(base).price(down)  # no entry of its own: proxy
-    fast = perf.Calibrated(cal.calibration, {"compute": 0.5, "memory": 0.25, "ridge": 300.0})
+    assert cal.price(down) == pricing.Calibrated(base).price(down)  # no entry of its own: proxy
+    fast = pricing.Calibrated(cal.calibration, {"compute": 0.5, "memory": 0.25, "ridge": 300.0})
     assert fast.price(up)[0] == pytest.approx(10e-6, rel=1e-6)  # a decode step: memory-bound
     # entries whose draw touched twice the bytes this step expects: the same rate, half the time
     two = pd.DataFrame([dict(r, bytes=2 * up.bytes) for r in rows])
-    cal2 = perf.Calibrated(base.with_(table=pd.concat([base.table, two], ignore_index=True)))
+    cal2 = pricing.Calibrated(base.with_(table=pd.concat([base.table, two], ignore_index=True)))
     assert cal2.price(up)[0] == pytest.approx(20e-6, rel=1e-6)
 
 
@@ -316,6 +318,7 @@ def test_routing_skew_draws_each_tokens_experts_from_the_zipf_prior():
     the counts and the predictor read fewer expert bytes; a negative skew is refused."""
     from sweep.analysis import calibration_store as store
     from sweep.analysis import predict as perf
+    from sweep.analysis import pricing
     from sweep.analysis.hardware import load_spec
     from zoo import routing
     from zoo.experts import MoEFeedForward, set_routing_skew
@@ -347,7 +350,7 @@ def test_routing_skew_draws_each_tokens_experts_from_the_zipf_prior():
     big = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
     assert counts.decode_mean(big, 8, 512, 64, 1.0).min_bytes < \
         0.8 * counts.decode_mean(big, 8, 512, 64).min_bytes
-    cal = perf.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
+    cal = pricing.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
     wl = {"batch": 8, "prompt_len": 512, "new_tokens": 64}
     flat, skewed = (perf.predict(big, dict(wl, routing_skew=s), load_spec("h100_sxm"), cal)
                     for s in (0.0, 1.0))
@@ -400,6 +403,7 @@ def test_the_moe_layers_small_kernels_have_entries_of_their_own():
 
     from sweep.analysis import calibration_store as store
     from sweep.analysis import predict as perf
+    from sweep.analysis import pricing
     from sweep.measure import microbench as mb
 
     cfg = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
@@ -411,7 +415,7 @@ def test_the_moe_layers_small_kernels_have_entries_of_their_own():
     base = store.shipped("NVIDIA H100 80GB HBM3")  # without its route_align / moe_sum entries
     t = base.table  # (the reship of 2026-11-27g measured them)
     base = base.with_(table=t[~t.op.isin(["route_align", "moe_sum"])])
-    c = perf.Calibrated(base)
+    c = pricing.Calibrated(base)
     t, basis = c.price(route)
     assert t == pytest.approx(c.launch("graph_kernel")) and "fused softmax" in basis
     residual = c.linear("elementwise", {"op": "residual", "impl": "torch"}, total.bytes)[0]
@@ -419,7 +423,7 @@ def test_the_moe_layers_small_kernels_have_entries_of_their_own():
     rows = [{"kind": "elementwise", "op": "route_align", "impl": "triton", "bytes": b, "M": m,
              "time_s": s, "time_s_min": s, "time_s_p90": s}
             for m, b, s in ((1, 1e3, 4e-6), (64, 6e4, 8e-6))]
-    cal = perf.Calibrated(base.with_(table=pd.concat([base.table, pd.DataFrame(rows)],
+    cal = pricing.Calibrated(base.with_(table=pd.concat([base.table, pd.DataFrame(rows)],
                                                      ignore_index=True)))
     t2, basis2 = cal.price(route)
     assert basis2.startswith("elementwise route_align/triton") and 4e-6 <= t2 <= 8e-6

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sweep.analysis import anchors, power, pricing
 from sweep.analysis import calibration as cal
 from sweep.analysis import calibration_store as store
-from sweep.analysis import power
 from sweep.analysis import predict as perf
 from sweep.analysis.hardware import load_spec
 from sweep.common.env import detect_device
@@ -47,7 +47,7 @@ def test_calibration_covers_the_kernels_the_zoo_launches(calibration):
 
 
 def test_prediction_per_module_in_two_kinds(calibration):
-    c = perf.Calibrated(calibration)
+    c = pricing.Calibrated(calibration)
     row = perf.predict(TINY, WL, load_spec("cpu"), c, mode="eager",
                        ceilings=calibration.meta["ceilings"])
     for st in ("prefill", "decode"):
@@ -60,7 +60,7 @@ def test_prediction_per_module_in_two_kinds(calibration):
 
 
 def test_outside_the_calibrated_range_says_so(calibration):
-    c = perf.Calibrated(calibration)
+    c = pricing.Calibrated(calibration)
     big = TINY.replace(d_model=1000, n_heads=10, n_kv_heads=5, head_dim=100, ffn_dim=2730)
     row = perf.predict(big, dict(WL, batch=16, prompt_len=200), load_spec("cpu"), c,
                        mode="eager", ceilings=calibration.meta["ceilings"])
@@ -85,9 +85,9 @@ def test_roofline_of_a_real_shape_is_weight_bytes_over_bandwidth():
 def doubled_bandwidth(calibration):
     """``(calibrated, transferred)``: the CPU calibration, and it priced for a device with twice
     the copy bandwidth and the same GEMM ceiling."""
-    c = perf.Calibrated(calibration)
+    c = pricing.Calibrated(calibration)
     src = calibration.meta["ceilings"]
-    return c, perf.transfer(c, src, {"copy_bytes_s": 2 * src["copy_bytes_s"],
+    return c, anchors.transfer(c, src, {"copy_bytes_s": 2 * src["copy_bytes_s"],
                                      "gemm_flops_fp32": src["gemm_flops_fp32"]}, "fp32")
 
 
@@ -121,16 +121,16 @@ def test_transfer_by_anchors_uses_the_entries_timed_there():
     gemm, gemv = anchors.sample(table)
     assert gemm and all(g[0] >= 4096 for g in gemm)
     assert gemv and {v[0] for v in gemv} <= {1, 8} and all(v[3] == "none" for v in gemv)
-    c = perf.Calibrated(store.Calibration({"device": "A", "ceilings": {}}, table))
+    c = pricing.Calibrated(store.Calibration({"device": "A", "ceilings": {}}, table))
     fixed = c._fixed("gemv", "bf16")
     here = [dict(r, time_s=r["time_s"]) for r in rows if r["kind"] == "gemm"]
     here += [dict(r, time_s=min(fixed, r["time_s"]) + (r["time_s"] - min(fixed, r["time_s"]))
                   * 0.75) for r in rows if r["kind"] == "gemv"]
     src = {"gemm_flops_bf16": 8e14, "copy_bytes_s": 3e12}
     dst = {"gemm_flops_bf16": 7.4e14, "copy_bytes_s": 4.2e12, "device": "B"}
-    by_ceil = perf.transfer(c, src, dst, "bf16")
+    by_ceil = anchors.transfer(c, src, dst, "bf16")
     assert by_ceil.scale["compute"] == pytest.approx(8 / 7.4)
-    t = perf.transfer(c, src, dst, "bf16", anchors=here)
+    t = anchors.transfer(c, src, dst, "bf16", anchors=here)
     assert t.scale["compute"] == pytest.approx(1.0) and t.scale["memory"] == pytest.approx(0.75)
     assert "entries of the source table timed here" in t.meta["transfer"]["basis"]
 
@@ -143,7 +143,7 @@ def test_a_gemv_scaled_from_its_nearest_shape_keeps_the_latency():
 
     rows = [{"kind": "gemv", "M": 1.0, "N": 1024.0 * n, "K": 1024.0, "prologue": "none",
              "dtype": "bf16", "time_s": 3e-6 + 1e-6 * n} for n in (1, 2, 4, 8)]
-    c = perf.Calibrated(store.Calibration({"device": "A"}, pd.DataFrame(rows)))
+    c = pricing.Calibrated(store.Calibration({"device": "A"}, pd.DataFrame(rows)))
     fixed = c._fixed("gemv", "bf16")
     assert fixed == pytest.approx(3e-6, rel=0.05)
     t, basis = c.gemv({"M": 1, "N": 512, "K": 1024, "prologue": "none", "dtype": "bf16"})
@@ -163,7 +163,7 @@ def test_prefill_attention_takes_a_group_measured_at_its_length():
         return {"kind": "prefill_attn", "impl": "triton", "G": float(G), "D": 64.0, "T": float(T),
                 "BH": float(BH), "flops": float(flops), "time_s": flops / (tflops * 1e12)}
 
-    c = perf.Calibrated(store.Calibration({"device": "A"}, pd.DataFrame(
+    c = pricing.Calibrated(store.Calibration({"device": "A"}, pd.DataFrame(
         [e(2, 256, 4, 4), e(2, 4096, 128, 440), e(4, 512, 32, 100), e(4, 4096, 128, 440)])))
     flops = 2 * 32 * 64 * 512 * 512
     t, basis = c.prefill_attn({"impl": "triton", "D": 64, "G": 2, "T": 512, "B": 1, "H": 32}, flops)
@@ -186,7 +186,7 @@ def test_every_row_has_the_predicted_columns(measured_study):
 
 
 def test_decode_attention_priced_by_kv_bytes_and_scores(calibration):
-    c = perf.Calibrated(calibration)
+    c = pricing.Calibrated(calibration)
     k = next(k for k in perf.kernel_list(TINY, 2, 1, 65, "torch") if k.kind == "decode_attn")
     t, basis = c.price(k)
     assert t > 0 and "fit on KV bytes and scores" in basis
@@ -208,11 +208,11 @@ def test_decode_attention_price_is_monotone_in_group_and_continuous_in_length(ca
     since a live one's ratios carry this machine's noise)."""
     from sweep.analysis import calibration_store as store
 
-    c = perf.Calibrated(calibration)
+    c = pricing.Calibrated(calibration)
     k = next(k for k in perf.kernel_list(TINY, 2, 1, 65, "torch") if k.kind == "decode_attn")
     by_group = [c.decode_attn(dict(k.shape, G=g), k.bytes)[0] for g in range(1, 33)]
     assert all(b >= a for a, b in zip(by_group, by_group[1:])), by_group
-    fixed = perf.Calibrated(store.load("", where=REF / "predict_cpu/calibration_cpu.json"))
+    fixed = pricing.Calibrated(store.load("", where=REF / "predict_cpu/calibration_cpu.json"))
     per_pos = k.bytes / k.shape["S"]
     by_len = [fixed.decode_attn(dict(k.shape, S=s), per_pos * s)[0] for s in range(16, 1024, 4)]
     steps = [b / a - 1 for a, b in zip(by_len, by_len[1:])]
@@ -236,7 +236,7 @@ def test_decode_attention_price_on_the_h100_calibration_has_no_steps(impl, kv):
     correction dropped 2.2% in one step there), and groups 1 .. 32 never get cheaper."""
     from sweep.analysis import calibration_store as store
 
-    c = perf.Calibrated(store.load("", where=REF / "calibration_h100.json"))
+    c = pricing.Calibrated(store.load("", where=REF / "calibration_h100.json"))
     per_pos = 2 * 8 * 8 * 128 * (2 if kv == "bf16" else 1)
     sh = dict(impl=impl, kv_dtype=kv, B=8, Hkv=8, G=4, S=512, D=128)
     ts = [c.decode_attn(dict(sh, S=s), per_pos * s)[0] for s in range(256, 16384, 64)]
@@ -246,7 +246,7 @@ def test_decode_attention_price_on_the_h100_calibration_has_no_steps(impl, kv):
 
 
 def test_compile_mode_decode_is_not_guessed(calibration):
-    c = perf.Calibrated(calibration)
+    c = pricing.Calibrated(calibration)
     row = perf.predict(TINY, WL, load_spec("cpu"), c, mode="compile",
                        ceilings=calibration.meta["ceilings"])
     assert math.isnan(row["decode_pred_ms_calibrated"])
@@ -474,7 +474,7 @@ def test_power_limit_slows_a_long_stages_compute_bound_kernels_only():
     unchanged; without the sustained figures (a CPU, an older cache) nothing changes."""
     import json
 
-    c = perf.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
+    c = pricing.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
     ceil = json.loads((REF / "heldout_h100/ceilings.json").read_text())
     hot = dict(ceil, gemm_flops_bf16_sustained=ceil["gemm_flops_bf16"] / 1.11, power_onset_s=0.075)
     hw = load_spec("h100_sxm")
@@ -518,9 +518,9 @@ def test_a_graphed_decode_step_is_never_below_the_hosts_floor():
     floor = 0.3e-3
     row = {"kind": "launch", "op": "graph_step_triton", "time_s": floor, "time_s_min": floor,
            "time_s_p90": floor, "family": "launch"}
-    with_floor = perf.Calibrated(store.Calibration(
+    with_floor = pricing.Calibrated(store.Calibration(
         meta, pd.concat([table, pd.DataFrame([row])], ignore_index=True)))
-    without = perf.Calibrated(store.Calibration(meta, table))
+    without = pricing.Calibrated(store.Calibration(meta, table))
     a, b = perf.predict(small, wl, hw, without), perf.predict(small, wl, hw, with_floor)
     assert a["decode_pred_ms"] < 0.3 and b["decode_pred_ms"] == pytest.approx(0.3)
     assert b["decode_pred_ms_launch_overhead"] > a["decode_pred_ms_launch_overhead"]
@@ -534,7 +534,7 @@ def test_a_wider_ffn_never_prices_a_faster_prefill():
     priced 7x slower at 6144 than at 12288 (an (N, K) measured at M = 8192 alone priced its
     M = 512 GEMM at the M = 8192 time); now the nearest (N, K) calibrated around the M prices it,
     and TTFT and TPOT grow with ffn_dim."""
-    c = perf.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
+    c = pricing.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
     wl = {"batch": 1, "prompt_len": 512, "new_tokens": 128}
     rows = [perf.predict(ModelConfig.from_name("llama3_1_8b", ffn_dim=f, kernels="triton"), wl,
                          load_spec("h100_sxm"), c) for f in (4096, 6144, 8192, 12288, 16384)]
@@ -566,7 +566,7 @@ def test_qk_norm_pays_each_of_its_launches():
     bytes with its own fixed cost: on the shipped H100 calibration the layer's QK-norm costs at
     least a microsecond per launch (one entry of their summed bytes priced the five as one:
     OLMoE's decode step came out 150 us short, results/reference/moe_modules_h100.md)."""
-    h100 = perf.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
+    h100 = pricing.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
     olmoe = ModelConfig.from_name("olmoe_1b_7b", kernels="triton")
     plain = olmoe.replace(qk_norm="none")
     for B, launches in ((8, 5), (1, 2)):

@@ -456,7 +456,7 @@ def test_advise_without_the_designs_entries_prices_the_roofline_and_says_why():
     from sweep.analysis import calibration_store as store
     from sweep.analysis.advice import advise
     from sweep.analysis.hardware import load_spec
-    from sweep.analysis.predict import Calibrated
+    from sweep.analysis.pricing import Calibrated
     from zoo import ModelConfig
 
     have = store.shipped("NVIDIA H100 80GB HBM3")

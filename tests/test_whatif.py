@@ -74,7 +74,7 @@ def test_predictions_follow_the_switches_on_every_basis():
     x stated launch cost on an A100 with no calibration); prefill does not change."""
     from kernels.switches import Switches
     from sweep.analysis import calibration_store as store
-    from sweep.analysis.predict import Calibrated
+    from sweep.analysis.pricing import Calibrated
 
     h100 = Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
     cfg = ModelConfig.from_name("llama3_2_1b").resolved("cuda")

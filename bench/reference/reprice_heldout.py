@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from kernels.switches import Switches  # noqa: E402
+from sweep.analysis import anchors, pricing  # noqa: E402
 from sweep.analysis import calibration_store as store  # noqa: E402
-from sweep.analysis import predict as perf  # noqa: E402
 from sweep.analysis.hardware import load_spec  # noqa: E402
 from sweep.cli.validate import items, load_set, price, read_measured  # noqa: E402
 from sweep.common.atomic import write_json, write_text  # noqa: E402
@@ -50,10 +50,10 @@ def main() -> int:
         host = store.load("", where=Path(a.host_calibration)).table
         table = pd.concat([table[table.family != "launch"], host[host.family == "launch"]],
                           ignore_index=True)
-    c = perf.Calibrated(given.with_(table=table))
+    c = pricing.Calibrated(given.with_(table=table))
     if meta.get("device") != device:
-        c = perf.transfer(c, meta["ceilings"], dict(ceilings, device=device), "bf16",
-                          anchors=json.loads(Path(a.anchors).read_text()) if a.anchors else None)
+        c = anchors.transfer(c, meta["ceilings"], dict(ceilings, device=device), "bf16",
+                             anchors=json.loads(Path(a.anchors).read_text()) if a.anchors else None)
     chosen, measured = [], []
     for path in a.measured:
         ch, me = read_measured(Path(path), items(s, "cuda"))

@@ -38,7 +38,6 @@ from zoo.generate import PREFILL_GRAPH_MAX_TOKENS
 from zoo.launches import NORM_LAUNCHES, Kernel, Stage
 
 from ..common.row import MODULES, STAGES, TIME, error, pred, pred_module
-from .anchors import transfer, transfer_here  # noqa: F401  (the model's transfer, here)
 from .power import DEFAULT_REPEATS, DEFAULT_WARMUP, POWER_UNCERTAINTY, power_limit, sustained_fraction
 from .pricing import Calibrated
 

@@ -35,7 +35,9 @@ from zoo import ModelConfig, counts
 from zoo.config import DESIGN_FIELDS
 
 from ..common.row import MODULES, RATE, TIME, energy, pred, pred_module
-from .predict import Calibrated, kernel_list, predict, transfer
+from .anchors import transfer
+from .predict import kernel_list, predict
+from .pricing import Calibrated
 
 BASES = ("calibrated", "transferred", "fitted", "roofline")
 

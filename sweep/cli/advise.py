@@ -47,7 +47,7 @@ def _calibration(plan, path: str | None, device: dict):
     GPU), else this device's transferred to an NVIDIA target when it has the ceilings a transfer
     needs (a CPU's calibration has no bf16 GEMM ceiling: never transferred to a GPU)."""
     from ..analysis import calibration_store as store
-    from ..analysis.predict import transfer
+    from ..analysis.anchors import transfer
     from ..analysis.pricing import Calibrated
     from ..analysis.targets import _is_device, target_ceilings
 

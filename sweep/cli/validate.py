@@ -137,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     from kernels.switches import Switches
 
+    from ..analysis import anchors, pricing
     from ..analysis import calibration as cal
     from ..analysis import calibration_store as store
-    from ..analysis import predict as perf
     from ..analysis.hardware import load_spec, measure_ceilings
     from ..common.atomic import write_atomic, write_json, write_text
     from ..common.env import detect_device, environment
@@ -178,22 +178,22 @@ def main(argv: list[str] | None = None) -> int:
     if a.calibration:
         if not a.measured:  # the host's fixed costs are this machine's, whoever measured the file
             given = cal.host_costs(dev, given, switches, root / "tuning")
-        c = perf.Calibrated(given)
+        c = pricing.Calibrated(given)
         if given.device != dev["name"] and a.measured:  # offline: no anchors timed here
-            c = perf.transfer(c, given.meta["ceilings"], dict(ceilings, device=dev["name"]),
-                              chosen[0][1].dtype)
+            c = anchors.transfer(c, given.meta["ceilings"], dict(ceilings, device=dev["name"]),
+                                 chosen[0][1].dtype)
         elif given.device != dev["name"]:
-            c, here = perf.transfer_here(dev, given, ceilings, chosen[0][1].dtype,
-                                         switches, root / "tuning")
+            c, here = anchors.transfer_here(dev, given, ceilings, chosen[0][1].dtype,
+                                            switches, root / "tuning")
             if here:
                 write_json(out / "anchors.json", here)
     elif a.measured:  # priced where it was measured: that device's cached calibration
         have = store.load(dev["name"], cal_dir=root / "calibration") or store.shipped(dev["name"])
         if have is None:
             raise FileNotFoundError(f"no calibration of {dev['name']} under {root}")
-        c = perf.Calibrated(have)
+        c = pricing.Calibrated(have)
     else:
-        c = perf.Calibrated(cal.ensure(dev, [(c_, w, m) for _, c_, w, m in chosen], switches,
+        c = pricing.Calibrated(cal.ensure(dev, [(c_, w, m) for _, c_, w, m in chosen], switches,
                                        ceilings, cal_dir=root / "calibration",
                                        tuning_dir=root / "tuning"))
     # what the prices rest on, kept beside them (a transferred or host-measured table is made
