@@ -18,11 +18,11 @@ once into the cache.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
+
+from .decode_attention import _interpreted
 
 
 @triton.jit
@@ -116,7 +116,7 @@ def mla_rope_write_(q: torch.Tensor, kv: torch.Tensor, norm_weight: torch.Tensor
             or sin.stride(0) != cos.stride(0):
         raise ValueError("mla_rope_write_: last dims must be contiguous and the tables alike")
     half = R // 2
-    pdl = pdl and q.device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
+    pdl = pdl and not _interpreted(q)
     _mla_rope_kernel[(B * T,)](
         q, kv, norm_weight, cos, sin, input_pos, lat_cache, kpe_cache, T, H, r, nope, eps,
         q_tok, qs[2], kv_tok, cos.stride(0), lat_cache.stride(0), lat_cache.stride(2),

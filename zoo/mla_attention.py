@@ -57,9 +57,9 @@ class MLAttention(nn.Module):
         super().__init__()
         self.cfg, self.layer = cfg, layer
         H, d, qk = cfg.n_heads, cfg.d_model, qk_head_dim(cfg)
-        self.q_out = cfg.q_lora_rank or H * qk  # the stacked projection's query rows
-        self.wqkv_a = nn.Linear(d, self.q_out + cfg.kv_lora_rank + cfg.qk_rope_head_dim,
-                                bias=False)
+        # the stacked projection's rows: the query's (or its bottleneck's), the latent's
+        self.qkv_a_rows = (cfg.q_lora_rank or H * qk, cfg.kv_lora_rank + cfg.qk_rope_head_dim)
+        self.wqkv_a = nn.Linear(d, sum(self.qkv_a_rows), bias=False)
         if cfg.q_lora_rank:
             self.q_norm = RMSNorm(cfg.q_lora_rank, cfg.norm_eps)
             self.wq_b = nn.Linear(cfg.q_lora_rank, H * qk, bias=False)
@@ -118,7 +118,7 @@ class MLAttention(nn.Module):
         cfg = self.cfg
         with annotate("qkv"):
             qkv_a, h = ops.linear(x, self.wqkv_a, "norm", norm, residual, pdl_trigger=False)
-            q, kv = qkv_a.split([self.q_out, qkv_a.shape[-1] - self.q_out], dim=-1)
+            q, kv = qkv_a.split(self.qkv_a_rows, dim=-1)
             if cfg.q_lora_rank:
                 q = ops.linear(q, self.wq_b, "norm", self.q_norm, pdl_trigger=False)[0]
         y = self.attend(q, kv, rope, input_pos, None, None)
@@ -132,7 +132,7 @@ class MLAttention(nn.Module):
         cfg = self.cfg
         with annotate("qkv"):
             qkv_a = self.wqkv_a(x)  # the query (or its bottleneck) over the latent projection
-            q, kv = qkv_a.split([self.q_out, qkv_a.shape[-1] - self.q_out], dim=-1)
+            q, kv = qkv_a.split(self.qkv_a_rows, dim=-1)
             if cfg.q_lora_rank:  # the bottleneck's norm: Triton's on the Triton path
                 q = self.wq_b(self.q_norm.fused(q) if cfg.kernels == "triton"
                               else self.q_norm(q))

@@ -246,18 +246,15 @@ def _fit_on(prepared: list[tuple], keep, memo: dict | None = None) -> dict:
             continue
         for key in _keys(r):
             groups.setdefault((key, _stage(r)), []).append(i)
+    memo = {} if memo is None else memo
     out = {}
     for k, idx in groups.items():
         mk = (k, tuple(idx))
-        if memo is None or mk not in memo:
+        if mk not in memo:
             rows = [prepared[i] for i in idx]
             c = fit(np.array([f for _, f, _, _ in rows]), np.array([obs for _, _, obs, _ in rows]),
                     [r.group for r, _, _, _ in rows])
-            val = (c, len(idx), len({r.group for r, _, _, _ in rows}))
-            if memo is None:
-                out[k] = val
-                continue
-            memo[mk] = val
+            memo[mk] = (c, len(idx), len({r.group for r, _, _, _ in rows}))
         out[k] = memo[mk]
     return out
 
