@@ -9,10 +9,11 @@ is ``o_lat = sum_j p_j c_j`` (``W_UV`` is applied after, outside). A program tak
 of one sequence over one split of the positions: the scores are a ``[BLOCK_H, r] x [r, BLOCK_N]``
 product, so a tile of latents feeds all its heads (heads are the rows of the tensor-core products,
 as in FlashMLA). The splits aim at one program per SM (``PER_SM``), each at least ``MIN_TILES``
-tiles of positions, so the partial outputs (``H r`` float32 a split) stay small beside the latents
-they replace. The splits are merged by their log-sum-exp in a kernel of its own
-(``_mla_merge_kernel``), one program per (sequence, head, ``MERGE_CHUNK`` channels): a head's
-partials are ``n_splits x r`` floats, too many for one program's registers at ``r = 512``
+tiles of positions, so the partial outputs (``H r`` a split, in the latents' dtype: each is
+normalised by its own sum before it is stored) stay small beside the latents they replace. The
+splits are merged by their log-sum-exp in a kernel of its own (``_mla_merge_kernel``), one
+program per (sequence, head, ``MERGE_CHUNK`` channels): a head's partials are ``n_splits x r``
+values, too many for one program's registers at ``r = 512``
 (``kernels.split_merge.merge_kernel`` holds a head's whole tile in one program; the times of both on
 the H100 are in ``results/reference/mla_ncu_h100.md``).
 The new position is read from a device tensor: a CUDA graph replays the step.
@@ -94,7 +95,8 @@ def _mla_split_kernel(ql_ptr, qp_ptr, lat_ptr, kpe_ptr, pos_ptr, o_ptr, lse_ptr,
     lse = tl.where(l_i > 0, (m_i + tl.log2(tl.maximum(l_i, 1e-30))) * 0.6931471805599453,
                    float("-inf"))
     row = (b64 * H + heads) * n_splits + sp
-    tl.store(o_ptr + row[:, None] * BLOCK_R + offs_r[None, :], o, mask=hmask[:, None])
+    tl.store(o_ptr + row[:, None] * BLOCK_R + offs_r[None, :], o.to(o_ptr.dtype.element_ty),
+             mask=hmask[:, None])
     tl.store(lse_ptr + row, lse, mask=hmask)
 
 
@@ -122,16 +124,16 @@ def _mla_merge_kernel(o_ptr, lse_ptr, out_ptr, n_splits, r, BLOCK_R: tl.constexp
         lse = tl.load(lse_ptr + bh * n_splits + offs_s, mask=smask, other=float("-inf"))
         w = tl.where(smask & (lse > float("-inf")), tl.exp(lse - m), 0.0)
         o = tl.load(o_ptr + (bh * n_splits + offs_s)[:, None] * BLOCK_R + offs_d[None, :],
-                    mask=smask[:, None] & dmask[None, :], other=0.0)
+                    mask=smask[:, None] & dmask[None, :], other=0.0).to(tl.float32)
         acc += tl.sum(o * w[:, None], 0)
         lv += w
     tl.store(out_ptr + bh * r + offs_d, acc / tl.sum(lv, 0), mask=dmask)
 
 
-# Programs per SM the splits aim at: one. A split's partials (``H r`` float32, written and read
-# again by the merge) grow with the splits: at batch 1, 16 heads and 32k positions two programs
-# an SM (256 splits) took 31.3 us, one (128) 25.4, a half 30.0 (H100, bench.mla_tiles_probe,
-# which sets the split counts through ``min_tiles`` at two programs an SM;
+# Programs per SM the splits aim at: one. A split's partials (``H r``, written and read again by
+# the merge; float32 when this was measured) grow with the splits: at batch 1, 16 heads and 32k
+# positions two programs an SM (256 splits) took 31.3 us, one (128) 25.4, a half 30.0 (H100,
+# bench.mla_tiles_probe, which sets the split counts through ``min_tiles`` at two programs an SM;
 # results/reference/mla_model_h100.md)
 PER_SM = 1
 
@@ -185,7 +187,10 @@ def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_
     n_hb = triton.cdiv(H, bh)
     n_splits, split_len = plan_splits(B, n_hb, S, bn * min_tiles, _n_sm(q_lat.device),
                                       per_sm=PER_SM)
-    o_part = torch.empty(B * H * n_splits, BLOCK_R, device=q_lat.device, dtype=torch.float32)
+    # the partials in the latents' 16-bit dtype (half the bytes written and read again by the
+    # merge; each normalised by its own sum, so within the dtype's range), float32 for float32
+    part = latent.dtype if latent.dtype in (torch.bfloat16, torch.float16) else torch.float32
+    o_part = torch.empty(B * H * n_splits, BLOCK_R, device=q_lat.device, dtype=part)
     lse = torch.empty(B * H * n_splits, device=q_lat.device, dtype=torch.float32)
     interp = _interpreted(q_lat)
     pdl = pdl and not interp

@@ -6,7 +6,7 @@ device queries, the GEMV-or-cuBLAS choice): tracing the Triton decode step faile
 kernel module's own (``kernels.rmsnorm.rmsnorm``, ``kernels.swiglu.swiglu``,
 ``kernels.rope.rope_kv_write_``, ``kernels.decode_attention.decode_attention``,
 ``kernels.prefill_attention.prefill_attention``, ``kernels.mla_decode.mla_decode``,
-``kernels.mla_rope.mla_rope_write_``,
+``kernels.mla_rope.mla_rope_write_``, ``kernels.head_gemv.head_gemv``,
 ``kernels.decode_linear.linear``) and calls it directly when run eagerly; while Dynamo traces
 (``torch.compiler.is_compiling()``) it calls the op ``torch.ops.designzoo.<name>``, registered with
 ``torch.library.custom_op`` (PyTorch's recommended route for a kernel with Python around it,
@@ -28,6 +28,7 @@ from torch import Tensor
 
 from . import decode_attention as _attention
 from . import decode_linear as _linear
+from . import head_gemv as _head_gemv
 from . import mla_decode as _mla
 from . import mla_rope as _mla_rope
 from . import prefill_attention as _prefill
@@ -220,6 +221,25 @@ def prefill_attention(q: Tensor, k: Tensor, v: Tensor, window: int | None = None
     if not _compiling():
         return _prefill.prefill_attention(q, k, v, window, sinks, scale)
     return _prefill_attention_op(q, k, v, window, sinks, scale)
+
+
+@torch.library.custom_op("designzoo::head_gemv", mutates_args=())
+def _head_gemv_op(x: Tensor, w: Tensor, transposed: bool, pdl: bool) -> Tensor:
+    return _head_gemv.head_gemv(x, w, transposed=transposed, pdl=pdl)
+
+
+@_head_gemv_op.register_fake
+def _(x, w, transposed, pdl):
+    return x.new_empty(*x.shape[:2], w.shape[1] if transposed else w.shape[2])
+
+
+def head_gemv(x: Tensor, w: Tensor, transposed: bool = False, pdl: bool = False) -> Tensor:
+    """``kernels.head_gemv.head_gemv`` (each head's rows times its own weight: ``x [B, H, K]``,
+    ``w [H, K, N]`` or transposed ``[H, N, K]`` -> ``[B, H, N]``; ``pdl``: its programmatic
+    dependent launch), as an op under ``torch.compile``."""
+    if not _compiling():
+        return _head_gemv.head_gemv(x, w, transposed=transposed, pdl=pdl)
+    return _head_gemv_op(x, w, transposed, pdl)
 
 
 @torch.library.custom_op("designzoo::mla_decode", mutates_args=())

@@ -329,7 +329,8 @@ def test_a_latent_attention_design_needs_gemvs_of_a_step_and_its_own_decode_entr
     decode through ``kernels.mla_decode``, its projections on the decode GEMV path): its decode
     GEMVs are of a step's rows, never more than the GEMV takes (the H100 calibration of
     2026-11-27 failed on one: M = 576, MLA's up-projection of the whole cache), the absorbed
-    ``W_UK`` / ``W_UV`` products GEMMs of the step's rows, and its decode attention is keyed by
+    ``W_UK`` / ``W_UV`` products GEMVs of the step's rows (``kernels.head_gemv``, priced as the
+    one GEMV of their shape; no cuBLAS GEMM), and its decode attention is keyed by
     the latent kernel's shape (``impl`` mla, one latent head shared by every query head, the
     latent's and the RoPE key's widths). A quantized latent cache is refused by name (neither
     path reads one)."""
@@ -342,7 +343,8 @@ def test_a_latent_attention_design_needs_gemvs_of_a_step_and_its_own_decode_entr
     got = needs([(cfg, {"batch": 1, "prompt_len": 512, "new_tokens": 64}, "cudagraph")], "cuda")
     assert got["gemv"] and all(k[0] <= MAX_M for k in got["gemv"])
     H, r, nope, v = 16, 512, 128, 128
-    assert {(1, H * r, nope, "bf16"), (1, H * v, r, "bf16")} <= set(got["gemm"])
+    assert {(1, H * r, nope, "none", "bf16"), (1, H * v, r, "none", "bf16")} <= set(got["gemv"])
+    assert not {(1, H * r, nope, "bf16"), (1, H * v, r, "bf16")} & set(got.get("gemm", ()))
     # the query projection over the latent projection (3072 + 512 + 64 rows), one GEMV with the
     # block's norm in it
     assert (1, 3648, 2048, "norm+res", "bf16") in got["gemv"]

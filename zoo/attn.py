@@ -240,11 +240,13 @@ class MLA:
         latent's RMSNorm and the cache write (two copies); on the Triton path the three in one
         launch (``kernels.mla_rope``, priced by the Triton RoPE kernel's entry at its bytes). A
         decode step in the absorbed form: ``q_nope W_UK`` and ``W_UV`` as GEMMs of ``batch`` rows
-        over ``H kv_lora_rank`` and ``H v_head_dim`` columns (a batched GEMM over the heads: the
-        FLOPs and weight bytes of that one GEMM); between them the attention over the latents: on
+        over ``H kv_lora_rank`` and ``H v_head_dim`` columns (the FLOPs and weight bytes of that
+        one GEMM: on the Triton path a GEMV per head, ``kernels.head_gemv``, priced as the
+        stage's GEMV of that shape; on the torch path a batched GEMM over the heads, priced as a
+        GEMM); between them the attention over the latents: on
         the Triton path ``kernels.mla_decode`` (its own ``decode_attn`` entry, ``impl`` mla: the
-        latent ``D`` and RoPE ``R`` wide, one KV head shared by ``G = n_heads``, two launches) and
-        the heads' outputs gathered for ``wo`` (a copy above batch 1), on the torch path its float32 ops
+        latent ``D`` and RoPE ``R`` wide, one KV head shared by ``G = n_heads``, two launches),
+        on the torch path its float32 ops
         (``MLA_TORCH_DECODE_LAUNCHES``, priced by the torch decode entry of its shape). A prefill
         expands the latents through ``wkv_b``, builds the heads' keys (and on the torch path their
         queries: two concatenations), attends through SDPA and reshapes its output (a copy). The
@@ -258,9 +260,13 @@ class MLA:
         def torch_op(op, like, nbytes, launches):  # torch ops priced by the entry ``like``
             return st.elem(op, nbytes, rep=L, launches=launches, like=like, impl="torch")
 
-        def bmm(op, n, k):  # [M, k] x [k, n] per head: a batched GEMM over the heads (cuBLAS,
-            # on the GEMV path too), keyed as the one GEMM of its FLOPs and weight bytes
+        def bmm(op, n, k):  # [M, k] x [k, n] per head, keyed as the one GEMM of its FLOPs and
+            # weight bytes: on the Triton path a GEMV per head (kernels.head_gemv), priced by the
+            # stage's GEMV (or, past the GEMV path's rows, GEMM) entry of that shape; on the
+            # torch path a batched GEMM over the heads (cuBLAS)
             g = st.gemm("attention", op, H * n, k, rep=L)
+            if st.fused:
+                return g
             nbytes = H * n * k * cfg.weight_bits / 8 + M * H * (n + k) * wb
             return Kernel(g.module, "gemm", op, g.flops, nbytes,
                           {k_: v for k_, v in g.shape.items() if k_ != "prologue"}, 1, L)
@@ -296,9 +302,7 @@ class MLA:
                                   {"impl": "torch", "kv_dtype": cfg.kv_dtype, "bytes": kv,
                                    "B": batch, "Hkv": H, "G": 1, "S": C, "D": qk},
                                   MLA_TORCH_DECODE_LAUNCHES, L))
-            out.append(bmm("w_uv", V, r))
-            if st.fused and batch > 1:  # [H, B, v] -> [B, H v] for wo (at batch 1 a view)
-                out.append(torch_op("mla_gather", "kv_write", 2 * M * H * V * wb, 1))
+            out.append(bmm("w_uv", V, r))  # written as wo reads it: no gather
         else:
             # the heads' keys built (and, on the torch path, their queries: the Triton path
             # rotated them in place)

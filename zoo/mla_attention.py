@@ -6,7 +6,7 @@ A prefill expands every position's keys and values through ``kv_b`` (the naive f
 attends in the absorbed form (``q_nope W_UK`` scored against the latents, ``W_UV`` after the
 softmax: FlashMLA's), reading the latents once for every head: on the torch path in float32
 (``absorbed``, the reference), on the Triton path (``kernels=triton``, a GPU's default) as
-``decode``: ``q_nope W_UK`` and ``W_UV`` as batched GEMMs over the heads (cuBLAS), the attention
+``decode``: ``q_nope W_UK`` and ``W_UV`` as a GEMV per head (``kernels.head_gemv``), the attention
 over the latents in ``kernels.mla_decode`` (one pass over the cache for every head, the splits
 merged in the model's dtype). On the Triton path the RoPE rotations, the latent's norm and the cache
 write are one launch (``kernels.mla_rope``) at every stage, and the query bottleneck's norm Triton's
@@ -98,16 +98,18 @@ class MLAttention(nn.Module):
 
     def decode(self, q_nope, q_pe, lat, kpe, pos, scale):
         """The absorbed form on the Triton path (``absorbed`` is its reference): ``q_nope W_UK``
-        and the output's ``W_UV`` as batched GEMMs over the heads in the model's dtype,
-        ``kernels.mla_decode`` between them over the cache's positions ``[0, pos + 1)``.
+        and the output's ``W_UV`` as a GEMV per head in the model's dtype
+        (``kernels.head_gemv``, reading ``wkv_b``'s weight in place), ``kernels.mla_decode``
+        between them over the cache's positions ``[0, pos + 1)``; the output is written in the
+        ``[B, H, v]`` order ``wo`` reads (no gather).
         q_nope ``[B, H, 1, nope]``, q_pe ``[B, H, 1, rope]``, lat ``[B, 1, S, r]``, kpe
         ``[B, 1, S, rope]``, pos ``[1]`` int64 (a device tensor) -> ``[B, H, 1, v_head_dim]``."""
         w_uk, w_uv = self.absorbed_weights()
-        q_lat = torch.bmm(q_nope[:, :, 0].transpose(0, 1), w_uk)  # [H, B, r]
-        o_lat = ops.mla_decode(q_lat.transpose(0, 1), q_pe[:, :, 0], lat, kpe, pos, scale,
+        q_lat = ops.head_gemv(q_nope[:, :, 0], w_uk, pdl=self.pdl)  # [B, H, r]
+        o_lat = ops.mla_decode(q_lat, q_pe[:, :, 0], lat, kpe, pos, scale,
                                out_dtype=q_nope.dtype, pdl=self.pdl)  # [B, H, r]
-        y = torch.bmm(o_lat.transpose(0, 1), w_uv.transpose(1, 2))  # [H, B, v]
-        return y.transpose(0, 1).unsqueeze(2)
+        y = ops.head_gemv(o_lat, w_uv, transposed=True, pdl=self.pdl)  # [B, H, v]
+        return y.unsqueeze(2)
 
     def skinny(self, x, norm, residual, rope, input_pos):
         """The decode step on the GEMV path (``zoo.model.Block.skinny``): the stacked query and
