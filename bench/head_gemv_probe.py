@@ -52,6 +52,30 @@ def main() -> None:
                                                         / a.copy_tbps, 3),
                              "max_abs_diff": err})
                 print(rows[-1], flush=True)
+    # one row: the tiles (BLOCK_N, BLOCK_K, warps, stages) against cuBLAS
+    H, B = 16, 1
+    wkv_b = torch.randn(H, 256, 512, device=dev, dtype=dt) / 16
+    w_uk, w_uv = wkv_b[:, :128], wkv_b[:, 128:]
+    q = torch.randn(B, H, 128, device=dev, dtype=dt)
+    o = torch.randn(B, H, 512, device=dev, dtype=dt)
+    tiles = []
+    for op, x, w, tr in (("w_uk", q, w_uk, False), ("w_uv", o, w_uv, True)):
+        for t in ((16, 128, 4, 3), (32, 128, 4, 3), (64, 128, 4, 3), (128, 128, 4, 3),
+                  (32, 128, 2, 1), (64, 128, 8, 2), (16, 512, 4, 1), (8, 512, 4, 1),
+                  (32, 256, 4, 2), (16, 256, 4, 2), (128, 64, 4, 3), (64, 64, 4, 3),
+                  (512, 16, 4, 3), (256, 32, 8, 3)):
+            try:
+                us = triton.testing.do_bench_cudagraph(
+                    functools.partial(head_gemv, x, w, transposed=tr, tile=t), rep=50) * 1e3
+            except Exception as e:  # a tile that does not compile here: say so, go on
+                us = float("nan")
+                print(op, t, type(e).__name__, str(e)[:200], flush=True)
+            tiles.append({"op": op, "tile": "x".join(map(str, t)), "us": round(us, 2)})
+            print(tiles[-1], flush=True)
+    with open(a.out / "head_gemv_tiles.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(tiles[0]))
+        w.writeheader()
+        w.writerows(tiles)
     with open(a.out / "head_gemv.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()

@@ -5,7 +5,8 @@ call cold (the caches rotated through copies, ``sweep.measure.microbench``), the
 graph replays. ``of_roofline``: the latents' and keys' bytes over the copy bandwidth measured
 here, over the time.
 
-    python -m bench.mla_tiles_probe OUT_DIR     # mla_tiles.json, mla_tiles.md
+    python -m bench.mla_tiles_probe OUT_DIR [--swapped]   # mla_tiles.json, mla_tiles.md
+    (--swapped: the shipped tile against the transposed products', ``SWAPPED``, splits of 4 / 8)
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from pathlib import Path
 SHAPES = [(16, 1, 4096), (16, 1, 32768), (16, 8, 4096), (16, 8, 32768), (128, 1, 32768),
           (128, 8, 4096)]
 CANDIDATES = [(16, 32, 4, 2), (16, 32, 4, 3), (16, 32, 8, 2), (16, 64, 8, 2), (16, 16, 4, 2)]
+# the products transposed (positions, then latent channels, in the tensor core's M): a fifth
+# element True (kernels.mla_decode.mla_decode's ``tile``)
+SWAPPED = [(16, 64, 4, 2, True), (16, 64, 4, 3, True), (16, 128, 4, 2, True),
+           (16, 64, 8, 2, True), (16, 128, 8, 2, True), (32, 64, 4, 2, True),
+           (16, 32, 4, 3, True)]
 MIN_TILES = (4, 8, 16, 32)
 
 
@@ -28,6 +34,10 @@ def main(argv=None) -> int:
     from sweep.measure.ceilings import copy_rate
 
     argv = sys.argv[1:] if argv is None else argv
+    swapped = "--swapped" in argv  # the shipped tile against the transposed ones only
+    argv = [a for a in argv if a != "--swapped"]
+    candidates = [(16, 32, 4, 3)] + SWAPPED if swapped else CANDIDATES
+    min_tiles = (4, 8) if swapped else MIN_TILES
     out = Path(argv[0] if argv else "out")
     out.mkdir(parents=True, exist_ok=True)
     bw = copy_rate("cuda")["copy_bytes_s"]
@@ -43,8 +53,8 @@ def main(argv=None) -> int:
                    torch.randn(B, S, 64, device="cuda", dtype=bf, generator=g))
                   for _ in range(mb.cold_copies(nbytes, True, cap=16))]
         pos = torch.tensor([S - 1], device="cuda")
-        for tile in CANDIDATES:
-            for mt in MIN_TILES:
+        for tile in candidates:
+            for mt in min_tiles:
                 try:
                     sp = tm([lambda c=c, t=tile, m=mt, a=(q, qp, pos): mla_decode(
                         *a[:2], *c, a[2], 0.07, tile=t, out_dtype=bf, min_tiles=m)
@@ -60,15 +70,16 @@ def main(argv=None) -> int:
         torch.cuda.empty_cache()
     (out / "mla_tiles.json").write_text(json.dumps({"copy_bytes_s": bw, "rows": rows}, indent=1))
     lines = [f"copy bandwidth {bw / 1e12:.2f} TB/s", "",
-             "| H | B | S | best tile | min_tiles | us | of roofline | (16,32,4,2) x 4 us |",
+             f"| H | B | S | best tile | min_tiles | us | of roofline | {candidates[0]} x "
+             f"{min_tiles[0]} us |",
              "|---:|---:|---:|---|---:|---:|---:|---:|"]
     for H, B, S in SHAPES:
         ok = [r for r in rows if (r["H"], r["B"], r["S"]) == (H, B, S) and "us" in r]
         if not ok:
             continue
         best = min(ok, key=lambda r: r["us"])
-        base = next((r["us"] for r in ok if r["tile"] == [16, 32, 4, 2] and r["min_tiles"] == 4),
-                    float("nan"))
+        base = next((r["us"] for r in ok if r["tile"] == list(candidates[0])
+                     and r["min_tiles"] == min_tiles[0]), float("nan"))
         lines.append(f"| {H} | {B} | {S} | {tuple(best['tile'])} | {best['min_tiles']} | "
                      f"{best['us']:.1f} | {best['of_roofline']:.2f} | {base:.1f} |")
     (out / "mla_tiles.md").write_text("\n".join(lines) + "\n")

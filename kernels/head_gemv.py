@@ -78,7 +78,8 @@ def tiles(H: int, N: int, K: int, rows: int, n_sm: int) -> tuple[int, int, int, 
 
 
 def head_gemv(x: torch.Tensor, w: torch.Tensor, transposed: bool = False,
-              out: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
+              out: torch.Tensor | None = None, pdl: bool = False,
+              tile: tuple | None = None) -> torch.Tensor:
     """Each head's rows times its own weight.
 
     Args:
@@ -89,6 +90,7 @@ def head_gemv(x: torch.Tensor, w: torch.Tensor, transposed: bool = False,
             dtype.
         pdl: launch with programmatic dependent launch (Hopper, a Triton with ``launch_pdl``;
             ``kernels.gemv``). Off in the interpreter.
+        tile: ``tiles``' tuple to use instead of its choice (benchmarks).
 
     Returns:
         ``y [B, H, N]``, ``y[b, h] = x[b, h] @ W[h]``, accumulated in float32 and rounded once.
@@ -112,7 +114,7 @@ def head_gemv(x: torch.Tensor, w: torch.Tensor, transposed: bool = False,
         raise ValueError(f"head_gemv: out {list(out.shape)} must be [{B}, {H}, {N}] and the "
                          "last dims of x and out contiguous")
     rows = 1 if B == 1 else MAX_B
-    bn, bk, warps, stages = tiles(H, N, K, rows, _n_sm(x.device))
+    bn, bk, warps, stages = tile or tiles(H, N, K, rows, _n_sm(x.device))
     interp = _interpreted(x)
     pdl = pdl and not interp
     _head_gemv_kernel[(H, triton.cdiv(N, bn), triton.cdiv(B, rows))](

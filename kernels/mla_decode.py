@@ -44,7 +44,7 @@ def _mla_split_kernel(ql_ptr, qp_ptr, lat_ptr, kpe_ptr, pos_ptr, o_ptr, lse_ptr,
                       s_qlb, s_qlh, s_qpb, s_qph, s_lb, s_ls, s_kb, s_ks,
                       BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_R: tl.constexpr,
                       BLOCK_RP: tl.constexpr, UPCAST: tl.constexpr, PREC: tl.constexpr,
-                      PDL: tl.constexpr):
+                      SWAP: tl.constexpr, PDL: tl.constexpr):
     if PDL:  # programmatic dependent launch: wait for the previous kernel's writes first
         tl.extra.cuda.gdc_wait()
     b = tl.program_id(0)
@@ -70,7 +70,10 @@ def _mla_split_kernel(ql_ptr, qp_ptr, lat_ptr, kpe_ptr, pos_ptr, o_ptr, lse_ptr,
         qp = qp.to(tl.float32)
     m_i = tl.full((BLOCK_H,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_H,), dtype=tl.float32)
-    acc = tl.zeros((BLOCK_H, BLOCK_R), dtype=tl.float32)
+    if SWAP:  # the products transposed: positions (then latent channels) the rows
+        acc_t = tl.zeros((BLOCK_R, BLOCK_H), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_H, BLOCK_R), dtype=tl.float32)
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         nmask = offs_n < end
@@ -81,16 +84,30 @@ def _mla_split_kernel(ql_ptr, qp_ptr, lat_ptr, kpe_ptr, pos_ptr, o_ptr, lse_ptr,
         if UPCAST:
             c = c.to(tl.float32)
             kp = kp.to(tl.float32)
-        s = tl.dot(q, tl.trans(c), input_precision=PREC)
-        s = tl.dot(qp, tl.trans(kp), s, input_precision=PREC) * qk_scale  # log2 units
-        s = tl.where(nmask[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m_i - m_use)
-        p = tl.exp2(s - m_use[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(c.dtype), c, input_precision=PREC)
+        if SWAP:  # s^T [BLOCK_N, BLOCK_H]: the tile's positions fill the tensor core's M
+            s = tl.dot(c, tl.trans(q), input_precision=PREC)
+            s = tl.dot(kp, tl.trans(qp), s, input_precision=PREC) * qk_scale  # log2 units
+            s = tl.where(nmask[:, None], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 0))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_use)
+            p = tl.exp2(s - m_use[None, :])
+            l_i = l_i * alpha + tl.sum(p, 0)
+            acc_t = acc_t * alpha[None, :] + tl.dot(tl.trans(c), p.to(c.dtype),
+                                                    input_precision=PREC)
+        else:
+            s = tl.dot(q, tl.trans(c), input_precision=PREC)
+            s = tl.dot(qp, tl.trans(kp), s, input_precision=PREC) * qk_scale  # log2 units
+            s = tl.where(nmask[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_use)
+            p = tl.exp2(s - m_use[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(c.dtype), c, input_precision=PREC)
         m_i = m_new
+    if SWAP:
+        acc = tl.trans(acc_t)
     o = acc / tl.maximum(l_i, 1e-30)[:, None]  # an empty split: o 0, lse -inf (no weight)
     lse = tl.where(l_i > 0, (m_i + tl.log2(tl.maximum(l_i, 1e-30))) * 0.6931471805599453,
                    float("-inf"))
@@ -160,7 +177,11 @@ def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_
         pos: int64 device tensor whose first element is the new token's position (its latent
             already in the cache).
         scale: the softmax scale (``qk_head_dim ** -0.5`` or the design's).
-        tile: ``tiles``' tuple to use instead of its choice (tests, benchmarks).
+        tile: ``tiles``' tuple to use instead of its choice (tests, benchmarks); a fifth
+            element ``True`` computes the products transposed (``s^T = c q^T``, ``o^T = c^T
+            p^T``: the tile's positions, then the latent's channels, fill the tensor core's M
+            dimension, the heads its N; Hopper's warpgroup MMA wants M >= 64, which 16 heads
+            do not give).
         out_dtype: the output's dtype (the merge sums in float32 and rounds once on its store:
             the model asks for its own dtype, so ``W_UV``'s product needs no cast of its own).
         min_tiles: a split's fewest ``BLOCK_N`` tiles (``MIN_TILES``; probes try others).
@@ -182,7 +203,7 @@ def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_
     if latent.shape != (B, S, r) or k_pe.shape[:2] != (B, S) or q_pe.shape != (B, H, R):
         raise ValueError(f"mla_decode: q_lat {list(q_lat.shape)}, q_pe {list(q_pe.shape)}, "
                          f"latent {list(latent.shape)}, k_pe {list(k_pe.shape)} do not agree")
-    bh, bn, warps, stages = tile or tiles(r)
+    bh, bn, warps, stages, *swap = tile or tiles(r)
     BLOCK_R = max(16, triton.next_power_of_2(r))
     n_hb = triton.cdiv(H, bh)
     n_splits, split_len = plan_splits(B, n_hb, S, bn * min_tiles, _n_sm(q_lat.device),
@@ -200,7 +221,8 @@ def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_
         q_lat.stride(0), q_lat.stride(1), q_pe.stride(0), q_pe.stride(1),
         latent.stride(0), latent.stride(1), k_pe.stride(0), k_pe.stride(1),
         BLOCK_H=bh, BLOCK_N=bn, BLOCK_R=BLOCK_R, BLOCK_RP=max(16, triton.next_power_of_2(R)),
-        UPCAST=interp, PREC="ieee" if q_lat.dtype == torch.float32 else "tf32", PDL=pdl,
+        UPCAST=interp, PREC="ieee" if q_lat.dtype == torch.float32 else "tf32",
+        SWAP=bool(swap and swap[0]), PDL=pdl,
         num_warps=warps, num_stages=stages, **launch)
     out = torch.empty(B, H, r, device=q_lat.device, dtype=out_dtype)
     chunk = min(MERGE_CHUNK, BLOCK_R)

@@ -19,7 +19,8 @@ def reference(q_lat, q_pe, lat, kpe, n, scale):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("B,H,r,R,S,P", [(2, 3, 24, 8, 50, 37), (1, 16, 64, 16, 40, 39),
                                          (3, 20, 32, 8, 70, 0)])
-def test_matches_the_reference(B, H, r, R, S, P, dtype, device):
+@pytest.mark.parametrize("swap", [False, True])
+def test_matches_the_reference(B, H, r, R, S, P, dtype, swap, device):
     g = torch.Generator(device).manual_seed(S + P)
     q_lat = torch.randn(B, H, r, device=device, dtype=dtype, generator=g)
     q_pe = torch.randn(B, H, R, device=device, dtype=dtype, generator=g)
@@ -27,8 +28,9 @@ def test_matches_the_reference(B, H, r, R, S, P, dtype, device):
     kpe = torch.randn(B, 1, S, R, device=device, dtype=dtype, generator=g)
     pos = torch.tensor([P], device=device)
     scale = (r + R) ** -0.5
-    got = mla_decode(q_lat, q_pe, lat, kpe, pos, scale,
-                     tile=(16, 16, 4, 1) if DEVICE == "cpu" else None)
+    tile = (16, 16, 4, 1) if DEVICE == "cpu" else (16, 64, 4, 2)
+    got = mla_decode(q_lat, q_pe, lat, kpe, pos, scale, tile=(*tile, swap) if swap else
+                     None if DEVICE == "cuda" else tile)
     want = reference(q_lat, q_pe, lat[:, 0], kpe[:, 0], P + 1, scale)
     assert got.dtype == torch.float32 and got.shape == (B, H, r)
     close(got, want, dtype)
