@@ -5,8 +5,9 @@ call cold (the caches rotated through copies, ``sweep.measure.microbench``), the
 graph replays. ``of_roofline``: the latents' and keys' bytes over the copy bandwidth measured
 here, over the time.
 
-    python -m bench.mla_tiles_probe OUT_DIR [--swapped]   # mla_tiles.json, mla_tiles.md
-    (--swapped: the shipped tile against the transposed products', ``SWAPPED``, splits of 4 / 8)
+    python -m bench.mla_tiles_probe OUT_DIR [--swapped | --shipped]  # mla_tiles.{json,md}
+    (--swapped: the shipped tile against the transposed products', ``SWAPPED``, splits of 4 / 8;
+    --shipped: the tile and split ``kernels.mla_decode`` picks at each shape)
 """
 
 from __future__ import annotations
@@ -29,15 +30,17 @@ MIN_TILES = (4, 8, 16, 32)
 def main(argv=None) -> int:
     import torch
 
+    import kernels.mla_decode as K_
     from kernels.mla_decode import mla_decode
     from sweep.measure import microbench as mb
     from sweep.measure.ceilings import copy_rate
 
     argv = sys.argv[1:] if argv is None else argv
     swapped = "--swapped" in argv  # the shipped tile against the transposed ones only
-    argv = [a for a in argv if a != "--swapped"]
+    shipped = "--shipped" in argv  # the tile kernels.mla_decode.tiles picks, its splits
+    argv = [a for a in argv if a not in ("--swapped", "--shipped")]
     candidates = [(16, 32, 4, 3)] + SWAPPED if swapped else CANDIDATES
-    min_tiles = (4, 8) if swapped else MIN_TILES
+    min_tiles = (4, 8) if swapped else (K_.MIN_TILES,) if shipped else MIN_TILES
     out = Path(argv[0] if argv else "out")
     out.mkdir(parents=True, exist_ok=True)
     bw = copy_rate("cuda")["copy_bytes_s"]
@@ -53,7 +56,7 @@ def main(argv=None) -> int:
                    torch.randn(B, S, 64, device="cuda", dtype=bf, generator=g))
                   for _ in range(mb.cold_copies(nbytes, True, cap=16))]
         pos = torch.tensor([S - 1], device="cuda")
-        for tile in candidates:
+        for tile in [K_.tiles(512, H)] if shipped else candidates:
             for mt in min_tiles:
                 try:
                     sp = tm([lambda c=c, t=tile, m=mt, a=(q, qp, pos): mla_decode(

@@ -66,15 +66,22 @@ def _head_gemv_kernel(x_ptr, w_ptr, y_ptr, B, N, K, s_xb, s_xh, s_wh, s_wk, s_wn
     tl.store(y, acc.to(y_ptr.dtype.element_ty), mask=bmask[:, None] & nmask[None, :])
 
 
-def tiles(H: int, N: int, K: int, rows: int, n_sm: int) -> tuple[int, int, int, int]:
-    """``(BLOCK_N, BLOCK_K, warps, stages)``: the widest ``BLOCK_N`` (128 down to 16) that still
-    gives every SM a program (``H * ceil(N / BLOCK_N) >= n_sm``), ``K`` in tiles of at most 128
-    (64 when 16 rows share the registers)."""
+def tiles(H: int, N: int, K: int, rows: int, n_sm: int, transposed: bool = False) -> tuple:
+    """``(BLOCK_N, BLOCK_K, warps, stages)``. One row: the fastest of 14 on the H100 at 16 heads
+    and DeepSeek's widths (``bench.head_gemv_probe``; ``results/reference/mla_model_h100.md``):
+    ``W_UV^T`` (``K`` contiguous) whole rows of ``K`` (to 512) eight at a time, one stage (2.26
+    us against cuBLAS's 3.17); ``W_UK`` (``N`` contiguous) ``(64, 128, 8, 2)`` (2.85 against
+    2.89). 2-16 rows: the widest ``BLOCK_N`` (128 down to 16) that still gives every SM a
+    program (``H * ceil(N / BLOCK_N) >= n_sm``), ``K`` in tiles of 64 (2.38 / 2.86 us against
+    cuBLAS's 2.76 / 3.13 at batch 8)."""
+    if rows == 1 and transposed:
+        return 8, min(512, max(16, triton.next_power_of_2(K))), 4, 1
+    if rows == 1:
+        return 64, min(128, max(16, triton.next_power_of_2(K))), 8, 2
     bn = 128
     while bn > 16 and H * triton.cdiv(N, bn) < n_sm:
         bn //= 2
-    bk = min(128 if rows == 1 else 64, max(16, triton.next_power_of_2(K)))
-    return bn, bk, 4, 3
+    return bn, min(64, max(16, triton.next_power_of_2(K))), 4, 3
 
 
 def head_gemv(x: torch.Tensor, w: torch.Tensor, transposed: bool = False,
@@ -114,7 +121,7 @@ def head_gemv(x: torch.Tensor, w: torch.Tensor, transposed: bool = False,
         raise ValueError(f"head_gemv: out {list(out.shape)} must be [{B}, {H}, {N}] and the "
                          "last dims of x and out contiguous")
     rows = 1 if B == 1 else MAX_B
-    bn, bk, warps, stages = tile or tiles(H, N, K, rows, _n_sm(x.device))
+    bn, bk, warps, stages = tile or tiles(H, N, K, rows, _n_sm(x.device), transposed)
     interp = _interpreted(x)
     pdl = pdl and not interp
     _head_gemv_kernel[(H, triton.cdiv(N, bn), triton.cdiv(B, rows))](

@@ -36,6 +36,10 @@ LN2 = 0.6931471805599453
 MIN_TILES = 4  # a split's positions: at least this many BLOCK_N tiles
 MERGE_CHUNK = 64  # channels of the output latent per merge program
 MERGE_SPLITS = 32  # splits the merge reads per step of its loop
+# up to this many splits the merge loads them all at once (one round trip; ``[splits, CHUNK]``
+# float32 in a program's registers): at batch 1 the kernels' time is mostly such fixed costs
+# (H100, 16 heads, 32k positions: 8 tiles a split 24 us, 64 tiles at batch 8 110 us)
+MERGE_ONE_PASS = 128
 
 
 @triton.jit
@@ -119,32 +123,46 @@ def _mla_split_kernel(ql_ptr, qp_ptr, lat_ptr, kpe_ptr, pos_ptr, o_ptr, lse_ptr,
 
 @triton.jit
 def _mla_merge_kernel(o_ptr, lse_ptr, out_ptr, n_splits, r, BLOCK_R: tl.constexpr,
-                      CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
-    """``out[bh, chunk] = sum_s o_s exp(lse_s - m) / sum_s exp(lse_s - m)`` over the splits,
-    ``BLOCK_S`` splits at a time (two passes: the max of the lse, then the weighted sum)."""
+                      CHUNK: tl.constexpr, BLOCK_S: tl.constexpr, ONE_PASS: tl.constexpr,
+                      PDL: tl.constexpr):
+    """``out[bh, chunk] = sum_s o_s exp(lse_s - m) / sum_s exp(lse_s - m)`` over the splits:
+    with ``ONE_PASS`` (all splits in one ``BLOCK_S`` block) the lse and the partials loaded at
+    once, one round trip to memory; else ``BLOCK_S`` splits at a time in two passes (the max of
+    the lse, then the weighted sum)."""
     if PDL:
         tl.extra.cuda.gdc_wait()
     bh = tl.program_id(0).to(tl.int64)
     offs_d = tl.program_id(1) * CHUNK + tl.arange(0, CHUNK)
     dmask = offs_d < r
-    mv = tl.full((BLOCK_S,), float("-inf"), dtype=tl.float32)
-    for s0 in range(0, n_splits, BLOCK_S):
-        offs_s = s0 + tl.arange(0, BLOCK_S)
-        mv = tl.maximum(mv, tl.load(lse_ptr + bh * n_splits + offs_s, mask=offs_s < n_splits,
-                                    other=float("-inf")))
-    m = tl.max(mv, 0)
-    acc = tl.zeros((CHUNK,), dtype=tl.float32)
-    lv = tl.zeros((BLOCK_S,), dtype=tl.float32)
-    for s0 in range(0, n_splits, BLOCK_S):
-        offs_s = s0 + tl.arange(0, BLOCK_S)
+    if ONE_PASS:
+        offs_s = tl.arange(0, BLOCK_S)
         smask = offs_s < n_splits
         lse = tl.load(lse_ptr + bh * n_splits + offs_s, mask=smask, other=float("-inf"))
-        w = tl.where(smask & (lse > float("-inf")), tl.exp(lse - m), 0.0)
         o = tl.load(o_ptr + (bh * n_splits + offs_s)[:, None] * BLOCK_R + offs_d[None, :],
                     mask=smask[:, None] & dmask[None, :], other=0.0).to(tl.float32)
-        acc += tl.sum(o * w[:, None], 0)
-        lv += w
-    tl.store(out_ptr + bh * r + offs_d, acc / tl.sum(lv, 0), mask=dmask)
+        m = tl.max(lse, 0)
+        w = tl.where(lse > float("-inf"), tl.exp(lse - m), 0.0)
+        tl.store(out_ptr + bh * r + offs_d, tl.sum(o * w[:, None], 0) / tl.sum(w, 0),
+                 mask=dmask)
+    else:
+        mv = tl.full((BLOCK_S,), float("-inf"), dtype=tl.float32)
+        for s0 in range(0, n_splits, BLOCK_S):
+            offs_s = s0 + tl.arange(0, BLOCK_S)
+            mv = tl.maximum(mv, tl.load(lse_ptr + bh * n_splits + offs_s,
+                                        mask=offs_s < n_splits, other=float("-inf")))
+        m = tl.max(mv, 0)
+        acc = tl.zeros((CHUNK,), dtype=tl.float32)
+        lv = tl.zeros((BLOCK_S,), dtype=tl.float32)
+        for s0 in range(0, n_splits, BLOCK_S):
+            offs_s = s0 + tl.arange(0, BLOCK_S)
+            smask = offs_s < n_splits
+            lse = tl.load(lse_ptr + bh * n_splits + offs_s, mask=smask, other=float("-inf"))
+            w = tl.where(smask & (lse > float("-inf")), tl.exp(lse - m), 0.0)
+            o = tl.load(o_ptr + (bh * n_splits + offs_s)[:, None] * BLOCK_R + offs_d[None, :],
+                        mask=smask[:, None] & dmask[None, :], other=0.0).to(tl.float32)
+            acc += tl.sum(o * w[:, None], 0)
+            lv += w
+        tl.store(out_ptr + bh * r + offs_d, acc / tl.sum(lv, 0), mask=dmask)
 
 
 # Programs per SM the splits aim at: one. A split's partials (``H r``, written and read again by
@@ -155,10 +173,16 @@ def _mla_merge_kernel(o_ptr, lse_ptr, out_ptr, n_splits, r, BLOCK_R: tl.constexp
 PER_SM = 1
 
 
-def tiles(r: int) -> tuple[int, int, int, int]:
-    """``(BLOCK_H, BLOCK_N, warps, stages)`` for latents of ``r`` channels: at DeepSeek's 512 the
-    fastest of five on the H100 at every shape probed (16 and 128 heads, batch 1 and 8, 4k and
-    32k positions; three stages 3-20% faster than two)."""
+def tiles(r: int, H: int = 16) -> tuple:
+    """``(BLOCK_H, BLOCK_N, warps, stages[, swap])`` for latents of ``r`` channels and ``H``
+    heads. At DeepSeek's 512 and 16 heads ``(16, 32, 4, 3)``, the fastest of five on the H100 at
+    every shape probed (batch 1 and 8, 4k and 32k positions; three stages 3-20% faster than two;
+    the transposed products no faster). From 64 heads ``(32, 64, 4, 2)`` with the products
+    transposed: 1.6x the former at 128 heads (batch 1 x 32k 64.9 us against 103.4, batch 8 x 4k
+    69.3 against 108.0; a latent tile read by four head blocks, not eight;
+    ``results/reference/mla_model_h100.md``)."""
+    if r > 256 and H >= 64:
+        return (32, 64, 4, 2, True)
     return (16, 32, 4, 3) if r > 256 else (16, 64, 4, 2)
 
 
@@ -203,7 +227,7 @@ def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_
     if latent.shape != (B, S, r) or k_pe.shape[:2] != (B, S) or q_pe.shape != (B, H, R):
         raise ValueError(f"mla_decode: q_lat {list(q_lat.shape)}, q_pe {list(q_pe.shape)}, "
                          f"latent {list(latent.shape)}, k_pe {list(k_pe.shape)} do not agree")
-    bh, bn, warps, stages, *swap = tile or tiles(r)
+    bh, bn, warps, stages, *swap = tile or tiles(r, H)
     BLOCK_R = max(16, triton.next_power_of_2(r))
     n_hb = triton.cdiv(H, bh)
     n_splits, split_len = plan_splits(B, n_hb, S, bn * min_tiles, _n_sm(q_lat.device),
@@ -226,9 +250,11 @@ def mla_decode(q_lat: torch.Tensor, q_pe: torch.Tensor, latent: torch.Tensor, k_
         num_warps=warps, num_stages=stages, **launch)
     out = torch.empty(B, H, r, device=q_lat.device, dtype=out_dtype)
     chunk = min(MERGE_CHUNK, BLOCK_R)
+    block_s = max(2, triton.next_power_of_2(n_splits))
+    one_pass = block_s <= MERGE_ONE_PASS
     _mla_merge_kernel[(B * H, triton.cdiv(r, chunk))](
         o_part, lse, out, n_splits, r, BLOCK_R=BLOCK_R, CHUNK=chunk,
-        BLOCK_S=min(MERGE_SPLITS, max(2, triton.next_power_of_2(n_splits))), PDL=pdl, **launch)
+        BLOCK_S=block_s if one_pass else MERGE_SPLITS, ONE_PASS=one_pass, PDL=pdl, **launch)
     return out
 
 

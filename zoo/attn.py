@@ -34,6 +34,9 @@ _KINDS = Kinds("attention kind")
 MLA_ROPE_LAUNCHES = 18
 MLA_TORCH_DECODE_LAUNCHES = 16
 MLA_DECODE_LAUNCHES = 2
+# up to this many sequences MLA's W_UK / W_UV are a GEMV per head on the Triton path
+# (kernels.head_gemv.MAX_B; tests/kernels/test_head_gemv.py ties the two)
+HEAD_GEMV_ROWS = 16
 
 
 def kv_scale_bytes(cfg: ModelConfig) -> int:
@@ -241,9 +244,10 @@ class MLA:
         launch (``kernels.mla_rope``, priced by the Triton RoPE kernel's entry at its bytes). A
         decode step in the absorbed form: ``q_nope W_UK`` and ``W_UV`` as GEMMs of ``batch`` rows
         over ``H kv_lora_rank`` and ``H v_head_dim`` columns (the FLOPs and weight bytes of that
-        one GEMM: on the Triton path a GEMV per head, ``kernels.head_gemv``, priced as the
-        stage's GEMV of that shape; on the torch path a batched GEMM over the heads, priced as a
-        GEMM); between them the attention over the latents: on
+        one GEMM: on the Triton path up to 16 sequences a GEMV per head, ``kernels.head_gemv``,
+        priced as the stage's GEMV of that shape; else a batched GEMM over the heads, priced as a
+        GEMM, and above batch 1 on the Triton path the heads' outputs gathered for ``wo``, a
+        copy); between them the attention over the latents: on
         the Triton path ``kernels.mla_decode`` (its own ``decode_attn`` entry, ``impl`` mla: the
         latent ``D`` and RoPE ``R`` wide, one KV head shared by ``G = n_heads``, two launches),
         on the torch path its float32 ops
@@ -260,12 +264,14 @@ class MLA:
         def torch_op(op, like, nbytes, launches):  # torch ops priced by the entry ``like``
             return st.elem(op, nbytes, rep=L, launches=launches, like=like, impl="torch")
 
+        per_head = st.fused and batch <= HEAD_GEMV_ROWS
+
         def bmm(op, n, k):  # [M, k] x [k, n] per head, keyed as the one GEMM of its FLOPs and
-            # weight bytes: on the Triton path a GEMV per head (kernels.head_gemv), priced by the
-            # stage's GEMV (or, past the GEMV path's rows, GEMM) entry of that shape; on the
-            # torch path a batched GEMM over the heads (cuBLAS)
+            # weight bytes: on the Triton path up to 16 sequences a GEMV per head
+            # (kernels.head_gemv), priced by the stage's GEMV entry of that shape; else a
+            # batched GEMM over the heads (cuBLAS), priced as a GEMM
             g = st.gemm("attention", op, H * n, k, rep=L)
-            if st.fused:
+            if per_head:
                 return g
             nbytes = H * n * k * cfg.weight_bits / 8 + M * H * (n + k) * wb
             return Kernel(g.module, "gemm", op, g.flops, nbytes,
@@ -302,7 +308,9 @@ class MLA:
                                   {"impl": "torch", "kv_dtype": cfg.kv_dtype, "bytes": kv,
                                    "B": batch, "Hkv": H, "G": 1, "S": C, "D": qk},
                                   MLA_TORCH_DECODE_LAUNCHES, L))
-            out.append(bmm("w_uv", V, r))  # written as wo reads it: no gather
+            out.append(bmm("w_uv", V, r))  # a GEMV per head writes it as wo reads it
+            if st.fused and not per_head and batch > 1:  # [H, B, v] -> [B, H v] for wo
+                out.append(torch_op("mla_gather", "kv_write", 2 * M * H * V * wb, 1))
         else:
             # the heads' keys built (and, on the torch path, their queries: the Triton path
             # rotated them in place)

@@ -1,17 +1,15 @@
-"""Multi-head latent attention (``zoo.latent``; DeepSeek-V2's, as transformers'
-``DeepseekV2Attention`` computes it): the cache holds each token's normed latent and its rotated
-decoupled key, nothing per head.
-
-A prefill expands every position's keys and values through ``kv_b`` (the naive form); a decode step
-attends in the absorbed form (``q_nope W_UK`` scored against the latents, ``W_UV`` after the
+"""Multi-head latent attention (``zoo.latent``; DeepSeek-V2's, as transformers' ``DeepseekV2Attention``
+computes it): the cache holds each token's normed latent and its rotated decoupled key, nothing per
+head. A prefill expands every position's keys and values through ``kv_b`` (the naive form); a decode
+step attends in the absorbed form (``q_nope W_UK`` scored against the latents, ``W_UV`` after the
 softmax: FlashMLA's), reading the latents once for every head: on the torch path in float32
 (``absorbed``, the reference), on the Triton path (``kernels=triton``, a GPU's default) as
-``decode``: ``q_nope W_UK`` and ``W_UV`` as a GEMV per head (``kernels.head_gemv``), the attention
-over the latents in ``kernels.mla_decode`` (one pass over the cache for every head, the splits
-merged in the model's dtype). On the Triton path the RoPE rotations, the latent's norm and the cache
-write are one launch (``kernels.mla_rope``) at every stage, and the query bottleneck's norm Triton's
-RMSNorm (on the decode GEMV path: in ``wq_b``'s prologue). No host synchronisation: a CUDA graph
-replays it.
+``decode``: ``q_nope W_UK`` and ``W_UV`` as a GEMV per head (``kernels.head_gemv``; above 16
+sequences cuBLAS's batched GEMM), the attention over the latents in ``kernels.mla_decode`` (one pass
+over the cache for every head, the splits merged in the model's dtype). On the Triton path the RoPE
+rotations, the latent's norm and the cache write are one launch (``kernels.mla_rope``) at every
+stage, and the query bottleneck's norm Triton's RMSNorm (on the decode GEMV path: in ``wq_b``'s
+prologue). No host synchronisation: a CUDA graph replays it.
 RoPE on the decoupled part rotates interleaved channel pairs (transformers' ``apply_rotary_emb``
 on complex pairs), from the design's ``cos, sin`` tables (YaRN's attention factor included).
 """
@@ -22,6 +20,7 @@ import torch
 from torch import nn
 
 from kernels import ops
+from kernels.head_gemv import MAX_B
 from kernels.mla_rope import rotate_pairs
 
 from . import gqa
@@ -98,18 +97,24 @@ class MLAttention(nn.Module):
 
     def decode(self, q_nope, q_pe, lat, kpe, pos, scale):
         """The absorbed form on the Triton path (``absorbed`` is its reference): ``q_nope W_UK``
-        and the output's ``W_UV`` as a GEMV per head in the model's dtype
-        (``kernels.head_gemv``, reading ``wkv_b``'s weight in place), ``kernels.mla_decode``
-        between them over the cache's positions ``[0, pos + 1)``; the output is written in the
-        ``[B, H, v]`` order ``wo`` reads (no gather).
+        and the output's ``W_UV`` in the model's dtype, for up to ``kernels.head_gemv.MAX_B``
+        sequences a GEMV per head (``kernels.head_gemv``, reading ``wkv_b``'s weight in place,
+        the output written in the ``[B, H, v]`` order ``wo`` reads), for more a cuBLAS batched
+        GEMM over the heads (faster there: ``results/reference/mla_model_h100.md``);
+        ``kernels.mla_decode`` between them over the cache's positions ``[0, pos + 1)``.
         q_nope ``[B, H, 1, nope]``, q_pe ``[B, H, 1, rope]``, lat ``[B, 1, S, r]``, kpe
         ``[B, 1, S, rope]``, pos ``[1]`` int64 (a device tensor) -> ``[B, H, 1, v_head_dim]``."""
         w_uk, w_uv = self.absorbed_weights()
-        q_lat = ops.head_gemv(q_nope[:, :, 0], w_uk, pdl=self.pdl)  # [B, H, r]
+        per_head = q_nope.shape[0] <= MAX_B
+        if per_head:
+            q_lat = ops.head_gemv(q_nope[:, :, 0], w_uk, pdl=self.pdl)  # [B, H, r]
+        else:
+            q_lat = torch.bmm(q_nope[:, :, 0].transpose(0, 1), w_uk).transpose(0, 1)
         o_lat = ops.mla_decode(q_lat, q_pe[:, :, 0], lat, kpe, pos, scale,
                                out_dtype=q_nope.dtype, pdl=self.pdl)  # [B, H, r]
-        y = ops.head_gemv(o_lat, w_uv, transposed=True, pdl=self.pdl)  # [B, H, v]
-        return y.unsqueeze(2)
+        if per_head:
+            return ops.head_gemv(o_lat, w_uv, transposed=True, pdl=self.pdl).unsqueeze(2)
+        return torch.bmm(o_lat.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1).unsqueeze(2)
 
     def skinny(self, x, norm, residual, rope, input_pos):
         """The decode step on the GEMV path (``zoo.model.Block.skinny``): the stacked query and

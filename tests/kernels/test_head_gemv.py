@@ -45,3 +45,12 @@ def test_refuses_shapes_that_do_not_agree():
     with pytest.raises(ValueError, match="contiguous"):
         head_gemv(x, torch.randn(3, 8, 4, device=DEVICE),
                   out=torch.empty(2, 3, 8, device=DEVICE)[:, :, ::2])
+
+
+def test_the_kernel_lists_row_limit_is_the_models():
+    """``zoo.attn.HEAD_GEMV_ROWS`` (the torch-free kernel list's) is the rows up to which
+    ``zoo.mla_attention`` runs the per-head GEMV (``kernels.head_gemv.MAX_B``)."""
+    from kernels.head_gemv import MAX_B
+    from zoo.attn import HEAD_GEMV_ROWS
+
+    assert HEAD_GEMV_ROWS == MAX_B

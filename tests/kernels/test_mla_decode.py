@@ -89,3 +89,21 @@ def test_the_kernel_list_counts_the_kernels_launches():
     from zoo.attn import MLA_DECODE_LAUNCHES
 
     assert MLA_DECODE_LAUNCHES == launches()
+
+
+def test_the_merge_in_two_passes_matches_the_reference(monkeypatch):
+    """More splits than the merge loads at once (``MERGE_ONE_PASS`` lowered to 2): the
+    two-pass merge, ``MERGE_SPLITS`` at a time, gives the reference too."""
+    import kernels.mla_decode as K_
+
+    monkeypatch.setattr(K_, "MERGE_ONE_PASS", 2)
+    monkeypatch.setattr(K_, "MERGE_SPLITS", 2)
+    g = torch.Generator(DEVICE).manual_seed(5)
+    B, H, r, R, S = 1, 4, 32, 8, 200
+    q_lat = torch.randn(B, H, r, device=DEVICE, generator=g)
+    q_pe = torch.randn(B, H, R, device=DEVICE, generator=g)
+    lat = torch.randn(B, S, r, device=DEVICE, generator=g)
+    kpe = torch.randn(B, S, R, device=DEVICE, generator=g)
+    got = mla_decode(q_lat, q_pe, lat, kpe, torch.tensor([S - 1], device=DEVICE), 0.1,
+                     tile=(16, 16, 4, 1), min_tiles=1)
+    close(got, reference(q_lat, q_pe, lat, kpe, S, 0.1), torch.float32)
