@@ -30,6 +30,17 @@ import triton.language as tl
 from .decode_attention import _interpreted, _n_sm
 
 MAX_B = 16  # rows a program takes (tl.dot's smallest M); more rows: a third grid axis
+MANY_HEADS = 64  # from this many heads one row is cuBLAS's (per_head_gemv)
+
+
+def per_head_gemv(B: int, H: int) -> bool:
+    """Whether latent attention's decode runs its absorbed products through ``head_gemv`` (else
+    cuBLAS's batched GEMM): up to ``MAX_B`` sequences, but not one sequence of ``MANY_HEADS`` or
+    more heads. On the H100 (``bench.head_gemv_probe``; ``results/reference/mla_model_h100.md``),
+    16 heads: 2.8 / 2.3 us against cuBLAS's 2.8 / 3.2 at batch 1, 2.3 / 2.9 against 2.7 / 3.2
+    at batch 8, 4.2 / 4.5 against 3.1 / 3.2 at 64; 128 heads: 8.6 / 5.9 against 4.9 / 4.4 at
+    batch 1, even at batch 8 (cuBLAS's output then needs a gather for ``wo``)."""
+    return B <= MAX_B and (B > 1 or H < MANY_HEADS)
 
 
 @triton.jit

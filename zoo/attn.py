@@ -34,9 +34,10 @@ _KINDS = Kinds("attention kind")
 MLA_ROPE_LAUNCHES = 18
 MLA_TORCH_DECODE_LAUNCHES = 16
 MLA_DECODE_LAUNCHES = 2
-# up to this many sequences MLA's W_UK / W_UV are a GEMV per head on the Triton path
-# (kernels.head_gemv.MAX_B; tests/kernels/test_head_gemv.py ties the two)
-HEAD_GEMV_ROWS = 16
+# up to this many sequences (one sequence: below this many heads) MLA's W_UK / W_UV are a GEMV
+# per head on the Triton path (kernels.head_gemv.per_head_gemv; tests/kernels/test_head_gemv.py
+# ties the two)
+HEAD_GEMV_ROWS, HEAD_GEMV_MANY = 16, 64
 
 
 def kv_scale_bytes(cfg: ModelConfig) -> int:
@@ -244,7 +245,8 @@ class MLA:
         launch (``kernels.mla_rope``, priced by the Triton RoPE kernel's entry at its bytes). A
         decode step in the absorbed form: ``q_nope W_UK`` and ``W_UV`` as GEMMs of ``batch`` rows
         over ``H kv_lora_rank`` and ``H v_head_dim`` columns (the FLOPs and weight bytes of that
-        one GEMM: on the Triton path up to 16 sequences a GEMV per head, ``kernels.head_gemv``,
+        one GEMM: on the Triton path up to 16 sequences (one: below 64 heads) a GEMV per head,
+        ``kernels.head_gemv``,
         priced as the stage's GEMV of that shape; else a batched GEMM over the heads, priced as a
         GEMM, and above batch 1 on the Triton path the heads' outputs gathered for ``wo``, a
         copy); between them the attention over the latents: on
@@ -264,7 +266,7 @@ class MLA:
         def torch_op(op, like, nbytes, launches):  # torch ops priced by the entry ``like``
             return st.elem(op, nbytes, rep=L, launches=launches, like=like, impl="torch")
 
-        per_head = st.fused and batch <= HEAD_GEMV_ROWS
+        per_head = st.fused and batch <= HEAD_GEMV_ROWS and (batch > 1 or H < HEAD_GEMV_MANY)
 
         def bmm(op, n, k):  # [M, k] x [k, n] per head, keyed as the one GEMM of its FLOPs and
             # weight bytes: on the Triton path up to 16 sequences a GEMV per head

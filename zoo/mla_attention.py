@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from kernels import ops
-from kernels.head_gemv import MAX_B
+from kernels.head_gemv import per_head_gemv
 from kernels.mla_rope import rotate_pairs
 
 from . import gqa
@@ -97,15 +97,15 @@ class MLAttention(nn.Module):
 
     def decode(self, q_nope, q_pe, lat, kpe, pos, scale):
         """The absorbed form on the Triton path (``absorbed`` is its reference): ``q_nope W_UK``
-        and the output's ``W_UV`` in the model's dtype, for up to ``kernels.head_gemv.MAX_B``
-        sequences a GEMV per head (``kernels.head_gemv``, reading ``wkv_b``'s weight in place,
-        the output written in the ``[B, H, v]`` order ``wo`` reads), for more a cuBLAS batched
-        GEMM over the heads (faster there: ``results/reference/mla_model_h100.md``);
+        and the output's ``W_UV`` in the model's dtype, where ``kernels.head_gemv.per_head_gemv``
+        says so a GEMV per head (``kernels.head_gemv``, reading ``wkv_b``'s weight in place, the
+        output written in the ``[B, H, v]`` order ``wo`` reads), else a cuBLAS batched GEMM over
+        the heads (faster there: ``results/reference/mla_model_h100.md``);
         ``kernels.mla_decode`` between them over the cache's positions ``[0, pos + 1)``.
         q_nope ``[B, H, 1, nope]``, q_pe ``[B, H, 1, rope]``, lat ``[B, 1, S, r]``, kpe
         ``[B, 1, S, rope]``, pos ``[1]`` int64 (a device tensor) -> ``[B, H, 1, v_head_dim]``."""
         w_uk, w_uv = self.absorbed_weights()
-        per_head = q_nope.shape[0] <= MAX_B
+        per_head = per_head_gemv(*q_nope.shape[:2])
         if per_head:
             q_lat = ops.head_gemv(q_nope[:, :, 0], w_uk, pdl=self.pdl)  # [B, H, r]
         else:

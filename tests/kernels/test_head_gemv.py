@@ -47,10 +47,15 @@ def test_refuses_shapes_that_do_not_agree():
                   out=torch.empty(2, 3, 8, device=DEVICE)[:, :, ::2])
 
 
-def test_the_kernel_lists_row_limit_is_the_models():
-    """``zoo.attn.HEAD_GEMV_ROWS`` (the torch-free kernel list's) is the rows up to which
-    ``zoo.mla_attention`` runs the per-head GEMV (``kernels.head_gemv.MAX_B``)."""
-    from kernels.head_gemv import MAX_B
-    from zoo.attn import HEAD_GEMV_ROWS
+def test_the_kernel_lists_choice_is_the_models():
+    """``zoo.attn``'s rule (the torch-free kernel list's: ``HEAD_GEMV_ROWS``,
+    ``HEAD_GEMV_MANY``) is ``kernels.head_gemv.per_head_gemv``, which ``zoo.mla_attention``
+    runs, at every batch and head count around its limits."""
+    from kernels.head_gemv import per_head_gemv
+    from zoo.attn import HEAD_GEMV_MANY, HEAD_GEMV_ROWS
 
-    assert HEAD_GEMV_ROWS == MAX_B
+    for B in (1, 2, 8, 16, 17, 64):
+        for H in (1, 16, 63, 64, 128):
+            want = B <= HEAD_GEMV_ROWS and (B > 1 or H < HEAD_GEMV_MANY)
+            assert per_head_gemv(B, H) == want, (B, H)
+    assert per_head_gemv(1, 16) and not per_head_gemv(1, 128) and not per_head_gemv(17, 16)
