@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     if argv and argv[0] == "--child":
         child(*map(int, argv[1:4]))
         return 0
-    from sweep.analysis.hardware import measure_ceilings
+    from sweep.caches.ceiling_cache import measure_ceilings
     from sweep.common.env import detect_device
     from sweep.measure import ncu
 

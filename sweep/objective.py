@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 from zoo import DesignError, ModelConfig
 
 from . import measure
-from .analysis import anchors, derived, diagnosis, pricing
+from .analysis import derived, diagnosis, pricing
 from .analysis import module_shares as modules
 from .analysis import predict as perf
 from .analysis.memory import check_fits
@@ -55,7 +55,7 @@ class Objective:
 
     Args:
         plan: the study's ``sweep.plan.Plan``.
-        ceilings: the device's measured ceilings (``sweep.analysis.hardware.measure_ceilings``).
+        ceilings: the device's measured ceilings (``sweep.caches.ceiling_cache.measure_ceilings``).
         total: designs the study will run (for the progress line).
 
     Raises (from a call): ``TrialFailed`` (recorded FAIL with ``fail_reason``) or
@@ -213,16 +213,17 @@ class Objective:
     def _top_up(self, cfg, wl, mode) -> None:
         """Before measuring a design of a large space (its calibration covered a lattice):
         measure the calibration entries this design needs and the cache lacks, so its
-        prediction rests on its own shapes (``sweep.analysis.calibration.ensure``; nothing when
+        prediction rests on its own shapes (``sweep.caches.calibration.ensure``; nothing when
         they are there, or with ``calibration_policy=frozen`` or a given calibration file)."""
-        from .analysis import calibration as cal
+        from .analysis.needs import missing, needs
+        from .caches import calibration as cal
 
         plan = self.plan
         if (self.calibration is None or plan.calibration or plan.calibration_policy != "auto"
                 or plan.predict):
             return
         item = [(cfg, wl, mode)]
-        if not any(cal.missing(self.calibration.t, cal.needs(item, plan.device["type"])).values()):
+        if not any(missing(self.calibration.t, needs(item, plan.device["type"])).values()):
             return
         try:
             self.calibration = pricing.Calibrated(cal.ensure(
@@ -314,15 +315,16 @@ def given_calibration(path: str | None, spec=None):
 
 def model_calibration(plan, ceilings: dict, progress=None):
     """``(Calibrated or None, reason)``: the performance model's calibration for the study's
-    device covering the study's designs (``sweep.analysis.calibration.ensure``: the cache, started
+    device covering the study's designs (``sweep.caches.calibration.ensure``: the cache, started
     from the shipped one of this device, with what it lacks measured now; a large space's designs
     by a bounded lattice, ``sweep.space.study_designs``), or ``plan.calibration`` (a file: as it is
     when it is this device's, else transferred, to a GPU by a sample of its entries timed here
-    (``sweep.analysis.anchors``), else by the measured ceilings, with the fixed costs measured
-    on this host, ``sweep.analysis.calibration.host_costs``). Never raises: without
+    (``sweep.caches.transfer``), else by the measured ceilings, with the fixed costs measured
+    on this host, ``sweep.caches.calibration.host_costs``). Never raises: without
     one, rows carry roofline predictions and the reason."""
-    from .analysis import calibration as cal
     from .analysis import calibration_store as store
+    from .caches import calibration as cal
+    from .caches.transfer import transfer_here
     from .report.progress import TaskProgress
     from .space import study_designs
 
@@ -333,7 +335,7 @@ def model_calibration(plan, ceilings: dict, progress=None):
                 return pricing.Calibrated(given), ""
             # another device's: its GPU entries transferred, the fixed costs this host's
             given = cal.host_costs(plan.device, given, plan.switches, plan.cache("tuning"))
-            return anchors.transfer_here(plan.device, given, ceilings, plan.base.dtype,
+            return transfer_here(plan.device, given, ceilings, plan.base.dtype,
                                          plan.switches, plan.cache("tuning"))[0], ""
         items = study_designs(plan.space, plan.base, plan.workload, plan.mode)
         log = (lambda m: None) if plan.quiet else (progress.line if progress else print)

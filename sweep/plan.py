@@ -55,7 +55,7 @@ class Plan:
     calibration: str | None = None  # another device's calibration to transfer, else this one's
     predict: bool = False  # predict-only: no model built, figures from the performance model
     switches: Switches = field(default_factory=Switches)  # kernel switches (kernels.switches)
-    calibration_policy: str = "auto"  # sweep.analysis.calibration.POLICIES
+    calibration_policy: str = "auto"  # sweep.caches.calibration.POLICIES
     results_root: Path = WORK / "results"
     cache_root: Path = WORK / "results"  # the caches (calibration, ceilings, tuning) live here
     # on the CPU fallback: the configured (real) base, workload, space, constraints, mode and the
@@ -189,7 +189,7 @@ def plan_from_config(cfg) -> Plan:
         check_fits(base, wl, device)
     switches = Switches.from_dict(c.get("switches"))
     policy = c.get("calibration_policy", "auto")
-    from .analysis.calibration import POLICIES
+    from .caches.calibration import POLICIES
 
     if policy not in POLICIES:
         raise ValueError(f"calibration_policy={policy!r} is not one of {', '.join(POLICIES)}")

@@ -195,7 +195,7 @@ def _thin(values: list, k: int) -> list:
 def study_designs(space: dict, base: ModelConfig, workload: dict, mode: str,
                   most: int = 256) -> list[tuple[ModelConfig, dict, str]]:
     """The designs a study may run, as ``(ModelConfig, workload, mode)``, for its calibration
-    (``sweep.analysis.calibration.needs``): every point of a space of at most ``most``, else a
+    (``sweep.analysis.needs.needs``): every point of a space of at most ``most``, else a
     lattice of at most ``most`` points (each entry's values thinned evenly, ends kept; a
     continuous range taken at its low, middle and high), never an enumeration of a large space.
     Bundles are expanded, workload and mode keys applied, invalid designs left out; just the

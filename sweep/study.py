@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import optuna
 
-from .analysis.hardware import measure_ceilings
+from .caches.ceiling_cache import measure_ceilings
 from .common.atomic import write_json
 from .common.env import environment
 from .objective import Objective, model_calibration
@@ -96,7 +96,7 @@ def run(plan):
 def shadow_predictions(plan) -> list:
     """On the CPU fallback: the study's real designs (its configured model, workload and space:
     ``plan.shadow``) priced on each GPU it names, from the calibration shipped for that GPU
-    (``sweep.analysis.calibration.shipped_for``; roofline x stated efficiencies without one), written to
+    (``sweep.analysis.calibration_store.shipped``; roofline x stated efficiencies without one), written to
     ``<results>/predicted_<target>.csv``; a short table printed. Returns the files written."""
     import pandas as pd
 

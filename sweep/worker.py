@@ -18,7 +18,7 @@ from pathlib import Path
 
 import optuna
 
-from .analysis.hardware import measure_ceilings
+from .caches.ceiling_cache import measure_ceilings
 from .common.atomic import write_atomic
 from .measure.child import start, watch_parent
 from .objective import Objective

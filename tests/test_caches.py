@@ -10,8 +10,8 @@ import textwrap
 import pandas as pd
 import pytest
 
-from sweep.analysis import calibration as cal
 from sweep.analysis import calibration_store as store
+from sweep.caches import calibration as cal
 from sweep.common.env import REPO
 
 # One process topping up the CPU calibration with its own five GEMM shapes: the measurement
@@ -21,7 +21,7 @@ TOP_UP = textwrap.dedent("""
     from pathlib import Path
     import pandas as pd
     from kernels.switches import Switches
-    from sweep.analysis import calibration as cal
+    from sweep.caches import calibration as cal
     from sweep.measure import calibration_run as run_cal
 
     tag, d = int(sys.argv[1]), Path(sys.argv[2])
@@ -113,14 +113,14 @@ def test_two_processes_saving_tile_choices_keep_both(tmp_path):
 
 
 def test_a_damaged_ceilings_cache_is_measured_again(tmp_path, monkeypatch):
-    from sweep.analysis import hardware
+    from sweep.caches import ceiling_cache as cached
     from sweep.measure import ceilings
 
     (tmp_path / "cpu.json").write_text('{"copy_bytes_s": 1')  # cut off mid-write
     monkeypatch.setattr(ceilings, "run", lambda *a, **k: {"copy_bytes_s": 2.0e9})
     lines = []
-    got = hardware.measure_ceilings({"type": "cpu", "name": "cpu"}, cache_dir=tmp_path,
-                                    on_line=lines.append)
+    got = cached.measure_ceilings({"type": "cpu", "name": "cpu"}, cache_dir=tmp_path,
+                                  on_line=lines.append)
     assert got == {"copy_bytes_s": 2.0e9}
     assert any("unreadable" in m and "cpu.json" in m for m in lines), lines
     assert json.loads((tmp_path / "cpu.json").read_text()) == got

@@ -13,10 +13,11 @@ import pytest
 import yaml
 
 from kernels import switches, tuning
-from sweep.analysis import calibration as cal
 from sweep.analysis import calibration_store as store
+from sweep.analysis import needs, pricing
 from sweep.analysis import predict as perf
-from sweep.analysis import pricing
+from sweep.caches import calibration as cal
+from sweep.caches import grids
 from sweep.common.env import REPO, detect_device
 from sweep.space import study_designs
 from tests.helpers import run_tiny
@@ -33,13 +34,13 @@ def test_a_study_plans_its_calibration_in_bounded_time():
     t0 = time.perf_counter()
     items = study_designs(exp["space"], ModelConfig.from_name("llama3_2_1b"),
                           {"batch": 1, "prompt_len": 512, "new_tokens": 128}, "cudagraph")
-    want = cal.needs(items, "cuda")
-    todo = cal.missing(None, want)
-    grid = cal.attn_grid(None, todo, "cuda", False, False)
+    want = needs.needs(items, "cuda")
+    todo = needs.missing(None, want)
+    grid = grids.attn_grid(None, todo, "cuda", False, False)
     took = time.perf_counter() - t0
     assert took < 5, took
     assert 8 <= len(items) <= 256
-    for kind, most in cal.MOST.items():
+    for kind, most in needs.MOST.items():
         if kind == "moe_gemm":  # a dense space launches no grouped GEMM
             assert want[kind] == []
             continue

@@ -55,7 +55,7 @@ def test_cudagraph_prefill_replays_each_prompt(kernels):
 
 
 def test_ceilings_are_plausible():
-    from sweep.analysis.hardware import _copy_rate, _gemm_rate
+    from sweep.measure.ceilings import _copy_rate, _gemm_rate
     from sweep.measure.timing import Timer
 
     t = Timer("cuda")

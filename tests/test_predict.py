@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from sweep.analysis import anchors, power, pricing
-from sweep.analysis import calibration as cal
 from sweep.analysis import calibration_store as store
 from sweep.analysis import predict as perf
 from sweep.analysis.hardware import load_spec
+from sweep.caches import calibration as cal
 from sweep.common.env import detect_device
 from sweep.space import shipped_designs
 from tests.helpers import run_tiny

@@ -130,7 +130,7 @@ def test_pictures_read_in_units_of_their_data_and_say_what_they_show(tmp_path):
 ENTRIES = ["sweep.cli.calibrate", "sweep.cli.bench", "sweep.cli.compare", "sweep.cli.compare_fronts",
            "sweep.cli.whatif", "sweep.cli.advise", "sweep.cli.record", "sweep.cli.workers_check",
            "sweep.cli.validate", "sweep.report.html_report", "sweep.report.prediction_check",
-           "sweep.analysis.hardware"]
+           "sweep.caches.ceiling_cache"]
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
@@ -149,7 +149,7 @@ def test_every_entry_answers_help_and_a_missing_path_without_a_traceback(entry, 
     assert e.value.code == 0 and "usage" in capsys.readouterr().out.lower()
     missing = str(tmp_path / "no_such_study")
     args = {"sweep.cli.calibrate": None, "sweep.cli.bench": None,
-            "sweep.analysis.hardware": None, "sweep.cli.advise": None,
+            "sweep.caches.ceiling_cache": None, "sweep.cli.advise": None,
             "sweep.cli.whatif": [missing, "--hardware", "h200"],
             "sweep.cli.record": [str(tmp_path / "r.json"), missing, "--command", "x"],
             "sweep.cli.validate": ["--set", missing + ".yaml"],

@@ -5,9 +5,9 @@ bug shows in it."""
 import pytest
 
 from kernels.switches import Switches
-from sweep.analysis import calibration as cal
 from sweep.analysis.hardware import load_spec
 from sweep.analysis.pricing import Calibrated
+from sweep.caches import calibration as cal
 from sweep.cli import validate as V
 from sweep.common.env import detect_device
 from sweep.common.row import STAGES, TIME, error, pred

@@ -15,7 +15,7 @@ common="+experiment=gqa_vs_mha model.kernels=triton $space workload.repeats=3 wo
 case $1 in
   one)
     rm -rf $R; mkdir -p $R
-    python3 -m sweep.analysis.hardware >/dev/null 2>&1 || true  # ceilings cached once, for both runs
+    python3 -m sweep.caches.ceiling_cache >/dev/null 2>&1 || true  # ceilings cached once, for both runs
     CUDA_VISIBLE_DEVICES=0 python3 -m sweep $common study.name=workers1 ;;
   two)
     python3 -m sweep $common study.name=workers2 sweep.workers=2 ;;

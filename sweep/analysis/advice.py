@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from zoo import counts
 from zoo.config import DesignError, ModelConfig
@@ -226,3 +227,23 @@ def advise(cfg: ModelConfig, workload: dict, spec, calibration, conf: AdviseConf
             "basis": ("calibrated: " + str((calibration.meta or {}).get("device"))
                       if calibration is not None else
                       "roofline (no alignment effects)" + why_not)}
+
+
+def advise_study_row(meta: dict, row, cal_dir: Path | None = None) -> dict:
+    """``advise`` for one completed trial ``row`` of a study (its ``study.json`` ``meta``: the
+    workload, mode and hardware spec), priced from the study device's calibration cached in
+    ``cal_dir`` (else roofline prices, said in the result's ``basis``).
+
+    Raises:
+        KeyError, ValueError: the row or the meta lacks what the design needs.
+    """
+    from . import calibration_store as store
+    from .hardware import HardwareSpec
+    from .pricing import Calibrated
+    from .targets import config_of
+
+    have = store.load(str(meta.get("env", {}).get("device", "")), cal_dir=cal_dir)
+    wl = {k: int(meta["workload"][k]) for k in ("batch", "prompt_len", "new_tokens")}
+    return advise(config_of(row), wl, HardwareSpec(**meta["hardware_spec"]),
+                  Calibrated(have) if have else None,
+                  AdviseConf(mode=meta.get("mode") or "cudagraph"))

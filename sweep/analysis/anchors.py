@@ -1,7 +1,7 @@
-"""A calibration's transfer to another device (``transfer``, ``transfer_here``) and its anchors
-on a GPU: a sample of the source table's own entries timed again on the destination, by the
-same micro-benchmarks (``sweep.measure.calibration_run``), whose ratios give the transfer's
-factors.
+"""A calibration's transfer to another device (``transfer``) and its anchors on a GPU: a sample
+of the source table's own entries (``sample``) timed again on the destination, by the same
+micro-benchmarks (``sweep.caches.transfer``, which starts that child), whose ratios give the
+transfer's factors (``factors``).
 
 Why not the ceilings' ratio: on an H200 the shipped H100 table's compute-bound GEMMs ran at
 1.006x their H100 times (16 entries, 0.98-1.03) while two readings of the bf16 GEMM ceiling a
@@ -20,9 +20,7 @@ Times in s.
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 
-from .calibration_store import Calibration
 from .pricing import Calibrated
 
 GEMMS, GEMVS = 8, 12  # anchors per kind: a child of ~15 s on an H100
@@ -42,27 +40,6 @@ def sample(table, gemms: int = GEMMS, gemvs: int = GEMVS) -> tuple[list, list]:
     v = v.iloc[:: max(len(v) // gemvs, 1)].head(gemvs)
     return ([[int(r.M), int(r.N), int(r.K)] for r in g.itertuples()],
             [[int(r.M), int(r.N), int(r.K), str(r.prologue)] for r in v.itertuples()])
-
-
-def measure(device: dict, table, switches, tuning_dir: Path | None = None,
-            timeout_s: float = 300.0, log=print) -> list[dict]:
-    """The anchors of ``table`` (``sample``) timed on this ``device`` in a child process
-    (``sweep.measure.calibration_run.measure_in_child``): rows as the calibration's (``kind``,
-    shape columns, ``time_s``).
-
-    Raises:
-        RuntimeError: the measurement failed (the child's error tail in the message).
-    """
-    from ..measure.calibration_run import measure_in_child
-
-    gemm, gemv = sample(table)
-    log(f"calibration: timing {len(gemm)} GEMM and {len(gemv)} GEMV entries of the source "
-        f"table on {device['name']} (the transfer's anchors)")
-    spec = {"device": device["type"], "quick": device["type"] != "cuda",
-            "switches": switches.to_dict(),
-            "tuning_dir": str(tuning_dir) if tuning_dir else None, "base": [],
-            "gemm": gemm, "gemv": gemv, "decode_attn": [], "prefill_attn": []}
-    return measure_in_child(spec, "transfer anchors", timeout_s).to_dict("records")
 
 
 def factors(table, rows: list[dict], gemv_fixed: float) -> dict:
@@ -99,7 +76,7 @@ def transfer(cal: Calibrated, src_ceilings: dict, dst_ceilings: dict, dtype: str
     scaled by a compute factor, memory-bound ones (skinny GEMMs, decode attention, elementwise)
     by a memory factor; fixed costs (launches, fit intercepts, a memory-bound GEMM's latency:
     ``Calibrated._gemm_fixed``) unchanged. The factors come from ``anchors`` where given (rows
-    of the source table's own entries timed on the destination: ``sweep.analysis.anchors``),
+    of the source table's own entries timed on the destination: ``sweep.caches.transfer``),
     else from the ratio of the two devices' ceilings (``gemm_flops_<dtype>``, ``copy_bytes_s``:
     measured, or a datasheet target's). The meta's ``transfer`` says which."""
     f = src_ceilings[f"gemm_flops_{dtype}"] / dst_ceilings[f"gemm_flops_{dtype}"]
@@ -114,13 +91,3 @@ def transfer(cal: Calibrated, src_ceilings: dict, dst_ceilings: dict, dtype: str
                 transfer=how)
     ridge = src_ceilings[f"gemm_flops_{dtype}"] / src_ceilings["copy_bytes_s"]  # FLOP/byte
     return Calibrated(cal.calibration.with_(meta=meta), {"compute": f, "memory": g, "ridge": ridge})
-
-
-def transfer_here(device: dict, cal: Calibration, ceilings: dict, dtype: str, switches,
-                  tuning_dir: Path | None = None):
-    """``(Calibrated, anchor rows or None)``: another device's ``Calibration`` priced for this
-    ``device`` (``transfer``): by anchors timed here on a GPU (``sweep.analysis.anchors.measure``),
-    else by the ratio of its ceilings and this device's measured ``ceilings``."""
-    here = measure(device, cal.table, switches, tuning_dir) if device["type"] == "cuda" else None
-    return transfer(Calibrated(cal), cal.meta["ceilings"],
-                    dict(ceilings, device=device["name"]), dtype, anchors=here), here

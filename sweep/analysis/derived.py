@@ -9,7 +9,7 @@ Definitions (per stage, prefill or decode):
   (analytic minimum DRAM bytes of the stage / measured time) / peak DRAM bandwidth.
 
 Each is reported against two peaks: ``_vs_datasheet`` (the spec's datasheet figure) and
-``_vs_measured`` (the ceiling measured on this device by ``sweep.analysis.hardware``). Where a peak is
+``_vs_measured`` (the ceiling measured on this device: ``sweep.caches.ceiling_cache``). Where a peak is
 unknown the figure is NaN and ``<figure>_reason`` says why. The prefill stage time is TTFT
 (prefill plus the first token's sampling); the decode stage time is TPOT.
 """
@@ -37,7 +37,7 @@ def derived(cfg: ModelConfig, workload: dict, measured: dict, spec: HardwareSpec
         workload: ``batch``, ``prompt_len``, ``new_tokens``.
         measured: the child's ``measured`` dict (``ttft_ms``, ``decode_tpot_ms``, ...).
         spec: datasheet peaks.
-        ceilings: ``sweep.analysis.hardware.measure_ceilings`` output (or ``{"error": ...}``).
+        ceilings: ``sweep.caches.ceiling_cache.measure_ceilings`` output (or ``{"error": ...}``).
 
     Returns:
         Flat dict: the ``zoo.counts.summary`` columns, ``prefill_flop_s``, ``decode_flop_s``,

@@ -1,30 +1,22 @@
-"""Hardware specs (datasheet peaks from ``conf/hardware/*.yaml``) and measured ceilings.
+"""Hardware specs: datasheet peaks from ``conf/hardware/*.yaml``.
 
 Every MFU and MBU is reported twice: against the datasheet peak of the spec, and against the
-ceiling measured on this device by ``measure_ceilings`` (a large device-to-device copy for
-bandwidth, counting bytes read plus bytes written; a large GEMM per dtype for FLOP/s). The measured
-ceilings run once per device in a child process and are cached in
-``results/ceilings/<device>.json``.
-
-Usage: ``python -m sweep.analysis.hardware`` prints the spec and the (measured or cached) ceilings.
+ceiling measured on this device (``sweep.caches.ceiling_cache.measure_ceilings``: a large
+device-to-device copy for bandwidth, counting bytes read plus bytes written; a large GEMM per
+dtype for FLOP/s), which this package is handed and never measures itself.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import yaml
 
-from ..common.atomic import write_json
-from ..common.env import CONF, WORK, slug
+from ..common.env import CONF
 
 HW_DIR = CONF / "hardware"
-CEILINGS_DIR = WORK / "results" / "ceilings"
 DTYPE_PEAK_KEY = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
 
 
@@ -111,64 +103,3 @@ def load_spec(name: str, device_name: str | None = None) -> HardwareSpec:
         raise UnknownHardware(f"unknown hardware spec {name!r}; known: "
                               f"{', '.join(available())}")
     return HardwareSpec(**yaml.safe_load(path.read_text()))
-
-
-# ---- measured ceilings (taken in a child process by ``sweep.measure.ceilings``) -------------
-
-def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300,
-                     cache_dir: Path | None = None, on_line=None) -> dict:
-    """Measured copy bandwidth (bytes/s) and GEMM rates (FLOP/s per dtype) of ``device``, cached.
-
-    Measured the first time for a device in a child process (``sweep.measure.ceilings``: no CUDA
-    context in the caller) and cached as ``<cache_dir>/<device>.json`` (default
-    ``results/ceilings``); a GPU's cache from before the sustained GEMM rate
-    (``gemm_flops_bf16_sustained``, ``power_onset_s``) is measured again.
-
-    Returns:
-        ``{"copy_bytes_s", "gemm_flops_<dtype>", ..., "env": {...}}``; ``{"error": reason}`` if the
-        measurement failed, so figures against it become NaN with that reason.
-    """
-    from ..common.locks import cache_lock, device_lock
-    from ..measure import ceilings
-
-    cache_dir = cache_dir or CEILINGS_DIR
-    path = cache_dir / f"{slug(device['name'])}.json"
-    say = on_line or (lambda m: print(m, flush=True))
-    with cache_lock(path, f"the ceilings of {device['name']}", say):  # one measurement at a time
-        if path.exists() and not refresh:
-            try:
-                have = json.loads(path.read_text())
-            except ValueError as e:  # a truncated or empty file: measured again, saying so
-                say(f"ceilings: the cache {path} is unreadable ({e}): measured again")
-                have = None
-            if isinstance(have, dict) and (device["type"] != "cuda" or "power_onset_s" in have):
-                return have
-        try:
-            with device_lock(device, say):
-                res = ceilings.run(device["type"], timeout_s, on_line=on_line)
-        except RuntimeError as e:
-            return {"error": str(e)}
-        write_json(path, res)
-        return res
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(description="Print this device's hardware spec and its "
-                                             "measured (or cached) ceilings.")
-    ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
-    ap.add_argument("--refresh", action="store_true", help="measure again even if cached")
-    a = ap.parse_args(argv)
-    from ..common.env import detect_device
-
-    dev = detect_device(a.device)
-    spec = load_spec("auto", dev["name"])
-    print(json.dumps({"device": dev["name"], "spec": spec.__dict__,
-                      "ceilings": measure_ceilings(dev, refresh=a.refresh)}, indent=2,
-                     default=str))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

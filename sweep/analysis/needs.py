@@ -2,19 +2,15 @@
 
 ``needs(items, device_type)`` walks ``sweep.analysis.predict.kernel_list`` for each design and
 workload a study may run (``sweep.space.study_designs``) and names the exact GEMM, decode GEMV and
-attention shapes it will price; ``missing`` says which of them a calibration table lacks;
-``grid_needs`` is the shipped grid (every GEMM ``(N, K)`` of the designs over ``M_GRID``, ...);
-``attn_grid`` the decode-attention shapes a fit needs beside a study's own. Bounded: a study
-never asks for more than ``MOST`` entries of a kind.
+attention shapes it will price; ``missing`` says which of them a calibration table lacks (the
+shipped grid and the attention grids a fit needs beside them: ``sweep.caches.grids``). Bounded:
+a study never asks for more than ``MOST`` entries of a kind.
 """
 
 from __future__ import annotations
 
 # M of the shipped grid's GEMMs on a GPU: every power of two up to 64 (decode batches), then every
 # other one up to 32768 (prefill tokens); the predictor interpolates in log M between them
-M_GRID = [1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096, 16384, 32768]
-GEMV_M_GRID = [1, 2, 4, 8, 16]
-OFF_GRID = [(1000, 1000), (1536, 2880), (2112, 1344), (5000, 3000), (4160, 4160)]  # not x64
 # the shape columns that identify an entry of each per-shape kind
 KEYS = {"gemm": ("M", "N", "K", "dtype"), "gemv": ("M", "N", "K", "prologue", "dtype"),
         # (latent attention's, impl ``mla``: one KV head of the latent, ``D`` its width, ``R``
@@ -81,8 +77,9 @@ def _thin(xs: list, most: int) -> list:
     return [xs[int(i * step)] for i in range(most)]
 
 
-def _defaults(sel, kind: str):
-    """``sel`` (rows of ``kind``) with each key column later than the table at its default."""
+def with_defaults(sel, kind: str):
+    """``sel`` (calibration rows of ``kind``) with each key column newer than the table filled
+    with its default (``DEFAULTS``)."""
     for c, v in DEFAULTS.items():
         if c in KEYS[kind]:
             sel = sel.assign(**{c: sel[c].fillna(v) if c in sel else v})
@@ -95,16 +92,17 @@ def missing(table, want: dict) -> dict:
     for kind, keys in want.items():
         have = set()
         if table is not None and len(table) and kind in set(table.kind):
-            sel = _defaults(table[table.kind == kind], kind)
+            sel = with_defaults(table[table.kind == kind], kind)
             cols = [c for c in KEYS[kind] if c in sel]
             if len(cols) == len(KEYS[kind]):
-                have = {tuple(_norm(v) for v in r) for r in sel[cols].itertuples(index=False)}
+                have = {tuple(norm_value(v) for v in r) for r in sel[cols].itertuples(index=False)}
         n = len(KEYS[kind])
-        out[kind] = [k for k in keys if tuple(_norm(v) for v in k[:n]) not in have]
+        out[kind] = [k for k in keys if tuple(norm_value(v) for v in k[:n]) not in have]
     return out
 
 
-def _norm(v):
+def norm_value(v):
+    """A key value as the needs spell it: a whole float as an int, a numpy scalar as Python's."""
     if isinstance(v, float) and v.is_integer():
         return int(v)
     return v.item() if hasattr(v, "item") else v
@@ -113,68 +111,3 @@ def _norm(v):
 def merge(a: dict, b: dict) -> dict:
     """The union of two ``needs``."""
     return {k: sorted(set(a.get(k, [])) | set(b.get(k, [])), key=str) for k in KEYS}
-
-
-def grid_needs(items, device_type: str) -> dict:
-    """The shipped grid over ``items``' designs: every GEMM ``(N, K)`` (and ``OFF_GRID``) at
-    every ``M_GRID`` M (powers of two up to 512 on the CPU), every decode GEMV at ``M`` 1 .. 16,
-    the prefill attention grid."""
-    from ..measure.microbench import prefill_attention_grid
-    from .predict import kernel_list
-
-    cuda = device_type == "cuda"
-    dtype = "bf16" if cuda else "fp32"
-    m_grid = M_GRID if cuda else [1, 2, 4, 16, 64, 256]  # the CPU's tiny designs: a few
-    nk, nkp = set(OFF_GRID) if cuda else set(), set()
-    for cfg, _, _ in items:
-        for k in kernel_list(cfg, 1, 2, 2, "torch"):
-            if k.kind == "gemm":
-                nk.add((k.shape["N"], k.shape["K"]))
-        if cuda:
-            for k in kernel_list(cfg, 1, 1, 2, "triton"):
-                if k.kind == "gemv":
-                    nkp.add((k.shape["N"], k.shape["K"], k.shape["prologue"]))
-    return {"gemm": [(M, N, K, dtype) for N, K in sorted(nk) for M in m_grid],
-            "gemv": [(M, N, K, p, dtype) for N, K, p in sorted(nkp) for M in GEMV_M_GRID],
-            "decode_attn": [],
-            "prefill_attn": [tuple(s[c] for c in KEYS["prefill_attn"])
-                             for s in prefill_attention_grid(cuda, not cuda)]}
-
-
-def attn_grid(table, todo: dict, device_type: str, quick: bool, full: bool) -> list:
-    """The decode-attention shapes each ``(impl, kv_dtype)`` the study prices needs for its fit
-    (``sweep.measure.microbench.decode_attention_grid``): the full grid with ``full``, else the
-    reduced one where the table holds fewer than 6 entries of it; those it holds left out.
-    (``full``: the 16-bit caches' full grid, the quantized ones' reduced.)"""
-    from ..measure.microbench import decode_attention_grid
-    from ..measure.microbench_mla import mla_grid
-
-    cuda = device_type == "cuda"
-    wanted = {(k[0], k[1]) for k in todo.get("decode_attn", [])}
-    if table is not None and len(table) and "decode_attn" in set(table.kind):
-        d = _defaults(table[table.kind == "decode_attn"], "decode_attn")
-        counts = d.groupby(["impl", "kv_dtype"]).size().to_dict()
-    else:
-        counts = {}
-    if full:
-        wanted |= {(i, k) for i, k in (("torch", "bf16"), ("triton", "bf16"), ("triton", "int8"),
-                                       ("triton", "fp8_e4m3"))} if cuda else {("torch", "fp32")}
-    sparse = {w for w in wanted if counts.get(w, 0) < 6 or full}
-    if not sparse:
-        return []
-    # the full grid for the 16-bit caches; the quantized ones (kv_quant studies) reduced: their
-    # compiles are many, and a study calibrates its own shapes exactly
-    wide = {w for w in sparse if w[1] not in ("int8", "fp8_e4m3")} if full else set()
-    grid = (decode_attention_grid(cuda, quick, kv_dtypes=wide, full=True) if wide else []) + \
-        (decode_attention_grid(cuda, quick, kv_dtypes=sparse - wide) if sparse - wide else [])
-    if cuda and ("mla", "bf16") in sparse:  # latent attention's kernel (its own grid)
-        grid += mla_grid(quick)
-    have = set()
-    if counts:
-        have = {tuple(_norm(v) for v in r) for r in
-                d[list(KEYS["decode_attn"])].itertuples(index=False)}
-    todo_keys = {tuple(k[:len(KEYS["decode_attn"])]) for k in todo.get("decode_attn", [])}
-    return [g for g in grid if tuple(g.get(c, DEFAULTS.get(c)) for c in KEYS["decode_attn"])
-            not in have | todo_keys]
-
-

@@ -227,7 +227,7 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
         ``{stage}_pred_ms_{module}`` (calibrated; roofline where uncalibrated),
         ``{stage}_pred_launches``, ``prediction_basis`` and ``prediction_notes`` (terms outside
         the calibrated range), for ``stage`` in prefill, decode; ``prediction_stale`` where the
-        calibration's entries were measured under other kernels (``sweep.analysis.calibration``).
+        calibration's entries were measured under other kernels (``sweep.caches.calibration``).
         The decode step is priced at ``zoo.counts.mean_decode_context``.
     """
     kernels = kernels or cfg.kernels

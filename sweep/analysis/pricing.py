@@ -1,4 +1,4 @@
-"""Pricing a kernel from a device's calibration table (``sweep.analysis.calibration``).
+"""Pricing a kernel from a device's calibration table (``sweep.caches.calibration``).
 
 ``Calibrated`` turns one kernel of ``sweep.analysis.predict.kernel_list`` (its ``kind`` and
 ``shape``) into seconds: GEMMs interpolated in log M between the calibrated M of the same
@@ -41,7 +41,7 @@ RING_FAR = math.log(16)
 
 
 class Calibrated:
-    """Prices kernels from a calibration table (``sweep.analysis.calibration``).
+    """Prices kernels from a calibration table (``sweep.caches.calibration``).
 
     Args:
         cal: the device's ``Calibration`` (``sweep.analysis.calibration_store``: its table of

@@ -1,6 +1,6 @@
 """``python -m sweep.cli.calibrate [--refresh] [--quick] [--ship]``: calibrate the performance model on
 this device over the shipped grid: micro-benchmarks of the kernels the zoo launches for every
-shipped model and experiment (``sweep.analysis.calibration``), cached in
+shipped model and experiment (``sweep.caches.calibration``), cached in
 ``<results_dir>/calibration/<device>.{json,parquet}``. A study calibrates only what it needs on
 first use; this refreshes a whole one. ``--ship`` then copies it, and this device's autotune
 choices (``<results_dir>/tuning``, merged with the shipped ones), into the package
@@ -24,9 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     from kernels import tuning
 
-    from ..analysis import calibration as cal
     from ..analysis import calibration_store as store
-    from ..analysis.hardware import measure_ceilings
+    from ..caches import calibration as cal
+    from ..caches.ceiling_cache import measure_ceilings
     from ..report.progress import TaskProgress
     from ..space import shipped_items
 

@@ -3,10 +3,10 @@ the performance model judged on a validation set (``conf/validation/<set>.yaml``
 
 Each pair is measured as a study measures a design (``sweep.measure.trial`` in a child process;
 warm-up, medians over repeats) and priced by the performance model: from this device's
-calibration, its own shapes measured first (``sweep.analysis.calibration.ensure``), or from
+calibration, its own shapes measured first (``sweep.caches.calibration.ensure``), or from
 ``--calibration FILE`` (another device's: transferred to a GPU by a sample of its own entries
-timed here, ``sweep.analysis.anchors``, else by the ceilings' ratio), its fixed costs measured on
-this host (``sweep.analysis.calibration.host_costs``). The
+timed here, ``sweep.caches.transfer``, else by the ceilings' ratio), its fixed costs measured on
+this host (``sweep.caches.calibration.host_costs``). The
 error table, the summary per stage and category and the interval's coverage go to
 ``<results_dir>/validate/<set>-<device>/`` (``<set>.csv``, ``summary.json``, ``<set>.md``;
 ``sweep.report.validation``). Exit code 1 when a target of the summary is missed (``--targets
@@ -138,9 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     from kernels.switches import Switches
 
     from ..analysis import anchors, pricing
-    from ..analysis import calibration as cal
     from ..analysis import calibration_store as store
-    from ..analysis.hardware import load_spec, measure_ceilings
+    from ..analysis.hardware import load_spec
+    from ..caches import calibration as cal
+    from ..caches.ceiling_cache import measure_ceilings
+    from ..caches.transfer import transfer_here
     from ..common.atomic import write_atomic, write_json, write_text
     from ..common.env import detect_device, environment
     from ..report import validation as V
@@ -183,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             c = anchors.transfer(c, given.meta["ceilings"], dict(ceilings, device=dev["name"]),
                                  chosen[0][1].dtype)
         elif given.device != dev["name"]:
-            c, here = anchors.transfer_here(dev, given, ceilings, chosen[0][1].dtype,
-                                            switches, root / "tuning")
+            c, here = transfer_here(dev, given, ceilings, chosen[0][1].dtype, switches,
+                                    root / "tuning")
             if here:
                 write_json(out / "anchors.json", here)
     elif a.measured:  # priced where it was measured: that device's cached calibration

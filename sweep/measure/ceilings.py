@@ -9,7 +9,7 @@ drop (H100 SXM, 700 W: SM clock 1980 -> ~1400 MHz after ~0.1 s, NVML clock-event
 burst runs slower inside a long stage. ``gemm_flops_bf16_sustained`` is the rate over a run's
 second half, ``power_onset_s`` the busy time after which the calls slow down, each the median of
 ``SUSTAIN_RUNS`` runs.
-``sweep.analysis.hardware.measure_ceilings`` caches what this measures and gives every
+``sweep.caches.ceiling_cache.measure_ceilings`` caches what this measures and gives every
 MFU and MBU its "measured" peak.
 """
 

@@ -110,11 +110,7 @@ def advice(meta: dict, front: pd.DataFrame, cal_dir: Path | None = None) -> str:
     in the first objective) on the study's hardware spec, priced from the study device's
     calibration where one is cached in ``cal_dir`` (else roofline prices, said so). Its rules are
     the GPU's (tensor cores, tiles, waves): a study on a CPU spec gets none."""
-    from ..analysis import calibration_store as store
-    from ..analysis.advice import AdviseConf, advise
-    from ..analysis.hardware import HardwareSpec
-    from ..analysis.pricing import Calibrated
-    from ..analysis.targets import config_of
+    from ..analysis.advice import advise_study_row
 
     if front.empty:
         return "<p>no completed design to advise on</p>"
@@ -126,11 +122,7 @@ def advice(meta: dict, front: pd.DataFrame, cal_dir: Path | None = None) -> str:
                 "design on a GPU.</p>")
     try:
         row = front.iloc[0]
-        have = store.load(str(meta.get("env", {}).get("device", "")), cal_dir=cal_dir)
-        c = Calibrated(have) if have else None
-        wl = {k: int(meta["workload"][k]) for k in ("batch", "prompt_len", "new_tokens")}
-        r = advise(config_of(row), wl, HardwareSpec(**meta["hardware_spec"]), c,
-                   AdviseConf(mode=meta.get("mode") or "cudagraph"))
+        r = advise_study_row(meta, row, cal_dir)
     except Exception as e:  # the report is written whatever the advisor makes of the row
         return f"<p>no advice: {html.escape(f'{type(e).__name__}: {e}')}</p>"
     items = "".join(f"<li><code>{html.escape(f['field'])}</code> = {f['value']} "

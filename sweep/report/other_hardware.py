@@ -1,10 +1,10 @@
-"""What-if hardware: the designs of measured studies predicted on other chips.
+"""What-if hardware: the designs of measured studies predicted on other chips, as tables and fronts.
 
-``python -m sweep.cli.whatif results/<study> [...] --hardware h200 mi300x m4_max ...`` predicts every
-completed design of each study on each hardware target (``sweep.analysis.targets.predict_on``:
+``python -m sweep.cli.whatif results/<study> [...] --hardware h200 mi300x m4_max ...`` has every
+completed design of each study predicted on each hardware target (``sweep.analysis.study_targets``:
 calibrated where the calibration is the target's own, transferred to another NVIDIA GPU,
 roofline x the spec's stated efficiencies elsewhere; each row says which in
-``prediction_basis``), then per study:
+``prediction_basis``) and writes, per study:
 
 - ``whatif.csv``: design x target: TTFT, TPOT, tokens/s, J/token (where a TDP is stated), fits in
   memory, bound class, basis, and the design's rank on each target;
@@ -28,76 +28,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis.hardware import available, load_spec
-from ..analysis.pricing import Calibrated
-from ..analysis.targets import config_of, predict_on, switches_of
+from ..analysis.hardware import available
+from ..analysis.study_targets import predict_designs, study_calibration
 from ..common.atomic import write_atomic, write_text
 from ..common.env import WORK, slug
-from ..common.row import COLUMNS, RATE, STAGES, TIME, pred
+from ..common.row import RATE, STAGES, TIME, pred
 from .fronts import compare, plot
 from .tables import design_label, load_study
-
-
-def _calibration(meta: dict, given, study_dir: Path) -> Calibrated | None:
-    """``given`` (``--calibration``'s file, loaded: a ``Calibration``), else the study device's
-    (its cache beside the study, else the one shipped for it), or None."""
-    from ..analysis import calibration_store as store
-
-    dev = meta.get("device") or (meta.get("env") or {}).get("device", "")
-    have = given if given is not None else (
-        store.load(dev, cal_dir=study_dir.parent / "calibration") or store.shipped(dev))
-    return None if have is None else Calibrated(have)
-
-
-def for_target(spec, calibration: Calibrated | None) -> Calibrated | None:
-    """The calibration to price ``spec`` from: the one shipped for that GPU when there is one
-    (its own measurement beats a transfer), else ``calibration`` where ``predict_on`` can use it
-    (its own device, or an NVIDIA GPU's with the ceilings a transfer needs: never a CPU's)."""
-    from ..analysis import calibration_store as store
-
-    if spec.kind == "gpu" and (own := store.shipped_for(spec)) is not None:
-        return Calibrated(own)
-    if calibration is None:
-        return None
-    ceil = calibration.meta.get("ceilings") or {}
-    gpu = any(k in ceil for k in ("gemm_flops_bf16", "gemm_flops_fp16"))
-    return calibration if gpu or spec.kind != "gpu" else None
-
-
-def whatif(meta: dict, df: pd.DataFrame, targets: list[str],
-           calibration: Calibrated | None) -> pd.DataFrame:
-    """One row per (completed design, target) with ``predict_on``'s figures, the design label,
-    the measured objectives (``measured_<name>``) and the design's rank per target."""
-    done = df[df["state"] == "COMPLETE"] if "state" in df else df
-    wl = meta["workload"]
-    objective = meta["objectives"][0]
-    specs = {t: load_spec(t) for t in targets}
-    cals = {t: for_target(specs[t], calibration) for t in targets}
-    rows = []
-    for _, r in done.iterrows():
-        cfg = config_of(r)
-        sw = switches_of(r)
-        for t in targets:
-            try:
-                p = predict_on(cfg, wl, specs[t], cals[t], mode=meta.get("mode", "cudagraph"),
-                               switches=sw)
-            except (ValueError, KeyError) as e:  # the spec lacks a figure: said, never guessed
-                p = {"target": t, "fits_memory": math.nan, "prediction_basis": "not predicted",
-                     "basis_kind": "not predicted", "prediction_reason": str(e)}
-            # the design's own analytic figures hold on any chip; a measured one never stands in
-            p.update(design=design_label(r), study=meta.get("study", ""),
-                     **{f"measured_{o}": r.get(o, math.nan) for o in meta["objectives"]},
-                     **{o: r[o] for o in meta["objectives"] if o not in p and o in r
-                        and o in COLUMNS and COLUMNS[o].kind == "analytic"})
-            rows.append(p)
-    out = pd.DataFrame(rows)
-    for o in meta["objectives"]:  # no design priced on any target: the column, all unknown
-        if o not in out:
-            out[o] = math.nan
-    asc = meta["directions"][0] == "minimize"
-    fit = out[(out.fits_memory == True) & out[objective].notna()]  # noqa: E712 - NaN: unknown
-    out["rank"] = fit.groupby("target")[objective].rank(ascending=asc, method="min")
-    return out
 
 
 def _ordinal(n) -> str:
@@ -212,9 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         except FileNotFoundError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        cal = _calibration(meta, given, Path(s))
+        cal = study_calibration(meta, given, Path(s))
         try:
-            w = whatif(meta, df, a.hardware, cal)
+            w = predict_designs(meta, df, a.hardware, cal, label=design_label)
         except (KeyError, ValueError) as e:
             print(f"error: {s}: {e}", file=sys.stderr)
             return 2

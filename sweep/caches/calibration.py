@@ -23,7 +23,7 @@ only the entries the device's cache lacks, in one child process, and adds them t
 adds. The first cache of a device we measured starts from the calibration shipped with the
 package (``sweep/analysis/calibrations/``: H100, H200), so a shipped experiment there measures
 nothing. ``python -m sweep.cli.calibrate`` measures the shipped grid (every shipped model and
-experiment, GEMMs over ``M_GRID``) to refresh one.
+experiment, GEMMs over ``sweep.caches.grids.M_GRID``) to refresh one.
 
 **What it rests on.** Every row belongs to a ``family`` (``gemm``, ``gemv``, ``decode_attn/
 triton``, ...) whose ``fingerprint`` is recorded in the meta: the code of the kernels and zoo
@@ -49,11 +49,12 @@ from pathlib import Path
 
 from kernels.tuning import fingerprint
 
+from ..analysis import calibration_store as store
+from ..analysis.calibration_store import CAL_DIR, VERSION, Calibration, load, paths, shipped
+from ..analysis.needs import KEYS, merge, missing, needs
 from ..common.env import REPO, environment, triton_interpret, versions
 from ..common.locks import cache_lock, device_lock
-from . import calibration_store as store
-from .calibration_store import CAL_DIR, VERSION, Calibration, load, paths, shipped
-from .needs import KEYS, MOST, attn_grid, grid_needs, merge, missing, needs  # noqa: F401
+from .grids import attn_grid, grid_needs
 
 POLICIES = ("auto", "frozen")
 
