@@ -7,7 +7,7 @@ study's ``cache_dir``) and shipped for the GPUs we measured in ``sweep/analysis/
 The table's file also holds the meta (parquet key-value metadata): one atomic write replaces both,
 so a reader never pairs a new table with an old meta; the ``.json`` is the same meta for people
 and for files shipped before. A truncated or empty file is reported and read as none there.
-What the entries are and how they are measured: ``sweep.analysis.calibration``.
+What the entries are and how they are measured: ``sweep.caches.calibration``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Calibration:
 
     Attributes:
         meta: the JSON meta (``device``, versions, ``fingerprints``, ``ceilings``, ``history``;
-            ``stale`` and ``measured_now`` as ``sweep.analysis.calibration.ensure`` returns it).
+            ``stale`` and ``measured_now`` as ``sweep.caches.calibration.ensure`` returns it).
         table: the entries (pandas DataFrame; ``kind``, ``family``, the shape columns,
             ``time_s``, ``time_s_min``, ``time_s_p90`` in s); None for no entries yet.
     """

@@ -1,6 +1,6 @@
 """The calibration's measuring child: ``python -m sweep.measure.calibration_run SPEC.json OUT.parquet``.
 
-Measures exactly the entries a spec asks for (``sweep.analysis.calibration`` decides which: the
+Measures exactly the entries a spec asks for (``sweep.caches.calibration`` decides which: the
 ones a study's designs need and its cache lacks) with the micro-benchmarks of
 ``sweep.measure.microbench``, and writes them as one table. Spec (JSON)::
 
