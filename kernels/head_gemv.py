@@ -4,9 +4,10 @@ Latent attention's absorbed decode (``zoo.mla_attention.MLAttention.decode``) mu
 head's few query rows by its own slice of ``wkv_b`` twice: ``q_nope W_UK`` (``[B, H, nope]`` by
 ``[H, nope, r]``) before the attention over the latents and ``o_lat W_UV^T`` (``[B, H, r]`` by
 ``[H, r, v]``, ``W_UV`` stored ``[H, v, r]``) after it. Each reads ``H * nope * r`` weights once
-for a handful of FLOPs a byte: a batched GEMV, bandwidth-bound. cuBLAS's batched GEMM took about
-5 us for each at one row, 16 heads and ``r = 512`` on the H100 (2 MB: 0.7 us at the copy
-bandwidth; ``results/reference/mla_model_h100.md``), a tenth of an MLA layer's decode step.
+for a handful of FLOPs a byte: a batched GEMV, bandwidth-bound. cuBLAS's batched GEMM takes 2.8
+and 3.2 us for them at one row, 16 heads and ``r = 512`` on the H100 in a CUDA graph (about 5
+under ncu; 2 MB each: 0.7 us at the copy bandwidth; ``results/reference/mla_model_h100.md``).
+The performance model prices each call as the decode GEMV of its shape (``zoo.attn``).
 
 One program owns one head's ``BLOCK_N`` output channels for ``BLOCK_B`` rows and streams its
 ``[K, BLOCK_N]`` weight slice in ``[BLOCK_K, BLOCK_N]`` tiles, accumulating in float32: for one
