@@ -549,7 +549,7 @@ def test_checks_are_plain_bools_for_json():
     whole set had been measured)."""
     import json
 
-    from sweep.report import validation
+    from sweep.analysis import validation
 
     s = {"all": {"decode": {"calibrated": {"n": 3, "median": np.float64(2.0), "p90": np.float64(9.0)},
                             "in_interval": np.float64(0.9), "narrow": np.float64(0.5)}}}

@@ -5,13 +5,13 @@ bug shows in it."""
 import pytest
 
 from kernels.switches import Switches
+from sweep.analysis import validation as report
 from sweep.analysis.hardware import load_spec
 from sweep.analysis.pricing import Calibrated
 from sweep.caches import calibration as cal
 from sweep.cli import validate as V
 from sweep.common.env import detect_device
 from sweep.common.row import STAGES, TIME, error, pred
-from sweep.report import validation as report
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """The held-out table of a GPU from its halves priced apart (``reprice_heldout.py`` per half, each
 with the fixed costs its own host measured): the rows together, the summary, the checks and the
-generated table with categories (``sweep.report.validation``).
+generated table with categories (``sweep.analysis.validation``).
 
     python bench/reference/combine_heldout.py OUT_PREFIX "TITLE" HALF1/heldout.csv HALF2/heldout.csv
 
@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pandas as pd  # noqa: E402
 
-from sweep.report import validation as V  # noqa: E402
+from sweep.analysis import validation as V  # noqa: E402
 
 
 def main() -> int:

@@ -7,7 +7,7 @@ by those ceilings, as ``python -m sweep.cli.validate --calibration`` does).
         --measured A.jsonl [B.jsonl ...] --calibration CAL.json --ceilings CEIL.json \
         --hardware h100_sxm --out DIR [--anchors RUN/anchors.json] [--host-calibration RUN/calibration.json]
 
-Writes ``DIR/<set>.csv``, ``<set>.md`` and ``summary.json`` (``sweep.report.validation``).
+Writes ``DIR/<set>.csv``, ``<set>.md`` and ``summary.json`` (``sweep.analysis.validation``).
 """
 
 import argparse
@@ -23,10 +23,10 @@ sys.path.insert(0, str(ROOT))
 from kernels.switches import Switches  # noqa: E402
 from sweep.analysis import anchors, pricing  # noqa: E402
 from sweep.analysis import calibration_store as store  # noqa: E402
+from sweep.analysis import validation as V  # noqa: E402
 from sweep.analysis.hardware import load_spec  # noqa: E402
 from sweep.cli.validate import items, load_set, price, read_measured  # noqa: E402
 from sweep.common.atomic import write_json, write_text  # noqa: E402
-from sweep.report import validation as V  # noqa: E402
 
 
 def main() -> int:

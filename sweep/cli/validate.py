@@ -9,7 +9,7 @@ timed here, ``sweep.caches.transfer``, else by the ceilings' ratio), its fixed c
 this host (``sweep.caches.calibration.host_costs``). The
 error table, the summary per stage and category and the interval's coverage go to
 ``<results_dir>/validate/<set>-<device>/`` (``<set>.csv``, ``summary.json``, ``<set>.md``;
-``sweep.report.validation``). Exit code 1 when a target of the summary is missed (``--targets
+``sweep.analysis.validation``). Exit code 1 when a target of the summary is missed (``--targets
 NONE`` reports only), 2 on bad input.
 
 The held-out set is for checking only: nothing in the model may be tuned on it.
@@ -139,13 +139,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from ..analysis import anchors, pricing
     from ..analysis import calibration_store as store
+    from ..analysis import validation as V
     from ..analysis.hardware import load_spec
     from ..caches import calibration as cal
     from ..caches.ceiling_cache import measure_ceilings
     from ..caches.transfer import transfer_here
     from ..common.atomic import write_atomic, write_json, write_text
     from ..common.env import detect_device, environment
-    from ..report import validation as V
 
     ap = argparse.ArgumentParser(prog="python -m sweep.cli.validate",
                                  description=__doc__.split("\n\n")[0])

@@ -6,5 +6,6 @@ fronts (``compare_fronts``), the regression check between two runs (``compare``)
 reference records (``record``) and the several-worker check (``workers_check``). Each reads what a
 study wrote (``results/<study>/study.json``, ``trials.parquet``) or an Optuna study.
 
-May import: ``sweep.common`` and the analysis. Never the study, and no measurement code.
+May import: ``sweep.common`` and the analysis (whose results it formats: it prices nothing
+itself). Never the study, the caches, and no measurement code.
 """

@@ -24,9 +24,9 @@ import yaml
 from ..analysis import public as P
 from ..analysis import public_loo as L
 from ..analysis.hardware import HW_DIR, available, load_spec
+from ..analysis.validation import abs_stats
 from ..common.atomic import write_atomic, write_text
 from ..common.env import REPO, WORK
-from .validation import abs_stats
 
 KIND_WORDS = {"loo": "fitted, leave-one-chip-out", "newest": "fitted on older generations",
               "roofline": "datasheet roofline", "assumed": "today's stated efficiencies"}
