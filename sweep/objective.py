@@ -28,6 +28,7 @@ from .analysis import predict as perf
 from .analysis.memory import check_fits
 from .common import row as R
 from .common.env import REPO
+from .common.trial_record import TrialRecord, row_json
 from .measure import contention
 from .measure.child import child_failure, interrupts_allowed, run_child, trial_spec
 from .plan import check_mode
@@ -125,18 +126,21 @@ class Objective:
             return self._fail(trial, f"invalid design: {e}", label, t0,
                               {**overrides, **wl_over, "mode": mode,
                                "experiment": plan.experiment})
-        row = {**design_columns(cfg), **{k: wl[k] for k in WORKLOAD_KEYS},
-               "experiment": plan.experiment, "study": plan.name, "mode": mode,
-               "profile": plan.profile.get("name", "timing")}
+        rec = TrialRecord(design={**design_columns(cfg), "experiment": plan.experiment,
+                                  "study": plan.name, "mode": mode,
+                                  "profile": plan.profile.get("name", "timing")},
+                          workload={k: wl[k] for k in WORKLOAD_KEYS})
         if plan.constraints:  # pruned before any GPU work, the reason kept
             from zoo import counts
 
             analytic = counts.summary(cfg, wl["batch"], wl["prompt_len"], wl["new_tokens"],
                                       wl.get("routing_skew", 0.0))
             broken = violations(plan.constraints, analytic)
-            row.update({k: analytic[k] for k in plan.constraints})
+            rec.derived.update({k: analytic[k] for k in plan.constraints})
             if broken:
-                return self._prune(trial, "pruned: " + "; ".join(broken), label, t0, row)
+                return self._prune(trial, "pruned: " + "; ".join(broken), label, t0,
+                                   rec.columns())
+        row = rec.columns()  # before the measurement: the design, its workload, its constraints
         if not plan.predict:  # a design that cannot fit the device: pruned before any work
             try:
                 check_fits(cfg, wl, plan.device)
@@ -147,7 +151,7 @@ class Objective:
             return self._predicted(trial, cfg, wl, mode, row, label, t0)
         trial.set_user_attr("design", json.dumps(overrides))
         _store_row(trial, row)  # an interrupted trial's row still says which design it was
-        row.update(plan.switches.columns())
+        rec.design.update(plan.switches.columns())
         self._top_up(cfg, wl, mode)
         trial_dir = plan.results / "trials" / f"{trial.number:04d}"
         spec = trial_spec(cfg, wl, plan.device["type"], mode, trial_dir, seed=plan.seed,
@@ -157,29 +161,32 @@ class Objective:
                           env={"DESIGNZOO_NVTX": "1"} if plan.profile.get("nvtx") else {})
         self.progress.start(label)
         with contention.measuring(plan.device, self.progress.line) as use:
-            res = self._measure(spec, trial_dir, wl, row, cfg)
-        row.update(use)  # the device's lock held; whether another process shared it
-        row.update(res.get("env") or {})
+            res = self._measure(spec, trial_dir, wl, rec, cfg)
+        rec.environment.update(use)  # the device's lock held; whether another process shared it
+        rec.environment.update(res.get("env") or {})
         if res.get("status") != "ok":
-            return self._fail(trial, child_failure(res), label, t0, row)
-        row.update(res["measured"])
-        row.update(derived.derived(cfg, wl, res["measured"], plan.spec, self.ceilings))
-        row.update(perf.row_predictions(cfg, wl, plan.spec, self.calibration, mode, self.ceilings,
-                                        res["measured"], self.calibration_reason, plan.switches))
+            return self._fail(trial, child_failure(res), label, t0, rec.columns())
+        rec.measured.update(res["measured"])
+        rec.derived.update(derived.derived(cfg, wl, res["measured"], plan.spec, self.ceilings))
+        rec.predicted.update(perf.row_predictions(
+            cfg, wl, plan.spec, self.calibration, mode, self.ceilings, res["measured"],
+            self.calibration_reason, plan.switches))
         noisy = derived.noisy_stages(res["measured"])
-        row.update(noisy=bool(noisy), noisy_stages=",".join(noisy),
-                   remeasured=row.get("remeasured", False))
-        if errors := derived.physical_limit_errors(row):
-            return self._fail(trial, "measurement error: " + "; ".join(errors), label, t0, row)
-        row.update(res.get("profiles") or {})
-        row.update(modules.module_check(row))
-        row.update(diagnosis.diagnose(row))
-        row["trial_dir"] = str(trial_dir.relative_to(REPO) if trial_dir.is_relative_to(REPO)
-                               else trial_dir)
+        rec.status.update(noisy=bool(noisy), noisy_stages=",".join(noisy),
+                          remeasured=rec.status.get("remeasured", False))
+        if errors := derived.physical_limit_errors(rec.columns()):
+            return self._fail(trial, "measurement error: " + "; ".join(errors), label, t0,
+                              rec.columns())
+        rec.profilers.update(res.get("profiles") or {})
+        rec.profilers.update(modules.module_check(rec.columns()))
+        rec.derived.update(diagnosis.diagnose(rec.columns()))
+        rec.status["trial_dir"] = str(trial_dir.relative_to(REPO)
+                                      if trial_dir.is_relative_to(REPO) else trial_dir)
         for st in ("prefill", "decode"):  # J/token needs NVML (profile=nvml)
-            if f"{st}_j_per_token" not in row:
-                row[f"{st}_j_per_token"] = math.nan
-                row[f"{st}_j_per_token_reason"] = "not measured: profile without nvml"
+            if f"{st}_j_per_token" not in rec.columns():
+                rec.measured[f"{st}_j_per_token"] = math.nan
+                rec.measured[f"{st}_j_per_token_reason"] = "not measured: profile without nvml"
+        row = rec.columns()
         _store_row(trial, row)
         flag = (f" NOISY ({row['noisy_stages']}: p90/min > {derived.NOISY_P90_OVER_MIN},"
                 " measured twice)" if noisy else "")
@@ -194,16 +201,16 @@ class Objective:
         self.progress.done(f"{label} {row[R.RATE['decode']]:.0f} tok/s")
         return values
 
-    def _measure(self, spec: dict, trial_dir, wl: dict, row: dict, cfg) -> dict:
+    def _measure(self, spec: dict, trial_dir, wl: dict, rec: TrialRecord, cfg) -> dict:
         """The trial child's result (measured once more when noisy) and, when it measured, the
         profilers' runs (``res["profiles"]``): everything that uses the device, in one block."""
         res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0), on_line=self.progress.on_line)
         if res.get("status") == "ok" and derived.noisy_stages(res["measured"]):
-            row["remeasured"] = True  # measured once more before it is accepted
+            rec.status["remeasured"] = True  # measured once more before it is accepted
             res = run_child(spec, trial_dir, wl.get("timeout_s", 900.0),
                             on_line=self.progress.on_line)
         if res.get("status") == "ok" and not derived.physical_limit_errors(
-                {**row, **res["measured"]}):
+                {**rec.columns(), **res["measured"]}):
             profiles: dict = {}
             for profiler in measure.profilers(self.plan.profile):
                 profiles.update(profiler.profile_trial(spec, trial_dir, cfg, wl, self.ceilings))
@@ -384,17 +391,9 @@ def _fault_for(fault: str | None, number: int) -> str | None:
 
 
 def _store_row(trial: optuna.Trial, row: dict) -> None:
-    """Store a trial's results row as one user attribute ``row`` (JSON; ``report.tables``
-    unpacks it into columns): one storage write, not one per column (about 200 columns a
-    measured trial: 0.7 s of SQLite commits each, seen in a profile of a tiny study)."""
-    trial.set_user_attr("row", json.dumps({k: _attr(v) for k, v in row.items()}))
-
-
-def _attr(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return None if math.isnan(v) else str(v)
-    if isinstance(v, (list, tuple, dict)):
-        return json.dumps(v)
-    return v
+    """Store a trial's results row as one user attribute ``row`` (``common.trial_record.row_json``;
+    ``report.tables`` unpacks it into columns): one storage write, not one per column (about 200
+    columns a measured trial: 0.7 s of SQLite commits each, seen in a profile of a tiny study)."""
+    trial.set_user_attr("row", row_json(row))
 
 
