@@ -245,15 +245,14 @@ class MLA:
         launch (``kernels.mla_rope``, priced by the Triton RoPE kernel's entry at its bytes). A
         decode step in the absorbed form: ``q_nope W_UK`` and ``W_UV`` as GEMMs of ``batch`` rows
         over ``H kv_lora_rank`` and ``H v_head_dim`` columns (the FLOPs and weight bytes of that
-        one GEMM: on the Triton path up to 16 sequences (one: below 64 heads) a GEMV per head,
-        ``kernels.head_gemv``,
-        priced as the stage's GEMV of that shape; else a batched GEMM over the heads, priced as a
-        GEMM, and above batch 1 on the Triton path the heads' outputs gathered for ``wo``, a
-        copy); between them the attention over the latents: on
-        the Triton path ``kernels.mla_decode`` (its own ``decode_attn`` entry, ``impl`` mla: the
-        latent ``D`` and RoPE ``R`` wide, one KV head shared by ``G = n_heads``, two launches),
-        on the torch path its float32 ops
-        (``MLA_TORCH_DECODE_LAUNCHES``, priced by the torch decode entry of its shape). A prefill
+        one GEMM: on the Triton path, up to 16 sequences (one: below 64 heads), a GEMV per head,
+        ``kernels.head_gemv``, priced as the stage's GEMV of that shape; else a batched GEMM over
+        the heads, priced as a GEMM, and above batch 1 on the Triton path the heads' outputs
+        gathered for ``wo``, a copy); between them the attention over the latents: on the Triton
+        path ``kernels.mla_decode`` (its own ``decode_attn`` entry, ``impl`` mla: the latent ``D``
+        and RoPE ``R`` wide, one KV head shared by ``G = n_heads``, two launches), on the torch
+        path its float32 ops (``MLA_TORCH_DECODE_LAUNCHES``, priced by the torch decode entry of
+        its shape). A prefill
         expands the latents through ``wkv_b``, builds the heads' keys (and on the torch path their
         queries: two concatenations), attends through SDPA and reshapes its output (a copy). The
         output projection."""
