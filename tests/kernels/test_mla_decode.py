@@ -28,9 +28,10 @@ def test_matches_the_reference(B, H, r, R, S, P, dtype, swap, device):
     kpe = torch.randn(B, 1, S, R, device=device, dtype=dtype, generator=g)
     pos = torch.tensor([P], device=device)
     scale = (r + R) ** -0.5
-    tile = (16, 16, 4, 1) if DEVICE == "cpu" else (16, 64, 4, 2)
-    got = mla_decode(q_lat, q_pe, lat, kpe, pos, scale, tile=(*tile, swap) if swap else
-                     None if DEVICE == "cuda" else tile)
+    tile = (16, 16, 4, 1) if DEVICE == "cpu" else None  # on the GPU: the shipped choice
+    if swap:  # the products transposed (on the GPU at a tile of 64 positions, its wgmma's M)
+        tile = (*(tile or (16, 64, 4, 2)), True)
+    got = mla_decode(q_lat, q_pe, lat, kpe, pos, scale, tile=tile)
     want = reference(q_lat, q_pe, lat[:, 0], kpe[:, 0], P + 1, scale)
     assert got.dtype == torch.float32 and got.shape == (B, H, r)
     close(got, want, dtype)
