@@ -14,7 +14,7 @@ import optuna
 from zoo import ModelConfig
 
 WORKLOAD_KEYS = ("batch", "prompt_len", "new_tokens", "routing_skew")
-RUN_KEYS = ("mode",)  # sampled like a design field, but how the trial runs (zoo.generate.MODES)
+RUN_KEYS = ("mode",)  # sampled like a design field, but how the trial runs (zoo.modes.MODES)
 SAMPLERS = ("auto", "grid", "tpe", "nsga2", "random")
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from . import latent, torch_only
 from . import layer_types as lt
 from .errors import DesignError
-from .formats import DTYPE_BYTES, DTYPES, KV_DTYPES, WEIGHT_FORMATS  # noqa: F401
+from .formats import DTYPE_BYTES, DTYPES, KV_DTYPES, WEIGHT_FORMATS
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 

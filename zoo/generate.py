@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from .model import Transformer
-from .modes import MODES  # noqa: F401 - the generator's modes, said torch-free in zoo.modes
+from .modes import MODES  # the generator's modes, said torch-free in zoo.modes
 from .nvtx import annotate
 
 GRAPH_BUCKET = 64

@@ -29,7 +29,7 @@ from .config import ModelConfig
 from .layer_types import declared_local
 from .norms import make_norm
 from .nvtx import annotate
-from .rope_tables import rope_cache, rope_frequencies  # noqa: F401 - the model's RoPE tables
+from .rope_tables import rope_cache
 
 
 class FeedForward(nn.Module):

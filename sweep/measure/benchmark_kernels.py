@@ -78,7 +78,7 @@ def kernel_rows(copy_bw: float) -> list[dict]:
 
     from kernels import decode_attention as da
     from kernels import kv_quant, rmsnorm, rope, swiglu
-    from zoo.model import rope_cache
+    from zoo.rope_tables import rope_cache
 
     def t(fn):
         return do_bench(fn, warmup=25, rep=100, return_mode="median") / 1e3

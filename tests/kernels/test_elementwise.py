@@ -47,7 +47,7 @@ def test_swiglu(rows, f, dtype, device):
                                          (1, 3, 2, 2, 256)])
 def test_rope_inplace_on_qkv_views(B, T, H, Hkv, D, dtype, device):
     from zoo import ModelConfig
-    from zoo.model import rope_cache
+    from zoo.rope_tables import rope_cache
 
     cfg = ModelConfig.from_name("tiny", head_dim=D)
     cos, sin = rope_cache(cfg, 64, device)

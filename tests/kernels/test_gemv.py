@@ -209,7 +209,7 @@ def test_linear_matches_nn_linear_with_norm():
 def test_rope_kv_write(kv_dtype, B, T, H, Hkv, D):
     from zoo import ModelConfig
     from zoo.cache import TORCH_DTYPES
-    from zoo.model import rope_cache
+    from zoo.rope_tables import rope_cache
 
     if INTERPRETED and kv_dtype == "fp8_e4m3":
         pytest.skip("the Triton interpreter's fp8 conversion does not round like the GPU (see "
@@ -291,7 +291,7 @@ def test_decode_attention_with_rope_and_kv_write_folded(kv_dtype, B, H, Hkv, D, 
     split, the last tile of a split and position 0; odd head_dim and group."""
     from zoo import ModelConfig
     from zoo.cache import TORCH_DTYPES
-    from zoo.model import rope_cache
+    from zoo.rope_tables import rope_cache
 
     if INTERPRETED and kv_dtype == "fp8_e4m3":
         pytest.skip("the Triton interpreter's fp8 conversion does not round like the GPU (see "
