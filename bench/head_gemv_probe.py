@@ -1,9 +1,9 @@
 """Latent attention's absorbed products on the GPU: ``kernels.head_gemv`` against the cuBLAS
 batched GEMM it replaced (``torch.bmm`` over the heads), per shape (heads, batch, ``W_UK`` or
 ``W_UV``), microseconds per call inside a CUDA graph (Triton's ``do_bench_cudagraph``, median),
-and the bytes' share of the copy bandwidth given on the command line.
+then the per-head GEMV's one-row tiles against cuBLAS at 16 heads.
 
-    python -m bench.head_gemv_probe OUT_DIR [--copy-tbps 2.9]   # OUT_DIR/head_gemv.csv
+    python -m bench.head_gemv_probe OUT_DIR   # OUT_DIR/head_gemv.csv, head_gemv_tiles.csv
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from kernels.head_gemv import head_gemv
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=pathlib.Path)
-    ap.add_argument("--copy-tbps", type=float, default=float("nan"),
-                    help="the copy bandwidth measured on this card (TB/s), for the ratio")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -48,8 +46,6 @@ def main() -> None:
                 t_cub = triton.testing.do_bench_cudagraph(cublas, rep=50) * 1e3
                 rows.append({"op": op, "heads": H, "batch": B, "bytes": nbytes,
                              "head_gemv_us": round(t_ours, 2), "cublas_bmm_us": round(t_cub, 2),
-                             "head_gemv_of_copy": round(nbytes / (t_ours * 1e-6) / 1e12
-                                                        / a.copy_tbps, 3),
                              "max_abs_diff": err})
                 print(rows[-1], flush=True)
     # one row: the tiles (BLOCK_N, BLOCK_K, warps, stages) against cuBLAS

@@ -182,8 +182,9 @@ class Objective:
         rec.derived.update(diagnosis.diagnose(rec.columns()))
         rec.status["trial_dir"] = str(trial_dir.relative_to(REPO)
                                       if trial_dir.is_relative_to(REPO) else trial_dir)
+        have = rec.columns()
         for st in ("prefill", "decode"):  # J/token needs NVML (profile=nvml)
-            if f"{st}_j_per_token" not in rec.columns():
+            if f"{st}_j_per_token" not in have:
                 rec.measured[f"{st}_j_per_token"] = math.nan
                 rec.measured[f"{st}_j_per_token_reason"] = "not measured: profile without nvml"
         row = rec.columns()
