@@ -1,6 +1,7 @@
 """Decode attention per group size: the split plan and the merge, timed as the decode step runs them.
 
     python -m bench.attention_probe time OUT.csv              # every shape x variant (GPU)
+    python -m bench.attention_probe levers OUT.csv [variant...]  # 16-bit partials, PDL, plan
     python -m bench.attention_probe ncu OUT_DIR [variant...]  # ncu on G = 1, 4, 32 (flagship)
     python -m bench.attention_probe child VARIANT HKV         # one call, bracketed for ncu
 
@@ -9,7 +10,9 @@ Each shape is timed the way a decode step meets it: RoPE and the cache write fol
 2.5x the L2, at most 64), replayed in a CUDA graph of 3 rounds; medians of 5 replays. A variant
 sets ``kernels.decode_attention``'s split plan (``PER_SM``), its in-kernel merge tile
 (``MERGE_BUDGET``; 0: one head at a time, the kernel before this probe) and whether the merge is
-folded into the launch (``fold``) or a kernel of its own. Tiles are the fixed config
+folded into the launch (``fold``) or a kernel of its own; the ``levers`` variants also whether
+the partials are 16-bit (``PARTIALS_16``) and the call's kernels launched with PDL (the merge
+kernel too, ``MERGE_PDL``), as the model calls it. Tiles are the fixed config
 (``switches.autotune=False``): the variants differ only in plan and merge.
 
 Columns: ``us`` per call, ``gbs`` (the KV bytes of ``kernels.decode_attention``'s minimum over
@@ -45,6 +48,15 @@ VARIANTS = {"before": (True, 4, 0), "fold_vec": (True, 4, 8192), "fold_vec16k": 
             "kernel": (False, 4, 0), "fold_vec_sm2": (True, 2, 8192),
             "fold_vec_sm1": (True, 1, 8192), "fold_vec_sm8": (True, 8, 8192),
             "kernel_sm2": (False, 2, 0), "kernel_sm8": (False, 8, 0)}
+# name: (PER_SM, PARTIALS_16, pdl, MERGE_PDL); the merge folded where ``plan`` says (the shipped
+# rule). ``f32_pdl_split``: the kernels as the model ran them before the merge took PDL.
+LEVERS = {"f32": (2, False, False, False), "f32_pdl_split": (2, False, True, False),
+          "f32_pdl": (2, False, True, True), "p16": (2, True, False, False),
+          "p16_pdl": (2, True, True, True), "p16_pdl_sm1": (1, True, True, True),
+          "p16_pdl_sm05": (0.5, True, True, True), "p16_pdl_sm4": (4, True, True, True)}
+LEVER_SHAPES = ("flagship_g32", "flagship_g16", "flagship_g8", "flagship_g4", "flagship_g1",
+                "1b_b1", "8b_b1", "8b_b8", "g5_25x5_d128", "mqa64_d128_b1", "flagship_g32_int8",
+                "b64_8k_bf16")
 FULL = ("before", "fold_vec", "kernel")  # on every shape; the rest on the marked ones
 SWEPT = {"flagship_g1", "flagship_g4", "flagship_g32", "1b_b1", "8b_b1", "b64_8k_bf16",
          "mqa64_d128_b1"}
@@ -74,14 +86,19 @@ def kv_bytes(B, Hkv, D, kv_len, kvd):
 
 
 def set_variant(name):
+    """Set the module's plan for ``name``; returns ``(fold_merge, pdl)`` for the call."""
+    if name in LEVERS:
+        per_sm, da.PARTIALS_16, pdl, da.MERGE_PDL = LEVERS[name]
+        da.PER_SM, da.MERGE_BUDGET = per_sm, 8192
+        return None, pdl
     fold, per_sm, budget = VARIANTS[name]
-    da.PER_SM, da.MERGE_BUDGET = per_sm, budget
-    return fold
+    da.PER_SM, da.MERGE_BUDGET, da.PARTIALS_16, da.MERGE_PDL = per_sm, budget, False, False
+    return fold, False
 
 
 def time_shape(shape, variant, l2):
     name, B, H, Hkv, D, S, kvd = shape
-    fold = set_variant(variant)
+    fold, pdl = set_variant(variant)
     pos_val = S - 40
     per = kv_bytes(B, Hkv, D, S, kvd)
     L = int(min(64, max(1, -(-2.5 * l2 // per))))
@@ -89,7 +106,7 @@ def time_shape(shape, variant, l2):
     pos = torch.tensor([pos_val], device="cuda")
     layers = [layer_inputs(B, H, Hkv, D, S, kvd, pos_val) for _ in range(L)]
     calls = [lambda x=x: da.decode_attention(x[0], x[1], x[2], pos, *x[3], fold_merge=fold,
-                                             pdl=False, new_kv=x[4]) for x in layers]
+                                             pdl=pdl, new_kv=x[4]) for x in layers]
     q, k, v, scales, _ = layers[0]  # the variant's output without the fold, against SDPA
     out = da.decode_attention(q, k, v, pos, *scales, fold_merge=fold)
     ref = da.reference(q, k, v, pos_val + 1, *scales)
@@ -126,7 +143,7 @@ def time_shape(shape, variant, l2):
                 max_abs_err=round(err, 4))
 
 
-def cmd_time(path):
+def cmd_time(path, levers: bool = False, only: tuple = ()):
     from sweep.measure.ceilings import _copy_rate
     from sweep.measure.timing import Timer
 
@@ -136,8 +153,12 @@ def cmd_time(path):
     copy = _copy_rate(Timer("cuda"), 1 << 30, "cuda")["copy_bytes_s"]
     rows = []
     for shape in SHAPES:
-        for variant in VARIANTS:
-            if variant not in FULL and shape[0] not in SWEPT:
+        for variant in (LEVERS if levers else VARIANTS):
+            if only and variant not in only:
+                continue
+            if levers and shape[0] not in LEVER_SHAPES:
+                continue
+            if not levers and variant not in FULL and shape[0] not in SWEPT:
                 continue
             r = time_shape(shape, variant, l2)
             r["frac_copy"] = round(r["gbs"] * 1e9 / copy, 3)
@@ -153,15 +174,15 @@ def cmd_time(path):
 
 def cmd_child(variant, hkv):
     switches.set_current(switches.Switches(autotune=False))
-    fold = set_variant(variant)
+    fold, pdl = set_variant(variant)
     B, H, D, S = 8, 32, 64, 4160
     q, k, v, scales, new_kv = layer_inputs(B, H, int(hkv), D, S, "bf16", S - 40)
     pos = torch.tensor([S - 40], device="cuda")
     for _ in range(3):
-        da.decode_attention(q, k, v, pos, *scales, fold_merge=fold, new_kv=new_kv)
+        da.decode_attention(q, k, v, pos, *scales, fold_merge=fold, pdl=pdl, new_kv=new_kv)
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
-    da.decode_attention(q, k, v, pos, *scales, fold_merge=fold, new_kv=new_kv)
+    da.decode_attention(q, k, v, pos, *scales, fold_merge=fold, pdl=pdl, new_kv=new_kv)
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()
 
@@ -192,8 +213,8 @@ def cmd_ncu(out_dir, variants):
 
 if __name__ == "__main__":
     what = sys.argv[1]
-    if what == "time":
-        cmd_time(sys.argv[2])
+    if what in ("time", "levers"):
+        cmd_time(sys.argv[2], levers=what == "levers", only=tuple(sys.argv[3:]))
     elif what == "child":
         cmd_child(sys.argv[2], sys.argv[3])
     elif what == "ncu":

@@ -9,9 +9,8 @@ al. 2023; ``kernels.split_merge``): where the merge is small (``G * splits <= 64
 Llama shapes) inside phase 1's launch, where each program counts itself done on a per-(sequence,
 KV head) counter (an acq_rel atomic) and the last one merges the group's splits, several query
 heads per tile, then resets the counter for the next call (also inside a CUDA graph replay);
-otherwise in a kernel of its own, one program per (sequence, query head). Before this choice the
-merge was always folded, one head at a time: the main job's MQA design (G = 32) spent 47 us per
-layer in attention against 11 us now (H100, ``results/reference/attention_h100.md``).
+otherwise in a kernel of its own, one program per (sequence, query head) (MQA at batch 8: 47 us
+a layer folded one head at a time, 11 us so; H100, ``results/reference/attention_h100.md``).
 
 With ``new_kv`` the step's RoPE and cache write are folded in as well: q arrives before RoPE and
 each program rotates its group's rows in registers, and the program whose split holds the new
@@ -136,7 +135,8 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr, 
     out = acc / tl.where(empty, 1.0, l_sum)[:, None]
     lse = tl.where(empty, float("-inf"), m + tl.log(tl.where(empty, 1.0, l_sum)))
     row = (b * n_heads + heads) * n_splits + split
-    tl.store(o_ptr + row[:, None] * BLOCK_D + offs_d[None, :], out, mask=gmask[:, None])
+    tl.store(o_ptr + row[:, None] * BLOCK_D + offs_d[None, :], out.to(o_ptr.dtype.element_ty),
+             mask=gmask[:, None])
     tl.store(lse_ptr + row, lse, mask=gmask)
     if MERGE:  # the group's last program to finish merges its splits (kernels.split_merge)
         cnt = cnt_ptr + b * n_kv_heads + hkv
@@ -228,6 +228,11 @@ SPLIT_ALIGN = 128  # split_len is a multiple of every BLOCK_N above (256 for one
 # programs per SM the split plan aims at (kernels.split_merge.plan_splits): 2 against 4 measured
 # 29.4 / 30.9 us (main job, G = 4), 98.1 / 99.5 (MHA), 361 / 396 (batch 64 x 8k) on the H100
 PER_SM = 2
+# H100 (``bench.attention_probe levers``, ``results/reference/decode_levers_h100.md``): partials in
+# 16 bits slower on most shapes (1B batch 1 6.21 -> 7.13 us): off; the merge kernel under PDL (the
+# call's ``pdl``; it waits for phase 1's memory): MQA at batch 8 x 4k 11.45 -> 10.29 us.
+PARTIALS_16 = False
+MERGE_PDL = True
 MERGE_BUDGET = 8192  # float32 elements of one in-kernel merge tile (kernels.split_merge.group_chunk)
 N_SM_DEFAULT = 132  # the H100 / H200's SMs: ``launches`` for a device not at hand
 
@@ -310,7 +315,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     quant = k_scale is not None
     BLOCK_D = max(16, triton.next_power_of_2(D))
     n_splits, split_len, fold = plan(B, Hkv, G, S, quant, _n_sm(q.device))
-    o_part = torch.empty(B * H * n_splits, BLOCK_D, device=q.device, dtype=torch.float32)
+    sixteen = PARTIALS_16 and q.dtype in (torch.bfloat16, torch.float16)
+    o_part = torch.empty(B * H * n_splits, BLOCK_D, device=q.device,
+                         dtype=q.dtype if sixteen else torch.float32)
     lse = torch.empty(B * H * n_splits, device=q.device, dtype=torch.float32)
     ks = k_scale if quant else lse
     vs = v_scale if quant else lse
@@ -365,8 +372,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                       lambda m: grid, args, dict(meta, F32=False), variant,
                       (D, G, split_len, n_splits, meta["MERGE_GC"]), q.device, _ALLOWED)
     if not merge:
+        pdl_merge = pdl and MERGE_PDL
         merge_kernel[(B * H,)](o_part, lse, out, n_splits, D=D, BLOCK_D=BLOCK_D,
-                                BLOCK_S=BLOCK_S, num_warps=4)
+                                BLOCK_S=BLOCK_S, PDL=pdl_merge, num_warps=4,
+                                **({"launch_pdl": True} if pdl_merge else {}))
     return out[:, :, None] if squeeze else out
 
 

@@ -2,7 +2,9 @@
 splits' partial outputs are merged by their log-sum-exp (flash-decoding, Dao et al. 2023).
 
 ``kernels.decode_attention``'s phase 1 writes, per (sequence, query head, split), a partial
-output ``o [BLOCK_D]`` (float32, normalized over the split) and its ``lse``. The merge is
+output ``o [BLOCK_D]`` (normalized over the split: float32, or the activation dtype where
+``kernels.decode_attention.PARTIALS_16``; the merge computes in float32 either way) and its
+``lse`` (float32). The merge is
 ``out = sum_s o_s exp(lse_s - m) / sum_s exp(lse_s - m)``, ``m = max_s lse_s``. It runs either
 
 - in a kernel of its own (``merge_kernel``, one program per (sequence, query head)), or
@@ -12,7 +14,7 @@ output ``o [BLOCK_D]`` (float32, normalized over the split) and its ``lse``. The
   main job (G = 32 heads on one program) 0.77 ms of a 1.97 ms decode step on the H100
   (``results/reference/fresh_h100.md``); a tile of several heads issues their loads together.
 
-Bytes the merge reads: ``B * H * n_splits * (4 * BLOCK_D + 4)``, written by phase 1 just before
+Bytes the merge reads: ``B * H * n_splits * (bytes(o) * BLOCK_D + 4)``, written by phase 1 just before
 (L2-resident on an H100 / H200 for the shapes the zoo runs).
 """
 
@@ -81,7 +83,7 @@ def merge_group(o_ptr, lse_ptr, out_ptr, b, hkv, n_splits, n_heads, offs_d, dmas
         mx = tl.where(gmask, mx, 0.0)
         w = tl.where(m2, tl.exp(lse - mx[:, None]), 0.0)
         o = tl.load(o_ptr + rows[:, :, None] * BLOCK_D + offs_d[None, None, :],
-                    mask=m2[:, :, None], other=0.0, cache_modifier=".cg")
+                    mask=m2[:, :, None], other=0.0, cache_modifier=".cg").to(tl.float32)
         res = tl.sum(o * w[:, :, None], axis=1) / tl.where(gmask, tl.sum(w, axis=1), 1.0)[:, None]
         tl.store(out_ptr + bh[:, None] * D + offs_d[None, :],
                  res.to(out_ptr.dtype.element_ty), mask=gmask[:, None] & dmask[None, :])
@@ -89,8 +91,12 @@ def merge_group(o_ptr, lse_ptr, out_ptr, b, hkv, n_splits, n_heads, offs_d, dmas
 
 @triton.jit
 def merge_kernel(o_ptr, lse_ptr, out_ptr, n_splits, D: tl.constexpr, BLOCK_D: tl.constexpr,
-                 BLOCK_S: tl.constexpr):
-    """The merge as a kernel of its own: one program per (sequence, query head)."""
+                 BLOCK_S: tl.constexpr, PDL: tl.constexpr = False):
+    """The merge as a kernel of its own: one program per (sequence, query head). With ``PDL``
+    (launched with ``launch_pdl``) it is resident before phase 1 ends and waits for its memory
+    (``gdc_wait``: the whole previous grid complete) before its first load."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
     bh = tl.program_id(0).to(tl.int64)
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_D)
@@ -99,7 +105,7 @@ def merge_kernel(o_ptr, lse_ptr, out_ptr, n_splits, D: tl.constexpr, BLOCK_D: tl
     mx = tl.max(lse, axis=0)
     w = tl.where(smask, tl.exp(lse - mx), 0.0)
     o = tl.load(o_ptr + (bh * n_splits + offs_s)[:, None] * BLOCK_D + offs_d[None, :],
-                mask=smask[:, None], other=0.0)
+                mask=smask[:, None], other=0.0).to(tl.float32)
     res = tl.sum(o * w[:, None], axis=0) / tl.sum(w, axis=0)
     tl.store(out_ptr + bh * D + offs_d, res.to(out_ptr.dtype.element_ty), mask=offs_d < D)
 
@@ -108,15 +114,17 @@ _COUNTERS: dict = {}
 _OUTGROWN: list = []  # buffers replaced by larger ones: a captured graph may still point at them
 
 
-def counters(device: torch.device, n: int) -> torch.Tensor:
-    """A zeroed int32 buffer of at least ``n`` per-group counters, allocated once per device
-    (before any graph capture: the capture's warm-up calls first) and left zeroed by every call."""
-    buf = _COUNTERS.get(device)
+def counters(device: torch.device, n: int, owner: str = "decode_attention") -> torch.Tensor:
+    """A zeroed int32 buffer of at least ``n`` counters for ``owner`` (one buffer per kernel that
+    counts its programs done: kernels whose launches overlap under PDL never share one),
+    allocated once per device (before any graph capture: the capture's warm-up calls first) and
+    left zeroed by every call."""
+    buf = _COUNTERS.get((device, owner))
     if buf is None or buf.numel() < n:
         if buf is not None:
             _OUTGROWN.append(buf)
         buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-        _COUNTERS[device] = buf
+        _COUNTERS[(device, owner)] = buf
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # zeroed before any stream uses it
     return buf
