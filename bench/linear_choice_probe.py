@@ -2,11 +2,14 @@
 decode step of the ``gqa_vs_mha`` designs launches (Llama-3.2-1B's body, n_kv_heads 1 .. 32; one
 and eight rows), the Triton GEMV with its prologue (``kernels.gemv``) and the cuBLAS path (the
 prologue as its own kernel, then ``F.linear``: ``kernels.decode_linear.cublas_linear``), each
-timed warm (as ``kernels.decode_linear.choose`` times them today) and cold (after a read of 2.5x
-the L2, as the decode step meets a layer's weights), in a CUDA graph
-(``kernels.graph_timing.time_ms``), beside the choice shipped for this device.
+timed warm (as ``kernels.decode_linear.choose`` timed them before 2026-11-28) and cold (after a
+read of 2.5x the L2, as the decode step meets a layer's weights; as ``choose`` times them now),
+in a CUDA graph (``kernels.graph_timing.time_ms``), beside the choice shipped for this device.
 
-    python -m bench.linear_choice_probe OUT.csv
+    python -m bench.linear_choice_probe OUT.csv [--cold-tune]
+
+``--cold-tune``: the GEMV's tiles tuned cold too (``switches.cold_tune``; choices of that key are
+not shipped, so they are tuned here), to see whether the tile choice or the path choice moves.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import sys
 import torch
 
 from kernels import decode_linear as DL
-from kernels import tuning
+from kernels import switches, tuning
 from kernels.gemv import gemv
 from kernels.graph_timing import time_ms
 from zoo import ModelConfig
@@ -40,7 +43,10 @@ def shapes() -> list[tuple]:
 
 
 def main() -> None:
-    out = sys.argv[1] if len(sys.argv) > 1 else "linear_choice.csv"
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    out = args[0] if args else "linear_choice.csv"
+    cold_tune = "--cold-tune" in sys.argv
+    switches.set_current(switches.Switches(cold_tune=cold_tune))
     dev, dt = torch.device("cuda"), torch.bfloat16
     name = tuning.device_name(dev)
     rows = []
@@ -55,8 +61,9 @@ def main() -> None:
         t = {f"{name}_{how}_us": round(time_ms(fn, cold=cold) * 1e3, 2)
              for name, fn in (("triton", fused), ("cublas", cublas))
              for how, cold in (("warm", False), ("cold", True))}
-        shipped = tuning.lookup("decode_linear", (M, N, K, pro, "bfloat16", "cuda:0", 0), name)
-        row = {"M": M, "N": N, "K": K, "prologue": pro, "weight_MB": round(N * K * 2 / 1e6, 1),
+        shipped = tuning.lookup("decode_linear", (M, N, K, pro, "bfloat16", "cuda:0", "cold"), name)
+        row = {"M": M, "N": N, "K": K, "prologue": pro, "cold_tune": int(cold_tune),
+               "weight_MB": round(N * K * 2 / 1e6, 1),
                **t, "warm_pick": "triton" if t["triton_warm_us"] <= t["cublas_warm_us"]
                else "cublas",
                "cold_pick": "triton" if t["triton_cold_us"] <= t["cublas_cold_us"] else "cublas",

@@ -4,7 +4,11 @@
 rows on whichever of the two measured faster for that shape on this device (``choose``: both
 timed inside a CUDA graph, as the decode step replays them, the first time the shape is met
 outside a capture; launched from Python a microsecond kernel times the host), the choice kept
-per device by ``kernels.tuning``. ``cublas_linear`` is the cuBLAS side:
+per device by ``kernels.tuning``. Both are timed cold (``kernels.graph_timing.time_ms`` with
+``cold=True``: the weight read from DRAM, as the step meets every layer's): timed warm, a
+weight that fits the L2 chose cuBLAS for the 1B's SwiGLU down-projection at 8 rows on the H100
+(11.8 us against the GEMV's 12.5), which cold takes 19.9 us against 16.9
+(``results/reference/decode_levers_h100.md``). ``cublas_linear`` is the cuBLAS side:
 the prologue as its own Triton kernel, then ``F.linear``. ``choices`` lists what was chosen, for
 the results row.
 """
@@ -13,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from . import switches, tuning
+from . import tuning
 from .gemv import _interpreted, gemv
 from .graph_timing import time_ms
 from .rmsnorm import rmsnorm
@@ -24,21 +28,21 @@ _CHOICE: dict[tuple, str] = {}
 
 def choose(key: tuple, triton_fn, cublas_fn, device: torch.device | None = None) -> str:
     """``'triton'`` or ``'cublas'`` for a shape key: the choice kept for this device
-    (``kernels.tuning``), else timed once in a CUDA graph (``kernels.graph_timing.time_ms``) on
-    the first call outside a capture, then kept. During a capture (or off the GPU) an unknown key
-    takes ``'triton'``."""
+    (``kernels.tuning``, under the key and ``"cold"``), else both timed once cold in a CUDA graph
+    (``kernels.graph_timing.time_ms``, ``cold=True``) on the first call outside a capture, then
+    kept. During a capture (or off the GPU) an unknown key takes ``'triton'``."""
     if key in _CHOICE:
         return _CHOICE[key]
     if not torch.cuda.is_available():
         return "triton"
     dev = tuning.device_name(device or torch.device("cuda"))
-    full = key + (int(switches.current().cold_tune),)
+    full = key + ("cold",)
     if (kept := tuning.lookup("decode_linear", full, dev)) in ("triton", "cublas"):
         _CHOICE[key] = kept
         return kept
     if torch.cuda.is_current_stream_capturing():
         return "triton"
-    t_tr, t_cb = time_ms(triton_fn), time_ms(cublas_fn)
+    t_tr, t_cb = time_ms(triton_fn, cold=True), time_ms(cublas_fn, cold=True)
     _CHOICE[key] = "triton" if t_tr <= t_cb else "cublas"
     tuning.record("decode_linear", full, _CHOICE[key], dev)
     return _CHOICE[key]
