@@ -17,7 +17,7 @@ def tpot_runs(gen, prompt: torch.Tensor, steps: int, runs: int) -> list[float]:
         a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         for _ in range(steps):
-            tok = gen.decode(tok).argmax(-1, keepdim=True)
+            tok = gen.decode_greedy(tok)
         z.record()
         z.synchronize()
         if rep:

@@ -88,3 +88,19 @@ def test_a_registered_ffn_kind_goes_through_a_study_and_its_report(tmp_path):
     assert list(done.n_kv_heads) == [32]
     assert done.decode_flops_ffn.gt(0).all() and done.decode_tok_s.gt(0).all()
     assert list(tmp_path.glob("**/report.html"))
+
+
+def test_the_eager_greedy_step_is_the_logits_argmax():
+    from zoo import TINY, Generator, Transformer
+
+    model = Transformer.build(TINY, "cpu", seed=0)
+    prompt = torch.randint(0, TINY.vocab_size, (2, 8), generator=torch.Generator().manual_seed(2))
+    a, b = Generator(model, 2, 16), Generator(Transformer.build(TINY, "cpu", seed=0), 2, 16)
+    tok = a.prefill(prompt).argmax(-1, keepdim=True)
+    b.prefill(prompt)
+    for _ in range(4):
+        logits = b.decode(tok)
+        nxt = a.decode_greedy(tok)
+        assert torch.equal(a.last_logits, logits)
+        assert torch.equal(nxt, logits.argmax(-1, keepdim=True)) and a.pos == b.pos
+        tok = nxt

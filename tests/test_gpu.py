@@ -35,6 +35,35 @@ def test_cudagraph_decode_matches_eager(n_kv_heads):
 
 
 @pytest.mark.parametrize("kernels", ["torch", "triton"])
+def test_greedy_step_in_the_graph_matches_the_eager_step(kernels):
+    # decode_greedy's graph holds the argmax and advances the position itself: its tokens are
+    # the argmax of its logits, and the logits are the eager step's fed the same tokens, across
+    # a bucket boundary (the torch path's second graph, captured with the buffer passed back),
+    # with a caller's own token tensor once, and after the position is reset (a trial's repeat)
+    cfg = ModelConfig.from_name("tiny", dtype="bf16", kv_dtype="bf16", n_kv_heads=2, d_model=256,
+                                n_heads=8, head_dim=32, n_layers=3, max_seq_len=512,
+                                kernels=kernels)
+    B, T, steps = 3, GRAPH_BUCKET - 5, 12
+    prompt = torch.randint(0, cfg.vocab_size, (B, T), device="cuda",
+                           generator=torch.Generator("cuda").manual_seed(1))
+    g = Generator(Transformer.build(cfg, "cuda", seed=0), B, T + steps + 1, "cudagraph")
+    e = Generator(Transformer.build(cfg, "cuda", seed=0), B, T + steps + 1, "eager")
+    first = g.prefill(prompt).argmax(-1, keepdim=True)
+    e.prefill(prompt)
+    for repeat in range(2):
+        g.pos = e.pos = T
+        tok = first
+        for i in range(steps if repeat == 0 else 3):
+            fed = tok.clone()
+            nxt = g.decode_greedy(tok)
+            want = e.decode(fed)
+            assert torch.equal(nxt, g.last_logits.argmax(-1, keepdim=True))
+            torch.testing.assert_close(g.last_logits.float(), want.float(), atol=3e-2, rtol=3e-2)
+            tok = nxt.clone() if i == 5 else nxt
+    assert len(g._greedy_graphs) == (2 if kernels == "torch" else 1)
+
+
+@pytest.mark.parametrize("kernels", ["torch", "triton"])
 def test_cudagraph_prefill_replays_each_prompt(kernels):
     cfg = ModelConfig.from_name("tiny", dtype="bf16", kv_dtype="bf16", n_kv_heads=2, d_model=256,
                                 n_heads=8, head_dim=32, n_layers=3, max_seq_len=512,

@@ -20,6 +20,13 @@ counter and the decode ``mode``:
   happen before Inductor records.
 
 ``Generator.prefill_mode`` says how the prefill ran (``cudagraph`` or ``eager``); rows record it.
+
+``decode_greedy`` is a decode step with its greedy sample, as a trial and ``generate`` run it. In
+``cudagraph`` mode the argmax (``kernels.argmax`` for a Triton design, ``torch.argmax`` for a
+torch one) is captured in the step's graph, written into the graph's own token input, and the
+graph advances its position on the device, so a step is one graph launch: no clone of the logits
+and no copies of the token and position before it (as gpt-fast captures its sampling with the
+step). Measured on the H100: ``results/reference/decode_levers_h100.md``.
 """
 
 from __future__ import annotations
@@ -65,6 +72,9 @@ class Generator:
         if mode != "eager":
             self._token = torch.zeros(batch, 1, dtype=torch.long, device=self.device)
             self._input_pos = torch.zeros(1, dtype=torch.long, device=self.device)
+        self._greedy_graphs: dict[int, tuple] = {}
+        self._pos_on_device: int | None = None  # what ``_input_pos`` holds, when known
+        self.last_logits: torch.Tensor | None = None
 
     @torch.no_grad()
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -137,9 +147,70 @@ class Generator:
     def _step(self, kv_len: int):
         return self.model(self._token, self._input_pos, kv_len=kv_len, masked=True)[:, 0]
 
+    @torch.no_grad()
+    def decode_greedy(self, token: torch.Tensor) -> torch.Tensor:
+        """One decode step and its greedy sample: ``token [B, 1]`` at the current position ->
+        the next token ``[B, 1]`` int64, each row's argmax of the step's logits (ties: the first
+        index). The step's logits ``[B, V]`` stay readable as ``last_logits`` until the next step.
+
+        In ``cudagraph`` mode the returned tensor is the generator's own token input, which the
+        next step overwrites: pass it back as the next step's ``token`` (no copy is made then) and
+        clone it to keep it.
+
+        Raises:
+            ValueError: the cache is full (the position reached ``max_seq_len``).
+        """
+        if self.mode != "cudagraph":
+            self.last_logits = self.decode(token)
+            return self._sample(self.last_logits)
+        pos = self.pos
+        if pos >= self.max_seq_len:
+            raise ValueError(f"cache full: position {pos} of max_seq_len {self.max_seq_len}")
+        with annotate("decode"):
+            kv_len = self._bucket(pos)
+            if kv_len not in self._greedy_graphs:
+                self._inputs(token, pos)
+                held = self._token.clone()  # the warm-up's argmax writes the token input
+                self._warm_up(lambda: self._greedy_step(kv_len, advance=False))
+                self._token.copy_(held)
+                self._greedy_graphs[kv_len] = self._capture(
+                    lambda: self._greedy_step(kv_len, advance=True), warm=False)
+            graph, logits = self._greedy_graphs[kv_len]
+            self._inputs(token, pos)
+            graph.replay()
+        self._pos_on_device = pos + 1
+        self.pos = pos + 1
+        self.last_logits = logits
+        return self._token
+
+    def _sample(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Greedy: ``logits [B, V]`` -> ``[B, 1]`` int64 (into ``out`` when given)."""
+        if self.model.cfg.kernels == "triton" and logits.is_cuda:
+            from kernels.argmax import argmax
+
+            return argmax(logits, out=out)
+        if out is None:
+            return logits.argmax(-1, keepdim=True)
+        return torch.argmax(logits, -1, keepdim=True, out=out)
+
+    def _greedy_step(self, kv_len: int, advance: bool) -> torch.Tensor:
+        # the step, its argmax into the token input, and (captured) the next position
+        logits = self._step(kv_len)
+        self._sample(logits, out=self._token)
+        if advance:
+            self._input_pos.add_(1)
+        return logits
+
+    def _inputs(self, token: torch.Tensor, pos: int) -> None:
+        # the graph's token and position inputs; neither copied when it holds them already
+        if token is not self._token:
+            self._token.copy_(token)
+        if self._pos_on_device != pos:
+            self._input_pos.fill_(pos)
+            self._pos_on_device = pos
+
     def _replay(self, token: torch.Tensor, pos: int) -> torch.Tensor:
-        self._token.copy_(token)
-        self._input_pos.fill_(pos)
+        self._inputs(token, pos)
         kv_len = self._bucket(pos)
         if self.mode == "compile":
             if self._compiled is None:
@@ -168,9 +239,10 @@ class Generator:
                 fn()
         torch.cuda.current_stream().wait_stream(s)
 
-    def _capture(self, fn):
-        # warm up (``_warm_up``), then capture ``fn``
-        self._warm_up(fn)
+    def _capture(self, fn, warm: bool = True):
+        # warm up (``_warm_up``; unless the caller did), then capture ``fn``
+        if warm:
+            self._warm_up(fn)
         graph = torch.cuda.CUDAGraph()
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
@@ -198,6 +270,6 @@ def generate(model: Transformer, prompt: torch.Tensor, new_tokens: int, mode: st
     tok = gen.prefill(prompt).argmax(-1, keepdim=True)
     out = [prompt, tok]
     for _ in range(new_tokens - 1):
-        tok = gen.decode(tok).argmax(-1, keepdim=True)
-        out.append(tok)
+        tok = gen.decode_greedy(tok)
+        out.append(tok.clone())  # in cudagraph mode the generator's own buffer
     return torch.cat(out, dim=1)

@@ -88,7 +88,11 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
         out.append(st.elem("residual", 2 * 3 * M * d * wb, launches=2))
     out += [st.elem("rmsnorm", 2 * batch * d * wb, rep=1, launches=nl, in_prologue=True),
             st.gemm("lm_head", "output", V, d, m=batch, rep=1, prologue="norm+res"),
-            # the last position's logits [batch, vocab] cloned out of the graph and sampled
+            # greedy sampling: a decode step's argmax inside its graph (zoo.generate's
+            # decode_greedy; kernels.argmax on the Triton path; compile mode, which samples its
+            # step's clone, priced the same), a prefill's last-position logits [batch, vocab]
+            # cloned out of its graph and sampled by torch
+            st.elem("argmax", batch * V * wb, rep=1, launches=1) if new == 1 else
             st.elem("sample", 3 * batch * V * wb, rep=1, launches=2, impl="torch")]
     return [k for k in out if k is not None]
 

@@ -371,7 +371,12 @@ class Calibrated:
         try:
             return self.linear("elementwise", {"op": op, "impl": k.shape["impl"]}, k.bytes)
         except KeyError:
-            if op == "sample":  # an older calibration: two tiny launches, as it priced them
-                self._note("logits sampling not calibrated: priced as two tiny kernels")
-                return 2 * self.launch("graph_kernel"), "launch graph_kernel (sampling)"
-        return proxy_price(self, k)  # an op with no entry of its own yet, or KeyError
+            pass
+        try:
+            return proxy_price(self, k)  # an op with no entry of its own yet, or KeyError
+        except KeyError:
+            if op not in ("sample", "argmax"):
+                raise
+        # an older calibration: the sampling's launches as tiny kernels, as it priced them
+        self._note("logits sampling not calibrated: priced as tiny kernels")
+        return k.launches * self.launch("graph_kernel"), "launch graph_kernel (sampling)"

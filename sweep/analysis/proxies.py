@@ -6,6 +6,9 @@ kernels have entries of their own.
   a few rows: each launch as the graph's tiny kernel (``graph_kernel``); ``route_align`` (the
   three in one Triton kernel) the same, one launch.
 - ``moe_sum``: the sum of each token's ``k`` expert outputs, as the ``residual`` add's entry.
+- ``argmax`` (a decode step's greedy sample inside its graph, ``zoo.generate.decode_greedy``): in
+  a calibration from before it had entries of its own, as the ``sample`` entry of the same rows
+  (torch's clone and argmax: an upper bound).
 - ``moe_gather`` / ``moe_combine`` (the torch path's gather of an expert's tokens and its
   weighted add into them): the ``embedding`` gather's and the ``residual`` add's entries, per
   launch.
@@ -16,12 +19,13 @@ kernels have entries of their own.
 
 from __future__ import annotations
 
-# op -> (the like entry, its launches, what it stands for)
-PROXIES = {"router": ("graph_kernel", 1, "the MoE router's softmax / top-k / sort"),
-           "route_align": ("graph_kernel", 1, "the MoE router's fused softmax / top-k / sort"),
-           "moe_sum": ("residual", 1, "the MoE slots' sum"),
-           "moe_gather": ("embedding", 1, "the MoE tokens' gather"),
-           "moe_combine": ("residual", 1, "the MoE experts' weighted combine")}
+# op -> (the like entry, its launches, what it stands for, its bytes per the op's)
+PROXIES = {"router": ("graph_kernel", 1, "the MoE router's softmax / top-k / sort", 1),
+           "route_align": ("graph_kernel", 1, "the MoE router's fused softmax / top-k / sort", 1),
+           "moe_sum": ("residual", 1, "the MoE slots' sum", 1),
+           "moe_gather": ("embedding", 1, "the MoE tokens' gather", 1),
+           "moe_combine": ("residual", 1, "the MoE experts' weighted combine", 1),
+           "argmax": ("sample", 1, "the decode step's greedy argmax", 3)}
 
 
 def proxy_price(cal, k) -> tuple[float, str]:
@@ -42,9 +46,11 @@ def proxy_price(cal, k) -> tuple[float, str]:
     op = k.shape["op"]
     if op not in PROXIES:
         raise KeyError(f"no elementwise {op}/{k.shape['impl']} in the calibration")
-    like, n, what = PROXIES[op]
-    cal._note(f"{what} not calibrated: priced as the {like} entry, per launch")
+    like, n, what, per = PROXIES[op]
     if like == "graph_kernel":
-        return k.launches * cal.launch(like), f"launch {like} x {k.launches} (as {what})"
-    t, b = cal.linear("elementwise", {"op": like, "impl": "torch"}, k.bytes)
-    return t * k.launches / n, f"{b} (as {what})"
+        t, b = k.launches * cal.launch(like), f"launch {like} x {k.launches} (as {what})"
+    else:
+        t, b = cal.linear("elementwise", {"op": like, "impl": "torch"}, per * k.bytes)
+        t, b = t * k.launches / n, f"{b} (as {what})"
+    cal._note(f"{what} not calibrated: priced as the {like} entry, per launch")
+    return t, b

@@ -90,7 +90,7 @@ def fingerprints(device: dict, switches) -> dict:
         return tuple(str(_KERNELS / f"{n}.py") for n in names)
 
     every_kernel = k("decode_attention", "split_merge", "gemv", "decode_linear", "graph_timing",
-                     "rmsnorm", "rope", "swiglu", "kv_quant")
+                     "rmsnorm", "rope", "swiglu", "kv_quant", "argmax")
     zoo = tuple(str(_ZOO / f"{n}.py") for n in ("model", "attention", "generate", "cache", "gqa",
                                                  "norms", "experts")) + k("moe_gemm")
     return {
@@ -112,7 +112,7 @@ def fingerprints(device: dict, switches) -> dict:
         "elementwise/torch": fingerprint(*base, modules=k("rmsnorm", "rope", "swiglu",
                                                           "kv_quant") + (str(_MICROBENCH),)),
         "elementwise/triton": fingerprint(*base, tri, modules=k("rmsnorm", "rope", "swiglu",
-                                                                "kv_quant", "moe_gemm")
+                                                                "kv_quant", "moe_gemm", "argmax")
                                           + (str(_MICROBENCH),)),
         # the host's own costs: another machine's CPU issues ops at another rate (the eager
         # decode of one design read 2.3x the shipped H100's per-layer cost on an H200 host)

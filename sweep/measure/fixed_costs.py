@@ -83,7 +83,7 @@ def _graph_step_host(impl: str, steps: int = 200) -> dict:
     tok = torch.zeros(1, 1, dtype=torch.long, device="cuda")
     gen.prefill(torch.zeros(1, 4, dtype=torch.long, device="cuda"))
     for _ in range(4):  # capture the step's graph
-        tok = gen.decode(tok).argmax(-1, keepdim=True)
+        tok = gen.decode_greedy(tok)
     gc.collect()
     gc.disable()
     ts = []
@@ -92,7 +92,7 @@ def _graph_step_host(impl: str, steps: int = 200) -> dict:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(steps):
-            tok = gen.decode(tok).argmax(-1, keepdim=True)
+            tok = gen.decode_greedy(tok)
         torch.cuda.synchronize()
         ts.append((time.perf_counter() - t0) / steps)
     gc.enable()

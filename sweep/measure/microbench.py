@@ -312,11 +312,12 @@ def gemvs(shapes, cuda: bool, tm, rnd, dtype: str, progress=None) -> list[dict]:
 def elementwise(device, tm, rnd, quick) -> list[dict]:
     """The norms, RoPE, SwiGLU, KV write and quantize kernels (torch and Triton) by bytes, the
     MoE layer's slots' sum and fused routing (``moe_sum``, ``route_align``), and
-    the greedy sampling of a stage's logits (``sample``: their clone and argmax, as
-    ``zoo.generate`` and a trial run them; bytes: read, written, read again)."""
+    the greedy sampling of a stage's logits (``sample``: their clone and argmax, as a trial's
+    prefill runs them; bytes: read, written, read again; ``argmax``: a decode step's, inside its
+    graph, ``kernels.argmax`` on the Triton path)."""
     import torch
 
-    from kernels import kv_quant, moe_gemm, rmsnorm, rope, swiglu
+    from kernels import argmax, kv_quant, moe_gemm, rmsnorm, rope, swiglu
     from zoo.moe import route_bytes, sum_bytes
 
     cuda = device == "cuda"
@@ -373,11 +374,14 @@ def elementwise(device, tm, rnd, quick) -> list[dict]:
             ops[("route_align", "triton")] = (
                 lambda: moe_gemm.route_align(lg, 8, False, 16, x.dtype),
                 route_bytes(M, 64, 8, d, wb))
-        if M <= 512:  # a stage's last-position logits [batch, vocab], sampled greedily
-            V = 512 if quick else 128256
-            logits = rnd(M, V)
+        if M <= 512:  # a stage's last-position logits [batch, vocab], sampled greedily:
+            V = 512 if quick else 128256  # a prefill's cloned out of its graph, a decode step's
+            logits = rnd(M, V)            # argmax inside it (zoo.generate.decode_greedy)
             ops[("sample", "torch")] = (lambda: logits.clone().argmax(-1, keepdim=True),
                                         3 * M * V * wb)
+            ops[("argmax", "torch")] = (lambda: logits.argmax(-1, keepdim=True), M * V * wb)
+            if cuda or (triton_interpret() and not quick):
+                ops[("argmax", "triton")] = (lambda: argmax.argmax(logits), M * V * wb)
         for (op, impl), (fn, nbytes) in ops.items():
             rows.append(entry("elementwise", tm(fn), op=op, impl=impl, bytes=float(nbytes), M=M))
     return rows

@@ -198,7 +198,7 @@ def torch_windows(gen, prompt, spec: dict) -> dict:
     cuda = spec["device"] == "cuda"
     first = gen.prefill(prompt).argmax(-1, keepdim=True)
     for _ in range(n):  # warm-up: graphs captured, allocator settled
-        first = gen.decode(first).argmax(-1, keepdim=True)
+        first = gen.decode_greedy(first).clone()
     state = {}
 
     def prefill():
@@ -206,7 +206,7 @@ def torch_windows(gen, prompt, spec: dict) -> dict:
 
     def decode_window():
         for _ in range(n):
-            state["tok"] = gen.decode(state["tok"]).argmax(-1, keepdim=True)
+            state["tok"] = gen.decode_greedy(state["tok"])
 
     out = profile_stage(prefill, "prefill", trial_dir, cuda, B * T)
     if cuda:

@@ -40,7 +40,7 @@ def profiled_window(gen, prompt, spec: dict) -> dict:
         b = a + 1
     tok = gen.prefill(prompt).argmax(-1, keepdim=True)  # warm-up (and graph capture below)
     for _ in range(b):
-        tok = gen.decode(tok).argmax(-1, keepdim=True)
+        tok = gen.decode_greedy(tok)
     torch.cuda.synchronize()
     T = prompt.shape[1]
     hooks = []
@@ -73,7 +73,7 @@ def profiled_window(gen, prompt, spec: dict) -> dict:
             if i == a:
                 torch.cuda.synchronize()
                 begin()
-            tok = gen.decode(tok).argmax(-1, keepdim=True)
+            tok = gen.decode_greedy(tok)
         torch.cuda.synchronize()
         torch.cuda.profiler.stop()
     finally:
