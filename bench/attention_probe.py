@@ -31,6 +31,7 @@ import torch
 
 from kernels import decode_attention as da
 from kernels import kv_quant, switches
+from kernels.split_merge import fold_pays
 
 # name, B, H, Hkv, D, capacity, kv_dtype: the main job's six designs (batch 8, prompt 4096 + 64
 # new tokens), the batch-1 Llama shapes, odd groups, head_dim 256, MQA with 64 heads, KV formats
@@ -54,6 +55,11 @@ LEVERS = {"f32": (2, False, False, False), "f32_pdl_split": (2, False, True, Fal
           "f32_pdl": (2, False, True, True), "p16": (2, True, False, False),
           "p16_pdl": (2, True, True, True), "p16_pdl_sm1": (1, True, True, True),
           "p16_pdl_sm05": (0.5, True, True, True), "p16_pdl_sm4": (4, True, True, True)}
+# name: the shortest split (positions) the plan may cut, the shipped levers otherwise (merge
+# under PDL, float32 partials): fewer, longer splits where batch x KV heads is small (a short
+# context at batch 1 cut into 128-position splits spends its time on the merge's latency)
+MIN_SPLIT = {"split256": 256, "split512": 512, "split1024": 1024, "split_whole": 1 << 30}
+LEVERS.update({name: (2, False, True, True) for name in MIN_SPLIT})
 LEVER_SHAPES = ("flagship_g32", "flagship_g16", "flagship_g8", "flagship_g4", "flagship_g1",
                 "1b_b1", "8b_b1", "8b_b8", "g5_25x5_d128", "mqa64_d128_b1", "flagship_g32_int8",
                 "b64_8k_bf16")
@@ -85,8 +91,24 @@ def kv_bytes(B, Hkv, D, kv_len, kvd):
     return 2 * B * Hkv * kv_len * (D * (1 if kvd != "bf16" else 2) + (4 if kvd != "bf16" else 0))
 
 
+_PLAN = da.plan
+
+
+def _plan_min_split(shortest: int):
+    """``decode_attention.plan`` with splits of at least ``shortest`` positions (a multiple of
+    the plan's own, at most the whole cache), the merge folded where ``fold_pays`` says."""
+    def plan(batch, n_kv_heads, G, capacity, quant, n_sm):
+        n, length, _ = _PLAN(batch, n_kv_heads, G, capacity, quant, n_sm)
+        if length < shortest:
+            length = min(-(-shortest // length) * length, -(-capacity // length) * length)
+            n = -(-capacity // length)
+        return n, length, fold_pays(G, n)
+    return plan
+
+
 def set_variant(name):
     """Set the module's plan for ``name``; returns ``(fold_merge, pdl)`` for the call."""
+    da.plan = _plan_min_split(MIN_SPLIT[name]) if name in MIN_SPLIT else _PLAN
     if name in LEVERS:
         per_sm, da.PARTIALS_16, pdl, da.MERGE_PDL = LEVERS[name]
         da.PER_SM, da.MERGE_BUDGET = per_sm, 8192
