@@ -10,8 +10,9 @@ acq_rel atomic, the pattern of ``kernels.split_merge``), and the row's last prog
 row's pairs and resets the counter for the next call (also inside a CUDA graph replay): one
 launch, no host synchronization.
 
-Ties go to the first index, as ``torch.argmax``. A NaN logit is never the largest here (torch
-returns a NaN's index); the trial refuses non-finite logits before it reports a figure.
+Ties go to the first index and a NaN counts as the largest (its first index wins), as
+``torch.argmax`` has them: every answer is a column of the row. (A trial refuses non-finite
+logits before it reports a figure.)
 
 Bytes read: ``M * V * bytes(logits)`` (plus ``M * n_chunks * 8`` of pairs, L2-resident).
 """
@@ -35,11 +36,16 @@ def _argmax_kernel(x_ptr, vals_ptr, idx_ptr, cnt_ptr, out_ptr, V, s_xm,
     row = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     offs = chunk * BLOCK + tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + row * s_xm + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
-    m = tl.max(x, axis=0)
-    first = tl.min(tl.where(x == m, offs, MAX_INDEX), axis=0)
-    tl.store(vals_ptr + row * N_CHUNKS + chunk, m)
-    tl.store(idx_ptr + row * N_CHUNKS + chunk, first)
+    valid = offs < V
+    x = tl.load(x_ptr + row * s_xm + offs, mask=valid, other=float("-inf")).to(tl.float32)
+    nan = x != x  # a NaN is the largest, as torch.argmax has it: the chunk's first NaN wins
+    xv = tl.where(nan, float("-inf"), x)
+    m = tl.max(xv, axis=0)
+    first = tl.min(tl.where((xv == m) & valid, offs, MAX_INDEX), axis=0)
+    first_nan = tl.min(tl.where(nan & valid, offs, MAX_INDEX), axis=0)
+    has_nan = first_nan < MAX_INDEX
+    tl.store(vals_ptr + row * N_CHUNKS + chunk, tl.where(has_nan, float("-inf"), m))
+    tl.store(idx_ptr + row * N_CHUNKS + chunk, tl.where(has_nan, -first_nan - 1, first))
     cnt = cnt_ptr + row
     tl.debug_barrier()  # the pair stored before the count (CUDA's grid-sync pattern)
     if tl.atomic_add(cnt, 1, sem="acq_rel") == N_CHUNKS - 1:
@@ -50,8 +56,10 @@ def _argmax_kernel(x_ptr, vals_ptr, idx_ptr, cnt_ptr, out_ptr, V, s_xm,
                        cache_modifier=".cg")
         idx = tl.load(idx_ptr + row * N_CHUNKS + c, mask=cm, other=MAX_INDEX,
                       cache_modifier=".cg")
+        first_nan = tl.min(tl.where(idx < 0, -idx - 1, MAX_INDEX), axis=0)  # NaN chunks: -i - 1
         best = tl.max(vals, axis=0)
-        tl.store(out_ptr + row, tl.min(tl.where(vals == best, idx, MAX_INDEX), axis=0).to(tl.int64))
+        first = tl.min(tl.where((vals == best) & (idx >= 0), idx, MAX_INDEX), axis=0)
+        tl.store(out_ptr + row, tl.where(first_nan < MAX_INDEX, first_nan, first).to(tl.int64))
 
 
 def argmax(logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -60,12 +68,14 @@ def argmax(logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tenso
     index); written into ``out`` (``[M, 1]`` int64, contiguous) when given.
 
     Raises:
-        ValueError: ``logits`` not 2-D, empty, or not of unit stride along its last dimension;
-            ``out`` of another shape or dtype.
+        ValueError: ``logits`` not 2-D, of no rows or columns, not floating point, or not of unit
+            stride along its last dimension; ``out`` of another shape or dtype.
     """
-    if logits.dim() != 2 or logits.shape[1] == 0 or logits.stride(1) != 1:
-        raise ValueError(f"argmax takes logits [M, V] of unit stride along V, got shape "
-                         f"{list(logits.shape)}, strides {list(logits.stride())}")
+    if (logits.dim() != 2 or 0 in logits.shape or logits.stride(1) != 1
+            or not logits.dtype.is_floating_point):
+        raise ValueError(f"argmax takes floating-point logits [M, V] (M, V > 0) of unit stride "
+                         f"along V, got {logits.dtype} of shape {list(logits.shape)}, strides "
+                         f"{list(logits.stride())}")
     M, V = logits.shape
     n_chunks = triton.cdiv(V, BLOCK)
     vals = torch.empty(M, n_chunks, device=logits.device, dtype=torch.float32)

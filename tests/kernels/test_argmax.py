@@ -30,6 +30,19 @@ def test_ties_go_to_the_first_index_across_chunks(device):
     torch.testing.assert_close(got, argmax.reference(x), rtol=0, atol=0)
 
 
+def test_nan_is_the_largest_and_every_answer_a_column(device):
+    V = 2 * argmax.BLOCK + 100
+    x = torch.randn(4, V, generator=torch.Generator().manual_seed(5)).to(device)
+    x[0] = float("nan")  # all NaN: index 0, as torch
+    x[1, [argmax.BLOCK + 3, V - 2]] = float("nan")  # the first NaN, past a larger finite value
+    x[1, 7] = 1e30
+    x[2, V - 1] = float("nan")  # in the partial last chunk
+    x[3, 11] = float("inf")  # +inf, no NaN
+    got = argmax.argmax(x)
+    assert got[:, 0].tolist() == [0, argmax.BLOCK + 3, V - 1, 11]
+    torch.testing.assert_close(got, argmax.reference(x), rtol=0, atol=0)
+
+
 def test_strided_rows_and_out(device):
     base = torch.randn(6, 9000, device=device)
     x = base[::2, 100:8100]  # rows of stride 18000, unit stride along V
@@ -43,6 +56,10 @@ def test_bad_input_is_refused(device):
         argmax.argmax(torch.randn(8, 4, device=device).t())
     with pytest.raises(ValueError, match=r"\[M, V\]"):
         argmax.argmax(torch.randn(8, device=device))
+    with pytest.raises(ValueError, match="floating-point"):
+        argmax.argmax(torch.ones(2, 8, dtype=torch.int64, device=device))
+    with pytest.raises(ValueError, match=r"M, V > 0"):
+        argmax.argmax(torch.randn(0, 8, device=device))
     with pytest.raises(ValueError, match="out must be"):
         argmax.argmax(torch.randn(2, 8, device=device),
                       out=torch.empty(2, dtype=torch.int64, device=device))
