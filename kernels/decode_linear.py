@@ -49,7 +49,8 @@ def choose(key: tuple, triton_fn, cublas_fn, device: torch.device | None = None)
 
 
 def choices() -> dict[str, str]:
-    """The per-shape choices made so far: ``"M=1 N=4096 K=14336 swiglu" -> "triton"``."""
+    """The per-shape choices made so far: ``"M=1 N=4096 K=14336 swiglu bfloat16" -> "triton"``
+    (rows, the weight's ``[N, K]``, the prologue, the dtype; one device's)."""
     return {f"M={k[0]} N={k[1]} K={k[2]} {k[3]} {k[4]}": v for k, v in sorted(_CHOICE.items())}
 
 
