@@ -8,10 +8,7 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 . bench/reference/gpu_host.sh
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
-  | tee -a "$OUT/device.txt"
-date -u +%FT%TZ | tee -a "$OUT/device.txt"
+gpu_card "$OUT/device.txt"
 for run in "head_dim" "kv_quant" "attention_shape study.n_trials=8"; do
   name=${run%% *}; t0=$(date +%s)
   timeout "${STUDY_TIMEOUT:-200}" python3 -m sweep +experiment=$run > "$OUT/$name.log" 2>&1

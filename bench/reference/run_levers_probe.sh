@@ -8,11 +8,7 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 . bench/reference/gpu_host.sh
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader \
-  | tee "$OUT/card.txt"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
-  | tee -a "$OUT/card.txt"
-date -u +%FT%TZ | tee -a "$OUT/card.txt"
+gpu_card "$OUT/card.txt"
 timeout 200 python3 -m bench.attention_probe levers "$OUT/attn_levers.csv" > "$OUT/attn_levers.log" 2>&1
 echo "attention rc=$?"; tail -n 3 "$OUT/attn_levers.log"
 timeout 200 python3 -m bench.linear_choice_probe "$OUT/linear_choice.csv" > "$OUT/linear_choice.log" 2>&1

@@ -14,8 +14,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-tests probe reship}
 . bench/reference/gpu_host.sh
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/card.txt"
-date -u +%FT%TZ | tee -a "$OUT/card.txt"
+gpu_card "$OUT/card.txt"
 if [[ " $STEPS " == *" tests "* ]]; then
   timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_argmax.py \
     tests/test_gpu.py -k "argmax or greedy or cudagraph_decode" > "$OUT/gpu_tests.txt" 2>&1

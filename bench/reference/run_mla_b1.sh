@@ -10,9 +10,7 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT/study" "$OUT/kinds"
 . bench/reference/gpu_host.sh
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-  date -u; } | tee "$OUT/card.txt"
+gpu_card "$OUT/card.txt"
 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_mla_decode.py tests/kernels/test_head_gemv.py \
   tests/kernels/test_model_triton.py -k "mla or over3 or reference" > "$OUT/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -n 1 "$OUT/pytest.log"

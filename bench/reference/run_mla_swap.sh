@@ -8,9 +8,7 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT/head_gemv" "$OUT/tiles"
 . bench/reference/gpu_host.sh
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-  date -u; } | tee "$OUT/card.txt"
+gpu_card "$OUT/card.txt"
 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_mla_decode.py \
   tests/kernels/test_head_gemv.py > "$OUT/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -n 3 "$OUT/pytest.log"
