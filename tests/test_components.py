@@ -104,3 +104,7 @@ def test_the_eager_greedy_step_is_the_logits_argmax():
         assert torch.equal(a.last_logits, logits)
         assert torch.equal(nxt, logits.argmax(-1, keepdim=True)) and a.pos == b.pos
         tok = nxt
+    a.pos = a.max_seq_len  # a full cache is refused by either step, before any work
+    for step in (a.decode, a.decode_greedy):
+        with pytest.raises(ValueError, match="cache full: position 16 of max_seq_len 16"):
+            step(tok)

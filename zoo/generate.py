@@ -128,9 +128,7 @@ class Generator:
         Raises:
             ValueError: the cache is full (the position reached ``max_seq_len``).
         """
-        pos = self.pos
-        if pos >= self.max_seq_len:
-            raise ValueError(f"cache full: position {pos} of max_seq_len {self.max_seq_len}")
+        pos = self._position()
         with annotate("decode"):
             if self.mode == "eager":
                 out = self.model(token, self.model.positions[pos:pos + 1], kv_len=pos + 1)[:, 0]
@@ -138,6 +136,16 @@ class Generator:
                 out = self._replay(token, pos)
         self.pos = pos + 1
         return out
+
+    def _position(self) -> int:
+        """The position the next decode step writes.
+
+        Raises:
+            ValueError: the cache is full (the position reached ``max_seq_len``).
+        """
+        if self.pos >= self.max_seq_len:
+            raise ValueError(f"cache full: position {self.pos} of max_seq_len {self.max_seq_len}")
+        return self.pos
 
     def _bucket(self, pos: int) -> int:
         if self.model.cfg.kernels == "triton":  # the decode kernel reads the length on device
@@ -163,9 +171,7 @@ class Generator:
         if self.mode != "cudagraph":
             self.last_logits = self.decode(token)
             return self._sample(self.last_logits)
-        pos = self.pos
-        if pos >= self.max_seq_len:
-            raise ValueError(f"cache full: position {pos} of max_seq_len {self.max_seq_len}")
+        pos = self._position()
         with annotate("decode"):
             kv_len = self._bucket(pos)
             if kv_len not in self._greedy_graphs:
