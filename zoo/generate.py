@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import torch
 
+from kernels.argmax import argmax
+
 from .model import Transformer
 from .modes import MODES  # the generator's modes, said torch-free in zoo.modes
 from .nvtx import annotate
@@ -192,8 +194,6 @@ class Generator:
     def _sample(self, logits: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Greedy: ``logits [B, V]`` -> ``[B, 1]`` int64 (into ``out`` when given)."""
         if self.model.cfg.kernels == "triton" and logits.is_cuda:
-            from kernels.argmax import argmax
-
             return argmax(logits, out=out)
         if out is None:
             return logits.argmax(-1, keepdim=True)
