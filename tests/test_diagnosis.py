@@ -94,3 +94,15 @@ def test_advice_only_what_runs_on_the_device():
     gpu = diagnose(_row(**slow, device="NVIDIA H100 80GB HBM3"))["diagnosis"]
     assert "mode=cudagraph" not in cpu and "kernels=triton" not in cpu
     assert "mode=cudagraph and kernels=triton cut them" in gpu
+
+
+def test_compare_matches_a_csv_record_with_a_parquet_typed_study():
+    # a record read back from CSV (unset sliding_window: NaN, float64; batch 8.0) against the
+    # same design from a study's parquet (None in an object column; batch 8): one design, matched
+    old = pd.DataFrame({"n_kv_heads": [1], "sliding_window": [float("nan")], "batch": [8.0],
+                        "decode_tok_s": [6000.0]})
+    new = pd.DataFrame({"n_kv_heads": [1], "sliding_window": pd.Series([None], dtype=object),
+                        "batch": [8], "decode_tok_s": [5000.0]})
+    res = compare(old, new)
+    row = res[res.metric == "decode_tok_s"].iloc[0]
+    assert row.regression and round(row.better_pct, 1) == -16.7

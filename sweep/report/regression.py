@@ -43,6 +43,17 @@ def _contended(v) -> bool:
     return v is True or (isinstance(v, str) and v.lower() == "true")
 
 
+def _key_text(v) -> str:
+    """A design key's value as the merge compares it: a missing value (NaN from a CSV, None from
+    a parquet's object column) as ``None``, a whole float as its integer (``4096.0`` read back
+    from a CSV beside ``4096``), anything else as ``str``."""
+    if v is None or (isinstance(v, float) and v != v):
+        return "None"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
 def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> pd.DataFrame:
     """One row per (design, metric) present in both: old, new, ``better_pct`` (the relative
     change in the metric's good direction: positive is better, whichever way the number moved),
@@ -52,6 +63,9 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> pd
     old, new = (d if CONTENDED in d else  # a record from before the flag: measured alone
                 pd.concat([d, pd.Series(False, index=d.index, name=CONTENDED)], axis=1)
                 for d in (old, new))
+    # the same design read from a CSV record and from a study's parquet may type a key apart
+    # (an unset sliding_window: float NaN there, None in an object column here): merged as text
+    old, new = (d.assign(**{k: d[k].map(_key_text) for k in keys}) for d in (old, new))
     m = old.merge(new, on=keys, suffixes=("_old", "_new"))
     rows = []
     for r in m.to_dict(orient="records"):  # keeps each column's type (iterrows casts to float)
