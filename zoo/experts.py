@@ -20,16 +20,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernels import moe_gemm as moe_kernels
-from kernels.moe_down_sum import down_sum
 
 from .config import ModelConfig
 from .moe import MOE
 from .nvtx import annotate
-
-# Tokens up to which a Triton step runs the down projection with the slots' sum in one launch
-# (``kernels.moe_down_sum``) instead of the grouped ``moe_down`` and a torch sum: 0, off, until
-# measured in the decode step (``bench.moe_down_sum_probe``) and priced by the performance model
-DOWN_SUM_TOKENS = 0
 
 
 class SharedExperts(nn.Module):
@@ -123,15 +117,11 @@ class MoEFeedForward(nn.Module):
             with annotate("router"):  # the GEMM, then softmax, top-k and the sort in one kernel
                 logits = self.logits(h)
             with annotate("topk"):
-                tile = moe_kernels.tiles(B * T * k, cfg.n_experts)
-                w, idx, *aligned = moe_kernels.route_align(logits, k, cfg.router_renorm, tile[0],
+                block = moe_kernels.tiles(B * T * k, cfg.n_experts)[0]
+                w, idx, *aligned = moe_kernels.route_align(logits, k, cfg.router_renorm, block,
                                                            h.dtype)
             with annotate("experts"):
-                if B * T <= DOWN_SUM_TOKENS:  # the down projection and the slots' sum: one launch
-                    act = moe_kernels.moe_up(h.contiguous(), self.w13, k, aligned, tile)
-                    out = down_sum(act, self.w2, w, idx)
-                else:
-                    out = moe_kernels.moe_experts(h, self.w13, self.w2, w, idx, aligned)
+                out = moe_kernels.moe_experts(h, self.w13, self.w2, w, idx, aligned)
         else:
             w, idx = self.route(h)
             with annotate("experts"):
