@@ -3,8 +3,6 @@ still waits for the kernel before it (a consumer after it never reads early)."""
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 
 from kernels import gemv
 from kernels.l2_prefetch import prefetch_l2
@@ -30,29 +28,11 @@ def test_leaves_the_tensor_as_it_was(device):
     assert torch.equal(w, before)
 
 
-@triton.jit
-def _timer(like):
-    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [like], dtype=tl.int64,
-                                     is_pure=False, pack=1)
-
-
-@triton.jit
-def _slow_copy(src_ptr, dst_ptr, n, NS: tl.constexpr, BLOCK: tl.constexpr):
-    # lets the next kernel launch at once, then writes dst only after NS ns
-    tl.extra.cuda.gdc_launch_dependents()
-    pid = tl.program_id(0)
-    t0 = _timer(pid)
-    t = t0
-    while t - t0 < NS:
-        t = _timer(pid)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=offs < n), mask=offs < n)
-
-
 @pytest.mark.gpu
 def test_under_pdl_the_next_kernel_waits_for_the_one_before(device):
     if not gemv.pdl_supported(torch.device(device)):
         pytest.skip("no programmatic dependent launch on this GPU")
+    from bench.pdl_probe import _slow_copy  # lets the next kernel launch, writes 200 us late
     torch.manual_seed(0)
     src = torch.randn(8, 2048, device=device, dtype=torch.bfloat16)
     x = torch.empty_like(src)
