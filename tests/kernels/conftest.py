@@ -46,3 +46,14 @@ def device():
 def close(got, want, dtype):
     rtol, atol = TOL[dtype]
     torch.testing.assert_close(got.float(), want.float(), rtol=rtol, atol=atol)
+
+
+@pytest.fixture(autouse=True)
+def seeded_per_test(request):
+    """Each kernel test draws its unseeded tensors (``torch.randn`` without a generator) from the
+    global RNG seeded by its own id: the same draws whatever ran before it or whether it runs
+    alone (a bf16 case drawn from the state the earlier tests left failed 1 run in ~200)."""
+    import zlib
+
+    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
+    yield

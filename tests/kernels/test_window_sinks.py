@@ -31,7 +31,8 @@ def test_ring_reads_the_window(B, H, Hkv, D, W, P, dtype, device):
     """Over a ring of ``W`` slots, the token at position ``P`` attends to positions
     ``max(0, P - W + 1) .. P`` (transformers' sliding window), whatever the slots' order."""
     k, v = _full(B, Hkv, P, D, dtype, device, seed=P)
-    q = torch.randn(B, H, D, device=device, dtype=dtype)
+    q = torch.randn(B, H, D, device=device, dtype=dtype,
+                    generator=torch.Generator(device).manual_seed(1000 + P))
     pos = torch.tensor([P], device=device)
     got = da.decode_attention(q, _ring(k, W), _ring(v, W), pos)
     lo = max(0, P - W + 1)
@@ -45,10 +46,11 @@ def test_ring_folded_write(P, device):
     ``P % W`` and attends as the same step over a cache of every position does."""
     B, H, Hkv, D, W, dtype = 2, 8, 2, 64, 48, torch.bfloat16
     k, v = _full(B, Hkv, P, D, dtype, device, seed=P)
-    q = torch.randn(B, H, D, device=device, dtype=dtype)
-    kn = torch.randn(B, Hkv, D, device=device, dtype=dtype)
-    vn = torch.randn(B, Hkv, D, device=device, dtype=dtype)
-    ang = torch.rand(P + 1, D // 2, device=device) * 6.28
+    g = torch.Generator(device).manual_seed(1000 + P)  # the draws of this case, whatever ran before
+    q = torch.randn(B, H, D, device=device, dtype=dtype, generator=g)
+    kn = torch.randn(B, Hkv, D, device=device, dtype=dtype, generator=g)
+    vn = torch.randn(B, Hkv, D, device=device, dtype=dtype, generator=g)
+    ang = torch.rand(P + 1, D // 2, device=device, generator=g) * 6.28
     cos = torch.cat([ang.cos(), ang.cos()], -1).contiguous()
     sin = torch.cat([ang.sin(), ang.sin()], -1).contiguous()
     pos = torch.tensor([P], device=device)
@@ -76,7 +78,8 @@ def test_sinks(B, H, Hkv, D, S, kv_len, dtype, device):
     """A sink logit per query head joins the softmax's denominator (gpt-oss): against the
     reference's sink column; large sinks take most of the mass, so the output shrinks."""
     k, v = _full(B, Hkv, S - 1, D, dtype, device, seed=S)
-    q = torch.randn(B, H, D, device=device, dtype=dtype)
+    q = torch.randn(B, H, D, device=device, dtype=dtype,
+                    generator=torch.Generator(device).manual_seed(1000 + S))
     sinks = torch.linspace(-2.0, 6.0, H, device=device, dtype=dtype)
     pos = torch.tensor([kv_len - 1], device=device)
     got = da.decode_attention(q, k, v, pos, sinks=sinks)
