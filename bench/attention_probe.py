@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from bench.gpu import write_rows
 from kernels import decode_attention as da
 from kernels import kv_quant, switches
 from kernels.split_merge import fold_pays
@@ -187,10 +188,7 @@ def cmd_time(path, levers: bool = False, only: tuple = ()):
             rows.append(r)
             print(",".join(str(r[k]) for k in ("shape", "variant", "us", "gbs", "frac_copy")),
                   flush=True)
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_rows(path, rows)
     print(f"copy bandwidth {copy / 1e9:.1f} GB/s; device {torch.cuda.get_device_name()}")
 
 

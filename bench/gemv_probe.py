@@ -16,13 +16,13 @@ kernel (the cuBLAS path of ``kernels.decode_linear``).
 
 from __future__ import annotations
 
-import csv
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
+from bench.gpu import write_rows
 from kernels import gemv as G
 from kernels import switches
 from kernels.graph_timing import time_ms
@@ -104,13 +104,6 @@ def _time(name, M, N, K, prologue, label, cfg, bw, ref):
                 max_abs_err_vs_cublas=round(err, 5), copy_tbs=round(bw / 1e12, 4)), y
 
 
-def _write(out_csv, rows):
-    with open(out_csv, "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=list(rows[0]))
-        wr.writeheader()
-        wr.writerows(rows)
-
-
 def time_all(out_csv: str) -> None:
     bw = copy_bytes_s()
     print(f"copy {bw / 1e12:.3f} TB/s, {len(TILES)} tiles", flush=True)
@@ -142,7 +135,7 @@ def time_all(out_csv: str) -> None:
             ship = next((r["frac_copy"] for r in mine if r["tile"] == "shipped"), None)
             print(f"{phase} {name} ({pro}): cublas {cub['frac_copy']} shipped {ship} best "
                   + ", ".join(f"{r['tile']} {r['frac_copy']}" for r in ranked[:3]), flush=True)
-            _write(out_csv, rows)
+            write_rows(out_csv, rows)
 
 
 def prefetch(out_csv: str) -> None:
@@ -164,7 +157,7 @@ def prefetch(out_csv: str) -> None:
                     rows.append(r)
                     line.append(f"{label} {r['us']}us {r['max_abs_err_vs_cublas']}")
         print(name, "|", ", ".join(line), flush=True)
-        _write(out_csv, rows)
+        write_rows(out_csv, rows)
 
 
 def child(shape: str, cfg: str) -> None:
@@ -209,7 +202,7 @@ def ncu(out_dir: str, pairs: list[str]) -> None:
         rows += [{"shape": shape, "tile": cfg, **r}
                  for r in N.parse_csv(csv_path.read_text(), EXTRA) if "gemv" in r["kernel"]]
         print(p, "kernels", len(rows), flush=True)
-    _write(str(out / "ncu_summary.csv"), rows)
+    write_rows(str(out / "ncu_summary.csv"), rows)
 
 if __name__ == "__main__":
     switches.set_current(switches.Switches())

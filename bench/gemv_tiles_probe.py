@@ -14,13 +14,13 @@ wins is for the autotune space (a GEMV code change: its choices and calibration 
 
 from __future__ import annotations
 
-import csv
 import functools
 import sys
 
 import torch
 import triton
 
+from bench.gpu import write_rows
 from kernels.gemv import gemv
 from kernels.graph_timing import time_ms
 
@@ -77,11 +77,7 @@ def main(out: str) -> None:
         row["best"], row["best_us"] = best
         rows.append(row)
         print({k: v for k, v in row.items() if not k.endswith("_grid")}, flush=True)
-        keys = list(dict.fromkeys(k for r in rows for k in r))
-        with open(out, "w", newline="") as fh:
-            wr = csv.DictWriter(fh, fieldnames=keys)
-            wr.writeheader()
-            wr.writerows(rows)
+        write_rows(out, rows)
 
 
 if __name__ == "__main__":

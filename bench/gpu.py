@@ -22,3 +22,17 @@ def setup(reps: int):
         return torch.randn(*s, device="cuda", dtype=dt, generator=g)
 
     return out, mb.timer(True, reps), rnd
+
+
+def write_rows(path, rows: list[dict]) -> None:
+    """``rows`` as a CSV table at ``path``: one column per key, in the order keys first appear
+    over the rows (a key a row lacks is left empty); nothing written for no rows."""
+    import csv
+
+    if not rows:
+        return
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)

@@ -9,13 +9,13 @@ then the per-head GEMV's one-row tiles against cuBLAS at 16 heads.
 from __future__ import annotations
 
 import argparse
-import csv
 import functools
 import pathlib
 
 import torch
 import triton
 
+from bench.gpu import write_rows
 from kernels.head_gemv import head_gemv
 
 
@@ -68,14 +68,8 @@ def main() -> None:
                 print(op, t, type(e).__name__, str(e)[:200], flush=True)
             tiles.append({"op": op, "tile": "x".join(map(str, t)), "us": round(us, 2)})
             print(tiles[-1], flush=True)
-    with open(a.out / "head_gemv_tiles.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(tiles[0]))
-        w.writeheader()
-        w.writerows(tiles)
-    with open(a.out / "head_gemv.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_rows(a.out / "head_gemv_tiles.csv", tiles)
+    write_rows(a.out / "head_gemv.csv", rows)
 
 
 if __name__ == "__main__":

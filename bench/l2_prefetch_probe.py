@@ -21,13 +21,13 @@ graph captured in an untimed run, then one timed run of 64 steps). Then, with fi
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 import time
 
 import torch
 
+from bench.gpu import write_rows
 from bench.tpot import tpot_runs
 from kernels import switches
 from kernels.l2_prefetch import prefetch_l2
@@ -134,19 +134,11 @@ def main(out_csv: str, rounds: int = 3) -> None:
         row["wall_s"] = round(time.time() - t0)
         rows.append(row)
         print(json.dumps({k: x for k, x in row.items() if "all" not in k}), flush=True)
-        _write(out_csv, rows)
+        write_rows(out_csv, rows)
         del model
         torch.cuda.empty_cache()
     STATE["wo"], STATE["qkv_next"] = None, False
     A.Attention.skinny, M.FeedForward.skinny = _ATTN, _FFN
-
-
-def _write(path: str, rows: list[dict]) -> None:
-    keys = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, keys)
-        w.writeheader()
-        w.writerows(rows)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,12 @@ not shipped, so they are tuned here), to see whether the tile choice or the path
 
 from __future__ import annotations
 
-import csv
 import functools
 import sys
 
 import torch
 
+from bench.gpu import write_rows
 from kernels import decode_linear as DL
 from kernels import switches, tuning
 from kernels.gemv import gemv
@@ -70,10 +70,7 @@ def main() -> None:
                "shipped": shipped or ""}
         rows.append(row)
         print(row, flush=True)
-    with open(out, "w", newline="") as fh:
-        wr = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        wr.writeheader()
-        wr.writerows(rows)
+    write_rows(out, rows)
 
 
 if __name__ == "__main__":

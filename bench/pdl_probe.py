@@ -39,6 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
+from bench.gpu import write_rows
 from kernels import gemv as G
 from kernels import switches
 
@@ -166,7 +167,7 @@ def race_part(out_csv: str, part: int, parts: int) -> None:
         rows.append(dict(shape="control_no_wait", M=8, N=0, K=2048, prologue="none", mode=-1,
                          tile="", nonfinite=min(nf), max_abs_diff=float("nan"),
                          loads_before_wait=-1))
-    _write(out_csv, rows)
+    write_rows(out_csv, rows)
 
 
 def race(out_csv: str, workers: int = 8) -> None:
@@ -182,7 +183,7 @@ def race(out_csv: str, workers: int = 8) -> None:
             with part.open() as f:
                 rows += list(csv.DictReader(f))
             part.unlink()
-    _write(out_csv, rows)
+    write_rows(out_csv, rows)
     bad = {}
     for r in rows:
         key = (r["mode"], r["prologue"])
@@ -273,7 +274,7 @@ def step(out_csv: str) -> None:
         row["wall_s"] = round(time.time() - t0)
         rows.append(row)
         print(json.dumps(row), flush=True)
-        _write(out_csv, rows)
+        write_rows(out_csv, rows)
         del model
         torch.cuda.empty_cache()
 
@@ -327,19 +328,11 @@ def boundary(out_csv: str) -> None:
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if "all" not in k or k == "ms_all"}),
               flush=True)
-        _write(out_csv, rows)
+        write_rows(out_csv, rows)
         del model
         torch.cuda.empty_cache()
 
 
-def _write(out_csv, rows):
-    if not rows:
-        return
-    names = list(dict.fromkeys(k for r in rows for k in r))
-    with open(out_csv, "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=names)
-        wr.writeheader()
-        wr.writerows(rows)
 
 
 if __name__ == "__main__":

@@ -9,12 +9,12 @@ shapes (``d_model`` 2048, ``ffn_dim`` 8192), one and eight rows; each call cold 
 
 from __future__ import annotations
 
-import csv
 import functools
 import sys
 
 import torch
 
+from bench.gpu import write_rows
 from kernels import gemv as G
 from kernels.graph_timing import time_ms
 
@@ -39,10 +39,7 @@ def main() -> None:
             rows.append({"M": M, "case": name, "us": round(us, 2),
                          "weight_TBps": round(nbytes / (us * 1e-6) / 1e12, 3)})
             print(rows[-1], flush=True)
-    with open(out, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_rows(out, rows)
 
 
 if __name__ == "__main__":
