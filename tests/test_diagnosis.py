@@ -106,3 +106,19 @@ def test_compare_matches_a_csv_record_with_a_parquet_typed_study():
     res = compare(old, new)
     row = res[res.metric == "decode_tok_s"].iloc[0]
     assert row.regression and round(row.better_pct, 1) == -16.7
+
+
+def test_compare_matches_a_study_folder_with_its_own_csv(tmp_path):
+    # the study's own writer (report.tables.write_table) stores an unset key of a mixed None /
+    # text column as "" in trials.parquet, and its trials.csv reads back NaN: the GPU gate of
+    # 2026-11-28 (twelfth session) found "no designs in common" between a record and a study
+    from sweep.report.regression import load
+    from sweep.report.tables import write_table
+
+    df = pd.DataFrame({"state": ["COMPLETE"] * 2, "n_kv_heads": [1, 2],
+                       "rope_scaling": pd.Series([None, None], dtype=object),
+                       "layer_types": pd.Series([None, "sliding"], dtype=object),
+                       "decode_tok_s": [6000.0, 5000.0]})
+    write_table(df, tmp_path)
+    res = compare(load(tmp_path / "trials.csv"), load(tmp_path))
+    assert len(res[res.metric == "decode_tok_s"]) == 2

@@ -44,10 +44,11 @@ def _contended(v) -> bool:
 
 
 def _key_text(v) -> str:
-    """A design key's value as the merge compares it: a missing value (NaN from a CSV, None from
-    a parquet's object column) as ``None``, a whole float as its integer (``4096.0`` read back
-    from a CSV beside ``4096``), anything else as ``str``."""
-    if v is None or (isinstance(v, float) and v != v):
+    """A design key's value as the merge compares it: a missing value (NaN from a CSV, None or
+    ``pd.NA`` from a parquet, ``""``: ``report.tables.write_table``'s unset value of a mixed
+    column) as ``None``, a whole float as its integer (``4096.0`` read back from a CSV beside
+    ``4096``), anything else as ``str``."""
+    if v is None or v is pd.NA or v == "" or (isinstance(v, float) and v != v):
         return "None"
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
