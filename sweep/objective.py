@@ -113,6 +113,7 @@ class Objective:
             if other.state == TrialState.COMPLETE:
                 return other.values
             raise optuna.TrialPruned(f"duplicate of trial {other.number}")
+        cfg = None
         try:
             cfg = plan.base.replace(**overrides)
             cfg.validate(None if plan.predict else plan.device)
@@ -122,10 +123,9 @@ class Objective:
                                   f"{cfg.max_seq_len}")
             if not plan.predict:
                 check_mode(mode, plan.device, cfg)
-        except DesignError as e:
-            return self._fail(trial, f"invalid design: {e}", label, t0,
-                              {**overrides, **wl_over, "mode": mode,
-                               "experiment": plan.experiment})
+        except DesignError as e:  # with the design's columns where it was built
+            return self._fail(trial, f"invalid design: {e}", label, t0, {**(design_columns(
+                cfg) if cfg else {}), **overrides, **wl_over, "mode": mode, "experiment": plan.experiment})
         rec = TrialRecord(design={**design_columns(cfg), "experiment": plan.experiment,
                                   "study": plan.name, "mode": mode,
                                   "profile": plan.profile.get("name", "timing")},

@@ -122,3 +122,20 @@ def test_compare_matches_a_study_folder_with_its_own_csv(tmp_path):
     write_table(df, tmp_path)
     res = compare(load(tmp_path / "trials.csv"), load(tmp_path))
     assert len(res[res.metric == "decode_tok_s"]) == 2
+
+
+def test_tables_tell_apart_designs_that_differ_in_kernels_or_mode():
+    # the fused_kernels study: six designs alike but for kernels x mode; without those columns
+    # two predicted triton rows read identically and the measured table named neither
+    from sweep.report.tables import predicted_summary, summary_table
+
+    kinds = [("torch", "eager"), ("torch", "compile"), ("triton", "cudagraph"),
+             ("triton", "compile")]
+    df = pd.DataFrame({"state": "COMPLETE", "n_kv_heads": 8, "kernels": [k for k, _ in kinds],
+                       "mode": [m for _, m in kinds], "batch": 1,
+                       "decode_tok_s": [88.9, float("nan"), 903.4, 903.4]})
+    for text in (summary_table(df), predicted_summary(df)):
+        head = text.splitlines()[0].split()
+        assert "kernels" in head and "mode" in head, head
+    same = df.assign(kernels="triton", mode="cudagraph")  # constant: not shown
+    assert "mode" not in summary_table(same).splitlines()[0].split()

@@ -226,7 +226,9 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
 
     Returns:
         Results-row columns (``sweep.common.row``): ``{stage}_pred_ms`` (the calibrated one where
-        there is a calibration, else the roofline), ``{stage}_pred_ms_roofline``,
+        there is a calibration, else the roofline; NaN where the calibration cannot price the
+        stage, with ``decode_pred_reason``: torch.compile's Inductor kernels),
+        ``{stage}_pred_ms_roofline``,
         ``{stage}_pred_ms_calibrated``,
         ``{stage}_pred_ms_{module}`` (calibrated; roofline where uncalibrated),
         ``{stage}_pred_launches``, ``prediction_basis`` and ``prediction_notes`` (terms outside
@@ -266,7 +268,9 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
         if cal is not None:
             row[pred(stage, "lo")] = 1e3 * st["calibrated_lo"]
             row[pred(stage, "hi")] = 1e3 * st["calibrated_hi"]
-        if calibration is not None and cal is None:
+        if calibration is not None and cal is None:  # not predicted: NaN with the reason (the
+            # roofline stays in its own column, never the row's figure)
+            row[pred(stage)] = math.nan
             row["decode_pred_reason"] = ("mode=compile with kernels=torch: torch.compile's "
                                          "Inductor kernels are not modelled (the eager kernels' "
                                          "price would be a guess)")

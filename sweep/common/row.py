@@ -149,7 +149,9 @@ SUMMARY = ("number", "state", "n_kv_heads", "n_heads", "head_dim", "d_model", "n
 # the design columns of the predicted table (shown where they vary), then its figures
 PREDICTED_DESIGN = ("n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers", "ffn_dim",
                     "n_experts", "n_experts_active", "expert_ffn_dim", "sliding_window",
-                    "layer_types", "kv_dtype", "kernels")
+                    "layer_types", "kv_dtype", "kernels", "mode")
+# the measured table's design columns shown only where they vary (a study over kernels or modes)
+SUMMARY_VARYING = ("kv_dtype", "kernels", "mode")
 PREDICTED_SUMMARY = (*PREDICTED_DESIGN, TIME["prefill"], TIME["decode"], RATE["decode"],
                      "kv_bytes_per_token", "kv_cache_bytes", "params_non_embedding",
                      "params_active", "basis_kind", "state")

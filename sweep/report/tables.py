@@ -104,12 +104,15 @@ def write_table(df: pd.DataFrame, out_dir: Path) -> None:
 
 
 def summary_table(df: pd.DataFrame) -> str:
-    """A short text table of the key columns (those present)."""
+    """A short text table of the key columns (those present; the KV format, kernels and mode
+    where they vary)."""
     if df.empty:
         return "(no trials)"
     cols = [c for c in SUMMARY_COLUMNS
             if c in df.columns and shown(c, df)]
-    out = df[cols].copy()
+    varying = [c for c in R.SUMMARY_VARYING if c in df.columns and df[c].nunique() > 1]
+    at = cols.index("batch") if "batch" in cols else len(cols)
+    out = df[cols[:at] + varying + cols[at:]].copy()
     if "fail_reason" in out:
         out["fail_reason"] = out["fail_reason"].fillna("").astype(str).str.slice(0, 40)
     return out.to_string(index=False, float_format=lambda v: f"{v:.4g}")
