@@ -101,8 +101,35 @@ def refuse_bad_overrides(argv: list[str]) -> None:
         cause = str(e.__cause__ or "").strip().splitlines()
         if cause and cause[0] not in why:  # Hydra wraps the reason: "Value 'abc' ... Integer"
             why += f": {cause[0]}"
-        print(f"error: {why}", file=sys.stderr)
+        print(f"error: {_misspelled(why, argv) or why}", file=sys.stderr)
         sys.exit(2)
+
+
+def _misspelled(why: str, argv: list[str]) -> str | None:
+    """For Hydra's "Could not override 'model.n_kv_head' ... not in ...": the key named as no
+    field of its group, with the nearest field (``did you mean model.n_kv_heads?``), in place of
+    Hydra's advice to append it with ``+`` (which the design then refuses); else None."""
+    import re
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from zoo.config import closest
+
+    m = re.search(r"Could not override '([\w.]+)'", why)
+    if not m or not re.search(r"Key '\w+' (is )?not in", why) or "." not in m.group(1):
+        return None
+    group, leaf = m.group(1).rsplit(".", 1)
+    rest = [a for a in argv if not a.lstrip("+~").startswith(m.group(1) + "=")]
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+            node = OmegaConf.select(compose(config_name="config", overrides=rest), group)
+    except Exception:  # the other overrides fail too: Hydra's own words, then
+        return None
+    if node is None or not hasattr(node, "keys"):
+        return None
+    near = closest(leaf, [str(k) for k in node.keys()])
+    return f"{m.group(1)}: {group} has no field {leaf!r}" + near.replace("mean ", f"mean {group}.")
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ OTHER = [
     ("sweep.cli.compare {S} /nonexistent", "bad"), ("sweep.cli.compare {S} {S} --threshold -1", "bad"),
     ("sweep.cli.compare {S} {S} --threshold 2", "bad"), ("sweep.cli.compare {S} {S} --threshold abc", "bad"),
     ("sweep.cli.compare {T} {S}", "bad"), ("sweep.cli.compare {E} {S}", "bad"),
-    ("sweep.cli.compare {S} {S}", "ok"),
+    ("sweep.cli.compare {S} {S}", "ok"), ("sweep.cli.compare {S} {S} {S}", "bad"),
     # compare_fronts
     ("sweep.cli.compare_fronts", "bad"), ("sweep.cli.compare_fronts /nonexistent", "bad"),
     ("sweep.cli.compare_fronts {S} --objectives nosuch:max", "bad"),

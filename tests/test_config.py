@@ -56,6 +56,8 @@ def test_device_dependent_checks():
 def test_unknown_field_and_preset():
     with pytest.raises(DesignError, match="unknown ModelConfig field.*n_head\\b"):
         ModelConfig.from_name("tiny").replace(n_head=4)
+    with pytest.raises(DesignError, match=r"n_kv_head \(did you mean n_kv_heads\?\)"):
+        ModelConfig.from_name("tiny").replace(n_kv_head=4)
     with pytest.raises(DesignError, match="unknown model preset 'llama9'.*llama3_1_8b"):
         ModelConfig.from_name("llama9")
 

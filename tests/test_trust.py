@@ -45,7 +45,10 @@ def test_cpu_fallback_refuses_bad_overrides_by_name(tmp_path, override, message)
 @pytest.mark.parametrize("override,message", [
     ("+experiment=nosuch", "Could not find 'experiment/nosuch'"),
     ("workload.batch=abc", "could not be converted to Integer"),
-    ("model.nosuch=1", "Could not override 'model.nosuch'"),
+    ("model.nosuch=1", "model.nosuch: model has no field 'nosuch'"),
+    # a misspelled field: the nearest one named, not Hydra's advice to append it with "+"
+    ("model.n_kv_head=3", "model has no field 'n_kv_head' (did you mean model.n_kv_heads?)"),
+    ("workload.batchh=2", "(did you mean workload.batch?)"),
 ])
 def test_hydra_composition_errors_are_one_line_and_exit_2(override, message, capsys):
     from sweep.__main__ import refuse_bad_overrides

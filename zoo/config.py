@@ -292,7 +292,8 @@ class ModelConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:
-            raise DesignError(f"unknown ModelConfig field(s): {', '.join(unknown)}")
+            raise DesignError(f"unknown ModelConfig field(s): {', '.join(unknown)}"
+                              + closest(unknown[0], names))
         return cls(**{k: (dict(v) if isinstance(v, dict) else v) for k, v in d.items()})
 
     def resolved(self, device_type: str) -> ModelConfig:
@@ -379,6 +380,14 @@ def _check_rope_scaling(rs) -> None:
     if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
         raise DesignError(f"rope_scaling.original_max_position_embeddings must be a positive "
                           f"integer, got {v!r}")
+
+
+def closest(word: str, names) -> str:
+    """`` (did you mean NAME?)`` for the known name nearest a misspelled ``word``, else ``""``."""
+    import difflib
+
+    near = difflib.get_close_matches(word, sorted(names), n=1, cutoff=0.75)
+    return f" (did you mean {near[0]}?)" if near else ""
 
 
 def presets() -> list[str]:

@@ -101,13 +101,15 @@ def main(argv: list[str] | None = None) -> int:
         ValueError: ``--threshold`` outside [0, 1). FileNotFoundError: a path that is no study.
     """
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("old")
-    ap.add_argument("new")
+    ap.add_argument("paths", nargs="+", metavar="OLD NEW", help="two study folders or files")
     ap.add_argument("--threshold", type=float, default=0.05)
     a = ap.parse_args(argv)
+    if len(a.paths) != 2:  # a shell glob that matched several folders (a predicted study too)
+        raise ValueError(f"two result sets to compare, OLD and NEW; got {len(a.paths)}: "
+                         + ", ".join(a.paths) + " (name each folder)")
     if not 0 <= a.threshold < 1:
         raise ValueError(f"--threshold={a.threshold}: a relative change in [0, 1) (0.05: 5%)")
-    res = compare(load(a.old), load(a.new), a.threshold)
+    res = compare(load(a.paths[0]), load(a.paths[1]), a.threshold)
     if res.empty:
         print("no designs in common")
         return 2
