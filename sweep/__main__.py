@@ -40,7 +40,7 @@ def main(cfg: DictConfig) -> None:
         print(f"interrupted ({str(e) or 'Ctrl-C'}): every finished design is kept in {shown(plan.storage)} "
               f"and {plan.results}/; the design that was running is queued again; re-run the same "
               "command to resume", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(143 if "SIGTERM" in str(e) else 130)  # 128 + the signal, as a shell reports it
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
