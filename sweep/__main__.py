@@ -114,7 +114,7 @@ def _misspelled(why: str, argv: list[str]) -> str | None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from zoo.config import closest
+    from zoo.errors import closest
 
     m = re.search(r"Could not override '([\w.]+)'", why)
     if not m or not re.search(r"Key '\w+' (is )?not in", why) or "." not in m.group(1):

@@ -221,8 +221,9 @@ def test_one_percentile_definition():
 
 def test_the_packaged_tree_is_the_source_tree():
     """``pyproject.toml`` lists its packages (conf/ is mapped to ``sweep.conf``): the list is every
-    Python package of zoo/, kernels/ and sweep/ plus ``sweep.conf``, and the package data covers
-    every file of conf/, so ``pip install .`` (not editable) ships what a source tree reads."""
+    Python package of zoo/, kernels/ and sweep/ plus ``sweep.conf`` and the data folders, and the
+    package data covers every file of conf/, so ``pip install .`` (not editable) ships what a
+    source tree reads."""
     import fnmatch
     import tomllib
 
@@ -230,7 +231,12 @@ def test_the_packaged_tree_is_the_source_tree():
 
     st = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     found = set(find_packages(str(REPO), include=["zoo*", "kernels*", "sweep*"]))
-    assert set(st["packages"]) == found | {"sweep.conf"}
+    # the folders of data alone (no __init__.py) are listed too, so setuptools ships them
+    # without a warning each: conf/'s groups, and the data folders of the package-data globs
+    data = {f"sweep.conf.{d.name}" for d in (REPO / "conf").iterdir() if d.is_dir()}
+    data |= {f"{pkg}.{g.split('/')[0]}" for pkg, gs in st["package-data"].items()
+             if pkg != "sweep.conf" for g in gs if "/" in g}
+    assert set(st["packages"]) == found | {"sweep.conf"} | data
     assert st["package-dir"] == {"sweep.conf": "conf"}
     globs = st["package-data"]["sweep.conf"]
     conf = REPO / "conf"

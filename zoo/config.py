@@ -16,7 +16,7 @@ from typing import Any
 
 from . import latent, torch_only
 from . import layer_types as lt
-from .errors import DesignError
+from .errors import DesignError, closest
 from .formats import DTYPE_BYTES, DTYPES, KV_DTYPES, WEIGHT_FORMATS
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -380,14 +380,6 @@ def _check_rope_scaling(rs) -> None:
     if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
         raise DesignError(f"rope_scaling.original_max_position_embeddings must be a positive "
                           f"integer, got {v!r}")
-
-
-def closest(word: str, names) -> str:
-    """`` (did you mean NAME?)`` for the known name nearest a misspelled ``word``, else ``""``."""
-    import difflib
-
-    near = difflib.get_close_matches(word, sorted(names), n=1, cutoff=0.75)
-    return f" (did you mean {near[0]}?)" if near else ""
 
 
 def presets() -> list[str]:
