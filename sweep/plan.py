@@ -132,7 +132,14 @@ def plan_from_config(cfg) -> Plan:
     base = ModelConfig.from_dict(model)
     base.validate(None if predict else device)
     check_space(space, base)
-    check_workload(wl, base, space)
+    try:
+        check_workload(wl, base, space)
+    except ValueError as e:  # on the CPU fallback: whose model and workload said so
+        if shadow is None:
+            raise
+        raise type(e)(f"{e} (the CPU fallback's {c['cpu']['model']!r} model and "
+                      f"{c['cpu']['workload']['name']!r} workload with your overrides; "
+                      "cpu.enabled=false runs the configured ones)") from None
     check_weights(c.get("weights"))
     if c["study"]["n_trials"] is not None and c["study"]["n_trials"] < 1:
         raise ValueError(f"study.n_trials={c['study']['n_trials']} must be at least 1")

@@ -70,6 +70,9 @@ def test_cpu_fallback_applies_overrides(tmp_path):
 
     with pytest.raises(DesignError, match="n_kv_heads .16. must not exceed n_heads .8.*CPU fallback"):
         plan_from_config(compose_cfg(tiny_overrides(tmp_path, "model.n_kv_heads=16")))
+    # a workload the fallback's tiny model cannot hold names the fallback too (its 256 positions)
+    with pytest.raises(ValueError, match="max_seq_len 256 .the CPU fallback's 'tiny' model"):
+        plan_from_config(compose_cfg(tiny_overrides(tmp_path, "workload.prompt_len=100000")))
 
 
 # ---- bad workloads refused up front ---------------------------------------------------------
