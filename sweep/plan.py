@@ -134,8 +134,8 @@ def plan_from_config(cfg) -> Plan:
     check_space(space, base)
     try:
         check_workload(wl, base, space)
-    except ValueError as e:  # on the CPU fallback: whose model and workload said so
-        if shadow is None:
+    except ValueError as e:  # the CPU fallback's model too short for it: say whose it is
+        if shadow is None or "max_seq_len" not in str(e):
             raise
         raise type(e)(f"{e} (the CPU fallback's {c['cpu']['model']!r} model and "
                       f"{c['cpu']['workload']['name']!r} workload with your overrides; "
