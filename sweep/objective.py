@@ -25,7 +25,7 @@ from . import measure
 from .analysis import derived, diagnosis, pricing
 from .analysis import module_shares as modules
 from .analysis import predict as perf
-from .analysis.memory import check_fits
+from .analysis.memory import check_fits, check_time
 from .common import row as R
 from .common.env import REPO
 from .common.trial_record import TrialRecord, row_json
@@ -141,9 +141,9 @@ class Objective:
                 return self._prune(trial, "pruned: " + "; ".join(broken), label, t0,
                                    rec.columns())
         row = rec.columns()  # before the measurement: the design, its workload, its constraints
-        if not plan.predict:  # a design that cannot fit the device: pruned before any work
+        if not plan.predict:  # a design that cannot fit the device or its timeout: pruned first
             try:
-                check_fits(cfg, wl, plan.device)
+                check_fits(cfg, wl, plan.device) or check_time(cfg, wl, self.ceilings)
             except DesignError as e:
                 return self._prune(trial, f"pruned: {e}", label, t0, row)
         if plan.predict:

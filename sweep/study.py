@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import optuna
 
+from .analysis.memory import check_time
 from .caches.ceiling_cache import measure_ceilings
 from .common.atomic import write_json
 from .common.env import environment
@@ -69,6 +70,8 @@ def run(plan):
     else:
         # no device for a predict-only study: the performance model's figures, no ceilings
         ceilings = {} if plan.predict else _ceilings(plan)
+        if not plan.predict and not plan.space:  # one design that cannot end within its
+            check_time(plan.base, plan.workload, ceilings)  # timeout: refused before calibrating
         progress = StudyProgress(target, initial=target - todo, quiet=plan.quiet)
         loop = run_predicted if plan.predict else run_trials
         try:

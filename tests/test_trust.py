@@ -93,6 +93,26 @@ def test_bad_workloads_refused_before_any_trial(tmp_path, override, message):
     assert message in str(e.value)
 
 
+def test_a_design_that_cannot_end_within_its_timeout_is_refused_at_its_roofline():
+    """``analysis.memory.check_time``: the roofline of ``warmup + repeats`` runs against
+    ``workload.timeout_s``, from the measured ceilings: an 8B design's decode loops at 20 GB/s
+    need at least 13 x 127 x ~0.8 s; the tiny design passes; no copy rate, no refusal."""
+    from sweep.analysis.memory import check_time
+    from zoo import DesignError, ModelConfig
+
+    big, tiny = ModelConfig.from_name("llama3_1_8b"), ModelConfig.from_name("tiny")
+    wl = dict(batch=1, prompt_len=512, new_tokens=128, warmup=3, repeats=10, timeout_s=900.0)
+    ceil = {"copy_bytes_s": 20e9}
+    with pytest.raises(DesignError, match=r"at least \d+ s at its roofline .*workload.timeout_s=900"):
+        check_time(big, wl, ceil)
+    check_time(big, dict(wl, repeats=1, warmup=0, new_tokens=16), ceil)  # ~13 s: runs
+    check_time(tiny, wl, ceil)
+    check_time(big, wl, {})  # nothing measured: nothing refused
+    # the compute term where the dtype's GEMM rate was measured: a 1 TFLOP/s chip's prefills
+    with pytest.raises(DesignError, match="TFLOP/s"):
+        check_time(big, dict(wl, batch=64, new_tokens=2), dict(ceil, gemm_flops_bf16=1e12))
+
+
 def test_weights_must_be_safetensors(tmp_path):
     (tmp_path / "model.bin").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="not a safetensors checkpoint"):

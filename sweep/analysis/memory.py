@@ -52,3 +52,44 @@ def check_fits(cfg: ModelConfig, wl: dict, device: dict) -> None:
             f"prompt_len {wl['prompt_len']}, new_tokens {wl['new_tokens']}) and the "
             f"{device.get('name', device['type'])} has {have / 1e9:.3g} GB "
             f"({MEMORY_SHARE:.0%} less {MEMORY_RESERVE / 2**30:.0f} GiB usable: {room / 1e9:.3g} GB)")
+
+
+# the copy bandwidth a read-only kernel may pass (it reads, the copy reads and writes: up to
+# 1.1x measured, results/reference/attention_h100.md): the time bound below allows 1.25x
+READ_OVER_COPY = 1.25
+
+
+def check_time(cfg: ModelConfig, wl: dict, ceilings: dict) -> None:
+    """Refuse a design whose trial cannot end within ``wl["timeout_s"]`` even at its roofline:
+    ``warmup + repeats`` runs, each one prefill and ``new_tokens - 1`` decode steps, each stage at
+    least its minimum bytes over ``READ_OVER_COPY`` x the measured copy bandwidth
+    (``copy_bytes_s``, bytes/s) and its matmul FLOPs over the measured GEMM rate of its dtype
+    (``gemm_flops_<dtype>``, FLOP/s; the term left out where not measured): a lower bound, so a
+    design refused here would only have run into its timeout (a full-size model on a CPU: an
+    8B at batch 8, 15 minutes, 2026-11-28). Nothing is refused without a measured copy rate.
+
+    Raises:
+        DesignError: naming the bound (s), its parts and ``workload.timeout_s``.
+    """
+    from zoo import counts
+
+    copy = ceilings.get("copy_bytes_s")
+    if not copy:
+        return
+    peak = ceilings.get(f"gemm_flops_{cfg.dtype}")
+    B, T, N = wl["batch"], wl["prompt_len"], wl["new_tokens"]
+
+    def floor(st) -> float:  # s
+        return max(st.min_bytes / (READ_OVER_COPY * copy), st.matmul_flops / peak if peak else 0.0)
+
+    runs = wl.get("warmup", 0) + wl.get("repeats", 1)
+    prefill = floor(counts.prefill(cfg, B, T, wl.get("routing_skew", 0.0)))
+    decode = (N - 1) * floor(counts.decode_mean(cfg, B, T, N, wl.get("routing_skew", 0.0)))
+    need, limit = runs * (prefill + decode), wl.get("timeout_s", 900.0)
+    if need > limit:
+        raise DesignError(
+            f"the trial needs at least {need:.0f} s at its roofline ({runs} runs of a "
+            f"{prefill:.1f} s prefill and {N - 1} decode steps of {decode / max(N - 1, 1):.3f} s at "
+            f"the measured {copy / 1e9:.1f} GB/s" + (f" and {peak / 1e12:.2f} TFLOP/s" if peak else "")
+            + f"), over workload.timeout_s={limit:g}: lower workload.repeats, workload.new_tokens, "
+            "workload.batch or workload.prompt_len, or raise workload.timeout_s")
