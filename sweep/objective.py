@@ -50,7 +50,6 @@ def design_columns(cfg: ModelConfig) -> dict:
     return d
 
 
-
 class Objective:
     """Callable for ``study.optimize``: one design per call, returns the objective values.
 
@@ -124,8 +123,9 @@ class Objective:
             if not plan.predict:
                 check_mode(mode, plan.device, cfg)
         except DesignError as e:  # with the design's columns where it was built
-            return self._fail(trial, f"invalid design: {e}", label, t0, {**(design_columns(
-                cfg) if cfg else {}), **overrides, **wl_over, "mode": mode, "experiment": plan.experiment})
+            row = {**(design_columns(cfg) if cfg else {}), **overrides, **wl_over, "mode": mode}
+            return self._fail(trial, f"invalid design: {e}", label, t0,
+                              dict(row, experiment=plan.experiment))
         rec = TrialRecord(design={**design_columns(cfg), "experiment": plan.experiment,
                                   "study": plan.name, "mode": mode,
                                   "profile": plan.profile.get("name", "timing")},
@@ -143,7 +143,8 @@ class Objective:
         row = rec.columns()  # before the measurement: the design, its workload, its constraints
         if not plan.predict:  # a design that cannot fit the device or its timeout: pruned first
             try:
-                check_fits(cfg, wl, plan.device) or check_time(cfg, wl, self.ceilings)
+                check_fits(cfg, wl, plan.device)
+                check_time(cfg, wl, self.ceilings)
             except DesignError as e:
                 return self._prune(trial, f"pruned: {e}", label, t0, row)
         if plan.predict:
@@ -396,5 +397,3 @@ def _store_row(trial: optuna.Trial, row: dict) -> None:
     ``report.tables`` unpacks it into columns): one storage write, not one per column (about 200
     columns a measured trial: 0.7 s of SQLite commits each, seen in a profile of a tiny study)."""
     trial.set_user_attr("row", row_json(row))
-
-
