@@ -27,7 +27,8 @@ from .child import ChildTimeout, launch, log_tail, progress_line
 def measure(device: str) -> dict:
     """``{"copy_bytes_s", "gemm_flops_<dtype>", their ``_spread`` [min, max], "method"}`` on
     ``device`` (``cuda``: a 1 GiB copy, 8192^3 GEMMs in bf16, fp16, fp32; ``cpu``: 64 MiB,
-    1024^3 fp32)."""
+    1024^3 fp32 and bf16: the bound of a full-size bf16 design's prefills, ``check_time``; not
+    fp16, which a CPU without fp16 units computes at ~1 GFLOP/s, 2 s a call)."""
     from .timing import Timer
 
     timer = Timer(device)
@@ -35,7 +36,7 @@ def measure(device: str) -> dict:
     if device == "cuda":
         n_copy, gemm = 1 << 30, {"bf16": 8192, "fp16": 8192, "fp32": 8192}
     else:
-        n_copy, gemm = 1 << 26, {"fp32": 1024}
+        n_copy, gemm = 1 << 26, {"fp32": 1024, "bf16": 1024}
     if device == "cuda":  # out of idle first: see _ramp
         progress_line("phase", f"loading the GPU for {RAMP_S:g} s, then {IDLE_S:g} s idle")
         _ramp(gemm["bf16"])
