@@ -168,3 +168,14 @@ def test_a_disturbed_timing_is_taken_again_and_the_steadiest_kept():
     got = steadiest(lambda: next(wild), retries=2, noisy=1.25)
     assert got["median"] == 1.6  # three tries at most, the tightest of them
     assert next(wild)["median"] == 1  # the fourth never taken
+
+
+def test_the_cpu_ceilings_hold_a_bf16_gemm_rate():
+    """A full-size bf16 design on the CPU is bounded by its prefills' FLOPs
+    (``analysis.memory.check_time``): the CPU's ceilings measure bf16 beside fp32 (not fp16:
+    ~1 GFLOP/s on a CPU without fp16 units)."""
+    from sweep.measure import ceilings
+
+    got = ceilings.measure("cpu")
+    assert got["gemm_flops_bf16"] > 0 and got["gemm_flops_fp32"] > 0 and got["copy_bytes_s"] > 0
+    assert "gemm_fp16" not in got["method"]
