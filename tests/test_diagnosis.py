@@ -139,3 +139,12 @@ def test_tables_tell_apart_designs_that_differ_in_kernels_or_mode():
         assert "kernels" in head and "mode" in head, head
     same = df.assign(kernels="triton", mode="cudagraph")  # constant: not shown
     assert "mode" not in summary_table(same).splitlines()[0].split()
+
+
+def test_compare_refuses_more_than_two_result_sets_by_name(tmp_path):
+    # a shell glob matching a measured and a predicted study passes three paths: one error line
+    # naming them, not argparse's "unrecognized arguments"
+    from sweep.report.regression import main
+
+    with pytest.raises(ValueError, match="two result sets to compare, OLD and NEW; got 3"):
+        main([str(tmp_path)] * 3)
