@@ -128,8 +128,8 @@ def _misspelled(why: str, argv: list[str]) -> str | None:
         return None
     if node is None or not hasattr(node, "keys"):
         return None
-    near = closest(leaf, [str(k) for k in node.keys()])
-    return f"{m.group(1)}: {group} has no field {leaf!r}" + near.replace("mean ", f"mean {group}.")
+    return (f"{m.group(1)}: {group} has no field {leaf!r}"
+            + closest(leaf, [str(k) for k in node.keys()], prefix=f"{group}."))
 
 
 if __name__ == "__main__":

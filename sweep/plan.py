@@ -132,14 +132,9 @@ def plan_from_config(cfg) -> Plan:
     base = ModelConfig.from_dict(model)
     base.validate(None if predict else device)
     check_space(space, base)
-    try:
-        check_workload(wl, base, space)
-    except ValueError as e:  # the CPU fallback's model too short for it: say whose it is
-        if shadow is None or "max_seq_len" not in str(e):
-            raise
-        raise type(e)(f"{e} (the CPU fallback's {c['cpu']['model']!r} model and "
-                      f"{c['cpu']['workload']['name']!r} workload with your overrides; "
-                      "cpu.enabled=false runs the configured ones)") from None
+    check_workload(wl, base, space, "" if shadow is None else (
+        f" (the CPU fallback's {c['cpu']['model']!r} model and {c['cpu']['workload']['name']!r} "
+        "workload with your overrides; cpu.enabled=false runs the configured ones)"))
     check_weights(c.get("weights"))
     if c["study"]["n_trials"] is not None and c["study"]["n_trials"] < 1:
         raise ValueError(f"study.n_trials={c['study']['n_trials']} must be at least 1")
@@ -326,8 +321,9 @@ def workload_overrides(wl: dict) -> dict:
     return {k: v for k, v in wl.items() if k != "name" and group.get(k) != v}
 
 
-def check_workload(wl: dict, base: ModelConfig, space: dict) -> None:
-    """Refuse a workload no trial could run, once for the whole design space.
+def check_workload(wl: dict, base: ModelConfig, space: dict, whose: str = "") -> None:
+    """Refuse a workload no trial could run, once for the whole design space; ``whose`` ends the
+    ``max_seq_len`` refusal (the CPU fallback's model, not the configured one, is too short).
 
     Raises:
         ValueError: an unknown field; ``batch``, ``prompt_len``, ``new_tokens`` or ``repeats`` below 1,
@@ -363,7 +359,7 @@ def check_workload(wl: dict, base: ModelConfig, space: dict) -> None:
     need, have = most("prompt_len") + most("new_tokens"), least_seq()
     if need > have:
         raise ValueError(f"workload.prompt_len + workload.new_tokens = {need} exceeds the design's "
-                         f"max_seq_len {have}")
+                         f"max_seq_len {have}{whose}")
 
 
 def check_weights(weights: str | None) -> None:

@@ -8,7 +8,8 @@ class DesignError(ValueError):
     """A design that cannot be built. The message names the offending field."""
 
 
-def closest(word: str, names) -> str:
-    """`` (did you mean NAME?)`` for the known name nearest a misspelled ``word``, else ``""``."""
+def closest(word: str, names, prefix: str = "") -> str:
+    """`` (did you mean PREFIX+NAME?)`` for the known name nearest a misspelled ``word``, else
+    ``""``."""
     near = difflib.get_close_matches(word, sorted(names), n=1, cutoff=0.75)
-    return f" (did you mean {near[0]}?)" if near else ""
+    return f" (did you mean {prefix}{near[0]}?)" if near else ""
