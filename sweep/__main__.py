@@ -41,7 +41,7 @@ def main(cfg: DictConfig) -> None:
               f"and {plan.results}/; the design that was running is queued again; re-run the same "
               "command to resume", file=sys.stderr)
         sys.exit(143 if "SIGTERM" in str(e) else 130)  # 128 + the signal, as a shell reports it
-    except (RuntimeError, ValueError) as e:  # ValueError: a design refused once the device is
+    except (RuntimeError, DesignError) as e:  # DesignError: a design refused once the device is
         print(f"error: {e}", file=sys.stderr)  # measured (its timeout: analysis.memory.check_time)
         sys.exit(2)
     except Exception as e:
