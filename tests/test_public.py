@@ -7,6 +7,7 @@ import math
 import shutil
 import time
 
+import numpy as np
 import pytest
 
 from sweep.analysis import public as P
@@ -127,3 +128,24 @@ def test_fitted_specs_price_a_design_with_their_basis_and_band(tmp_path, monkeyp
     assert (tmp_path / "m4_max.yaml").read_text() == once and once.count(C.MARK) == 1
     # and the shipped specs hold the fit of today's dataset
     assert once == (REAL_HW_DIR / "m4_max.yaml").read_text()
+
+
+def test_each_fit_is_shrunk_toward_its_parent():
+    assert P.parents_of("apple-gpu/llama.cpp-metal", "llama.cpp-metal") == {
+        "apple-gpu/llama.cpp-metal": "apple-gpu", "apple-gpu": "*-gpu", "llama.cpp-metal": "*",
+        "*-gpu": "*", "*": None}
+    rows, chips, models = P.load()
+    prepared = [(r, *P.terms(r, chips[r.chip], models[r.model])) for r in rows]
+    fits = P._fit_on(prepared, lambda o: True)
+    own = [(r, f, obs) for r, f, obs, _ in prepared if r.family == "apple-gpu/llama.cpp-metal"
+           and P._stage(r) == "decode" and math.isfinite(f[1])]
+    F = np.array([f for _, f, _ in own])
+    raw = P.fit(F, np.array([obs for _, _, obs in own]), [r.group for r, _, _ in own])
+    shrunk, n, nc = fits[("apple-gpu/llama.cpp-metal", "decode")]
+    parent = fits[("apple-gpu", "decode")][0]
+    assert n == len(own) and nc == len({r.group for r, _, _ in own})  # its own rows counted
+
+    def gap(c):  # how far a fit's step times at the family's rows lie from the parent's (log^2)
+        return float(np.sum(np.log(F @ c / (F @ parent)) ** 2))
+
+    assert 0 < gap(shrunk) < gap(raw)

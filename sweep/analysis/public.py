@@ -14,11 +14,13 @@ The model of a chip ``c`` of a family ``f`` (a kind of chip and the engine that 
     prefill (s)      = p_f + FLOPs / (peak_c x c_f)            # c_f: achieved fraction
 
 ``(t_f, 1/b_f)`` and ``(p_f, 1/c_f)`` are least-squares fits with relative weights on the
-family's rows, each chip weighing the same (``fit``). ``public_loo.check`` prices every row with
-parameters fitted without its chip (leave-one-chip-out; a family left with no other chip takes
-the fit over every family of its engine, then over all rows) and, for the chips of one line of several
-generations, trains on the older and tests the newest. Beside them the same rows are priced by a
-pure datasheet roofline and by each spec's assumed efficiencies, so the gain is visible.
+family's rows, each chip weighing the same (``fit``), each fit shrunk toward its parent's (a
+family toward its vendor and kind, that toward its kind, then every row: ``_fit_on``).
+``public_loo.check`` prices every row with parameters fitted without its chip
+(leave-one-chip-out; a family left with no other chip takes the fit over every family of its
+engine, then over all rows) and, for the chips of one line of several generations, trains on the
+older and tests the newest. Beside them the same rows are priced by a pure datasheet roofline
+and by each spec's assumed efficiencies, so the gain is visible.
 """
 
 from __future__ import annotations
@@ -234,27 +236,59 @@ def _keys(r: Row) -> tuple[str, ...]:
     return keys_of(r.family, r.engine)
 
 
+def parents_of(family: str, engine: str) -> dict:
+    """``{key: the key its fit is shrunk toward}`` for the fits of ``keys_of(family, engine)``: a
+    family toward its vendor and kind, that toward its kind, the engine and the kind toward every
+    row (the one key sure to hold all of an engine's rows, whatever its kinds); ``*``: None."""
+    fam, vk, eng, kind, every = keys_of(family, engine)
+    return {fam: vk, vk: kind, eng: every, kind: every, every: None}
+
+
+def _depth(key: str, parents: dict) -> int:
+    """Steps from ``key`` up to every row (``*``: 0) along ``parents``."""
+    return 0 if parents[key] is None else 1 + _depth(parents[key], parents)
+
+
+PRIOR = "(parent fit)"  # the pseudo-chip of a fit shrunk toward its parent (``_fit_on``)
+
+
 def _fit_on(prepared: list[tuple], keep, memo: dict | None = None) -> dict:
     """Fits per key of ``_keys`` and stage over the prepared rows that ``keep`` accepts:
-    ``{(key, stage): (coefficients of ``fit``, rows, chips)}``. ``memo`` (a dict kept by the
-    caller for one ``prepared`` list) holds each fit by its key, stage and rows: the fits of a
-    leave-one-chip-out check differ only where the left-out chip had rows (``_nested_spread``
-    fits the same row sets thousands of times)."""
+    ``{(key, stage): (coefficients of ``fit``, rows, chips)}``.
+
+    Each fit is shrunk toward its parent's (``parents_of``; the parents fitted first, shrunk
+    in turn): the parent's step times (s) at the key's own rows join them as one more chip,
+    weighing what any chip weighs in ``fit``, wherever the parent holds a chip the key does not.
+    A key of few chips then keeps its parent's shape where its own rows say little, and its own
+    where they agree (hierarchical shrinkage, its strength fixed a priori: the parent is worth
+    one chip). ``rows`` and ``chips`` count the key's own rows only. ``memo`` (a dict kept by the
+    caller for one ``prepared`` list) holds each fit by its key, stage, rows and prior: the fits
+    of a leave-one-chip-out check differ only where the left-out chip had rows
+    (``_nested_spread`` fits the same row sets thousands of times)."""
     groups: dict = {}
+    parents: dict = {}
     for i, (r, f, _, _) in enumerate(prepared):
         if not keep(r) or not math.isfinite(f[1]):
             continue
+        parents.update(parents_of(r.family, r.engine))
         for key in _keys(r):
             groups.setdefault((key, _stage(r)), []).append(i)
     memo = {} if memo is None else memo
-    out = {}
-    for k, idx in groups.items():
-        mk = (k, tuple(idx))
+    out: dict = {}
+    for k in sorted(groups, key=lambda k: _depth(k[0], parents)):
+        idx = groups[k]
+        rows = [prepared[i] for i in idx]
+        chips = [r.group for r, _, _, _ in rows]
+        up = (parents[k[0]], k[1])
+        prior = out[up][0] if up in out and out[up][2] > len(set(chips)) else None
+        mk = (k, tuple(idx), None if prior is None else tuple(prior))
         if mk not in memo:
-            rows = [prepared[i] for i in idx]
-            c = fit(np.array([f for _, f, _, _ in rows]), np.array([obs for _, _, obs, _ in rows]),
-                    [r.group for r, _, _, _ in rows])
-            memo[mk] = (c, len(idx), len({r.group for r, _, _, _ in rows}))
+            F = np.array([f for _, f, _, _ in rows])
+            obs = np.array([obs for _, _, obs, _ in rows])
+            g = list(chips)
+            if prior is not None:
+                F, obs, g = np.vstack([F, F]), np.concatenate([obs, F @ prior]), g + [PRIOR] * len(g)
+            memo[mk] = (fit(F, obs, g), len(idx), len(set(chips)))
         out[k] = memo[mk]
     return out
 
