@@ -216,7 +216,8 @@ def module_windows(gen, prompt, spec: dict) -> dict:
     def ranged(eager, replay, graph: bool, stage: str):
         """Kernel time per module (us) of ``eager()`` run under the ranges; where the stage runs
         as a CUDA graph, the kernel durations of ``replay()`` matched kernel by kernel. Both
-        kernel lists go to ``<trial_dir>/kernels_<stage>.json`` (what the match saw)."""
+        kernel lists go to ``<trial_dir>/kernels_<stage>.json`` (what the match saw), with each
+        replayed kernel's start (us from the replay's first: the gaps between them)."""
         nvtx.enable(True, "torch")
         with profile(activities=acts) as p:
             eager()
@@ -231,9 +232,11 @@ def module_windows(gen, prompt, spec: dict) -> dict:
         kernels = sorted((e for e in p2.events() if e.device_type.name == "CUDA"),
                          key=lambda e: e.time_range.start)
         rep = [(e.name, e.time_range.end - e.time_range.start) for e in kernels]
-        if spec.get("trial_dir"):
+        if spec.get("trial_dir"):  # the replay's starts (us from its first kernel): its gaps
+            t0 = kernels[0].time_range.start if kernels else 0
             write_json(Path(spec["trial_dir"]) / f"kernels_{stage}.json",
-                       {"eager": [list(k) for k in seq], "replay": [list(k) for k in rep]})
+                       {"eager": [list(k) for k in seq], "replay": [list(k) for k in rep],
+                        "replay_start_us": [e.time_range.start - t0 for e in kernels]})
         us, matched = align_replay(seq, rep, us)
         if matched is None:
             return us, ("the graph replay's kernels did not match the eager run's: eager kernel "
