@@ -129,6 +129,34 @@ def test_touched_experts_and_the_bytes_a_decode_step_reads():
     assert p.active < many < p.total
 
 
+def test_an_moe_stages_bytes_follow_the_experts_it_was_measured_to_touch():
+    """A prompt whose tokens reached 40 of Qwen3-30B-A3B's 128 experts a layer (random weights
+    route so: max/mean load 15.6 on the H100) read 88 experts' weights a layer less than the
+    uniform routing expects: the row's minimum bytes (and MBU) say so, the expected count kept
+    beside; a dense design's are the analytic ones."""
+    from sweep.analysis.derived import derived
+    from sweep.analysis.hardware import load_spec
+
+    cfg = ModelConfig.from_name("qwen3_30b_a3b")
+    wl = {"batch": 1, "prompt_len": 512, "new_tokens": 64}
+    meas = {"ttft_ms": 19.0, "decode_tpot_ms": 4.0, "moe_prefill_experts_touched": 40.0,
+            "moe_prefill_experts_touched_expected": expected_touched(128, 8, 512),
+            "moe_decode_experts_touched": 8.0, "moe_decode_experts_touched_expected": 8.0}
+    row = derived(cfg, wl, meas, load_spec("h100_sxm"), {"copy_bytes_s": 2.95e12})
+    one_expert = 48 * 3 * 2048 * 768 * 2  # bytes of one expert in each of the 48 layers, bf16
+    assert counts.expert_bytes(cfg) == one_expert
+    gap = row["prefill_min_bytes_expected"] - row["prefill_min_bytes"]
+    assert gap == pytest.approx((expected_touched(128, 8, 512) - 40) * one_expert)
+    assert row["decode_min_bytes"] == row["decode_min_bytes_expected"]
+    assert row["prefill_mbu_vs_measured"] == pytest.approx(
+        row["prefill_min_bytes"] / 19e-3 / 2.95e12)
+    dense = ModelConfig.from_name("llama3_2_1b")
+    assert counts.expert_bytes(dense) == 0
+    assert "prefill_min_bytes_expected" not in derived(dense, wl, {"ttft_ms": 1.0,
+                                                                    "decode_tpot_ms": 1.0},
+                                                       load_spec("h100_sxm"), {})
+
+
 @pytest.mark.parametrize("over,field", [
     (dict(n_experts=4, n_experts_active=5, expert_ffn_dim=32), "n_experts_active"),
     (dict(n_experts=4, n_experts_active=2), "expert_ffn_dim"),
@@ -376,9 +404,12 @@ def test_a_trial_records_how_its_tokens_were_routed():
         tok = gen.prefill(prompt).argmax(-1, keepdim=True)
         got = routing_stats(gen, prompt, tok, skew)
         assert 1 <= got["moe_decode_experts_touched"] <= 8
+        assert 2 <= got["moe_prefill_experts_touched"] <= 8
         assert got["moe_prefill_load_max_over_mean"] >= 1
         assert got["moe_decode_experts_touched_expected"] == pytest.approx(
             expected_touched(8, 2, 4, skew))
+        assert got["moe_prefill_experts_touched_expected"] == pytest.approx(
+            expected_touched(8, 2, 4 * 32, skew))
         if skew:  # the head of the prior takes most of the 256 slots
             assert got["moe_prefill_load_max_over_mean"] > 2
     dense = Transformer.build(ModelConfig.from_name("tiny", kernels="torch", dtype="fp32"), "cpu")

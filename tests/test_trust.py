@@ -331,6 +331,11 @@ def test_noisy_and_impossible_figures_are_flagged():
                decode_tpot_ms=0.1, decode_roofline_floor_ms=0.3)
     errs = "; ".join(physical_limit_errors(bad))
     assert "decode_tok_s = 0.0" in errs and "MBU 3.10 > 1" in errs and "below its roofline" in errs
+    # a stage that only reads may pass the copy rate, never the datasheet's bandwidth
+    read = dict(ok, prefill_mbu_vs_measured=1.08, prefill_mbu_vs_datasheet=0.95)
+    assert physical_limit_errors(read) == []
+    errs = "; ".join(physical_limit_errors(dict(read, prefill_mbu_vs_datasheet=1.1)))
+    assert "prefill MBU 1.10 > 1 against the datasheet" in errs
 
 
 def test_every_row_carries_its_spread_and_noise_flag(tmp_path):

@@ -154,6 +154,15 @@ def stage(cfg: ModelConfig, batch: int, new: int, context: int, logits_per_seq: 
                        elementwise_flops=elementwise, bytes=b, min_bytes=sum(b.values()))
 
 
+def expert_bytes(cfg: ModelConfig) -> float:
+    """Bytes (at ``cfg.weight_bits``) of one routed expert in each of the design's MoE layers:
+    what a forward reads more when its tokens touch one expert a layer more than
+    ``zoo.moe.read_params`` expects (``sweep.analysis.derived``: the measured routing); 0 for a
+    design without MoE layers."""
+    return sum(n * k.expert_params(cfg) for k, n in ffn_kinds.groups(cfg)
+               if hasattr(k, "expert_params")) * cfg.weight_bits / 8
+
+
 def prefill(cfg: ModelConfig, batch: int, prompt_len: int, skew: float = 0.0) -> StageCounts:
     """Counts for the prefill of ``batch`` prompts of ``prompt_len`` tokens (last-position logits;
     ``skew``: the workload's ``routing_skew``)."""

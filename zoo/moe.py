@@ -82,6 +82,11 @@ class MoEFFN:
         """Parameters of one expert: ``3 d_model expert_ffn_dim`` (gate, up, down)."""
         return 3 * cfg.d_model * cfg.expert_ffn_dim
 
+    def expert_params(self, cfg: ModelConfig) -> int:
+        """Parameters of one routed expert of a layer (``_per_expert``): what one touched expert
+        more or fewer adds to a forward's read (``zoo.counts.expert_bytes``)."""
+        return self._per_expert(cfg)
+
     def _with(self, cfg: ModelConfig, routed: float) -> float:
         """The router ``E d``, ``routed`` routed experts and the ``S`` shared ones."""
         return cfg.n_experts * cfg.d_model + (routed + cfg.n_shared_experts) * self._per_expert(cfg)

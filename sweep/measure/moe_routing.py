@@ -14,8 +14,9 @@ def routing_stats(gen, prompt, token, skew: float = 0.0) -> dict:
 
     - ``moe_prefill_load_max_over_mean``: the busiest expert's tokens over the mean's, per MoE
       layer, averaged over the layers (1 when every expert gets as many);
-    - ``moe_decode_experts_touched``: distinct experts the step's ``B`` tokens reach, per MoE
-      layer, averaged (their weights are what the step reads);
+    - ``moe_prefill_experts_touched``, ``moe_decode_experts_touched``: distinct experts the
+      prefill's ``B T`` tokens, and the step's ``B``, reach, per MoE layer, averaged (their
+      weights are what the stage reads: ``sweep.analysis.derived`` prices its bytes by them);
     - ``..._expected``: ``zoo.routing``'s figures for the design and ``skew`` (the prefill's over
       many tokens: a finite prompt's busiest expert sits above it).
 
@@ -46,7 +47,9 @@ def routing_stats(gen, prompt, token, skew: float = 0.0) -> dict:
     return {
         "moe_prefill_load_max_over_mean": sum((c.max() / c.mean()).item() for c in load)
         / len(load),
+        "moe_prefill_experts_touched": sum(int((c > 0).sum()) for c in load) / len(load),
         "moe_decode_experts_touched": sum(torch.unique(i).numel() for i in dec) / len(dec),
         "moe_prefill_load_max_over_mean_expected": load_max_over_mean(E, k, skew),
+        "moe_prefill_experts_touched_expected": expected_touched(E, k, B * T, skew),
         "moe_decode_experts_touched_expected": expected_touched(E, k, B, skew),
     }
