@@ -16,7 +16,7 @@ for m in ${MODELS:-olmoe_1b_7b qwen3_30b_a3b}; do
     > "$OUT/$m/console.log" 2>&1
   echo "$m rc=$?" | tee -a "$OUT/$m/console.log"; grep -E "decode [0-9]" "$OUT/$m/console.log" | tail -n 1
   d=$(ls -d "$OUT"/run_$m/moe_b1_$m* 2>/dev/null | head -n 1)
-  [ -n "$d" ] && cp "$d/trials.csv" "$OUT/$m/" && cp "$d"/trials/*/kernels_decode.json "$OUT/$m/" 2>/dev/null
+  [ -n "$d" ] && cp "$d/trials.csv" "$OUT/$m/" && cp "$d"/trials/*/modules/kernels_decode.json "$OUT/$m/" 2>/dev/null
   rm -rf "$OUT/run_$m"
 done
 (cd "$OUT" && tar czf all.tgz --remove-files $(ls | grep -v all.tgz))
