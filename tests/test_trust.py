@@ -60,6 +60,26 @@ def test_hydra_composition_errors_are_one_line_and_exit_2(override, message, cap
     refuse_bad_overrides(["model.n_kv_heads=4", "--cfg", "job"])  # flags: left to Hydra
 
 
+def test_a_field_its_preset_does_not_list_is_set_and_a_space_entry_is_replaced_by_name(capsys):
+    """``model.n_experts=4`` on a dense preset (its file lists what its config.json says) sets the
+    field, as the README's MoE and attention-kind overrides do; a misspelled one is still named;
+    a dict value that Hydra would merge into a space entry of another shape says how to replace
+    it, in place of "no field" for a key that is there."""
+    from sweep.overrides import refuse_bad_overrides, with_model_fields
+
+    argv = with_model_fields(["model.n_experts=4", "model.qk_norm=head", "model.n_kv_head=3",
+                              "+model.n_experts_active=2", "workload.batch=2"])
+    assert argv == ["++model.n_experts=4", "++model.qk_norm=head", "model.n_kv_head=3",
+                    "+model.n_experts_active=2", "workload.batch=2"]
+    refuse_bad_overrides(argv[:2])  # composes
+    with pytest.raises(SystemExit) as e:
+        refuse_bad_overrides(["+experiment=gqa_vs_mha",
+                              "experiment.space.n_kv_heads={choices:[1,2]}"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "has no field" not in err
+    assert "'~experiment.space.n_kv_heads' '+experiment.space.n_kv_heads={choices:[1,2]}'" in err
+
+
 def test_cpu_fallback_applies_overrides(tmp_path):
     plan = plan_from_config(compose_cfg(tiny_overrides(tmp_path, "model.n_kv_heads=4",
                                                        "model.ffn_dim=256", "workload.batch=3")))
@@ -198,6 +218,24 @@ def test_interrupt_requeues_the_running_design(tmp_path, sig):
     assert sorted(df[df.state == "COMPLETE"].n_kv_heads) == [1, 2, 4, 8]  # nothing lost
     cut = df[df.fail_reason.astype(str).str.startswith("interrupted")]
     assert len(cut) == 1 and cut.n_kv_heads.notna().all() and cut.d_model.notna().all()
+
+
+def test_a_reader_that_goes_away_stops_the_study_as_an_interrupt(tmp_path):
+    """``python -m sweep ... | head -1``: the first write after the reader closed its end stops
+    the study as Ctrl-C does: exit 141 (128 + SIGPIPE, as a shell reports a pipe's writer), one
+    line on stderr and no traceback, no trial left RUNNING, no process left."""
+    over = [a for a in tiny_overrides(tmp_path, "+experiment=gqa_vs_mha", "study.name=pipe")
+            if a != "quiet=true"]
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", *over], cwd=REPO, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 141
+    err = proc.stderr.read()
+    assert "interrupted (stdout closed)" in err and "Traceback" not in err, err
+    trials = optuna.load_study(study_name="pipe", storage=f"sqlite:///{tmp_path}/optuna.db").trials
+    assert not [t for t in trials if t.state.name == "RUNNING"]
+    assert not project_processes(str(tmp_path))
 
 
 def test_interrupt_of_a_study_with_workers(tmp_path):

@@ -32,10 +32,13 @@ from ..common.row import TIME, spread_of
 def _plan(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
+    from ..overrides import refuse_bad_overrides, with_model_fields
     from ..plan import plan_from_config
     from ..schema import register
 
     register()
+    overrides = with_model_fields(overrides)
+    refuse_bad_overrides(overrides)  # a bad one: one error line, exit 2
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = compose(config_name="config", overrides=[*overrides, "quiet=true"])
     return plan_from_config(cfg)

@@ -3,11 +3,50 @@
 ``entry(main)`` runs a command's ``main()``: a missing, unreadable or unwritable path, or a bad
 value, ends with one line and exit code 2 (the input is wrong); a ``RuntimeError`` (the work
 itself failed: a measurement, a child process) with one line and exit code 1.
+``guard_stdout()``: a reader that goes away (``python -m sweep ... | head -1``) stops the study
+as an interrupt does, not with a traceback.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+
+STDOUT_CLOSED = "stdout closed"  # the KeyboardInterrupt's text when the reader went away
+
+
+class _Guarded:
+    """``sys.stdout`` whose write or flush into a closed pipe points the descriptor at
+    ``os.devnull`` (nothing more is lost) and raises ``KeyboardInterrupt(STDOUT_CLOSED)``: the
+    study records and re-queues its running design as after Ctrl-C (``sweep.__main__``)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _gone(self):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+        raise KeyboardInterrupt(STDOUT_CLOSED)
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def guard_stdout() -> None:
+    """Install ``_Guarded`` over ``sys.stdout`` (once)."""
+    if not isinstance(sys.stdout, _Guarded):
+        sys.stdout = _Guarded(sys.stdout)
 
 
 def entry(main) -> int:
