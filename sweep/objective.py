@@ -191,7 +191,8 @@ class Objective:
         row = rec.columns()
         _store_row(trial, row)
         flag = (f" NOISY ({row['noisy_stages']}: p90/min > {derived.NOISY_P90_OVER_MIN},"
-                " measured twice)" if noisy else "")
+                " measured twice)" if noisy else "") + (  # the machine busy with other work
+            f" CONTENDED ({row.get('contended_evidence')})" if row.get(R.CONTENDED) else "")
         phases = ", ".join(f"{k.removesuffix('_s')} {row[k]:.0f} s" for k in
                            ("build_s", "compile_s", "measure_s") if k in row)
         self.progress.line(

@@ -376,6 +376,17 @@ def test_noisy_and_impossible_figures_are_flagged():
     assert "prefill MBU 1.10 > 1 against the datasheet" in errs
 
 
+def test_a_contended_design_is_marked_on_its_console_line(tmp_path, monkeypatch, capsys):
+    """A design measured while other work kept the cores busy says so on its line, as a noisy
+    one does (the row's ``contended`` alone went unseen on the console)."""
+    from sweep.measure import contention
+
+    monkeypatch.setattr(contention, "cpu_busy_cores", lambda window_s=0.3: 2.0)
+    _, _, df = run_tiny(tmp_path, "study.n_trials=1", "quiet=false")
+    assert bool(df.loc[0, "contended"])
+    assert "CONTENDED (" in capsys.readouterr().out
+
+
 def test_every_row_carries_its_spread_and_noise_flag(tmp_path):
     _, _, df = run_tiny(tmp_path, "study.n_trials=1")
     row = df.iloc[0]
