@@ -112,6 +112,7 @@ def test_a_sampler_never_measures_a_design_twice(tmp_path, capsys):
     done = df[df.state == "COMPLETE"]
     measured = done[done.get("duplicate_of").isna()] if "duplicate_of" in done else done
     assert sorted(measured.n_kv_heads) == [1, 2, 4]
+    assert len(done) == 3  # one record per design: the sampler's repeats hold no row of NaNs
     assert (plan.results / "trials").exists() and len(list((plan.results / "trials").iterdir())) == 3
     out = capsys.readouterr().out
     assert "[3/3]" in out and "[4/" not in out

@@ -40,13 +40,17 @@ def cut_off(trials) -> dict[int, str]:
 
 def trials_frame(study) -> pd.DataFrame:
     """One row per trial: ``number``, ``state``, the sampled ``param_*``, every user attribute
-    (design, workload, environment, measured and derived figures) and ``fail_reason``."""
+    (design, workload, environment, measured and derived figures) and ``fail_reason``; no row for
+    a worker's spare trial nor for a sampler's repeat of a design (``duplicate_of``: one record per
+    design)."""
     rows = []
     trials = study.get_trials(deepcopy=False)
     gone = cut_off(trials)  # a trial failed by the heartbeat carries no reason of its own
     for t in trials:
         if t.user_attrs.get("spare"):  # asked by a worker after the queue ran dry; never run
             continue
+        if t.user_attrs.get("duplicate_of") is not None:  # a sampler's second proposal of a
+            continue  # design: answered from its first trial's row, which the table holds
         row = {"number": t.number, "state": t.state.name}
         row.update({f"param_{k}": v for k, v in t.params.items()})
         row.update({k: v for k, v in t.user_attrs.items() if k not in _INTERNAL})
