@@ -63,8 +63,19 @@ def refuse_bad_overrides(argv: list[str]) -> None:
         cause = str(e.__cause__ or "").strip().splitlines()
         if cause and cause[0] not in why:  # Hydra wraps the reason: "Value 'abc' ... Integer"
             why += f": {cause[0]}"
-        print(f"error: {_misspelled(why, argv) or why}", file=sys.stderr)
+        print(f"error: {_misspelled(why, argv) or _one_line(why)}", file=sys.stderr)
         sys.exit(2)
+
+
+def _one_line(why: str) -> str:
+    """Hydra's "Could not find 'hardware/nosuch'" with its options listed one per line and its
+    config search path: the reason and the options on one line, the search path left out."""
+    head, _, rest = why.partition("\n\nAvailable options in ")
+    if not rest:
+        return why
+    group, _, listed = rest.partition(":\n")
+    options = [o.strip() for o in listed.split("Config search path:")[0].splitlines() if o.strip()]
+    return f"{head} (options of {group.strip(chr(39))}: {', '.join(options)})"
 
 
 def _misspelled(why: str, argv: list[str]) -> str | None:

@@ -60,6 +60,16 @@ def test_hydra_composition_errors_are_one_line_and_exit_2(override, message, cap
     refuse_bad_overrides(["model.n_kv_heads=4", "--cfg", "job"])  # flags: left to Hydra
 
 
+def test_an_unknown_option_is_one_line_with_the_options(capsys):
+    from sweep.overrides import refuse_bad_overrides
+
+    with pytest.raises(SystemExit):
+        refuse_bad_overrides(["hardware=nosuch"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Config search path" not in err
+    assert "Could not find 'hardware/nosuch' (options of hardware: a100_80gb, auto," in err
+
+
 def test_a_field_its_preset_does_not_list_is_set_and_a_space_entry_is_replaced_by_name(capsys):
     """``model.n_experts=4`` on a dense preset (its file lists what its config.json says) sets the
     field, as the README's MoE and attention-kind overrides do; a misspelled one is still named;
