@@ -40,7 +40,7 @@ def main(cfg: DictConfig) -> None:
         study, df = run(plan)
     except KeyboardInterrupt as e:
         print(f"interrupted ({str(e) or 'Ctrl-C'}): every finished design is kept in {shown(plan.storage)} "
-              f"and {plan.results}/; the design that was running is queued again; re-run the same "
+              f"and {plan.results}/; a design that was running is queued again; re-run the same "
               "command to resume", file=sys.stderr)
         # 128 + the signal, as a shell reports it (a closed pipe: SIGPIPE's)
         sys.exit(143 if "SIGTERM" in str(e) else 141 if STDOUT_CLOSED in str(e) else 130)
@@ -53,7 +53,7 @@ def main(cfg: DictConfig) -> None:
         print(f"error: {storage_error(plan.storage, e)}", file=sys.stderr)
         sys.exit(2)
     print()
-    print(summary_table(df))
+    print(summary_table(df, plan.objectives))
     files = sorted(p.name for p in plan.results.iterdir() if p.is_file()
                    and not p.name.startswith(".") and p.suffix != ".pkl")
     caches = [n for n in ("calibration", "ceilings", "tuning") if plan.cache(n).exists()]

@@ -139,6 +139,10 @@ def test_tables_tell_apart_designs_that_differ_in_kernels_or_mode():
         assert "kernels" in head and "mode" in head, head
     same = df.assign(kernels="triton", mode="cudagraph")  # constant: not shown
     assert "mode" not in summary_table(same).splitlines()[0].split()
+    # the study's objectives shown (moe_vs_dense's params_total and prefill_tok_s were not)
+    head = summary_table(df.assign(params_total=1e9, fail_reason=""),
+                         ["decode_tok_s", "params_total"]).splitlines()[0].split()
+    assert head[-2:] == ["params_total", "fail_reason"]
 
 
 def test_compare_refuses_more_than_two_result_sets_by_name(tmp_path):

@@ -107,13 +107,16 @@ def write_table(df: pd.DataFrame, out_dir: Path) -> None:
     write_atomic(out_dir / "trials.csv", lambda p: df.to_csv(p, index=False))
 
 
-def summary_table(df: pd.DataFrame) -> str:
+def summary_table(df: pd.DataFrame, objectives: tuple | list = ()) -> str:
     """A short text table of the key columns (those present; the KV format, kernels and mode
-    where they vary)."""
+    where they vary) and the study's ``objectives`` (before the failure reason: a front's ``*``
+    can be checked against them)."""
     if df.empty:
         return "(no trials)"
     cols = [c for c in SUMMARY_COLUMNS
             if c in df.columns and shown(c, df)]
+    extra = [o for o in objectives if o in df.columns and o not in cols]
+    cols = [c for c in cols if c != "fail_reason"] + extra + ["fail_reason"] * ("fail_reason" in cols)
     varying = [c for c in R.SUMMARY_VARYING if c in df.columns and df[c].nunique() > 1]
     at = cols.index("batch") if "batch" in cols else len(cols)
     out = df[cols[:at] + varying + cols[at:]].copy()
