@@ -83,9 +83,10 @@ def modules(df: pd.DataFrame, within_pts: float = 5.0) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("studies", nargs="+")
-    ap.add_argument("--out")
-    ap.add_argument("--csv")
+    ap.add_argument("studies", nargs="+", help="study folders (results/<study>/) or the CSV of "
+                    "an earlier check's rows")
+    ap.add_argument("--out", help="write the summary, per module and per basis, as JSON here")
+    ap.add_argument("--csv", help="write the rows checked (COMPLETE, with their errors) here")
     a = ap.parse_args(argv)
     frames = []
     for s in a.studies:
