@@ -15,8 +15,7 @@ from omegaconf import DictConfig
 
 from .common.entry import STDOUT_CLOSED, guard_stdout
 from .common.env import CONF
-from .overrides import refuse_bad_overrides, with_model_fields
-from .schema import register
+from .schema import refuse_bad_overrides, register, with_model_fields
 
 register()
 

@@ -32,9 +32,8 @@ from ..common.row import TIME, spread_of
 def _plan(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
-    from ..overrides import refuse_bad_overrides, with_model_fields
     from ..plan import plan_from_config
-    from ..schema import register
+    from ..schema import refuse_bad_overrides, register, with_model_fields
 
     register()
     overrides = with_model_fields(overrides)

@@ -44,17 +44,14 @@ def steadiest(measure, retries: int = RETRIES, noisy: float = NOISY) -> dict:
 
 def timer(cuda: bool, reps: int):
     """``time(fn, n) -> spread (s)`` of one call: on a GPU a CUDA graph of ``n`` back-to-back
-    calls replayed ``reps`` times (kernel time plus the graph's gap), on the CPU plain repeats;
-    either ``steadiest`` of up to three tries. ``fn`` may be a list of calls on copies of the inputs
+    calls replayed ``reps`` times (kernel time plus the graph's gap; ``steadiest`` of up to three),
+    on the CPU plain repeats. ``fn`` may be a list of calls on copies of the inputs
     (``cold_copies``): the graph cycles through them, no call finding its inputs in L2."""
     import torch
 
     from .timing import spread
 
     def cpu(fn, n=1, duty=False):
-        return steadiest(lambda: _cpu_once(fn))
-
-    def _cpu_once(fn):
         fn = fn[0] if isinstance(fn, list) else fn
         fn()
         ts = []
