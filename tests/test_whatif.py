@@ -114,6 +114,14 @@ def test_whatif_over_a_measured_study(tmp_path, measured_study):
     assert set(w.target) == {"h100_sxm", "mi300x", "m4_max", "snapdragon_8_gen3"}
     assert w.prediction_basis.notna().all()
     assert set(json.loads((out / "fronts.json").read_text())["bases"]) == set(w.target)
+    # a CPU study measured the tiny model: its real designs (predicted_h100_sxm.csv) are priced,
+    # every target with a figure (the tiny fp32 model had no fp32 GEMM entry on the GPUs)
+    assert list(plan.results.glob("predicted_*.csv"))
+    assert list(dict.fromkeys(w.design)) == [f"n_kv_heads={h}" for h in (1, 2, 4, 8, 16, 32)]
+    assert (w.basis_kind != "not predicted").all()
+    same = pd.read_csv(next(plan.results.glob("predicted_h100_sxm.csv")))  # the same prices
+    h100 = w[w.target == "h100_sxm"].decode_tpot_ms.to_numpy()
+    assert h100 == pytest.approx(same.decode_tpot_ms.to_numpy(), rel=1e-9)
     assert main([str(plan.results), "--hardware", "no_such_chip"]) == 2
 
 

@@ -15,7 +15,9 @@ roofline x the spec's stated efficiencies elsewhere; each row says which in
 - the measured rows beside the prediction on the study's own device (``measured_<objective>``).
 
 The calibration is the study's device's if cached (``results/calibration``), else ``--calibration
-FILE.json``; without one every target is roofline-only, said in each row.
+FILE.json``; without one every target is roofline-only, said in each row. A study run on the CPU
+fallback measured a tiny model for the mechanics: its real designs (the configured model and
+workload it priced beside, ``predicted_<gpu>.csv``) are the ones predicted (``real_designs``).
 """
 
 from __future__ import annotations
@@ -30,11 +32,33 @@ import pandas as pd
 
 from ..analysis.hardware import available
 from ..analysis.study_targets import predict_designs, study_calibration
+from ..common import row as R
 from ..common.atomic import write_atomic, write_text
 from ..common.env import WORK, slug
 from ..common.row import RATE, STAGES, TIME, pred
 from .fronts import compare, plot
 from .tables import design_label, load_study
+
+
+def real_designs(meta: dict, study_dir: Path):
+    """A CPU fallback study's real designs, ``(meta, df, file)``: its first ``predicted_<gpu>.csv``
+    (the configured model's designs at the configured workload), each labelled by the design
+    fields that vary, their predicted figures dropped (a target's own are computed; the analytic
+    ones kept), ``meta``'s workload and mode theirs; None for a study measured on a GPU or
+    without such a file."""
+    files = sorted(study_dir.glob("predicted_*.csv"))
+    if (meta.get("hardware_spec") or {}).get("kind") != "cpu" or not files:
+        return None
+    df = pd.read_csv(files[0])
+    vary = [c for c in R.PREDICTED_DESIGN if c in df and df[c].nunique(dropna=False) > 1]
+    drop = [c for c in df if c in R.COLUMNS and R.COLUMNS[c].kind != "analytic"]
+    df = df.drop(columns=drop).assign(
+        state="COMPLETE", design=[", ".join(f"{c}={r[c]}" for c in vary) or "base design"
+                                  for _, r in df.iterrows()])
+    first = df.iloc[0]
+    wl = {k: int(first[k]) for k in ("batch", "prompt_len", "new_tokens") if k in df}
+    return (dict(meta, workload=dict(meta["workload"], **wl),
+                 mode=first.get("mode", meta.get("mode"))), df, files[0].name)
 
 
 def _ordinal(n) -> str:
@@ -57,7 +81,7 @@ def rank_table(w: pd.DataFrame, targets: list[str]) -> pd.DataFrame:
 
     w = w.assign(rank_words=[why(r) for r in w.to_dict(orient="records")])
     t = w.pivot_table(index="design", columns="target", values="rank_words", aggfunc="first")
-    return t.reindex(columns=targets).reset_index()
+    return t.reindex(index=w.design.unique(), columns=targets).reset_index()  # the study's order
 
 
 def figures_table(w: pd.DataFrame, targets: list[str]) -> pd.DataFrame:
@@ -150,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         cal = study_calibration(meta, given, Path(s))
+        if (real := real_designs(meta, Path(s))) is not None:
+            meta, df, name = real
+            print(f"{s}: measured on the CPU fallback (a tiny model): its real designs, "
+                  f"{name}'s, predicted")
         try:
             w = predict_designs(meta, df, a.hardware, cal, label=design_label)
         except (KeyError, ValueError) as e:
