@@ -52,6 +52,8 @@ def main(cfg: DictConfig) -> None:
         print(f"error: {storage_error(plan.storage, e)}", file=sys.stderr)
         sys.exit(2)
     print()
+    if plan.predict:  # a predict-only study's figures, memory included, are the model's
+        print(f"PREDICTED on {plan.spec.name} (the performance model; nothing measured):")
     print(summary_table(df, plan.objectives))
     files = sorted(p.name for p in plan.results.iterdir() if p.is_file()
                    and not p.name.startswith(".") and p.suffix != ".pkl")
