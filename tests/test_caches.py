@@ -170,17 +170,6 @@ def test_a_disturbed_timing_is_taken_again_and_the_steadiest_kept():
     assert next(wild)["median"] == 1  # the fourth never taken
 
 
-def test_a_cpu_entry_timed_while_the_machine_was_busy_is_measured_again():
-    """On a CPU a cached entry whose p90 passed 1.5x its min (the machine busy: one read 20 ms
-    beside its neighbours' 9-19 us and priced every later study 26x slow) is dropped, so the next
-    calibration measures it again; a GPU's entries are kept (retried as they are taken)."""
-    t = pd.DataFrame({"kind": ["gemm"] * 3, "time_s": [9e-6, 2e-2, 19e-6],
-                      "time_s_min": [9e-6, 8.7e-3, 18e-6], "time_s_p90": [1e-5, 2e-2, 2e-5]})
-    kept, n = cal.drop_noisy(t, "cpu")
-    assert n == 1 and list(kept.time_s) == [9e-6, 19e-6]
-    assert cal.drop_noisy(t, "cuda")[1] == 0 and cal.drop_noisy(None, "cpu") == (None, 0)
-
-
 def test_the_cpu_ceilings_hold_a_bf16_gemm_rate():
     """A full-size bf16 design on the CPU is bounded by its prefills' FLOPs
     (``analysis.memory.check_time``): the CPU's ceilings measure bf16 beside fp32 (not fp16:

@@ -51,7 +51,6 @@ from kernels.tuning import fingerprint
 
 from ..analysis import calibration_store as store
 from ..analysis.calibration_store import CAL_DIR, VERSION, Calibration, load, paths, shipped
-from ..analysis.derived import NOISY_P90_OVER_MIN
 from ..analysis.needs import KEYS, merge, missing, needs
 from ..common.env import REPO, environment, triton_interpret, versions
 from ..common.locks import cache_lock, device_lock
@@ -173,18 +172,6 @@ def ensure(device: dict, items, switches, ceilings: dict | None = None,
                        full, timeout_s, on_line, log, from_shipped)
 
 
-def drop_noisy(table, device_type: str):
-    """``(table, n)``: on a CPU, ``table`` without its ``n`` entries whose timing was disturbed
-    (``time_s_p90 > NOISY_P90_OVER_MIN x time_s_min``, a trial's ``noisy``: the machine busy with
-    other work; a GEMM of 2 x 512 x 128 read 20 ms beside its neighbours' 9-19 us and priced every
-    later CPU study 26x slow), so that they are measured again; a GPU's timings are retried as
-    they are taken (``sweep.measure.microbench.steadiest``) and its shipped entries kept."""
-    if table is None or device_type == "cuda" or not {"time_s_p90", "time_s_min"} <= set(table):
-        return table, 0
-    noisy = table.time_s_p90 > NOISY_P90_OVER_MIN * table.time_s_min
-    return table[~noisy].reset_index(drop=True), int(noisy.sum())
-
-
 def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quick, full,
             timeout_s, on_line, log, from_shipped):
     import pandas as pd
@@ -209,10 +196,6 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
             "host: measured again")
         table = table[~table.family.isin(stale)] if table is not None else None
         stale = []
-    table, n_noisy = drop_noisy(table, device["type"])
-    if n_noisy and policy != "frozen":
-        log(f"calibration: {n_noisy} entries timed while the machine was busy (p90 > "
-            f"{NOISY_P90_OVER_MIN} x min): measured again")
     want = needs(items, device["type"])
     if full:
         want = merge(want, grid_needs(items, device["type"]))
