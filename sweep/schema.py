@@ -199,6 +199,7 @@ def refuse_bad_overrides(argv: list[str]) -> None:
 
     from .common.atomic import writable_dir
     from .common.env import work_path
+
     register()  # the typed schema conf/config.yaml names first (idempotent)
 
     try:
