@@ -172,6 +172,34 @@ def ensure(device: dict, items, switches, ceilings: dict | None = None,
                        full, timeout_s, on_line, log, from_shipped)
 
 
+# a GEMM entry read over this many times every entry of like FLOPs is a disturbed timing (the
+# machine busy: a CPU's 2 x 512 x 128 GEMM read 20 ms beside its neighbours' 9-19 us and priced
+# every later study 26x slow); the shipped tables' entries lie within 1.9x of theirs
+OUTLIER = 10.0
+
+
+def gemm_outliers(new, table, factor: float = OUTLIER) -> list[tuple]:
+    """The ``(M, N, K, dtype)`` of ``new``'s GEMM entries whose time exceeds ``factor`` x every
+    other entry of like FLOPs (within 4x, the same dtype, in ``new`` or ``table``; at least two
+    of them): timings to take again."""
+    import pandas as pd
+
+    if new is None or not len(new) or "kind" not in new:
+        return []
+    mine = new[new.kind == "gemm"]
+    g = pd.concat([x for x in (table, new) if x is not None and "kind" in x], ignore_index=True)
+    g = g[g.kind == "gemm"]
+    fl = 2.0 * g.M * g.N * g.K
+    out = []
+    for _, r in mine.iterrows():
+        f = 2.0 * r.M * r.N * r.K
+        like = (g["dtype"] == r["dtype"]) & (fl >= f / 4) & (fl <= f * 4) \
+            & ~((g.M == r.M) & (g.N == r.N) & (g.K == r.K))
+        if like.sum() >= 2 and r.time_s > factor * g.time_s[like].max():
+            out.append((int(r.M), int(r.N), int(r.K), r["dtype"]))
+    return out
+
+
 def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quick, full,
             timeout_s, on_line, log, from_shipped):
     import pandas as pd
@@ -237,6 +265,19 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
         raise RuntimeError(failed)
     new = pd.read_parquet(out)
     out.unlink(missing_ok=True)
+    if odd := gemm_outliers(new, table):  # taken once more; the second timing kept
+        log(f"calibration: {len(odd)} GEMM entries read over {OUTLIER:g}x every entry of like "
+            "FLOPs (the machine busy?): measured again")
+        with device_lock(device, log):
+            rc, _ = run_cal.run(_spec(device["type"], quick, switches, {"gemm": odd}, [], [],
+                                      tuning_dir), out, timeout_s, on_line)
+        if rc == 0 and out.exists():
+            again = pd.read_parquet(out)
+            out.unlink(missing_ok=True)
+            key = [tuple(x) for x in new[["M", "N", "K", "dtype"]].itertuples(index=False)]
+            drop = [(k[0], k[1], k[2], k[3]) in set(odd) and kind == "gemm"
+                    for k, kind in zip(key, new.kind)]
+            new = pd.concat([new[[not d for d in drop]], again], ignore_index=True)
     saved = _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings,
                   time.time() - t0)
     return saved.with_(meta=dict(saved.meta, stale=[], measured_now=len(new)))
