@@ -13,7 +13,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from .common.entry import STDOUT_CLOSED, guard_stdout
+from .common.entry import STDOUT_CLOSED, guard_stdout, stdout_gone
 from .common.env import CONF
 from .schema import refuse_bad_overrides, register, with_model_fields
 
@@ -64,6 +64,8 @@ def main(cfg: DictConfig) -> None:
           f"{shown(plan.storage)})"
           + (f"\ncaches:  {plan.cache_root}/{{{','.join(caches)}}}/ (this device's "
              "calibration, ceilings, tile choices)" if caches else ""))
+    if stdout_gone():  # the reader went away after the last design: the rest to devnull
+        sys.exit(141)
     if no_design_completed(df):
         states = df["state"].value_counts().to_dict() if df is not None and "state" in df else {}
         counted = ", ".join(f"{n} {s}" for s, n in states.items()) or "none ran"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import optuna
 from optuna.trial import TrialState
 
+from .common.entry import STDOUT_CLOSED, stdout_gone
 from .measure.child import deferred_interrupts
 from .objective import Objective, TrialFailed
 from .storage import enqueue_next, finished, queued
@@ -27,6 +28,7 @@ def run_trials(study: optuna.Study, objective: Objective, grid: dict | None, tar
     twins = 0  # proposals in a row of a design already run: an exhausted space ends the loop
     try:
         while True:
+            stop_if_stdout_gone()
             running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
             if finished(study) + running >= target or twins >= 200:
                 break
@@ -42,6 +44,16 @@ def run_trials(study: optuna.Study, objective: Objective, grid: dict | None, tar
     finally:
         restore()
     return n
+
+
+def stop_if_stdout_gone() -> None:
+    """Between trials: the reader of stdout went away (``| head``; ``common.entry.guard_stdout``)
+    ends the study as an interrupt does, every finished design kept.
+
+    Raises:
+        KeyboardInterrupt: ``STDOUT_CLOSED``, when it went away."""
+    if stdout_gone():
+        raise KeyboardInterrupt(STDOUT_CLOSED)
 
 
 def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, target: int,

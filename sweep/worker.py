@@ -22,7 +22,7 @@ from .caches.ceiling_cache import measure_ceilings
 from .common.atomic import write_atomic
 from .measure.child import start, watch_parent
 from .objective import Objective
-from .runs import run_trials, sigterm_interrupts
+from .runs import run_trials, sigterm_interrupts, stop_if_stdout_gone
 from .space import grid_of
 from .storage import open_study
 
@@ -51,6 +51,7 @@ def run_workers(plan, target: int) -> dict:
     restore = sigterm_interrupts()
     try:
         while any(c.poll() is None for c in children):
+            stop_if_stdout_gone()  # the reader went away: the workers stopped as after Ctrl-C
             time.sleep(0.5)
     except BaseException:  # Ctrl-C, SIGTERM: each worker records and re-queues its trial
         for c in children:

@@ -203,6 +203,21 @@ def test_a_gemm_entry_far_slower_than_its_neighbours_is_measured_again(tmp_path,
     g = got.table[got.table.kind == "gemm"]
     assert len(g) == len(shapes) and g[g.N == 512].time_s.iloc[0] < 1e-4
     assert cal.gemm_outliers(g, None) == []
+    assert cal.gemm_outliers(pd.DataFrame({"kind": ["launch"], "time_s": [1e-6]}), None) == []
+    # the second measurement running out of time: the first one kept, said so
+    specs.clear()
+
+    def late(spec, out, timeout_s, on_line=None):
+        if specs:
+            raise run_cal.ChildTimeout("exceeded 1 s and was killed")
+        return fake_run(spec, out, timeout_s, on_line)
+
+    monkeypatch.setattr(run_cal, "run", late)
+    logs.clear()
+    kept = cal.ensure({"type": "cpu", "name": "cpu"}, [], Switches(), cal_dir=tmp_path / "b",
+                      quick=True, log=logs.append)
+    assert len(kept.table[kept.table.kind == "gemm"]) == len(shapes)
+    assert any("measuring them again failed" in m for m in logs)
     for f in ("nvidia_h100_80gb_hbm3", "nvidia_h200"):  # no shipped entry would be taken again
         t = pd.read_parquet(store.SHIPPED_DIR / f"{f}.parquet")
         assert cal.gemm_outliers(t[t.kind == "gemm"], None) == []

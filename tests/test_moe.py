@@ -148,6 +148,8 @@ def test_an_moe_stages_bytes_follow_the_experts_it_was_measured_to_touch():
     gap = row["prefill_min_bytes_expected"] - row["prefill_min_bytes"]
     assert gap == pytest.approx((expected_touched(128, 8, 512) - 40) * one_expert)
     assert row["decode_min_bytes"] == row["decode_min_bytes_expected"]
+    assert row["prefill_arith_intensity"] == pytest.approx(
+        row["prefill_flops"] / row["prefill_min_bytes"])  # the row's figures agree
     assert row["prefill_mbu_vs_measured"] == pytest.approx(
         row["prefill_min_bytes"] / 19e-3 / 2.95e12)
     dense = ModelConfig.from_name("llama3_2_1b")

@@ -248,6 +248,22 @@ def test_a_reader_that_goes_away_stops_the_study_as_an_interrupt(tmp_path):
     assert not project_processes(str(tmp_path))
 
 
+def test_a_reader_gone_mid_study_keeps_every_design_it_measured(tmp_path):
+    """The reader closes after the first design's line: the study ends at the next trial
+    boundary (exit 141), every design it measured COMPLETE, none failed as interrupted."""
+    over = [a for a in tiny_overrides(tmp_path, "+experiment=gqa_vs_mha", "study.name=pipe2")
+            if a != "quiet=true"]
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", *over], cwd=REPO, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not proc.stdout.readline().startswith("[1/"):
+        pass
+    proc.stdout.close()
+    assert proc.wait(timeout=180) == 141
+    trials = optuna.load_study(study_name="pipe2", storage=f"sqlite:///{tmp_path}/optuna.db").trials
+    assert [t.state.name for t in trials if t.state.name != "WAITING"].count("COMPLETE") >= 1
+    assert not [t for t in trials if t.user_attrs.get("interrupted")], proc.stderr.read()
+
+
 def test_interrupt_of_a_study_with_workers(tmp_path):
     """SIGTERM to a two-worker study: the parent stops its workers (each started by
     ``sweep.measure.child.start``), each records and re-queues the design it was measuring, no
@@ -384,6 +400,9 @@ def test_noisy_and_impossible_figures_are_flagged():
     assert physical_limit_errors(read) == []
     errs = "; ".join(physical_limit_errors(dict(read, prefill_mbu_vs_datasheet=1.1)))
     assert "prefill MBU 1.10 > 1 against the datasheet" in errs
+    # a wrong spec (an SXM's datasheet on a PCIe card) does not hide a reading past the copy rate
+    errs = "; ".join(physical_limit_errors(dict(read, prefill_mbu_vs_measured=1.5)))
+    assert "prefill MBU 1.50 > 1.25 against the measured copy ceiling" in errs
 
 
 def test_a_contended_design_is_marked_on_its_console_line(tmp_path, monkeypatch, capsys):

@@ -57,8 +57,11 @@ def derived(cfg: ModelConfig, workload: dict, measured: dict, spec: HardwareSpec
         got = measured.get(f"moe_{st}_experts_touched", math.nan)
         want = measured.get(f"moe_{st}_experts_touched_expected", math.nan)
         if math.isfinite(got) and math.isfinite(want):
-            row[f"{st}_min_bytes_expected"] = row[f"{st}_min_bytes"]
+            row[f"{st}_min_bytes_expected"] = was = row[f"{st}_min_bytes"]
             row[f"{st}_min_bytes"] += (got - want) * counts.expert_bytes(cfg)
+            row[f"{st}_arith_intensity"] = _ratio(row[f"{st}_flops"], row[f"{st}_min_bytes"])
+            if st == "decode":  # the KV bytes over the stage's bytes as measured
+                row["decode_kv_bytes_share"] *= _ratio(was, row["decode_min_bytes"])
     peaks = {
         "datasheet": (spec.peak_flops(cfg.dtype), spec.peak_bytes_s),
         "measured": (ceilings.get(f"gemm_flops_{cfg.dtype}", math.nan),
@@ -84,7 +87,10 @@ def derived(cfg: ModelConfig, workload: dict, measured: dict, spec: HardwareSpec
         pf, pb = peaks["measured"]
         floor = max(_ratio(row[f"{st}_flops"], pf), _ratio(row[f"{st}_min_bytes"], pb))
         row[f"{st}_roofline_floor_ms"] = 1e3 * floor
-        row[f"{st}_below_floor"] = bool(math.isfinite(floor) and t < 0.95 * floor)
+        # below it beyond the spread, and beyond what a read-only stream passes the copy rate by
+        least = max(_ratio(row[f"{st}_flops"], pf),
+                    _ratio(row[f"{st}_min_bytes"], READ_OVER_COPY * pb))
+        row[f"{st}_below_floor"] = bool(math.isfinite(least) and t < 0.95 * least)
     return row
 
 
@@ -107,13 +113,13 @@ def noisy_stages(measured: dict) -> list[str]:
 def physical_limit_errors(row: dict) -> list[str]:
     """Figures of a row beyond what the hardware can do: a measurement error, not a result.
 
-    A decode step faster than its roofline floor (``decode_below_floor``), an MBU above 1
-    against the datasheet's DRAM bandwidth (2% allowed for the spec's rounding), or, for a device
-    without one, above ``memory.READ_OVER_COPY`` times the measured copy ceiling (a stage that
-    only reads streams faster than a copy, which reads and writes: an MoE prefill at batch 1 on
-    the H100 read at 1.08x the copy rate, 0.95x the datasheet's), or a rate that is zero or not
-    finite. The prefill FLOP floor is not used: it counts the whole ``T x T`` score matrix, which
-    a causal kernel halves (``zoo.counts``).
+    A decode step faster than its roofline floor (``decode_below_floor``: its bytes at
+    ``memory.READ_OVER_COPY`` x the copy rate), an MBU above 1 against the datasheet's DRAM
+    bandwidth (2% allowed for the spec's rounding) or above ``READ_OVER_COPY`` times the measured
+    copy ceiling (a stage that only reads streams faster than a copy, which reads and writes: an
+    MoE prefill at batch 1 on the H100 read at 1.08x the copy rate, 0.95x the datasheet's), or a
+    rate that is zero or not finite. The prefill FLOP floor is not used: it counts the whole
+    ``T x T`` score matrix, which a causal kernel halves (``zoo.counts``).
     """
     out = []
     for st in STAGES:
@@ -124,7 +130,7 @@ def physical_limit_errors(row: dict) -> list[str]:
         mbu = row.get(f"{st}_mbu_vs_measured", math.nan)
         if math.isfinite(sheet) and sheet > 1.02:
             out.append(f"{st} MBU {sheet:.2f} > 1 against the datasheet's DRAM bandwidth")
-        elif not math.isfinite(sheet) and math.isfinite(mbu) and mbu > READ_OVER_COPY:
+        elif math.isfinite(mbu) and mbu > READ_OVER_COPY:  # a wrong spec does not hide it
             out.append(f"{st} MBU {mbu:.2f} > {READ_OVER_COPY} against the measured copy ceiling")
     if row.get("decode_below_floor"):
         out.append(f"decode TPOT {row[TIME['decode']]:.4g} ms is below its roofline floor "

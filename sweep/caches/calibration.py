@@ -179,12 +179,12 @@ OUTLIER = 10.0
 
 
 def gemm_outliers(new, table, factor: float = OUTLIER) -> list[tuple]:
-    """The ``(M, N, K, dtype)`` of ``new``'s GEMM entries whose time exceeds ``factor`` x every
-    other entry of like FLOPs (within 4x, the same dtype, in ``new`` or ``table``; at least two
-    of them): timings to take again."""
+    """The ``(M, N, K, dtype)`` of ``new``'s GEMM entries whose ``time_s`` (s) exceeds ``factor`` x
+    every other entry of like FLOPs (within 4x, the same dtype, in ``new`` or ``table``; at least
+    two of them): timings to take again; ``[]`` when ``new`` holds no GEMM entry."""
     import pandas as pd
 
-    if new is None or not len(new) or "kind" not in new:
+    if new is None or not len(new) or "kind" not in new or not (new.kind == "gemm").any():
         return []
     mine = new[new.kind == "gemm"]
     g = pd.concat([x for x in (table, new) if x is not None and "kind" in x], ignore_index=True)
@@ -265,22 +265,39 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
         raise RuntimeError(failed)
     new = pd.read_parquet(out)
     out.unlink(missing_ok=True)
-    if odd := gemm_outliers(new, table):  # taken once more; the second timing kept
-        log(f"calibration: {len(odd)} GEMM entries read over {OUTLIER:g}x every entry of like "
-            "FLOPs (the machine busy?): measured again")
-        with device_lock(device, log):
-            rc, _ = run_cal.run(_spec(device["type"], quick, switches, {"gemm": odd}, [], [],
-                                      tuning_dir), out, timeout_s, on_line)
-        if rc == 0 and out.exists():
-            again = pd.read_parquet(out)
-            out.unlink(missing_ok=True)
-            key = [tuple(x) for x in new[["M", "N", "K", "dtype"]].itertuples(index=False)]
-            drop = [(k[0], k[1], k[2], k[3]) in set(odd) and kind == "gemm"
-                    for k, kind in zip(key, new.kind)]
-            new = pd.concat([new[[not d for d in drop]], again], ignore_index=True)
+    new = _again(new, table, device, quick, switches, tuning_dir, out, timeout_s, on_line, log)
     saved = _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings,
                   time.time() - t0)
     return saved.with_(meta=dict(saved.meta, stale=[], measured_now=len(new)))
+
+
+def _again(new, table, device, quick, switches, tuning_dir, out, timeout_s, on_line, log):
+    """``new`` with its GEMM outliers (``gemm_outliers``) measured once more and the second
+    timings in their place; as it was, said, when that measurement fails or runs out of time."""
+    import pandas as pd
+
+    from ..measure import calibration_run as run_cal
+
+    odd = gemm_outliers(new, table)
+    if not odd:
+        return new
+    log(f"calibration: {len(odd)} GEMM entries read over {OUTLIER:g}x every entry of like "
+        "FLOPs (the machine busy?): measured again")
+    try:
+        with device_lock(device, log):
+            rc, tail = run_cal.run(_spec(device["type"], quick, switches, {"gemm": odd}, [], [],
+                                         tuning_dir), out, timeout_s, on_line)
+    except run_cal.ChildTimeout as e:
+        rc, tail = 1, str(e)
+    if rc != 0 or not out.exists():
+        log(f"calibration: measuring them again failed ({tail.strip()[-200:]}): kept as they were")
+        return new
+    again = pd.read_parquet(out)
+    out.unlink(missing_ok=True)
+    odd = set(odd)
+    drop = [kind == "gemm" and (m, n, k, dt) in odd for kind, m, n, k, dt in
+            zip(new.kind, new.M, new.N, new.K, new["dtype"])]
+    return pd.concat([new[[not d for d in drop]], again], ignore_index=True)
 
 
 def _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings, wall):

@@ -4,7 +4,7 @@
 value, ends with one line and exit code 2 (the input is wrong); a ``RuntimeError`` (the work
 itself failed: a measurement, a child process) with one line and exit code 1.
 ``guard_stdout()``: a reader that goes away (``python -m sweep ... | head -1``) stops the study
-as an interrupt does, not with a traceback.
+at its next trial boundary as an interrupt does, not with a traceback.
 """
 
 from __future__ import annotations
@@ -13,25 +13,28 @@ import os
 import sys
 
 STDOUT_CLOSED = "stdout closed"  # the KeyboardInterrupt's text when the reader went away
+_GONE = [False]  # set once a write met a closed pipe
 
 
 class _Guarded:
     """``sys.stdout`` whose write or flush into a closed pipe points the descriptor at
-    ``os.devnull`` (nothing more is lost) and raises ``KeyboardInterrupt(STDOUT_CLOSED)``: the
-    study records and re-queues its running design as after Ctrl-C (``sweep.__main__``)."""
+    ``os.devnull`` (nothing more is lost, in any thread) and marks it gone (``stdout_gone``):
+    the study stops at its next trial boundary, the finished designs kept
+    (``sweep.runs.stop_if_stdout_gone``), never in the middle of a write."""
 
     def __init__(self, stream):
         self._stream = stream
 
     def _gone(self):
         os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
-        raise KeyboardInterrupt(STDOUT_CLOSED)
+        _GONE[0] = True
 
     def write(self, text):
         try:
             return self._stream.write(text)
         except BrokenPipeError:
             self._gone()
+            return len(text)
 
     def flush(self):
         try:
@@ -41,6 +44,11 @@ class _Guarded:
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
+
+
+def stdout_gone() -> bool:
+    """Whether a write to this process's stdout met a closed pipe (``guard_stdout``)."""
+    return _GONE[0]
 
 
 def guard_stdout() -> None:

@@ -42,21 +42,28 @@ from .tables import design_label, load_study
 
 def real_designs(meta: dict, study_dir: Path):
     """A CPU fallback study's real designs, ``(meta, df, file)``: its first ``predicted_<gpu>.csv``
-    (the configured model's designs at the configured workload), each labelled by the design
-    fields that vary, their predicted figures dropped (a target's own are computed; the analytic
-    ones kept), ``meta``'s workload and mode theirs; None for a study measured on a GPU or
-    without such a file."""
+    (the configured model's designs at the configured workload; their ``state`` kept, so a design
+    its constraints pruned is not priced), each labelled by the design fields that vary, its
+    predicted figures dropped (a target's own are computed; the analytic ones kept), ``meta``'s
+    workload and mode theirs. None for a study that measured its own designs: run on a GPU, or
+    on the CPU with ``cpu.enabled=false`` (its rows' model is the study's), or with no such file
+    or no design in it."""
     files = sorted(study_dir.glob("predicted_*.csv"))
     if (meta.get("hardware_spec") or {}).get("kind") != "cpu" or not files:
         return None
     df = pd.read_csv(files[0])
+    base = (meta.get("base_model") or {}).get("name")
+    if df.empty or "model" not in df or (df["model"] == base).all():
+        return None
     vary = [c for c in R.PREDICTED_DESIGN if c in df and df[c].nunique(dropna=False) > 1]
     drop = [c for c in df if c in R.COLUMNS and R.COLUMNS[c].kind != "analytic"]
     df = df.drop(columns=drop).assign(
-        state="COMPLETE", design=[", ".join(f"{c}={r[c]}" for c in vary) or "base design"
-                                  for _, r in df.iterrows()])
+        design=[", ".join(f"{c}={r[c]}" for c in vary) or "base design" for _, r in df.iterrows()])
+    if "state" not in df:
+        df["state"] = "COMPLETE"
     first = df.iloc[0]
-    wl = {k: int(first[k]) for k in ("batch", "prompt_len", "new_tokens") if k in df}
+    wl = {k: int(first[k]) for k in ("batch", "prompt_len", "new_tokens")
+          if k in df and pd.notna(first[k])}
     return (dict(meta, workload=dict(meta["workload"], **wl),
                  mode=first.get("mode", meta.get("mode"))), df, files[0].name)
 
