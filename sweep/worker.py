@@ -20,7 +20,7 @@ import optuna
 
 from .caches.ceiling_cache import measure_ceilings
 from .common.atomic import write_atomic
-from .measure.child import start, watch_parent
+from .measure.child import ChildTimeout, start, watch_parent
 from .objective import Objective
 from .runs import run_trials, sigterm_interrupts, stop_if_stdout_gone
 from .space import grid_of
@@ -54,10 +54,7 @@ def run_workers(plan, target: int) -> dict:
             stop_if_stdout_gone()  # the reader went away: the workers stopped as after Ctrl-C
             time.sleep(0.5)
     except BaseException:  # Ctrl-C, SIGTERM: each worker records and re-queues its trial
-        for c in children:
-            c.terminate()
-        for c in children:
-            c.wait()
+        stop_workers(children)
         raise
     finally:
         restore()
@@ -67,6 +64,24 @@ def run_workers(plan, target: int) -> dict:
             print(f"worker {i} exited with code {rc}; see {logs[i]}", flush=True)
     return ceilings
 
+
+
+# how long a stopped worker may take to record and re-queue its design before it is killed
+STOP_WAIT_S = 30.0
+
+
+def stop_workers(children: list, wait_s: float = STOP_WAIT_S) -> None:
+    """SIGTERM to each worker (``sweep.measure.child.Child``), then up to ``wait_s`` (s) each to
+    record and re-queue its running design; one still running then is killed with its process
+    group (its trial, left RUNNING by a dead process, is re-queued on resume:
+    ``storage.recover_interrupted``), so a stopped study ends in bounded time, no process left."""
+    for c in children:
+        c.terminate()
+    for c in children:
+        try:
+            c.wait(wait_s)
+        except ChildTimeout:  # killed by wait
+            pass
 
 
 def work(plan, target: int) -> int:

@@ -590,3 +590,25 @@ def test_every_command_answers_help_without_doing_its_work(capsys, monkeypatch):
             main(["--help"])
         out = capsys.readouterr().out
         assert e.value.code == 0 and out.startswith("usage:"), (main.__module__, out)
+
+
+def test_a_worker_that_does_not_stop_is_killed_in_bounded_time(tmp_path):
+    """``stop_workers``: a worker still running ``wait_s`` after its SIGTERM (one that ignores it)
+    is killed with its group, so an interrupted study with workers always ends, no process left;
+    a worker that stops is only waited for."""
+    from sweep.measure.child import start
+    from sweep.worker import stop_workers
+
+    deaf = start([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                  "signal.SIG_IGN); print('up', flush=True); time.sleep(120)"], tmp_path / "a.log")
+    polite = start([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(120)"],
+                   tmp_path / "b.log")
+    deadline = time.time() + 30
+    while not all(p.exists() and "up" in p.read_text() for p in (tmp_path / "a.log",
+                                                                  tmp_path / "b.log")):
+        assert time.time() < deadline
+        time.sleep(0.1)
+    t0 = time.time()
+    stop_workers([deaf, polite], wait_s=2)
+    assert time.time() - t0 < 10
+    assert deaf.poll() is not None and polite.poll() is not None
