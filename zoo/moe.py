@@ -78,18 +78,14 @@ class MoEFFN:
                      ("experts", "ffn"), ("shared", "ffn"))
 
     @staticmethod
-    def _per_expert(cfg: ModelConfig) -> int:
-        """Parameters of one expert: ``3 d_model expert_ffn_dim`` (gate, up, down)."""
+    def expert_params(cfg: ModelConfig) -> int:
+        """Parameters of one expert: ``3 d_model expert_ffn_dim`` (gate, up, down); also what one
+        touched expert more or fewer adds to a forward's read (``zoo.counts.expert_bytes``)."""
         return 3 * cfg.d_model * cfg.expert_ffn_dim
-
-    def expert_params(self, cfg: ModelConfig) -> int:
-        """Parameters of one routed expert of a layer (``_per_expert``): what one touched expert
-        more or fewer adds to a forward's read (``zoo.counts.expert_bytes``)."""
-        return self._per_expert(cfg)
 
     def _with(self, cfg: ModelConfig, routed: float) -> float:
         """The router ``E d``, ``routed`` routed experts and the ``S`` shared ones."""
-        return cfg.n_experts * cfg.d_model + (routed + cfg.n_shared_experts) * self._per_expert(cfg)
+        return cfg.n_experts * cfg.d_model + (routed + cfg.n_shared_experts) * self.expert_params(cfg)
 
     def params(self, cfg: ModelConfig) -> int:
         """Parameters per MoE layer: the router ``E d`` and ``E + S`` experts."""
@@ -110,7 +106,7 @@ class MoEFFN:
         """Matmul FLOP per MoE layer for ``tokens`` rows: the router ``2 N d E`` and ``k + S``
         experts per token, ``2 N (k + S) 3 d Fe``."""
         return 2 * tokens * cfg.d_model * cfg.n_experts + \
-            2 * tokens * (cfg.n_experts_active + cfg.n_shared_experts) * self._per_expert(cfg)
+            2 * tokens * (cfg.n_experts_active + cfg.n_shared_experts) * self.expert_params(cfg)
 
     def elementwise_flops(self, cfg: ModelConfig, tokens: int) -> int:
         """Per MoE layer (estimate): the router's softmax ~5 FLOP per expert, SwiGLU ~5 per
