@@ -54,15 +54,30 @@ def _route_align_kernel(logits_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, M, E, n_b
                         TOPK: tl.constexpr, RENORM: tl.constexpr, BLOCK_M: tl.constexpr,
                         BLOCK_E: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_B: tl.constexpr,
                         BM: tl.constexpr):
+    _route_align(logits_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, M, E, n_blocks, TOPK, RENORM,
+                 BLOCK_M, BLOCK_E, BLOCK_S, BLOCK_B, BM, False)
+
+
+@triton.jit
+def _route_align(logits_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, M, E, n_blocks,
+                 TOPK: tl.constexpr, RENORM: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_E: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_B: tl.constexpr,
+                 BM: tl.constexpr, CG: tl.constexpr):
     # one program: softmax over the router's logits [M, E] in float32, the top k (argmax k
     # times), the k weights renormalised (RENORM), then ``align``'s sort of the M k slots by
     # expert, for a decode step's few slots (BLOCK_S >= M k; a slot's place in its expert's
-    # run from a running count over a [slots, experts] one-hot)
+    # run from a running count over a [slots, experts] one-hot); CG: the logits written by
+    # other programs of this launch (read past L1)
     rows = tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_E)
     rmask = rows < M
-    x = tl.load(logits_ptr + rows[:, None] * E + cols[None, :],
-                mask=rmask[:, None] & (cols[None, :] < E), other=float("-inf")).to(tl.float32)
+    lmask = rmask[:, None] & (cols[None, :] < E)
+    if CG:
+        x = tl.load(logits_ptr + rows[:, None] * E + cols[None, :], mask=lmask,
+                    other=float("-inf"), cache_modifier=".cg").to(tl.float32)
+    else:
+        x = tl.load(logits_ptr + rows[:, None] * E + cols[None, :], mask=lmask,
+                    other=float("-inf")).to(tl.float32)
     x = tl.where(rmask[:, None], x, 0.0)  # rows past M: no NaN (never stored)
     x = x - tl.max(x, 1)[:, None]
     p = tl.exp(x)
@@ -119,14 +134,19 @@ def fused_route(slots: int, n_experts: int) -> bool:
             <= ROUTE_ALIGN_MAX_CELLS)
 
 
-def route_align(logits: torch.Tensor, k: int, renorm: bool, block_m: int, dtype: torch.dtype
+def route_align(logits: torch.Tensor, k: int, renorm: bool, block_m: int, dtype: torch.dtype,
+                num_warps: int | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The router's softmax and top-k and ``align``'s sort in one launch, for ``M k`` up to
     ``ROUTE_ALIGN_MAX_SLOTS`` slots and up to 256 experts.
 
     Args:
         logits: ``[M, E]`` router logits. k: experts per token. renorm: the k weights over their
-            sum. block_m: ``align``'s block. dtype: the weights' dtype.
+            sum. block_m: ``align``'s block. dtype: the weights' dtype. num_warps: the one
+            program's; by default 1 for at most 8 slots, else 8 (an H200, 2026-11-28: one
+            token's routing over 64 / 128 experts took 3.7 / 4.3 us with one warp against 5.7 /
+            6.0 with eight; eight tokens' 6.2 / 8.0 with eight, 8.2 / 43.7 with one;
+            ``results/reference/moe_h100.md``).
 
     Returns:
         ``(weights [M, k] dtype, idx [M, k] int64, sorted_ids, block_expert)`` as
@@ -135,18 +155,22 @@ def route_align(logits: torch.Tensor, k: int, renorm: bool, block_m: int, dtype:
     M, E = logits.shape
     S = M * k
     n_blocks = triton.cdiv(S, block_m) + min(E, S)
+    num_warps = num_warps or (1 if S <= 8 else 8)
     dev = logits.device
     w = torch.empty(M, k, device=dev, dtype=dtype)
     idx = torch.empty(M, k, device=dev, dtype=torch.int64)
     ids = torch.empty(n_blocks * block_m, device=dev, dtype=torch.int32)
     bexp = torch.empty(n_blocks, device=dev, dtype=torch.int32)
     _route_align_kernel[(1,)](logits.contiguous(), w, idx, ids, bexp, M, E, n_blocks,
-                              TOPK=k, RENORM=renorm, BLOCK_M=triton.next_power_of_2(M),
-                              BLOCK_E=max(16, triton.next_power_of_2(E)),
-                              BLOCK_S=max(16, triton.next_power_of_2(S)),
-                              BLOCK_B=triton.next_power_of_2(n_blocks), BM=block_m,
-                              num_warps=8)
+                              **_route_meta(M, E, S, n_blocks, k, renorm, block_m),
+                              num_warps=num_warps)
     return w, idx, ids, bexp
+
+
+def _route_meta(M: int, E: int, S: int, n_blocks: int, k: int, renorm: bool, block_m: int):
+    return dict(TOPK=k, RENORM=renorm, BLOCK_M=triton.next_power_of_2(M),
+                BLOCK_E=max(16, triton.next_power_of_2(E)), BLOCK_S=max(16, triton.next_power_of_2(S)),
+                BLOCK_B=triton.next_power_of_2(n_blocks), BM=block_m)
 
 
 @triton.jit
@@ -182,9 +206,10 @@ def _moe_up_kernel(x_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, S, K, F, E,
 
 
 @triton.jit
-def _moe_down_kernel(a_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, rw_ptr, S, K, N, E,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     PREC: tl.constexpr):
+def _moe_down_kernel(a_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, rw_ptr, sum_ptr, cnt_ptr, S, K,
+                     N, E, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     PREC: tl.constexpr, SUM: tl.constexpr = False, TOPK: tl.constexpr = 1,
+                     BLOCK_J: tl.constexpr = 1):
     pid_m = tl.program_id(0)
     e = tl.load(bexp_ptr + pid_m)
     if e < E:
@@ -208,6 +233,26 @@ def _moe_down_kernel(a_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, rw_ptr, S, K, N, 
         y = acc.to(dt).to(tl.float32) * rw[:, None]
         tl.store(out_ptr + rows[:, None] * N + offs_n[None, :], y.to(dt),
                  mask=valid[:, None] & nmask[None, :])
+        if SUM:  # the program holding a token's last slot (per column tile) sums its k slots
+            tl.debug_barrier()  # every thread's slot rows before the counts
+            n_nt = tl.num_programs(1)
+            tok = (ids // TOPK).to(tl.int64)
+            cnt = cnt_ptr + tok * n_nt + tl.program_id(1)
+            last = valid & (tl.atomic_add(cnt, 1, mask=valid, sem="acq_rel") == TOPK - 1)
+            tl.debug_barrier()
+            j = tl.arange(0, BLOCK_J)
+            m3 = last[:, None, None] & (j < TOPK)[None, :, None] & nmask[None, None, :]
+            v = tl.load(out_ptr + (tok[:, None] * TOPK + j[None, :])[:, :, None] * N
+                        + offs_n[None, None, :], mask=m3, other=0.0, cache_modifier=".cg")
+            tl.store(sum_ptr + tok[:, None] * N + offs_n[None, :],
+                     tl.sum(v.to(tl.float32), axis=1).to(dt), mask=last[:, None] & nmask[None, :])
+            tl.store(cnt, 0, mask=last)
+
+
+# the model sums a token's slots inside ``moe_down``'s launch (``sum_k``) for a step of at most
+# this many tokens: measured faster at 1 and 8 (``results/reference/moe_h100.md``, 2026-11-28:
+# -3.2 and -1.0 us a layer on an H200); its mirror ``zoo.moe.SUM_IN_DOWN_MAX_TOKENS``
+SUM_IN_DOWN_MAX_TOKENS = 8
 
 
 def tiles(slots: int, n_experts: int) -> tuple[int, int, int, int, int]:
@@ -242,20 +287,28 @@ def moe_up(h: torch.Tensor, w13: torch.Tensor, k: int, aligned: tuple, tile: tup
 
 
 def moe_down(act: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor, aligned: tuple,
-             tile: tuple) -> torch.Tensor:
+             tile: tuple, sum_k: int = 0) -> torch.Tensor:
     """The second grouped GEMM: ``y [S, d]`` = each slot's activation ``act [S, Fe]`` through its
     expert's ``w2 [E, d, Fe]``, scaled by its routing weight (``weights``, ``S`` of them); one
-    launch. ``aligned`` and ``tile`` as ``moe_up``."""
-    S, F = act.shape
-    E, d = w2.shape[0], w2.shape[1]
+    launch. ``aligned`` and ``tile`` as ``moe_up``. With ``sum_k`` (the slots per token, ``k``):
+    the tokens' sums ``[S / k, d]`` instead, in the same launch (the program that finishes a
+    token's last slot of a column tile, counted on a per-(token, tile) counter, adds its ``k``
+    slot rows), in place of the slots' sum as a kernel of its own."""
+    from .split_merge import counters
+
+    (S, F), (E, d) = act.shape, w2.shape[:2]
     bm, bn, bk, warps, stages = tile
     sorted_ids, bexp = aligned
     y = torch.empty(S, d, device=act.device, dtype=act.dtype)
-    _moe_down_kernel[(bexp.numel(), triton.cdiv(d, bn))](
-        act, w2, y, sorted_ids, bexp, weights.reshape(-1).contiguous(), S, F, d, E,
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PREC=_prec(act), num_warps=warps,
+    n_nt = triton.cdiv(d, bn)
+    out = torch.empty(S // sum_k, d, device=act.device, dtype=act.dtype) if sum_k else y
+    cnt = counters(act.device, S // sum_k * n_nt, owner="moe_down_sum") if sum_k else bexp
+    _moe_down_kernel[(bexp.numel(), n_nt)](
+        act, w2, y, sorted_ids, bexp, weights.reshape(-1).contiguous(), out, cnt, S, F, d, E,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PREC=_prec(act), SUM=bool(sum_k),
+        TOPK=max(sum_k, 1), BLOCK_J=triton.next_power_of_2(max(sum_k, 1)), num_warps=warps,
         num_stages=stages)
-    return y
+    return out
 
 
 def _prec(x: torch.Tensor) -> str:
@@ -263,8 +316,8 @@ def _prec(x: torch.Tensor) -> str:
 
 
 def moe_experts(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,
-                idx: torch.Tensor, aligned: tuple | None = None, tile: tuple | None = None
-                ) -> torch.Tensor:
+                idx: torch.Tensor, aligned: tuple | None = None, tile: tuple | None = None,
+                sum_in_down: bool = False) -> torch.Tensor:
     """The routed experts' weighted sum (see the module doc): ``moe_up`` then ``moe_down``, the
     ``k`` slots of each token summed.
 
@@ -273,7 +326,8 @@ def moe_experts(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: t
         w2: ``[E, d, Fe]``. weights: ``[M, k]`` routing weights. idx: ``[M, k]`` int64 experts.
         aligned: ``(sorted_ids, block_expert)`` made already (``route_align``, with
             ``tiles(M k, E)``'s block), else ``align`` makes them. tile: ``tiles``' tuple to use
-            instead of its choice (``bench/moe_probe.py``'s sweep).
+            instead of its choice (``bench/moe_probe.py``'s sweep). sum_in_down: the slots'
+            sum in ``moe_down``'s launch (``sum_k``), not a kernel of its own.
 
     Returns:
         ``[M, d]`` in ``h``'s dtype.
@@ -283,6 +337,8 @@ def moe_experts(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: t
     tile = tile or tiles(M * k, w13.shape[0])
     aligned = aligned if aligned is not None else align(idx, w13.shape[0], tile[0])
     act = moe_up(h.contiguous(), w13, k, aligned, tile)
+    if sum_in_down:
+        return moe_down(act, w2, weights, aligned, tile, sum_k=k)
     return moe_down(act, w2, weights, aligned, tile).view(M, k, d).sum(1)
 
 

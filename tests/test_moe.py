@@ -264,7 +264,8 @@ def test_the_grouped_gemms_are_priced_by_their_own_entries():
     want = needs([(cfg, wl, "cudagraph")], "cuda")["moe_gemm"]
     E, k, d, Fe = (cfg.n_experts, cfg.n_experts_active, cfg.d_model, cfg.expert_ffn_dim)
     assert set(want) == {(op, M, E, k, N, K, "bf16") for M in (8, 8 * 512)
-                         for op, N, K in (("moe_up", 2 * Fe, d), ("moe_down", d, Fe))}
+                         for op, N, K in (("moe_up", 2 * Fe, d), ("moe_down", d, Fe))} | {
+        ("router_route", 8, E, k, E, d, "bf16")}  # a decode step of 8: the router in one launch
     assert KEYS["moe_gemm"] == ("op", "M", "E", "k", "N", "K", "dtype")
 
     base = store.shipped("NVIDIA H100 80GB HBM3")  # without its moe_gemm entries (the reship of
@@ -312,7 +313,7 @@ def test_the_grouped_gemm_micro_benchmark_times_the_models_kernels():
         assert r["kind"] == "moe_gemm" and r["flops"] == 2 * 3 * 2 * sh["N"] * sh["K"]
         assert 2 <= r["touched"] <= 4 and r["time_s"] > 0
         assert r["bytes"] >= r["touched"] * sh["N"] * sh["K"] * 4
-    with pytest.raises(ValueError, match="moe_up or moe_down"):
+    with pytest.raises(ValueError, match="moe_up, moe_down or router_route"):
         moe_gemms("cpu", mb.timer(False, 2), rnd, [dict(shapes[0], op="moe_gate")])
 
 
@@ -440,7 +441,7 @@ def test_the_moe_layers_small_kernels_have_entries_of_their_own():
     from sweep.measure import microbench as mb
 
     cfg = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
-    ks = perf.kernel_list(cfg, 1, 1, 600, "triton")
+    ks = perf.kernel_list(cfg, 16, 1, 600, "triton")  # 16 tokens: route_align, the sum after
     route = next(x for x in ks if x.op == "route_align")
     total = next(x for x in ks if x.op == "moe_sum")
     assert route.shape["impl"] == "triton" and route.launches == 1 and route.repeat == 16
@@ -455,7 +456,7 @@ def test_the_moe_layers_small_kernels_have_entries_of_their_own():
     assert c.price(total)[0] == pytest.approx(residual)
     rows = [{"kind": "elementwise", "op": "route_align", "impl": "triton", "bytes": b, "M": m,
              "time_s": s, "time_s_min": s, "time_s_p90": s}
-            for m, b, s in ((1, 1e3, 4e-6), (64, 6e4, 8e-6))]
+            for m, b, s in ((1, 1e3, 4e-6), (64, 3e5, 8e-6))]  # 16 tokens: 7.5e4 bytes
     cal = pricing.Calibrated(base.with_(table=pd.concat([base.table, pd.DataFrame(rows)],
                                                      ignore_index=True)))
     t2, basis2 = cal.price(route)
@@ -466,3 +467,62 @@ def test_the_moe_layers_small_kernels_have_entries_of_their_own():
     sums = [r for r in got if r["op"] == "moe_sum"]
     assert [r["M"] for r in sums] == [1, 16, 256]
     assert all(r["bytes"] == (9 * r["M"]) * 128 * 4 for r in sums)
+
+
+def test_a_decode_step_of_few_tokens_routes_in_one_launch_and_sums_in_the_down_gemm():
+    """At most 8 tokens (``zoo.moe.ROUTER_ROUTE_MAX_TOKENS``): the router's GEMM, routing and sort
+    are one ``router_route`` kernel (no routing skew: its draw replaces the logits, so the GEMM
+    and ``route_align`` stay) and the slots' sum runs inside ``moe_down`` (no ``moe_sum``);
+    at 16 tokens neither. Without a ``router_route`` entry it is priced as the two launches it
+    replaces, noted; with entries, by them. ``moe_gemms`` times it (and ``moe_down`` with the sum)
+    as the model launches it."""
+    import os
+
+    import pandas as pd
+
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis import predict as perf
+    from sweep.analysis import pricing
+
+    cfg = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
+    E, k, d = cfg.n_experts, cfg.n_experts_active, cfg.d_model
+    for B, one in ((1, True), (8, True), (16, False)):
+        ops = [x.op for x in perf.kernel_list(cfg, B, 1, 600, "triton")]
+        assert ("router_route" in ops) == one and ("moe_sum" not in ops) == one, (B, ops)
+        assert ("route_align" in ops) != one and ops.count("moe_down") == 1
+    skewed = [x.op for x in perf.kernel_list(cfg, 1, 1, 600, "triton", skew=1.0)]
+    assert "router_route" not in skewed and "route_align" in skewed and "moe_sum" not in skewed
+    rr = next(x for x in perf.kernel_list(cfg, 1, 1, 600, "triton") if x.op == "router_route")
+    assert rr.kind == "gemm" and rr.shape["N"] == E and rr.shape["K"] == d and rr.repeat == 16
+    assert rr.flops == 2 * 1 * E * d and rr.bytes == E * d * 2 + (E + d) * 2
+    base = store.shipped("NVIDIA H100 80GB HBM3")
+    base = base.with_(table=base.table[base.table.op != "router_route"])
+    c = pricing.Calibrated(base)
+    t, basis = c.price(rr)
+    router = next(x for x in perf.kernel_list(cfg, 16, 1, 600, "triton") if x.op == "router")
+    gemv = c.gemv(dict(router.shape, M=1, prologue="none"))[0]
+    route = next(x for x in perf.kernel_list(cfg, 1, 1, 600, "triton", skew=1.0)
+                 if x.op == "route_align")
+    assert t == pytest.approx(gemv + c.price(route)[0]) and "as router_route" in basis
+    assert any("router_route" in n for n in c.notes)
+    rows = [{"kind": "moe_gemm", "op": "router_route", "M": m, "E": E, "k": k, "N": E, "K": d,
+             "dtype": "bf16", "time_s": s, "time_s_min": s, "time_s_p90": s}
+            for m, s in ((1, 8e-6), (8, 10e-6))]
+    cal = pricing.Calibrated(base.with_(table=pd.concat([base.table, pd.DataFrame(rows)],
+                                                     ignore_index=True)))
+    t2, basis2 = cal.price(rr)
+    assert basis2.startswith("moe_gemm router_route") and t2 == pytest.approx(8e-6)
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    from sweep.measure import microbench as mb
+    from sweep.measure.microbench_moe import moe_gemms
+
+    g = torch.Generator().manual_seed(0)
+    got = moe_gemms("cpu", mb.timer(False, 2), lambda *s, dt=torch.float32: torch.randn(
+        *s, dtype=dt, generator=g), [dict(op="router_route", M=2, E=8, k=2, N=8, K=24,
+                                          dtype="fp32")])
+    assert got[0]["op"] == "router_route" and got[0]["flops"] == 2 * 2 * 8 * 24
+    assert got[0]["bytes"] == (8 * 24 + 2 * (8 + 24)) * 4 and got[0]["time_s"] > 0
+    with pytest.raises(ValueError, match="router_route's N"):
+        moe_gemms("cpu", mb.timer(False, 2), lambda *s, dt=torch.float32: torch.randn(*s),
+                  [dict(op="router_route", M=2, E=8, k=2, N=16, K=24, dtype="fp32")])

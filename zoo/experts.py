@@ -10,7 +10,10 @@ stacked: ``w13 [n_experts, 2 expert_ffn_dim, d_model]`` (gate then up, transform
 On the torch path (``kernels=torch``) the experts run one by one over their tokens, which reads
 their token counts on the host: eager only (``sweep.plan.check_mode``). With ``kernels=triton``
 the experts are two grouped GEMMs over the tokens sorted by expert on the device
-(``kernels.moe_gemm``): no host sync, so a CUDA graph captures the step.
+(``kernels.moe_gemm``): no host sync, so a CUDA graph captures the step. A decode step of at most
+8 tokens runs the router's GEMM with the routing and sort as one launch
+(``kernels.moe_route.router_route``; not under a routing skew, whose draw replaces the logits)
+and sums each token's slots inside the down GEMM's launch (``moe_down(sum_k=k)``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernels import moe_gemm as moe_kernels
+from kernels import moe_route
 
 from .config import ModelConfig
 from .moe import MOE
@@ -113,15 +117,23 @@ class MoEFeedForward(nn.Module):
         h = x.reshape(B * T, d)
         cfg = self.cfg
         k = cfg.n_experts_active
-        if cfg.kernels == "triton" and moe_kernels.fused_route(B * T * k, cfg.n_experts):
-            with annotate("router"):  # the GEMM, then softmax, top-k and the sort in one kernel
-                logits = self.logits(h)
-            with annotate("topk"):
-                block = moe_kernels.tiles(B * T * k, cfg.n_experts)[0]
-                w, idx, *aligned = moe_kernels.route_align(logits, k, cfg.router_renorm, block,
-                                                           h.dtype)
-            with annotate("experts"):
-                out = moe_kernels.moe_experts(h, self.w13, self.w2, w, idx, aligned)
+        N = B * T
+        if cfg.kernels == "triton" and moe_kernels.fused_route(N * k, cfg.n_experts):
+            block = moe_kernels.tiles(N * k, cfg.n_experts)[0]
+            if self.log_prior is None and moe_route.fused_router(N, cfg.n_experts, k):
+                with annotate("router"):  # the GEMM, softmax, top-k and the sort: one kernel
+                    w, idx, *aligned = moe_route.router_route(h, self.router.weight, k,
+                                                              cfg.router_renorm, block)
+            else:
+                with annotate("router"):  # the GEMM, then softmax, top-k and the sort in one
+                    logits = self.logits(h)
+                with annotate("topk"):
+                    w, idx, *aligned = moe_kernels.route_align(logits, k, cfg.router_renorm,
+                                                               block, h.dtype)
+            with annotate("experts"):  # a decode step's few tokens: their slots summed inside
+                out = moe_kernels.moe_experts(  # the down GEMM's launch
+                    h, self.w13, self.w2, w, idx, aligned,
+                    sum_in_down=N <= moe_kernels.SUM_IN_DOWN_MAX_TOKENS)
         else:
             w, idx = self.route(h)
             with annotate("experts"):

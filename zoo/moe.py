@@ -33,6 +33,12 @@ SKEW_LAUNCHES = 6
 ROUTE_ALIGN_MAX_SLOTS = 512
 ROUTE_ALIGN_MAX_EXPERTS = 256
 ROUTE_ALIGN_MAX_CELLS = 32768
+# a decode step of at most this many tokens runs the router's GEMM with the routing and sort as
+# one launch (``kernels.moe_route.router_route``; not under a routing skew) and sums each token's
+# slots inside the down GEMM's launch (``kernels.moe_gemm.moe_down(sum_k=k)``): mirrors of
+# ``kernels.moe_route.ROUTER_ROUTE_MAX_TOKENS`` and ``kernels.moe_gemm.SUM_IN_DOWN_MAX_TOKENS``
+ROUTER_ROUTE_MAX_TOKENS = 8
+SUM_IN_DOWN_MAX_TOKENS = 8
 
 
 def _pow2(n: int) -> int:
@@ -58,6 +64,12 @@ def fused_route(slots: int, n_experts: int) -> bool:
     """``kernels.moe_gemm.fused_route``: whether a step routes and sorts in one launch."""
     return (slots <= ROUTE_ALIGN_MAX_SLOTS and n_experts <= ROUTE_ALIGN_MAX_EXPERTS
             and _pow2(slots) * _pow2(n_experts) <= ROUTE_ALIGN_MAX_CELLS)
+
+
+def fused_router(tokens: int, n_experts: int, k: int) -> bool:
+    """``kernels.moe_route.fused_router``: whether a step of ``tokens`` tokens runs the router's
+    GEMM, routing and sort as one launch (``router_route``)."""
+    return tokens <= ROUTER_ROUTE_MAX_TOKENS and fused_route(tokens * k, n_experts)
 
 
 @dataclass(frozen=True)
@@ -165,12 +177,16 @@ class MoEFFN:
         with the residual add (a kernel of its own: no GEMV prologue takes it); the router's GEMM
         (cuBLAS); its softmax, top-k and sort by expert in one kernel (``route_align``, its own
         ``elementwise`` entry) where it takes the step, else ``ALIGN_LAUNCHES`` small torch ops;
-        the two grouped GEMMs, each one launch reading every touched expert's weights once
-        (priced by their own ``moe_gemm`` calibration entries, else as ``n_exp`` GEMMs of ``m``
-        tokens, noted); the slots' sum (``moe_sum``: torch's reduction over the ``k`` slots); the
-        shared experts as torch's dense FFN. ``route_align`` and ``moe_sum`` without entries of
-        their own (calibrations before 2026-11-27's sixth session): priced as before, as a graph
-        launch and as the ``residual`` add (``sweep.analysis.proxies``), noted."""
+        for a step of at most ``ROUTER_ROUTE_MAX_TOKENS`` tokens and no skew, the GEMM and
+        ``route_align`` as one launch instead (``router_route``, a ``moe_gemm`` entry of its own,
+        else priced as the two, noted); the two grouped GEMMs, each one launch reading every
+        touched expert's weights once (priced by their own ``moe_gemm`` calibration entries, else
+        as ``n_exp`` GEMMs of ``m`` tokens, noted); the slots' sum (``moe_sum``: torch's
+        reduction over the ``k`` slots), inside ``moe_down``'s launch for at most
+        ``SUM_IN_DOWN_MAX_TOKENS`` tokens; the shared experts as torch's dense FFN.
+        ``route_align`` and ``moe_sum`` without entries of their own (calibrations before
+        2026-11-27's sixth session): priced as before, as a graph launch and as the ``residual``
+        add (``sweep.analysis.proxies``), noted."""
         cfg, M, wb = st.cfg, st.M, st.wb
         d, E, k, Fe, S = (cfg.d_model, cfg.n_experts, cfg.n_experts_active, cfg.expert_ffn_dim,
                           cfg.n_shared_experts)
@@ -191,15 +207,18 @@ class MoEFFN:
             return st.elem(name, nbytes, rep=rep, launches=launches, impl=impl)
 
         routed = route_bytes(M, E, k, d, wb)
+        one = not st.skew and fused_router(M, E, k)  # the router in one launch
+        summed = M <= SUM_IN_DOWN_MAX_TOKENS  # the slots' sum inside moe_down's launch
         out = [st.elem("rmsnorm", 4 * M * d * wb, rep=rep) if st.skinny else None,
-               gemm("router", E, d, M),
+               # kernels.moe_route.router_route: the GEMM over E programs, the last routing
+               gemm("router_route", E, d, M, 1) if one else gemm("router", E, d, M),
                # kernels.moe_gemm.route_align: one program, latency-bound
-               op("route_align", routed, impl="triton") if fused_route(M * k, E)
+               None if one else op("route_align", routed, impl="triton") if fused_route(M * k, E)
                else op("router", routed, casts + 2 + 2 * cfg.router_renorm + ALIGN_LAUNCHES),
                op("router", 4 * M * E * 4, SKEW_LAUNCHES) if st.skew else None,
                gemm("moe_up", 2 * Fe, d, m, n_exp),
                gemm("moe_down", d, Fe, m, n_exp),
-               op("moe_sum", sum_bytes(M, k, d, wb))]  # the slots summed per token
+               None if summed else op("moe_sum", sum_bytes(M, k, d, wb))]  # the slots' sum
         if S:
             out += [gemm("shared_w13", 2 * S * Fe, d, M),
                     op("swiglu", 3 * M * S * Fe * wb, 2),

@@ -15,9 +15,17 @@ kernels have entries of their own.
 - a grouped GEMM over the touched experts (``kernels.moe_gemm``; ``shape["experts"]``): one launch
   that streams their weights, priced as one GEMM over their rows stacked (``N`` times the
   experts), by the decode GEMV's entries for at most 16 tokens per expert, else the GEMMs'.
+- ``router_route`` (``kernels.moe_route``: the router's GEMM, softmax, top-k and sort in one
+  launch): as the two launches it replaces, the router's GEMM and ``route_align`` (an upper
+  bound: on an H200 the one launch took 1.7-2.9 us less, ``results/reference/moe_h100.md``).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
+
+from zoo.formats import DTYPE_BYTES
+from zoo.moe import route_bytes
 
 # op -> (the like entry, its launches, what it stands for, its bytes per the op's)
 PROXIES = {"router": ("graph_kernel", 1, "the MoE router's softmax / top-k / sort", 1),
@@ -42,7 +50,17 @@ def proxy_price(cal, k) -> tuple[float, str]:
         cal._note("the MoE grouped GEMMs not calibrated: priced as one GEMM over the touched "
                   "experts' rows stacked")
         t, b = cal.gemv(dict(s, prologue="none")) if s["M"] <= 16 else cal.gemm(s)
-        return cal.quantized(s, t, f"{b} ({n} experts' rows stacked)")
+        t, b = cal.quantized(s, t, f"{b} ({n} experts' rows stacked)")
+        if k.op == "router_route":  # + the routing and sort the same launch runs
+            nb = route_bytes(s["tokens"], s["E"], s["topk"], s["K"], DTYPE_BYTES[s["dtype"]])
+            ra = replace(k, module="norms_elementwise", kind="elementwise", op="route_align",
+                         flops=0, bytes=nb, shape={"op": "route_align", "impl": "triton",
+                                                   "bytes": nb}, launches=1)
+            t2, b2 = cal.price(ra)
+            cal._note("the MoE router in one launch (router_route) not calibrated: priced as "
+                      "the router's GEMM and route_align")
+            t, b = t + t2, f"{b} + {b2} (as router_route)"
+        return t, b
     op = k.shape["op"]
     if op not in PROXIES:
         raise KeyError(f"no elementwise {op}/{k.shape['impl']} in the calibration")

@@ -1,7 +1,10 @@
 """The MoE layer's micro-benchmark (``moe_gemm`` calibration entries): the two grouped GEMMs of
 ``kernels.moe_gemm`` (``moe_up``: gate and up projections with SwiGLU; ``moe_down``: the down
-projection scaled by the routing weight) launched as the model's Triton path launches them, on
-the step's tokens sorted by expert with ``tiles``' block, each expert's weights read from DRAM.
+projection scaled by the routing weight, with the slots' sum in its launch for a step of at most
+``SUM_IN_DOWN_MAX_TOKENS`` tokens) launched as the model's Triton path launches them, on the
+step's tokens sorted by expert with ``tiles``' block, each expert's weights read from DRAM; and
+``router_route`` (``kernels.moe_route``: the router's GEMM ``[E, d]``, routing and sort in one
+launch, ``N = E``, ``K = d``), as a decode step of few tokens launches it.
 
 The router's choice is uniform at random (``k`` distinct experts per token), as the zoo's random
 routers route: the experts a step touches, and the rows each gets, are those of a model of
@@ -17,28 +20,36 @@ MOST_COPIES = 8  # a small layer's weights are rotated through at most this many
 
 
 def moe_gemms(device: str, tm, rnd, shapes, progress=None) -> list[dict]:
-    """``moe_gemm`` entries for ``shapes`` (dicts of ``op`` ``moe_up`` / ``moe_down``, ``M``
-    tokens, ``E`` experts, ``k`` per token, an expert's weight ``[N, K]``, ``dtype``): one call
-    of the kernel per timing, its inputs rotated through copies (``cold_copies``).
+    """``moe_gemm`` entries for ``shapes`` (dicts of ``op`` ``moe_up`` / ``moe_down`` /
+    ``router_route``, ``M`` tokens, ``E`` experts, ``k`` per token, an expert's weight ``[N,
+    K]``, ``dtype``): one call of the kernel per timing, its inputs rotated through copies
+    (``cold_copies``).
 
     ``tm``, ``rnd``: ``sweep.measure.calibration_run``'s timer and random tensors. Returns rows
     with ``flops`` (``2 M k N K``), ``bytes`` and ``touched`` (the experts the routing chose).
 
     Raises:
-        ValueError: an ``op`` that is neither kernel.
+        ValueError: an ``op`` that is none of the three kernels.
     """
     import torch
 
     from kernels import moe_gemm as K_
+    from kernels import moe_route
 
     cuda = device == "cuda"
     rows = []
     for i, sh in enumerate(shapes):
         op, dtype = sh["op"], sh["dtype"]
         M, E, k, N, K = (int(sh[c]) for c in ("M", "E", "k", "N", "K"))
-        if op not in ("moe_up", "moe_down"):
-            raise ValueError(f"moe_gemm op must be moe_up or moe_down, not {op!r}")
+        if op not in ("moe_up", "moe_down", "router_route"):
+            raise ValueError(f"moe_gemm op must be moe_up, moe_down or router_route, not {op!r}")
         S, tile = M * k, K_.tiles(M * k, E)
+        if op == "router_route":
+            rows.append(_router_route(moe_route, tm, rnd, tile, M, E, k, N, K, dtype, cuda))
+            if progress:
+                progress(i + 1, len(shapes))
+            continue
+        sum_k = k if op == "moe_down" and M <= K_.SUM_IN_DOWN_MAX_TOKENS else 0
         idx = rnd(M, E, dt=torch.float32).topk(k, dim=-1).indices  # k distinct, uniform
         aligned = K_.align(idx, E, tile[0])
         touched = int(torch.unique(idx).numel())
@@ -56,7 +67,7 @@ def moe_gemms(device: str, tm, rnd, shapes, progress=None) -> list[dict]:
             if op == "moe_up":
                 fns.append(lambda x=x, wt=wt: K_.moe_up(x, wt, k, aligned, tile))
             else:
-                fns.append(lambda x=x, wt=wt: K_.moe_down(x, wt, w, aligned, tile))
+                fns.append(lambda x=x, wt=wt: K_.moe_down(x, wt, w, aligned, tile, sum_k=sum_k))
         flops = 2.0 * S * N * K
         sp = tm(fns, duty=flops / nbytes > 100)
         rows.append(entry("moe_gemm", sp, op=op, M=M, E=E, k=k, N=N, K=K, dtype=dtype,
@@ -65,3 +76,20 @@ def moe_gemms(device: str, tm, rnd, shapes, progress=None) -> list[dict]:
         if progress:
             progress(i + 1, len(shapes))
     return rows
+
+
+def _router_route(moe_route, tm, rnd, tile, M, E, k, N, K, dtype, cuda) -> dict:
+    """One ``router_route`` entry: ``M`` tokens ``[M, K]`` through a router ``[N = E, K]``, the
+    routing and sort of their top ``k`` in the same launch (not renormalised: the same kernel),
+    the router's weight rotated through copies (``cold_copies``). Bytes: the router's weights and
+    the tokens and logits (``zoo.moe``'s kernel list counts the same)."""
+    if N != E:
+        raise ValueError(f"router_route's N is the experts ({E}), not {N}")
+    h = rnd(M, K)
+    wb = h.element_size()
+    routers = [rnd(N, K) for _ in range(cold_copies(N * K * wb, cuda, cap=MOST_COPIES))]
+    fns = [lambda wr=wr: moe_route.router_route(h, wr, k, False, tile[0]) for wr in routers]
+    flops = 2.0 * M * N * K
+    nbytes = float(N * K * wb + M * (N + K) * wb)
+    return entry("moe_gemm", tm(fns), op="router_route", M=M, E=E, k=k, N=N, K=K, dtype=dtype,
+                 flops=flops, bytes=nbytes, touched=E)

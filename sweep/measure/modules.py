@@ -49,9 +49,10 @@ def _gemm_range(leaves: dict[str, str], r: str | None) -> bool:
 
 
 # gemv: kernels.gemv's _gemv_kernel; moe_up / moe_down: kernels.moe_gemm's grouped GEMMs (an
-# H100 profile of +experiment=moe_vs_dense put every one of them in norms_elementwise)
+# H100 profile of +experiment=moe_vs_dense put every one of them in norms_elementwise); the MoE
+# router's GEMM with its routing in one launch (kernels.moe_route)
 _GEMM = re.compile(r"gemm|gemv|nvjet|cutlass|xmma|cublas|splitKreduce|sm90_|matmul|_mm_|"
-                   r"addmm|linear|::(add)?b?mm\b|_moe_(up|down)_kernel", re.I)
+                   r"addmm|linear|::(add)?b?mm\b|_moe_(up|down)_kernel|_router_route_kernel", re.I)
 _LAUNCH = re.compile(r"Launch|cudaGraphLaunch", re.I)
 
 

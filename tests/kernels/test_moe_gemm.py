@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from kernels import moe_gemm as moe
+from kernels import moe_route
 from tests.kernels.conftest import DEVICE
 
 
@@ -94,6 +95,11 @@ def test_the_predictor_counts_the_launches_of_the_sort():
     for slots in (1, 8, 16, 17, 64, 128, 256, 512, 513):
         for e in (4, 8, 64, 100, 128, 256, 257):
             assert zoo_moe.fused_route(slots, e) == moe.fused_route(slots, e), (slots, e)
+    assert zoo_moe.ROUTER_ROUTE_MAX_TOKENS == moe_route.ROUTER_ROUTE_MAX_TOKENS
+    assert zoo_moe.SUM_IN_DOWN_MAX_TOKENS == moe.SUM_IN_DOWN_MAX_TOKENS
+    for tokens in (1, 2, 8, 9, 64):
+        for e, k in ((8, 2), (64, 8), (128, 8), (257, 8)):
+            assert zoo_moe.fused_router(tokens, e, k) == moe_route.fused_router(tokens, e, k)
 
 
 @pytest.mark.parametrize("M,E,k,renorm", [(1, 8, 2, True), (3, 64, 8, False), (8, 128, 8, True),
@@ -110,3 +116,36 @@ def test_the_fused_routing_and_sort_match_torch(M, E, k, renorm):
     torch.testing.assert_close(w, rw, rtol=1e-6, atol=1e-7)
     want_ids, want_bexp = moe.align(ridx, E, 16)
     assert torch.equal(ids, want_ids) and torch.equal(bexp, want_bexp)
+
+
+@pytest.mark.parametrize("M,d,E,k,renorm,eg", [(1, 96, 8, 2, True, 4), (3, 200, 64, 8, False, 8),
+                                               (8, 64, 128, 8, True, 4), (2, 130, 6, 6, True, 4),
+                                               (2, 1100, 16, 4, True, None)])
+def test_the_router_gemm_routing_and_sort_in_one_launch(M, d, E, k, renorm, eg):
+    """``router_route``: the router's GEMM spread over programs, the last one routing and sorting
+    the logits (``route_align``'s numerics) in the same launch; called twice (its counter left
+    at zero); the same routing as the router's ``F.linear`` then ``route_align``; ``eg`` None:
+    the default tile the model launches (one expert a program, ``d`` in chunks of 1024)."""
+    g = torch.Generator().manual_seed(M * d + E)
+    h = torch.randn(M, d, generator=g).to(DEVICE)
+    wr = (torch.randn(E, d, generator=g) * d ** -0.5).to(DEVICE)
+    want = moe.route_align(torch.nn.functional.linear(h, wr), k, renorm, 16, torch.float32)
+    for _ in range(2):
+        got = (moe_route.router_route(h, wr, k, renorm, 16) if eg is None else
+               moe_route.router_route(h, wr, k, renorm, 16, block_eg=eg, block_k=64))
+        assert torch.equal(got[1], want[1])
+        torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6)
+        assert torch.equal(got[2], want[2]) and torch.equal(got[3], want[3])
+
+
+@pytest.mark.parametrize("M,d,F,E,k", [(1, 64, 32, 8, 2), (5, 48, 40, 6, 3), (8, 64, 32, 16, 8)])
+def test_the_slots_sum_in_the_down_launch(M, d, F, E, k):
+    """``moe_down(sum_k=k)``: each token's k slots summed by the program that finishes its last
+    one (per column tile), in the same launch; twice (its counters left at zero); the same as
+    the slots summed after (``moe_experts``' default)."""
+    h, w13, w2, w, idx = _case(M, d, F, E, k, seed=M + E)
+    want = moe.moe_experts(h, w13, w2, w, idx)
+    tile = (16, 16, 32, 4, 2)  # several column tiles: one counter per (token, tile)
+    for _ in range(2):
+        got = moe.moe_experts(h, w13, w2, w, idx, tile=tile, sum_in_down=True)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
