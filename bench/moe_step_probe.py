@@ -1,4 +1,4 @@
-"""How much of a batch-1 MoE decode step do the two levers of issue 38 item 2 take off?
+"""How much of a batch-1 MoE decode step do the levers of issue 38 item 2 take off?
 
     python -m bench.moe_step_probe OUT.csv [DESIGNS]
 
@@ -7,10 +7,11 @@ Decode steps of the shipped MoE presets (random bf16 weights, the router as buil
 levers of ``zoo.experts`` on and off: the router's GEMM, routing and sort in one launch
 (``kernels.moe_route.ROUTER_ROUTE_MAX_TOKENS``, 0 = off: the router's GEMM then ``route_align``)
 and each token's slots summed inside the down GEMM's launch
-(``kernels.moe_gemm.SUM_IN_DOWN_MAX_TOKENS``, 0 = off: a torch sum after). ms per step: the median
-over 3 rounds, the four variants alternating, each a fresh Generator (graphs captured in an
-untimed run, then 64 timed steps). DESIGNS: comma-separated ``preset:batch`` (default
-OLMoE-1B-7B at 1 and 8, Qwen3-30B-A3B at 1).
+(``kernels.moe_gemm.SUM_IN_DOWN_MAX_TOKENS``, 0 = off: a torch sum after); and QK-norm in one
+launch (``kernels.qk_norm``; off: the two RMSNorm launches, with q, k and v copied dense first for
+several rows, as before it). ms per step: the median over 3 rounds, the variants alternating,
+each a fresh Generator (graphs captured in an untimed run, then 64 timed steps). DESIGNS:
+comma-separated ``preset:batch`` (default OLMoE-1B-7B at 1 and 8, Qwen3-30B-A3B at 1).
 """
 
 from __future__ import annotations
@@ -23,13 +24,26 @@ import torch
 
 from bench.gpu import write_rows
 from bench.tpot import tpot_runs
-from kernels import moe_gemm, moe_route
+from kernels import moe_gemm, moe_route, ops, rmsnorm
 
 DEFAULT = "olmoe_1b_7b:1,olmoe_1b_7b:8,qwen3_30b_a3b:1"
 PROMPT = 512
-# variant -> (ROUTER_ROUTE_MAX_TOKENS, SUM_IN_DOWN_MAX_TOKENS)
-VARIANTS = {"two_launches_sum_after": (0, 0), "router_route": (8, 0), "sum_in_down": (0, 8),
-            "both (shipped)": (8, 8)}
+# variant -> (ROUTER_ROUTE_MAX_TOKENS, SUM_IN_DOWN_MAX_TOKENS, QK-norm in one launch)
+VARIANTS = {"none": (0, 0, False), "router_route": (8, 0, False), "sum_in_down": (0, 8, False),
+            "router_route + sum_in_down": (8, 8, False), "all three (shipped)": (8, 8, True)}
+QK_NORM = ops.qk_norm
+
+
+def _qk_two_launches(qkv, q_dim, kv_dim, wq, wk, eps, head_dim=0, one_p=False):
+    """QK-norm as before ``kernels.qk_norm``: a RMSNorm launch each for q and k (their strided
+    rows copied dense first), v made dense (HF's scale only: the presets')."""
+    q, k, v = qkv.split([q_dim, kv_dim, kv_dim], dim=-1)
+    if head_dim:
+        q, k = q.unflatten(-1, (-1, head_dim)), k.unflatten(-1, (-1, head_dim))
+    q, k = rmsnorm.rmsnorm(q, wq, eps), rmsnorm.rmsnorm(k, wk, eps)
+    if head_dim:
+        q, k = q.flatten(-2), k.flatten(-2)
+    return q, k, v.contiguous()
 
 
 def _ms(model, B, steps=64):
@@ -48,6 +62,7 @@ def main(out: str, designs: str = DEFAULT) -> None:
     from zoo import ModelConfig, Transformer
 
     shipped = (moe_route.ROUTER_ROUTE_MAX_TOKENS, moe_gemm.SUM_IN_DOWN_MAX_TOKENS)
+    base_name = next(iter(VARIANTS))
     rows = []
     for item in designs.split(","):
         preset, B = item.split(":")
@@ -58,12 +73,14 @@ def main(out: str, designs: str = DEFAULT) -> None:
         times: dict = {v: [] for v in VARIANTS}
         try:
             for _ in range(3):
-                for v, (router, summed) in VARIANTS.items():
+                for v, (router, summed, qk) in VARIANTS.items():
                     moe_route.ROUTER_ROUTE_MAX_TOKENS, moe_gemm.SUM_IN_DOWN_MAX_TOKENS = router, summed
+                    ops.qk_norm = QK_NORM if qk else _qk_two_launches
                     times[v].append(_ms(model, B))
         finally:
             moe_route.ROUTER_ROUTE_MAX_TOKENS, moe_gemm.SUM_IN_DOWN_MAX_TOKENS = shipped
-        base = sorted(times["two_launches_sum_after"])[1]
+            ops.qk_norm = QK_NORM
+        base = sorted(times[base_name])[1]
         for v, t in times.items():
             med = sorted(t)[1]
             rows.append(dict(design=preset, batch=B, variant=v, ms=round(med, 4),

@@ -4,7 +4,8 @@ Dynamo cannot trace the kernels' Python dispatch (tile choices kept in files, Tr
 device queries, the GEMV-or-cuBLAS choice): tracing the Triton decode step failed with
 ``Unsupported: torch.* op returned non-Tensor``. Each function here has the signature of the
 kernel module's own (``kernels.rmsnorm.rmsnorm``, ``kernels.swiglu.swiglu``,
-``kernels.rope.rope_kv_write_``, ``kernels.decode_attention.decode_attention``,
+``kernels.qk_norm.qk_norm``, ``kernels.rope.rope_kv_write_``,
+``kernels.decode_attention.decode_attention``,
 ``kernels.prefill_attention.prefill_attention``, ``kernels.mla_decode.mla_decode``,
 ``kernels.mla_rope.mla_rope_write_``, ``kernels.head_gemv.head_gemv``,
 ``kernels.decode_linear.linear``) and calls it directly when run eagerly; while Dynamo traces
@@ -32,6 +33,7 @@ from . import head_gemv as _head_gemv
 from . import mla_decode as _mla
 from . import mla_rope as _mla_rope
 from . import prefill_attention as _prefill
+from . import qk_norm as _qk_norm
 from . import rmsnorm as _rmsnorm
 from . import rope as _rope
 from . import swiglu as _swiglu
@@ -71,6 +73,31 @@ def rmsnorm(x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = Non
     if residual is None:
         return _rmsnorm_op(x, weight, eps)
     return _rmsnorm_residual_op(x, weight, eps, residual)
+
+
+@torch.library.custom_op("designzoo::qk_norm", mutates_args=())
+def _qk_norm_op(qkv: Tensor, q_dim: int, kv_dim: int, wq: Tensor, wk: Tensor, eps: float,
+                head_dim: int, one_p: bool) -> tuple[Tensor, Tensor, Tensor]:
+    q, k, v = _qk_norm.qk_norm(qkv, q_dim, kv_dim, wq, wk, eps, head_dim, one_p)
+    aliased = v.untyped_storage().data_ptr() == qkv.untyped_storage().data_ptr()
+    return q, k, v.clone() if aliased else v  # an op's outputs may not alias its inputs
+
+
+@_qk_norm_op.register_fake
+def _(qkv, q_dim, kv_dim, wq, wk, eps, head_dim, one_p):
+    lead = qkv.shape[:-1]
+    return (qkv.new_empty(*lead, q_dim), qkv.new_empty(*lead, kv_dim),
+            qkv.new_empty(*lead, kv_dim))
+
+
+def qk_norm(qkv: Tensor, q_dim: int, kv_dim: int, wq: Tensor, wk: Tensor, eps: float,
+            head_dim: int = 0, one_p: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """``kernels.qk_norm.qk_norm`` (``qkv [..., q_dim + 2 kv_dim]`` -> dense ``q``, ``k``,
+    ``v``), as an op under ``torch.compile`` (a custom op may not return a view of its input:
+    there v is copied for one row too)."""
+    if not _compiling():
+        return _qk_norm.qk_norm(qkv, q_dim, kv_dim, wq, wk, eps, head_dim, one_p)
+    return _qk_norm_op(qkv, q_dim, kv_dim, wq, wk, eps, head_dim, one_p)
 
 
 @torch.library.custom_op("designzoo::swiglu", mutates_args=())

@@ -57,8 +57,8 @@ class Attention(nn.Module):
         cfg = self.cfg
         B, T, _ = x.shape
         with annotate("qkv"):
-            q, k, v = self.wqkv(x).split([cfg.q_dim, cfg.kv_dim, cfg.kv_dim], dim=-1)
-        q, k, v = self._heads(q, k, v)
+            qkv = self.wqkv(x)
+        q, k, v = self._heads(qkv)
         if cfg.kernels == "triton":
             y = self._triton(q, k, v, rope, input_pos, kv_len, mask)
             with annotate("out_proj"):
@@ -94,33 +94,33 @@ class Attention(nn.Module):
         K/V cache write (one kernel), then the split-K decode kernel; or, with ``fold_rope``
         (the default; ``switches.rope_in_attention=false`` unfolds), both in the decode kernel's
         launch. Returns ``[B, 1, q_dim]``."""
+        return self._triton(*self._heads(qkv), rope, input_pos, 1, None)
+
+    def _heads(self, qkv):
+        """``qkv [B, T, q_dim + 2 kv_dim]`` -> q ``[B, T, n_heads, head_dim]``, k and v ``[B, T,
+        n_kv_heads, head_dim]``, q and k normalised first where the design has QK-norm (over the
+        projection, or per head): on the Triton path one kernel (``kernels.qk_norm``: both norms
+        and v made dense, which the decode kernel reads at one stride with k), on the torch path
+        the norms' ops."""
         cfg = self.cfg
         B, T, _ = qkv.shape
-        q, k, v = qkv.split([cfg.q_dim, cfg.kv_dim, cfg.kv_dim], dim=-1)
-        q, k, v = self._heads(q, k, v)
-        return self._triton(q, k, v, rope, input_pos, 1, None)
-
-    def _heads(self, q, k, v):
-        """``q [B, T, q_dim]``, ``k``, ``v [B, T, kv_dim]`` -> ``[B, T, heads, head_dim]`` each,
-        q and k normalised first where the design has QK-norm (over the projection, or per
-        head)."""
-        cfg = self.cfg
-        B, T, _ = q.shape
-
-        def norm(m, t):  # Triton: one kernel over the (copied dense) rows; torch: its ops
-            return m.fused(t) if cfg.kernels == "triton" else m(t)
-
-        if cfg.qk_norm == "full":
+        head = cfg.qk_norm == "head"
+        if cfg.qk_norm != "none" and cfg.kernels == "triton":
             with annotate("qk_norm"):
-                q, k = norm(self.q_norm, q), norm(self.k_norm, k)
+                q, k, v = ops.qk_norm(qkv, cfg.q_dim, cfg.kv_dim, self.q_norm.weight,
+                                      self.k_norm.weight, cfg.norm_eps,
+                                      cfg.head_dim if head else 0, cfg.norm == "rmsnorm1p")
+        else:
+            q, k, v = qkv.split([cfg.q_dim, cfg.kv_dim, cfg.kv_dim], dim=-1)
+            if cfg.qk_norm == "full":
+                with annotate("qk_norm"):
+                    q, k = self.q_norm(q), self.k_norm(k)
         q = q.view(B, T, cfg.n_heads, cfg.head_dim)
         k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim)
         v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim)
-        if cfg.qk_norm == "head":
+        if head and cfg.kernels != "triton":
             with annotate("qk_norm"):
-                q, k = norm(self.q_norm, q), norm(self.k_norm, k)
-        if cfg.qk_norm != "none" and cfg.kernels == "triton":  # the decode kernel reads the
-            v = v.contiguous()  # new k and v at one stride
+                q, k = self.q_norm(q), self.k_norm(k)
         return q, k, v
 
     def _refuse_chunk(self, T: int, mask) -> None:

@@ -120,19 +120,19 @@ class GQA:
         rope_bytes, kv_bytes = 2 * M * (H + Hkv) * D * wb, 2 * M * Hkv * D * (wb + kvb)
         out = [st.gemm("qkv", "wqkv", cfg.q_dim + 2 * cfg.kv_dim, d, rep=L,
                        prologue="norm+res" + ("+bias" if cfg.qkv_bias else ""))]
-        if cfg.qk_norm != "none":  # two RMSNorms (queries, keys): torch's ops, or a Triton
-            # kernel each, each priced at its own bytes (read and written): every launch pays
-            # its own fixed cost (one entry of their summed bytes priced five launches as one:
-            # OLMoE's decode step 150 us short at batch 8, results/reference/moe_modules_h100)
+        if cfg.qk_norm != "none" and st.fused:  # one kernel (kernels.qk_norm): both norms
+            # from the qkv rows, and v copied dense for several rows; priced as one RMSNorm
+            # launch of those bytes (read and written)
             q_b, k_b = 2 * M * H * D * wb, 2 * M * Hkv * D * wb
-            nl = 1 if st.fused else NORM_LAUNCHES["rmsnorm1p" if cfg.norm == "rmsnorm1p"
-                                                  else "rmsnorm"]
+            out.append(st.elem("rmsnorm", q_b + 2 * k_b if M > 1 else q_b + k_b, rep=L,
+                               launches=1))
+        elif cfg.qk_norm != "none":  # two RMSNorms (queries, keys) of torch's ops, each priced
+            # at its own bytes (read and written): every launch pays its own fixed cost (one
+            # entry of their summed bytes priced five launches as one: OLMoE's decode step 150
+            # us short at batch 8, results/reference/moe_modules_h100)
+            q_b, k_b = 2 * M * H * D * wb, 2 * M * Hkv * D * wb
+            nl = NORM_LAUNCHES["rmsnorm1p" if cfg.norm == "rmsnorm1p" else "rmsnorm"]
             out += [st.elem("rmsnorm", b, rep=L, launches=nl) for b in (q_b, k_b)]
-            if st.fused and M > 1:  # rows of several tokens are strided in the qkv output:
-                # q and k copied to dense rows first, and v made dense (torch copies, priced
-                # as torch's elementwise kernel of their bytes); one token's are dense
-                out += [st.elem("qk_copy", b, rep=L, launches=1, like="residual", impl="torch")
-                        for b in (q_b, k_b, k_b)]
         if st.fused and new == 1 and fold:
             pass  # folded into the decode attention launch (zoo.attention; its bytes are a token's)
         elif st.fused:  # one kernel: RoPE and the cache write (priced on their bytes together)

@@ -90,7 +90,7 @@ def fingerprints(device: dict, switches) -> dict:
         return tuple(str(_KERNELS / f"{n}.py") for n in names)
 
     every_kernel = k("decode_attention", "split_merge", "gemv", "decode_linear", "graph_timing",
-                     "rmsnorm", "rope", "swiglu", "kv_quant", "argmax")
+                     "rmsnorm", "rope", "swiglu", "kv_quant", "argmax", "qk_norm", "moe_route")
     zoo = tuple(str(_ZOO / f"{n}.py") for n in ("model", "attention", "generate", "cache", "gqa",
                                                  "norms", "experts")) + k("moe_gemm")
     return {

@@ -107,12 +107,14 @@ def test_triton_kernels_refused_on_cpu_without_interpreter(monkeypatch):
 
 
 @pytest.mark.parametrize("over", [dict(), dict(kv_dtype="int8"),
-                                  dict(n_kv_heads=1, batch=20), MLA, dict(MLA, batch=18)])
+                                  dict(n_kv_heads=1, batch=20), MLA, dict(MLA, batch=18),
+                                  dict(qk_norm="full"), dict(qk_norm="head", batch=1)])
 def test_compiled_triton_decode_step_matches_eager(over):
     """``torch.compile(fullgraph=True)`` traces the Triton decode step (its kernels are custom ops,
     ``kernels.ops``; Dynamo failed on their Python dispatch before) and gives the eager step's
     logits and KV cache: the GEMV path (batch 2), quantized KV, and the batched path (batch 20:
-    RMSNorm, SwiGLU, RoPE + cache write and attention as ops); latent attention on both."""
+    RMSNorm, SwiGLU, RoPE + cache write and attention as ops); latent attention on both; QK-norm
+    in one launch (``kernels.qk_norm``: v copied for two rows, a slice for one)."""
     over = dict(over)
     B = over.pop("batch", 2)
     dtype = "bf16" if DEVICE == "cuda" else "fp32"
