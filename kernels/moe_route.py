@@ -87,9 +87,15 @@ def router_route(h: torch.Tensor, router_w: torch.Tensor, k: int, renorm: bool, 
 
     Returns:
         ``(weights [M, k] h.dtype, idx [M, k] int64, sorted_ids, block_expert)``.
+
+    Raises:
+        ValueError: a router whose rows are not ``d`` wide.
     """
     M, K = h.shape
     E = router_w.shape[0]
+    if router_w.shape[1] != K:
+        raise ValueError(f"router_route: router_w {tuple(router_w.shape)} does not take d = {K}")
+    router_w = router_w.contiguous()
     S = M * k
     block_k = block_k or min(2048, triton.next_power_of_2(K))
     num_warps = num_warps or min(4, max(1, triton.next_power_of_2(M) * block_k // 1024))

@@ -78,9 +78,8 @@ def rmsnorm(x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = Non
 @torch.library.custom_op("designzoo::qk_norm", mutates_args=())
 def _qk_norm_op(qkv: Tensor, q_dim: int, kv_dim: int, wq: Tensor, wk: Tensor, eps: float,
                 head_dim: int, one_p: bool) -> tuple[Tensor, Tensor, Tensor]:
-    q, k, v = _qk_norm.qk_norm(qkv, q_dim, kv_dim, wq, wk, eps, head_dim, one_p)
-    aliased = v.untyped_storage().data_ptr() == qkv.untyped_storage().data_ptr()
-    return q, k, v.clone() if aliased else v  # an op's outputs may not alias its inputs
+    # an op's outputs may not alias its inputs: v copied by the kernel for one row too
+    return _qk_norm.qk_norm(qkv, q_dim, kv_dim, wq, wk, eps, head_dim, one_p, copy_v=True)
 
 
 @_qk_norm_op.register_fake
@@ -94,7 +93,7 @@ def qk_norm(qkv: Tensor, q_dim: int, kv_dim: int, wq: Tensor, wk: Tensor, eps: f
             head_dim: int = 0, one_p: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     """``kernels.qk_norm.qk_norm`` (``qkv [..., q_dim + 2 kv_dim]`` -> dense ``q``, ``k``,
     ``v``), as an op under ``torch.compile`` (a custom op may not return a view of its input:
-    there v is copied for one row too)."""
+    there the same launch copies v for one row too)."""
     if not _compiling():
         return _qk_norm.qk_norm(qkv, q_dim, kv_dim, wq, wk, eps, head_dim, one_p)
     return _qk_norm_op(qkv, q_dim, kv_dim, wq, wk, eps, head_dim, one_p)

@@ -11,9 +11,10 @@ On the torch path (``kernels=torch``) the experts run one by one over their toke
 their token counts on the host: eager only (``sweep.plan.check_mode``). With ``kernels=triton``
 the experts are two grouped GEMMs over the tokens sorted by expert on the device
 (``kernels.moe_gemm``): no host sync, so a CUDA graph captures the step. A decode step of at most
-8 tokens runs the router's GEMM with the routing and sort as one launch
-(``kernels.moe_route.router_route``; not under a routing skew, whose draw replaces the logits)
-and sums each token's slots inside the down GEMM's launch (``moe_down(sum_k=k)``).
+8 tokens that the fused routing takes (``route_align``'s limits) runs the router's GEMM with the
+routing and sort as one launch (``kernels.moe_route.router_route``; not under a routing skew,
+whose draw replaces the logits) and sums each token's slots inside the down GEMM's launch
+(``moe_down(sum_k=k)``).
 """
 
 from __future__ import annotations

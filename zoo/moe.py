@@ -173,20 +173,21 @@ class MoEFFN:
 
     def _fused_kernels(self, st: Stage, rep: int, n_exp: int, m: int, casts: int
                        ) -> list[Kernel]:
-        """``kernels`` on the Triton path (``kernels.moe_gemm``): on the decode GEMV path the FFN norm
-        with the residual add (a kernel of its own: no GEMV prologue takes it); the router's GEMM
-        (cuBLAS); its softmax, top-k and sort by expert in one kernel (``route_align``, its own
-        ``elementwise`` entry) where it takes the step, else ``ALIGN_LAUNCHES`` small torch ops;
-        for a step of at most ``ROUTER_ROUTE_MAX_TOKENS`` tokens and no skew, the GEMM and
-        ``route_align`` as one launch instead (``router_route``, a ``moe_gemm`` entry of its own,
-        else priced as the two, noted); the two grouped GEMMs, each one launch reading every
-        touched expert's weights once (priced by their own ``moe_gemm`` calibration entries, else
-        as ``n_exp`` GEMMs of ``m`` tokens, noted); the slots' sum (``moe_sum``: torch's
-        reduction over the ``k`` slots), inside ``moe_down``'s launch for at most
-        ``SUM_IN_DOWN_MAX_TOKENS`` tokens; the shared experts as torch's dense FFN.
-        ``route_align`` and ``moe_sum`` without entries of their own (calibrations before
-        2026-11-27's sixth session): priced as before, as a graph launch and as the ``residual``
-        add (``sweep.analysis.proxies``), noted."""
+        """``kernels`` on the Triton path (``kernels.moe_gemm``): on the decode GEMV path the FFN
+        norm with the residual add (a kernel of its own: no GEMV prologue takes it); the
+        router's GEMM (cuBLAS); its softmax, top-k and sort by expert in one kernel
+        (``route_align``, its own ``elementwise`` entry) where it takes the step, else
+        ``ALIGN_LAUNCHES`` small torch ops; for a step of at most ``ROUTER_ROUTE_MAX_TOKENS``
+        tokens and no skew, the GEMM and ``route_align`` as one launch instead
+        (``router_route``, a ``moe_gemm`` entry of its own, else priced as the two launches it
+        replaces, noted); the two grouped GEMMs, each one launch reading every touched expert's
+        weights once (priced by their own ``moe_gemm`` calibration entries, else as ``n_exp``
+        GEMMs of ``m`` tokens, noted); the slots' sum (``moe_sum``: torch's reduction over the
+        ``k`` slots), inside ``moe_down``'s launch for at most ``SUM_IN_DOWN_MAX_TOKENS`` tokens
+        that ``route_align`` takes; the shared experts as torch's dense FFN. ``route_align`` and
+        ``moe_sum`` without entries of their own (calibrations before 2026-11-27's sixth
+        session): priced as before, as a graph launch and as the ``residual`` add
+        (``sweep.analysis.proxies``), noted."""
         cfg, M, wb = st.cfg, st.M, st.wb
         d, E, k, Fe, S = (cfg.d_model, cfg.n_experts, cfg.n_experts_active, cfg.expert_ffn_dim,
                           cfg.n_shared_experts)
@@ -208,7 +209,8 @@ class MoEFFN:
 
         routed = route_bytes(M, E, k, d, wb)
         one = not st.skew and fused_router(M, E, k)  # the router in one launch
-        summed = M <= SUM_IN_DOWN_MAX_TOKENS  # the slots' sum inside moe_down's launch
+        # the slots' sum inside moe_down's launch: a step the fused routing takes, few tokens
+        summed = M <= SUM_IN_DOWN_MAX_TOKENS and fused_route(M * k, E)
         out = [st.elem("rmsnorm", 4 * M * d * wb, rep=rep) if st.skinny else None,
                # kernels.moe_route.router_route: the GEMM over E programs, the last routing
                gemm("router_route", E, d, M, 1) if one else gemm("router", E, d, M),

@@ -16,8 +16,9 @@ kernels have entries of their own.
   that streams their weights, priced as one GEMM over their rows stacked (``N`` times the
   experts), by the decode GEMV's entries for at most 16 tokens per expert, else the GEMMs'.
 - ``router_route`` (``kernels.moe_route``: the router's GEMM, softmax, top-k and sort in one
-  launch): as the two launches it replaces, the router's GEMM and ``route_align`` (an upper
-  bound: on an H200 the one launch took 1.7-2.9 us less, ``results/reference/moe_h100.md``).
+  launch): as the two launches it replaces, the router's GEMM (cuBLAS's entry, as the two-launch
+  path's ``router`` kernel) and ``route_align`` (on an H200 the one launch took 1.7-2.9 us less,
+  ``results/reference/moe_h100.md``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,18 @@ def proxy_price(cal, k) -> tuple[float, str]:
     Raises:
         KeyError: ``k`` is none of the kernels priced so.
     """
+    if k.kind == "gemm" and k.op == "router_route":  # the router's GEMM as the two launches
+        s = k.shape  # price it (cuBLAS's entry: zoo.moe's ``router`` kernel), + the routing
+        plain = {c: s[c] for c in ("M", "N", "K", "dtype", "weight_bits") if c in s}
+        t, b = cal.quantized(plain, *cal.gemm(plain))
+        nb = route_bytes(s["tokens"], s["E"], s["topk"], s["K"], DTYPE_BYTES[s["dtype"]])
+        ra = replace(k, module="norms_elementwise", kind="elementwise", op="route_align",
+                     flops=0, bytes=nb, shape={"op": "route_align", "impl": "triton",
+                                               "bytes": nb}, launches=1)
+        t2, b2 = cal.price(ra)
+        cal._note("the MoE router in one launch (router_route) not calibrated: priced as the "
+                  "router's GEMM and route_align")
+        return t + t2, f"{b} + {b2} (as router_route)"
     if k.kind == "gemm":  # one launch streaming the touched experts' weights: as one GEMM
         n = k.shape["experts"]  # over their rows stacked (the decode GEMV's entry for few rows)
         s = {key: v for key, v in k.shape.items() if key != "experts"}
@@ -50,17 +63,7 @@ def proxy_price(cal, k) -> tuple[float, str]:
         cal._note("the MoE grouped GEMMs not calibrated: priced as one GEMM over the touched "
                   "experts' rows stacked")
         t, b = cal.gemv(dict(s, prologue="none")) if s["M"] <= 16 else cal.gemm(s)
-        t, b = cal.quantized(s, t, f"{b} ({n} experts' rows stacked)")
-        if k.op == "router_route":  # + the routing and sort the same launch runs
-            nb = route_bytes(s["tokens"], s["E"], s["topk"], s["K"], DTYPE_BYTES[s["dtype"]])
-            ra = replace(k, module="norms_elementwise", kind="elementwise", op="route_align",
-                         flops=0, bytes=nb, shape={"op": "route_align", "impl": "triton",
-                                                   "bytes": nb}, launches=1)
-            t2, b2 = cal.price(ra)
-            cal._note("the MoE router in one launch (router_route) not calibrated: priced as "
-                      "the router's GEMM and route_align")
-            t, b = t + t2, f"{b} + {b2} (as router_route)"
-        return t, b
+        return cal.quantized(s, t, f"{b} ({n} experts' rows stacked)")
     op = k.shape["op"]
     if op not in PROXIES:
         raise KeyError(f"no elementwise {op}/{k.shape['impl']} in the calibration")

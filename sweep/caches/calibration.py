@@ -105,7 +105,8 @@ def fingerprints(device: dict, switches) -> dict:
         "decode_attn/mla": fingerprint(*base, tri, modules=k("mla_decode", "split_merge",
                                                              "graph_timing")
                                        + (str(_MICROBENCH_MLA),)),
-        "moe_gemm": fingerprint(*base, tri, modules=k("moe_gemm") + (str(_MICROBENCH_MOE),)),
+        "moe_gemm": fingerprint(*base, tri, modules=k("moe_gemm", "moe_route", "split_merge")
+                                + (str(_MICROBENCH_MOE),)),
         "gemv": fingerprint(*base, tri, *tune, sw["gemv_prefetch"], sw["gemv_w_ahead"], sw["pdl"],
                             modules=k("gemv", "decode_linear", "graph_timing", "rmsnorm",
                                       "swiglu")),

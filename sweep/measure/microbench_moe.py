@@ -1,7 +1,8 @@
 """The MoE layer's micro-benchmark (``moe_gemm`` calibration entries): the two grouped GEMMs of
 ``kernels.moe_gemm`` (``moe_up``: gate and up projections with SwiGLU; ``moe_down``: the down
 projection scaled by the routing weight, with the slots' sum in its launch for a step of at most
-``SUM_IN_DOWN_MAX_TOKENS`` tokens) launched as the model's Triton path launches them, on the
+``SUM_IN_DOWN_MAX_TOKENS`` tokens that ``route_align`` takes) launched as the model's Triton path
+launches them, on the
 step's tokens sorted by expert with ``tiles``' block, each expert's weights read from DRAM; and
 ``router_route`` (``kernels.moe_route``: the router's GEMM ``[E, d]``, routing and sort in one
 launch, ``N = E``, ``K = d``), as a decode step of few tokens launches it.
@@ -49,7 +50,8 @@ def moe_gemms(device: str, tm, rnd, shapes, progress=None) -> list[dict]:
             if progress:
                 progress(i + 1, len(shapes))
             continue
-        sum_k = k if op == "moe_down" and M <= K_.SUM_IN_DOWN_MAX_TOKENS else 0
+        sum_k = k if (op == "moe_down" and M <= K_.SUM_IN_DOWN_MAX_TOKENS
+                      and K_.fused_route(M * k, E)) else 0  # as zoo.experts launches it
         idx = rnd(M, E, dt=torch.float32).topk(k, dim=-1).indices  # k distinct, uniform
         aligned = K_.align(idx, E, tile[0])
         touched = int(torch.unique(idx).numel())

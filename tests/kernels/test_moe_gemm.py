@@ -125,7 +125,8 @@ def test_the_router_gemm_routing_and_sort_in_one_launch(M, d, E, k, renorm, eg):
     """``router_route``: the router's GEMM spread over programs, the last one routing and sorting
     the logits (``route_align``'s numerics) in the same launch; called twice (its counter left
     at zero); the same routing as the router's ``F.linear`` then ``route_align``; ``eg`` None:
-    the default tile the model launches (one expert a program, ``d`` in chunks of 1024)."""
+    the default tile the model launches (one expert a program, ``d`` in chunks of up to 2048:
+    1100 in one); several chunks with ``block_k=64``; a router of another width refused."""
     g = torch.Generator().manual_seed(M * d + E)
     h = torch.randn(M, d, generator=g).to(DEVICE)
     wr = (torch.randn(E, d, generator=g) * d ** -0.5).to(DEVICE)
@@ -136,6 +137,8 @@ def test_the_router_gemm_routing_and_sort_in_one_launch(M, d, E, k, renorm, eg):
         assert torch.equal(got[1], want[1])
         torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6)
         assert torch.equal(got[2], want[2]) and torch.equal(got[3], want[3])
+    with pytest.raises(ValueError, match="does not take d"):
+        moe_route.router_route(h, wr[:, 1:], k, renorm, 16)
 
 
 @pytest.mark.parametrize("M,d,F,E,k", [(1, 64, 32, 8, 2), (5, 48, 40, 6, 3), (8, 64, 32, 16, 8)])

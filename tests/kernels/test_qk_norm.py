@@ -29,6 +29,9 @@ def test_qk_norm_matches_the_reference(dtype, rows, H, Hkv, D, head, one_p):
         torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
     assert got[0].is_contiguous() and got[1].is_contiguous()
     assert got[2].is_contiguous() or rows == 1
+    forced = K.qk_norm(qkv, q_dim, kv_dim, wq, wk, 1e-6, D if head else 0, one_p, copy_v=True)
+    assert forced[2].untyped_storage().data_ptr() != qkv.untyped_storage().data_ptr()
+    assert torch.equal(forced[2], want[2])
 
 
 def test_the_reference_is_the_zoos_norms():
