@@ -256,9 +256,10 @@ def identity(base: ModelConfig, wl: dict, mode: str, weights: str | None, spec: 
     folder are not part of it. A stored study is resumed only under the same identity
     (``sweep.storage.open_study``)."""
     ident = {"base_model": base.identity_dict(),
-             # routing_skew only when set: every other study keeps its identity
+             # routing_skew and routing only when set: every other study keeps its identity
              "workload": {k: wl[k] for k in sorted(wl)
-                          if k != "name" and (k != "routing_skew" or wl[k])},
+                          if k != "name" and (k != "routing_skew" or wl[k])
+                          and (k != "routing" or wl[k] != "router")},
              "mode": mode, "weights": str(Path(weights).resolve()) if weights else None,
              "hardware_spec": spec.name, "device": device["name"], "profile": profile,
              "seed": seed, "space": space, "constraints": constraints, "objectives": objectives}
@@ -327,7 +328,8 @@ def check_workload(wl: dict, base: ModelConfig, space: dict, whose: str = "") ->
 
     Raises:
         ValueError: an unknown field; ``batch``, ``prompt_len``, ``new_tokens`` or ``repeats`` below 1,
-            ``warmup`` below 0, ``timeout_s`` not positive, ``routing_skew`` outside [0, 8], or
+            ``warmup`` below 0, ``timeout_s`` not positive, ``routing_skew`` outside [0, 8],
+            ``routing`` neither ``router`` nor ``uniform`` (or ``uniform`` with a skew), or
             ``prompt_len + new_tokens`` over
             the design's ``max_seq_len`` (the largest of the space's choices checked).
     """
@@ -347,6 +349,14 @@ def check_workload(wl: dict, base: ModelConfig, space: dict, whose: str = "") ->
     if isinstance(skew, bool) or not isinstance(skew, int | float) or not 0 <= skew <= 8:
         raise ValueError(f"workload.routing_skew={skew!r} must be a number in [0, 8] (the Zipf "
                          "exponent over a design's experts; 0: the router as built)")
+    routing = wl.get("routing", "router")
+    if routing not in ("router", "uniform"):
+        raise ValueError(f"workload.routing={routing!r} must be router (the router as built) or "
+                         "uniform (each token's experts drawn uniformly)")
+    if routing == "uniform" and skew:
+        raise ValueError(f"workload.routing=uniform with workload.routing_skew={skew!r}: a skew "
+                         "already draws each token's experts (from its Zipf prior); uniform is "
+                         "the prior of exponent 0")
 
     def most(key):
         sp = space.get(key) or {}

@@ -33,7 +33,13 @@ class WorkloadConf:
     ``warmup`` and ``repeats`` count whole prefills and whole decode loops; ``timeout_s`` bounds the
     trial's child process (s). ``routing_skew``: how a mixture-of-experts design's tokens spread
     over its experts, the Zipf exponent ``s`` of their prior (``zoo.routing``: each token's experts
-    drawn from ``p_e ~ (e + 1)^-s``); 0 is the router as built (random weights: near uniform).
+    drawn from ``p_e ~ (e + 1)^-s``); 0 is the router as built. ``routing``: ``router`` (the
+    default: at ``routing_skew`` 0 the router as built, whose random weights route a decode step
+    near uniformly but can send most of a long prompt's tokens to a few experts, about a quarter of
+    them on Qwen3-30B-A3B's and OLMoE's shapes: ``results/reference/moe_h100.md``) or ``uniform``
+    (each token's experts drawn uniformly, the Zipf prior of exponent 0: what a trained,
+    load-balanced router spreads, and what the performance model prices at ``routing_skew`` 0;
+    needs ``routing_skew`` 0).
     """
 
     name: str = "default"
@@ -44,6 +50,7 @@ class WorkloadConf:
     repeats: int = 10
     timeout_s: float = 900.0
     routing_skew: float = 0.0
+    routing: str = "router"
 
 
 @dataclass

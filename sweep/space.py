@@ -13,7 +13,7 @@ import optuna
 
 from zoo import ModelConfig
 
-WORKLOAD_KEYS = ("batch", "prompt_len", "new_tokens", "routing_skew")
+WORKLOAD_KEYS = ("batch", "prompt_len", "new_tokens", "routing_skew", "routing")
 RUN_KEYS = ("mode",)  # sampled like a design field, but how the trial runs (zoo.modes.MODES)
 SAMPLERS = ("auto", "grid", "tpe", "nsga2", "random")
 

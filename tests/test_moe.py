@@ -2,6 +2,7 @@
 logits as transformers, the published parameter counts, bad designs refused by field."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -531,3 +532,61 @@ def test_a_decode_step_of_few_tokens_routes_in_one_launch_and_sums_in_the_down_g
     with pytest.raises(ValueError, match="router_route's N"):
         moe_gemms("cpu", mb.timer(False, 2), lambda *s, dt=torch.float32: torch.randn(*s),
                   [dict(op="router_route", M=2, E=8, k=2, N=16, K=24, dtype="fp32")])
+
+
+def test_uniform_routing_draws_every_tokens_experts_uniformly():
+    """``workload.routing=uniform``: each token's experts drawn uniformly (the Zipf prior of
+    exponent 0) instead of the random router's choice, which sends much of a long prompt to a
+    few experts (``results/reference/moe_h100.md``): a tiny model's prompt then reaches every
+    expert with near-even loads; a trial records it; the kernel list holds the draw's ops (the
+    router's GEMM stays, not in one launch with the routing); a study's identity names it only
+    when set; ``uniform`` with a skew, or another value, refused by field name."""
+    from sweep.analysis import predict as perf
+    from sweep.measure.moe_routing import routing_stats
+    from sweep.plan import check_workload, identity
+    from sweep.schema import WorkloadConf
+    from zoo import Generator
+    from zoo.experts import MoEFeedForward, set_routing_skew
+
+    cfg = ModelConfig.from_name("tiny", n_experts=8, n_experts_active=2, expert_ffn_dim=32,
+                                kernels="torch", dtype="fp32")
+    model = Transformer.build(cfg, "cpu", seed=0)
+    assert set_routing_skew(model, 0.0, draw=True) == cfg.n_layers
+    layer = next(m for m in model.modules() if isinstance(m, MoEFeedForward))
+    assert torch.allclose(layer.log_prior, torch.full((8,), -math.log(8)))  # a flat prior
+    layer.record = []
+    with torch.no_grad():
+        layer(torch.zeros(1, 4000, cfg.d_model))  # one input for every token: the router would
+    got = torch.bincount(layer.record[0].reshape(-1), minlength=8).float() / 4000  # pick 2
+    assert torch.allclose(got, torch.full((8,), 0.25), atol=0.03), got
+    layer.record = None
+    gen = Generator(model, 4, 40)
+    prompt = torch.randint(0, cfg.vocab_size, (4, 32), generator=torch.Generator().manual_seed(0))
+    stats = routing_stats(gen, prompt, gen.prefill(prompt).argmax(-1, keepdim=True), 0.0)
+    assert stats["moe_prefill_experts_touched"] == 8 and stats["moe_prefill_load_max_over_mean"] < 2
+    assert set_routing_skew(model, 0.0) and layer.log_prior is None  # the router as built again
+
+    big = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
+    plain = [x.op for x in perf.kernel_list(big, 1, 1, 600, "triton")]
+    drawn = [x.op for x in perf.kernel_list(big, 1, 1, 600, "triton", draw=True)]
+    assert "router_route" in plain and "router_route" not in drawn
+    assert "router" in drawn and "route_align" in drawn  # the GEMM, the draw's ops, the sort
+    assert perf.kernel_list(big, 1, 1, 600, "triton", skew=1.0) == \
+        perf.kernel_list(big, 1, 1, 600, "triton", skew=1.0, draw=True)
+
+    wl = {f: getattr(WorkloadConf(), f) for f in ("batch", "prompt_len", "new_tokens", "warmup",
+                                                  "repeats", "timeout_s", "routing_skew",
+                                                  "routing")}
+    wl.update(prompt_len=64, new_tokens=16)  # inside the tiny design's max_seq_len
+    check_workload(dict(wl, routing="uniform"), cfg, {})
+    for bad, field in ((dict(routing="balanced"), "workload.routing='balanced'"),
+                       (dict(routing="uniform", routing_skew=1.0), "workload.routing=uniform")):
+        with pytest.raises(ValueError, match=field):
+            check_workload(dict(wl, **bad), cfg, {})
+    args = (cfg, None, "eager", None, type("S", (), {"name": "cpu"})(), {"name": "cpu"}, {}, 0,
+            {}, {}, [])
+    assert identity(*args[:1], wl, *args[2:]) == identity(*args[:1], dict(wl, routing="router"),
+                                                          *args[2:])
+    assert "routing" not in str(identity(*args[:1], wl, *args[2:])["workload"])
+    assert identity(*args[:1], wl, *args[2:]) != identity(*args[:1], dict(wl, routing="uniform"),
+                                                          *args[2:])

@@ -157,10 +157,11 @@ class MoEFeedForward(nn.Module):
         return self.forward(f), h
 
 
-def set_routing_skew(model: nn.Module, skew: float) -> int:
+def set_routing_skew(model: nn.Module, skew: float, draw: bool = False) -> int:
     """Route every MoE layer of ``model`` by the workload's ``routing_skew`` (``zoo.routing``:
     each token's experts drawn from the Zipf prior ``p_e ~ (e + 1)^-skew``); 0 restores the
-    router as built. Returns the number of MoE layers set.
+    router as built, unless ``draw`` (``workload.routing=uniform``): then each token's experts
+    are drawn uniformly (the prior of exponent 0). Returns the number of MoE layers set.
 
     Raises:
         ValueError: ``skew < 0``.
@@ -174,6 +175,6 @@ def set_routing_skew(model: nn.Module, skew: float) -> int:
         if isinstance(m, MoEFeedForward):
             p = torch.tensor(zipf_prior(m.cfg.n_experts, skew), dtype=torch.float32,
                              device=m.w13.device)
-            m.log_prior = p.log() if skew > 0 else None
+            m.log_prior = p.log() if skew > 0 or draw else None
             n += 1
     return n

@@ -64,6 +64,13 @@ class Stage:
     context: int
     kernels: str
     skew: float = 0.0  # the workload's routing_skew (an MoE layer's touched experts: zoo.routing)
+    draw: bool = False  # workload.routing=uniform: each token's experts drawn at routing_skew 0
+
+    @property
+    def draws(self) -> bool:
+        """Whether an MoE layer's experts are drawn from a prior (a skew, or ``uniform``), not
+        chosen by the router's logits: the draw's ops run after the router's GEMM."""
+        return self.skew > 0 or self.draw
 
     @property
     def M(self) -> int:

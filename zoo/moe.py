@@ -156,7 +156,7 @@ class MoEFFN:
             return self._fused_kernels(st, rep, n_exp, m, casts)
         out = [st.gemm("ffn", "router", E, d, rep=rep),
                st.elem("router", 4 * M * E * 4, rep=rep, launches=SKEW_LAUNCHES)
-               if st.skew else None,
+               if st.draws else None,
                st.elem("router", (2 * M * E + 2 * M * k) * 4 + M * d * wb, rep=rep,
                        launches=casts + 2 + 2 * cfg.router_renorm + 3),
                st.elem("moe_gather", 2 * m * d * wb, rep=rep * n_exp, launches=3),
@@ -208,7 +208,7 @@ class MoEFFN:
             return st.elem(name, nbytes, rep=rep, launches=launches, impl=impl)
 
         routed = route_bytes(M, E, k, d, wb)
-        one = not st.skew and fused_router(M, E, k)  # the router in one launch
+        one = not st.draws and fused_router(M, E, k)  # the router in one launch
         # the slots' sum inside moe_down's launch: a step the fused routing takes, few tokens
         summed = M <= SUM_IN_DOWN_MAX_TOKENS and fused_route(M * k, E)
         out = [st.elem("rmsnorm", 4 * M * d * wb, rep=rep) if st.skinny else None,
@@ -217,7 +217,7 @@ class MoEFFN:
                # kernels.moe_gemm.route_align: one program, latency-bound
                None if one else op("route_align", routed, impl="triton") if fused_route(M * k, E)
                else op("router", routed, casts + 2 + 2 * cfg.router_renorm + ALIGN_LAUNCHES),
-               op("router", 4 * M * E * 4, SKEW_LAUNCHES) if st.skew else None,
+               op("router", 4 * M * E * 4, SKEW_LAUNCHES) if st.draws else None,
                gemm("moe_up", 2 * Fe, d, m, n_exp),
                gemm("moe_down", d, Fe, m, n_exp),
                None if summed else op("moe_sum", sum_bytes(M, k, d, wb))]  # the slots' sum

@@ -60,15 +60,16 @@ CONFIDENCE = ((0.06, "high"), (0.15, "medium"))  # half-width / prediction, else
 
 
 def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: str,
-                fold: bool = True, skew: float = 0.0) -> list[Kernel]:
+                fold: bool = True, skew: float = 0.0, draw: bool = False) -> list[Kernel]:
     """The kernels of one forward of ``new`` tokens per sequence over ``context`` positions
     (prefill: ``new == context``; a decode step: ``new == 1``), in the zoo's order. ``fold``
     (``switches.rope_in_attention``, as the model reads it) folds a Triton decode step's RoPE and
     cache write into its attention kernel. A Triton decode step of at most
     ``kernels.gemv.MAX_M`` sequences runs its linear layers as ``gemv`` kernels (the norm or
     activation in their prologue: ``kernels.decode_linear``); the attention's and the FFN's
-    kernels are their kinds' (``zoo.attn``, ``zoo.ffn``)."""
-    st = Stage(cfg, batch, new, context, kernels, skew)
+    kernels are their kinds' (``zoo.attn``, ``zoo.ffn``). ``skew``, ``draw``: the workload's
+    ``routing_skew`` and ``routing=uniform`` (``zoo.launches.Stage``)."""
+    st = Stage(cfg, batch, new, context, kernels, skew, draw)
     d, V, wb, M, fused = cfg.d_model, cfg.vocab_size, st.wb, st.M, st.fused
     norm_bytes = (4 if fused else 2) * M * d * wb  # fused: residual read and written too
     nl = None if cfg.norm == "rmsnorm" else NORM_LAUNCHES[cfg.norm]  # (priced as RMSNorm)
@@ -115,11 +116,12 @@ def graphed(mode: str, batch: int, new: int, prefill: bool | None = None) -> boo
 
 
 def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
-           stage: str = "decode", power: tuple | None = None, skew: float = 0.0) -> dict:
+           stage: str = "decode", power: tuple | None = None, skew: float = 0.0,
+           draw: bool = False) -> dict:
     """Predicted times (s) of one stage: per module kind for both kinds, with bases and notes.
     ``power``: ``(slow-down, onset s, runs before the timed one, steps per run)`` of the power
     limit (``power_limit``), applied to the compute-bound kernels."""
-    ks = kernel_list(cfg, batch, new, context, kernels, fold, skew)
+    ks = kernel_list(cfg, batch, new, context, kernels, fold, skew, draw)
     roof = dict.fromkeys(MODULES, 0.0)
     calib = dict.fromkeys(MODULES, 0.0)
     hot = dict.fromkeys(MODULES, 0.0)  # compute-bound kernels' calibrated time
@@ -195,7 +197,7 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
             # the per-layer costs are a plain layer's: experts and QK-norm issue more ops
             plain = cfg.replace(**LATER_FIELDS)
             extra = launches - sum(k.repeat * k.launches for k in kernel_list(
-                plain, batch, new, context, kernels, fold, skew))
+                plain, batch, new, context, kernels, fold, skew, draw))
             host += max(extra, 0) * cal.launch("eager_op")
             basis.setdefault("launch_overhead", set()).add(
                 f"{extra} MoE / QK-norm launches beyond a plain layer's at eager_op each")
@@ -259,7 +261,7 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
             max(N - 1, 1), warm + middle + 0.5)
         power = None if limit is None else (*limit, before, steps)
         st = _stage(cfg, B, new, context, kernels, mode, cal, (pf, pb), fold, stage, power,
-                    workload.get("routing_skew", 0.0))
+                    workload.get("routing_skew", 0.0), workload.get("routing") == "uniform")
         row[pred(stage, "roofline")] = 1e3 * st["roofline_total"]
         src = st.get("calibrated", st["roofline"])
         row[pred(stage, "calibrated")] = 1e3 * st["calibrated_total"] if cal else math.nan

@@ -20,7 +20,7 @@ from zoo.counts import MODULES as ZOO_MODULES
 STAGES = ("prefill", "decode")
 TIME = {"prefill": "ttft_ms", "decode": "decode_tpot_ms"}  # the stage's measured median time
 RATE = {"prefill": "prefill_tok_s", "decode": "decode_tok_s"}  # batch x tokens / that time
-WORKLOAD = ("batch", "prompt_len", "new_tokens", "routing_skew")
+WORKLOAD = ("batch", "prompt_len", "new_tokens", "routing_skew", "routing")
 # the performance model's module kinds (sweep.analysis.predict prices each): the zoo's
 # (``zoo.counts.MODULES``, also the profiler's) and the step's launch overhead
 MODULES = (*ZOO_MODULES, "launch_overhead")

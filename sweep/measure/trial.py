@@ -146,11 +146,11 @@ def measure(spec: dict) -> dict:
     if fault and fault.endswith(":nan"):
         with torch.no_grad():
             model.norm.weight.fill_(float("nan"))
-    skew = wl.get("routing_skew", 0.0)
-    if skew:  # each token's experts drawn from the workload's Zipf prior (zoo.routing)
-        from zoo.experts import set_routing_skew
+    skew, uniform = wl.get("routing_skew", 0.0), wl.get("routing", "router") == "uniform"
+    if skew or uniform:  # each token's experts drawn from the workload's Zipf prior (zoo.routing;
+        from zoo.experts import set_routing_skew  # uniform: exponent 0)
 
-        set_routing_skew(model, skew)
+        set_routing_skew(model, skew, draw=uniform)
     gen = Generator(model, B, T + N, spec.get("mode", "eager"))
     build_s = time.perf_counter() - t0
     _inject(fault, "measure")
