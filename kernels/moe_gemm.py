@@ -21,6 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .split_merge import counters
+
 
 def align(idx: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The slots of ``idx [M, k]`` (expert ids, int64) sorted by expert, each expert's run padded
@@ -255,6 +257,12 @@ def _moe_down_kernel(a_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, rw_ptr, sum_ptr, 
 SUM_IN_DOWN_MAX_TOKENS = 8
 
 
+def sum_in_down(tokens: int, n_experts: int, k: int) -> bool:
+    """Whether the model sums a step's slots inside ``moe_down``'s launch: at most
+    ``SUM_IN_DOWN_MAX_TOKENS`` tokens, routed by ``route_align`` (``fused_route``)."""
+    return tokens <= SUM_IN_DOWN_MAX_TOKENS and fused_route(tokens * k, n_experts)
+
+
 def tiles(slots: int, n_experts: int) -> tuple[int, int, int, int, int]:
     """``(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)`` for ``slots`` routed (token, expert) pairs
     over ``n_experts`` experts, one tuple for both GEMMs (they share the alignment's block): 16
@@ -294,8 +302,6 @@ def moe_down(act: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor, aligned
     the tokens' sums ``[S / k, d]`` instead, in the same launch (the program that finishes a
     token's last slot of a column tile, counted on a per-(token, tile) counter, adds its ``k``
     slot rows), in place of the slots' sum as a kernel of its own."""
-    from .split_merge import counters
-
     (S, F), (E, d) = act.shape, w2.shape[:2]
     bm, bn, bk, warps, stages = tile
     sorted_ids, bexp = aligned

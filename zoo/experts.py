@@ -134,7 +134,7 @@ class MoEFeedForward(nn.Module):
             with annotate("experts"):  # a decode step's few tokens: their slots summed inside
                 out = moe_kernels.moe_experts(  # the down GEMM's launch
                     h, self.w13, self.w2, w, idx, aligned,
-                    sum_in_down=N <= moe_kernels.SUM_IN_DOWN_MAX_TOKENS)
+                    sum_in_down=moe_kernels.sum_in_down(N, cfg.n_experts, k))
         else:
             w, idx = self.route(h)
             with annotate("experts"):

@@ -66,6 +66,11 @@ def fused_route(slots: int, n_experts: int) -> bool:
             and _pow2(slots) * _pow2(n_experts) <= ROUTE_ALIGN_MAX_CELLS)
 
 
+def sum_in_down(tokens: int, n_experts: int, k: int) -> bool:
+    """``kernels.moe_gemm.sum_in_down``: whether a step's slots are summed in ``moe_down``."""
+    return tokens <= SUM_IN_DOWN_MAX_TOKENS and fused_route(tokens * k, n_experts)
+
+
 def fused_router(tokens: int, n_experts: int, k: int) -> bool:
     """``kernels.moe_route.fused_router``: whether a step of ``tokens`` tokens runs the router's
     GEMM, routing and sort as one launch (``router_route``)."""
@@ -209,8 +214,7 @@ class MoEFFN:
 
         routed = route_bytes(M, E, k, d, wb)
         one = not st.draws and fused_router(M, E, k)  # the router in one launch
-        # the slots' sum inside moe_down's launch: a step the fused routing takes, few tokens
-        summed = M <= SUM_IN_DOWN_MAX_TOKENS and fused_route(M * k, E)
+        summed = sum_in_down(M, E, k)  # the slots' sum inside moe_down's launch
         out = [st.elem("rmsnorm", 4 * M * d * wb, rep=rep) if st.skinny else None,
                # kernels.moe_route.router_route: the GEMM over E programs, the last routing
                gemm("router_route", E, d, M, 1) if one else gemm("router", E, d, M),

@@ -50,8 +50,7 @@ def moe_gemms(device: str, tm, rnd, shapes, progress=None) -> list[dict]:
             if progress:
                 progress(i + 1, len(shapes))
             continue
-        sum_k = k if (op == "moe_down" and M <= K_.SUM_IN_DOWN_MAX_TOKENS
-                      and K_.fused_route(M * k, E)) else 0  # as zoo.experts launches it
+        sum_k = k if op == "moe_down" and K_.sum_in_down(M, E, k) else 0  # as the model does
         idx = rnd(M, E, dt=torch.float32).topk(k, dim=-1).indices  # k distinct, uniform
         aligned = K_.align(idx, E, tile[0])
         touched = int(torch.unique(idx).numel())

@@ -100,6 +100,7 @@ def test_the_predictor_counts_the_launches_of_the_sort():
     for tokens in (1, 2, 8, 9, 64):
         for e, k in ((8, 2), (64, 8), (128, 8), (257, 8)):
             assert zoo_moe.fused_router(tokens, e, k) == moe_route.fused_router(tokens, e, k)
+            assert zoo_moe.sum_in_down(tokens, e, k) == moe.sum_in_down(tokens, e, k)
 
 
 @pytest.mark.parametrize("M,E,k,renorm", [(1, 8, 2, True), (3, 64, 8, False), (8, 128, 8, True),
