@@ -52,29 +52,37 @@ def align(idx: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch.Tensor
 
 
 @triton.jit
-def _route_align_kernel(logits_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, M, E, n_blocks,
-                        TOPK: tl.constexpr, RENORM: tl.constexpr, BLOCK_M: tl.constexpr,
+def _route_align_kernel(logits_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, prior_ptr, seed_ptr, M, E,
+                        n_blocks, TOPK: tl.constexpr, RENORM: tl.constexpr, BLOCK_M: tl.constexpr,
                         BLOCK_E: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_B: tl.constexpr,
-                        BM: tl.constexpr):
-    _route_align(logits_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, M, E, n_blocks, TOPK, RENORM,
-                 BLOCK_M, BLOCK_E, BLOCK_S, BLOCK_B, BM, False)
+                        BM: tl.constexpr, DRAW: tl.constexpr):
+    _route_align(logits_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, prior_ptr, seed_ptr, M, E,
+                 n_blocks, TOPK, RENORM, BLOCK_M, BLOCK_E, BLOCK_S, BLOCK_B, BM, False, DRAW)
 
 
 @triton.jit
-def _route_align(logits_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, M, E, n_blocks,
-                 TOPK: tl.constexpr, RENORM: tl.constexpr, BLOCK_M: tl.constexpr,
+def _route_align(logits_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, prior_ptr, seed_ptr, M, E,
+                 n_blocks, TOPK: tl.constexpr, RENORM: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_E: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_B: tl.constexpr,
-                 BM: tl.constexpr, CG: tl.constexpr):
+                 BM: tl.constexpr, CG: tl.constexpr, DRAW: tl.constexpr):
     # one program: softmax over the router's logits [M, E] in float32, the top k (argmax k
     # times), the k weights renormalised (RENORM), then ``align``'s sort of the M k slots by
     # expert, for a decode step's few slots (BLOCK_S >= M k; a slot's place in its expert's
     # run from a running count over a [slots, experts] one-hot); CG: the logits written by
-    # other programs of this launch (read past L1)
+    # other programs of this launch (read past L1); DRAW: a routing skew's draw in their place,
+    # log p_e + Gumbel noise (zoo.experts.MoEFeedForward.logits' arithmetic) from Philox on the
+    # layer's counter at seed_ptr, which this program then advances (a graph replays new draws)
     rows = tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_E)
     rmask = rows < M
     lmask = rmask[:, None] & (cols[None, :] < E)
-    if CG:
+    if DRAW:
+        seed = tl.load(seed_ptr)
+        u = tl.maximum(tl.rand(seed, rows[:, None] * E + cols[None, :]), 1e-20)
+        prior = tl.load(prior_ptr + cols, mask=cols < E, other=0.0)
+        x = tl.where(lmask, prior[None, :] - tl.log(-tl.log(u)), float("-inf"))
+        tl.store(seed_ptr, seed + 1)
+    elif CG:
         x = tl.load(logits_ptr + rows[:, None] * E + cols[None, :], mask=lmask,
                     other=float("-inf"), cache_modifier=".cg").to(tl.float32)
     else:
@@ -137,7 +145,7 @@ def fused_route(slots: int, n_experts: int) -> bool:
 
 
 def route_align(logits: torch.Tensor, k: int, renorm: bool, block_m: int, dtype: torch.dtype,
-                num_warps: int | None = None
+                num_warps: int | None = None, draw: tuple | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The router's softmax and top-k and ``align``'s sort in one launch, for ``M k`` up to
     ``ROUTE_ALIGN_MAX_SLOTS`` slots and up to 256 experts.
@@ -149,6 +157,9 @@ def route_align(logits: torch.Tensor, k: int, renorm: bool, block_m: int, dtype:
             token's routing over 64 / 128 experts took 3.7 / 4.3 us with one warp against 5.7 /
             6.0 with eight; eight tokens' 6.2 / 8.0 with eight, 8.2 / 43.7 with one;
             ``results/reference/moe_h100.md``).
+        draw: ``(log_prior [E] float32, seed [1] int64)``: a routing skew's draw in the
+            logits' place (``zoo.routing``; ``_route_align``), made in this launch, the seed
+            advanced by one; ``logits`` unread (the router's GEMM still ran).
 
     Returns:
         ``(weights [M, k] dtype, idx [M, k] int64, sorted_ids, block_expert)`` as
@@ -163,9 +174,10 @@ def route_align(logits: torch.Tensor, k: int, renorm: bool, block_m: int, dtype:
     idx = torch.empty(M, k, device=dev, dtype=torch.int64)
     ids = torch.empty(n_blocks * block_m, device=dev, dtype=torch.int32)
     bexp = torch.empty(n_blocks, device=dev, dtype=torch.int32)
-    _route_align_kernel[(1,)](logits.contiguous(), w, idx, ids, bexp, M, E, n_blocks,
+    prior, seed = draw if draw is not None else (w, idx)  # (unread without a draw)
+    _route_align_kernel[(1,)](logits.contiguous(), w, idx, ids, bexp, prior, seed, M, E, n_blocks,
                               **_route_meta(M, E, S, n_blocks, k, renorm, block_m),
-                              num_warps=num_warps)
+                              DRAW=draw is not None, num_warps=num_warps)
     return w, idx, ids, bexp
 
 

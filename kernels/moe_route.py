@@ -17,7 +17,9 @@ router, against 7.7 / 9.3 for chunks of 1024 with 4 warps) and 4 warps at eight 
 against 10.2 / 11.6; 2 warps spill there: 14-34 us). The default tile follows: chunks of up to
 2048, ``min(4, rows x chunk / 1024)`` warps. The model takes this launch for a step of at most
 ``ROUTER_ROUTE_MAX_TOKENS`` tokens (the measured range: the ``[M, BLOCK_K]`` tile is held in
-registers), else the two.
+registers), else the two; under a routing skew too, the draw made by the routing program in the
+logits' place (``draw``: an H200, 2026-11-28, measured the draw as six torch launches a layer
+costing Qwen3-30B-A3B's batch-1 step 3.03 -> 3.59 ms).
 """
 
 from __future__ import annotations
@@ -42,14 +44,15 @@ def fused_router(tokens: int, n_experts: int, k: int) -> bool:
 
 @triton.jit
 def _router_route_kernel(h_ptr, wr_ptr, lg_ptr, cnt_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr,
-                         M, E, K, n_blocks, TOPK: tl.constexpr, RENORM: tl.constexpr,
-                         BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_S: tl.constexpr,
-                         BLOCK_B: tl.constexpr, BM: tl.constexpr, BLOCK_EG: tl.constexpr,
-                         BLOCK_K: tl.constexpr):
+                         prior_ptr, seed_ptr, M, E, K, n_blocks, TOPK: tl.constexpr,
+                         RENORM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr,
+                         BLOCK_S: tl.constexpr, BLOCK_B: tl.constexpr, BM: tl.constexpr,
+                         BLOCK_EG: tl.constexpr, BLOCK_K: tl.constexpr, DRAW: tl.constexpr):
     # program p: the router's logits of experts [p BLOCK_EG, (p + 1) BLOCK_EG) for the M rows,
     # h [M, K] @ wr [E, K]^T in float32, rounded to h's dtype as the router's GEMM rounds them,
     # into lg [M, E] (float32); the last program to finish (an acq_rel counter, reset by it)
-    # routes and sorts them (_route_align): the router's GEMM and route_align in one launch
+    # routes and sorts them (_route_align; DRAW: a routing skew's draw in the logits' place):
+    # the router's GEMM and route_align in one launch
     rows = tl.arange(0, BLOCK_M)
     rmask = rows < M
     es = tl.program_id(0) * BLOCK_EG + tl.arange(0, BLOCK_EG)
@@ -69,12 +72,13 @@ def _router_route_kernel(h_ptr, wr_ptr, lg_ptr, cnt_ptr, w_ptr, idx_ptr, ids_ptr
     if tl.atomic_add(cnt_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
         tl.debug_barrier()
         tl.store(cnt_ptr, 0)
-        _route_align(lg_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, M, E, n_blocks, TOPK, RENORM,
-                     BLOCK_M, BLOCK_E, BLOCK_S, BLOCK_B, BM, True)
+        _route_align(lg_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, prior_ptr, seed_ptr, M, E,
+                     n_blocks, TOPK, RENORM, BLOCK_M, BLOCK_E, BLOCK_S, BLOCK_B, BM, True, DRAW)
 
 
 def router_route(h: torch.Tensor, router_w: torch.Tensor, k: int, renorm: bool, block_m: int,
-                 block_eg: int = 1, block_k: int | None = None, num_warps: int | None = None):
+                 block_eg: int = 1, block_k: int | None = None, num_warps: int | None = None,
+                 draw: tuple | None = None):
     """The router's GEMM and ``route_align`` in one launch (a decode step's few tokens, the same
     limits): ``cdiv(E, block_eg)`` programs each compute ``block_eg`` experts' logits of every
     token (rounded to ``h``'s dtype, as ``nn.Linear``), the last to finish routes and sorts them.
@@ -84,6 +88,8 @@ def router_route(h: torch.Tensor, router_w: torch.Tensor, k: int, renorm: bool, 
         k, renorm, block_m: as ``route_align``. block_eg, block_k, num_warps: the tile (by
             default one expert a program, ``d`` in chunks of up to 2048, ``min(4, rows x chunk /
             1024)`` warps: the module doc).
+        draw: ``(log_prior [E] float32, seed [1] int64)``: a routing skew's draw routed in the
+            logits' place, as ``kernels.moe_gemm.route_align`` takes it (the GEMM still runs).
 
     Returns:
         ``(weights [M, k] h.dtype, idx [M, k] int64, sorted_ids, block_expert)``.
@@ -106,8 +112,9 @@ def router_route(h: torch.Tensor, router_w: torch.Tensor, k: int, renorm: bool, 
     idx = torch.empty(M, k, device=dev, dtype=torch.int64)
     ids = torch.empty(n_blocks * block_m, device=dev, dtype=torch.int32)
     bexp = torch.empty(n_blocks, device=dev, dtype=torch.int32)
+    prior, seed = draw if draw is not None else (lg, idx)  # (unread without a draw)
     _router_route_kernel[(triton.cdiv(E, block_eg),)](
         h.contiguous(), router_w, lg, counters(dev, 1, owner="router_route"), w, idx, ids, bexp,
-        M, E, K, n_blocks, **_route_meta(M, E, S, n_blocks, k, renorm, block_m),
-        BLOCK_EG=block_eg, BLOCK_K=block_k, num_warps=num_warps)
+        prior, seed, M, E, K, n_blocks, **_route_meta(M, E, S, n_blocks, k, renorm, block_m),
+        BLOCK_EG=block_eg, BLOCK_K=block_k, DRAW=draw is not None, num_warps=num_warps)
     return w, idx, ids, bexp

@@ -9,7 +9,7 @@ import torch
 
 from tests.helpers import assert_decodes_like, hf_random_model
 from zoo import DesignError, ModelConfig, Transformer, counts
-from zoo.moe import expected_touched
+from zoo.moe import SKEW_LAUNCHES, expected_touched
 from zoo.weights import load_hf_weights
 
 transformers = pytest.importorskip("transformers")
@@ -470,12 +470,12 @@ def test_the_moe_layers_small_kernels_have_entries_of_their_own():
     assert all(r["bytes"] == (9 * r["M"]) * 128 * 4 for r in sums)
 
 
-def test_a_decode_step_of_few_tokens_routes_in_one_launch_and_sums_in_the_down_gemm():
+def test_a_decode_step_of_few_tokens_routes_in_one_launch_and_sums_in_the_down_gemm(monkeypatch):
     """At most 8 tokens (``zoo.moe.ROUTER_ROUTE_MAX_TOKENS``): the router's GEMM, routing and sort
-    are one ``router_route`` kernel (no routing skew: its draw replaces the logits, so the GEMM
-    and ``route_align`` stay) and the slots' sum runs inside ``moe_down`` (no ``moe_sum``);
-    at 16 tokens neither. Without a ``router_route`` entry it is priced as the two launches it
-    replaces, noted; with entries, by them. ``moe_gemms`` times it (and ``moe_down`` with the sum)
+    are one ``router_route`` kernel (under a routing skew too: the draw is made in it) and the
+    slots' sum runs inside ``moe_down`` (no ``moe_sum``); at 16 tokens neither. Without a
+    ``router_route`` entry it is priced as the two launches it replaces, noted; with entries, by
+    them. ``moe_gemms`` times it (and ``moe_down`` with the sum)
     as the model launches it."""
     import os
 
@@ -484,6 +484,7 @@ def test_a_decode_step_of_few_tokens_routes_in_one_launch_and_sums_in_the_down_g
     from sweep.analysis import calibration_store as store
     from sweep.analysis import predict as perf
     from sweep.analysis import pricing
+    from zoo import moe as zoo_moe
 
     cfg = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
     E, k, d = cfg.n_experts, cfg.n_experts_active, cfg.d_model
@@ -492,7 +493,7 @@ def test_a_decode_step_of_few_tokens_routes_in_one_launch_and_sums_in_the_down_g
         assert ("router_route" in ops) == one and ("moe_sum" not in ops) == one, (B, ops)
         assert ("route_align" in ops) != one and ops.count("moe_down") == 1
     skewed = [x.op for x in perf.kernel_list(cfg, 1, 1, 600, "triton", skew=1.0)]
-    assert "router_route" not in skewed and "route_align" in skewed and "moe_sum" not in skewed
+    assert skewed == [x.op for x in perf.kernel_list(cfg, 1, 1, 600, "triton")]
     wide = [x.op for x in perf.kernel_list(cfg.replace(n_experts=384), 1, 1, 600, "triton")]
     assert "router_route" not in wide and "moe_sum" in wide  # past route_align's experts: the
     # model routes with torch's ops and sums after (zoo.experts), and so does the list
@@ -505,10 +506,12 @@ def test_a_decode_step_of_few_tokens_routes_in_one_launch_and_sums_in_the_down_g
     t, basis = c.price(rr)
     router = next(x for x in perf.kernel_list(cfg, 16, 1, 600, "triton") if x.op == "router")
     gemm = c.gemm(dict(router.shape, M=1))[0]  # the router's GEMM as the two launches price it
-    route = next(x for x in perf.kernel_list(cfg, 1, 1, 600, "triton", skew=1.0)
-                 if x.op == "route_align")
+    monkeypatch.setattr(zoo_moe, "ROUTER_ROUTE_MAX_TOKENS", 0)  # the two launches at 1 token
+    two = perf.kernel_list(cfg, 1, 1, 600, "triton")
+    monkeypatch.undo()
+    route = next(x for x in two if x.op == "route_align")
     assert t == pytest.approx(gemm + c.price(route)[0]) and "as router_route" in basis
-    one = [x for x in perf.kernel_list(cfg, 1, 1, 600, "triton", skew=1.0) if x.op == "router"]
+    one = [x for x in two if x.op == "router"]
     assert t == pytest.approx(c.price(one[0])[0] + c.price(route)[0])  # = the two launches
     assert any("router_route" in n for n in c.notes)
     rows = [{"kind": "moe_gemm", "op": "router_route", "M": m, "E": E, "k": k, "N": E, "K": d,
@@ -538,9 +541,10 @@ def test_uniform_routing_draws_every_tokens_experts_uniformly():
     """``workload.routing=uniform``: each token's experts drawn uniformly (the Zipf prior of
     exponent 0) instead of the random router's choice, which sends much of a long prompt to a
     few experts (``results/reference/moe_h100.md``): a tiny model's prompt then reaches every
-    expert with near-even loads; a trial records it; the kernel list holds the draw's ops (the
-    router's GEMM stays, not in one launch with the routing); a study's identity names it only
-    when set; ``uniform`` with a skew, or another value, refused by field name."""
+    expert with near-even loads; a trial records it; the kernel list holds the draw's ops where
+    the fused routing does not make the draw inside its launch (a long prompt's, not a decode
+    step's); a study's identity names it only when set; ``uniform`` with a skew, or another
+    value, refused by field name."""
     from sweep.analysis import predict as perf
     from sweep.measure.moe_routing import routing_stats
     from sweep.plan import check_workload, identity
@@ -567,10 +571,10 @@ def test_uniform_routing_draws_every_tokens_experts_uniformly():
     assert set_routing_skew(model, 0.0) and layer.log_prior is None  # the router as built again
 
     big = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
-    plain = [x.op for x in perf.kernel_list(big, 1, 1, 600, "triton")]
-    drawn = [x.op for x in perf.kernel_list(big, 1, 1, 600, "triton", draw=True)]
-    assert "router_route" in plain and "router_route" not in drawn
-    assert "router" in drawn and "route_align" in drawn  # the GEMM, the draw's ops, the sort
+    for new, ops in ((1, 0), (600, SKEW_LAUNCHES)):  # a decode step draws in router_route
+        plain, drawn = (perf.kernel_list(big, 1, new, 600, "triton", draw=x) for x in (0, 1))
+        extra = sum(x.launches * x.repeat for x in drawn) - sum(x.launches * x.repeat for x in plain)
+        assert extra == ops * big.n_layers, (new, extra)
     assert perf.kernel_list(big, 1, 1, 600, "triton", skew=1.0) == \
         perf.kernel_list(big, 1, 1, 600, "triton", skew=1.0, draw=True)
 

@@ -12,9 +12,10 @@ their token counts on the host: eager only (``sweep.plan.check_mode``). With ``k
 the experts are two grouped GEMMs over the tokens sorted by expert on the device
 (``kernels.moe_gemm``): no host sync, so a CUDA graph captures the step. A decode step of at most
 8 tokens that the fused routing takes (``route_align``'s limits) runs the router's GEMM with the
-routing and sort as one launch (``kernels.moe_route.router_route``; not under a routing skew,
-whose draw replaces the logits) and sums each token's slots inside the down GEMM's launch
-(``moe_down(sum_k=k)``).
+routing and sort as one launch (``kernels.moe_route.router_route``) and sums each token's slots
+inside the down GEMM's launch (``moe_down(sum_k=k)``). Under a routing skew the fused routing
+makes the draw itself, in the logits' place (the router's GEMM still runs); the torch path and
+steps past its limits draw with torch's ops (``logits``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class MoEFeedForward(nn.Module):
         self.w2 = nn.Parameter(torch.empty(E, d, Fe))
         self.shared = SharedExperts(cfg) if cfg.n_shared_experts else None
         self.log_prior: torch.Tensor | None = None  # a workload's routing skew (set_routing_skew)
+        self.seed: torch.Tensor | None = None  # [1] int64: the fused routing's draw counter
         self.record: list | None = None  # each forward's experts [N, k] kept here when a list
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
@@ -121,16 +123,17 @@ class MoEFeedForward(nn.Module):
         N = B * T
         if cfg.kernels == "triton" and moe_kernels.fused_route(N * k, cfg.n_experts):
             block = moe_kernels.tiles(N * k, cfg.n_experts)[0]
-            if self.log_prior is None and moe_route.fused_router(N, cfg.n_experts, k):
+            draw = None if self.log_prior is None else (self.log_prior, self.seed)
+            if moe_route.fused_router(N, cfg.n_experts, k):
                 with annotate("router"):  # the GEMM, softmax, top-k and the sort: one kernel
                     w, idx, *aligned = moe_route.router_route(h, self.router.weight, k,
-                                                              cfg.router_renorm, block)
+                                                              cfg.router_renorm, block, draw=draw)
             else:
                 with annotate("router"):  # the GEMM, then softmax, top-k and the sort in one
-                    logits = self.logits(h)
+                    logits = self.router(h)
                 with annotate("topk"):
                     w, idx, *aligned = moe_kernels.route_align(logits, k, cfg.router_renorm,
-                                                               block, h.dtype)
+                                                               block, h.dtype, draw=draw)
             with annotate("experts"):  # a decode step's few tokens: their slots summed inside
                 out = moe_kernels.moe_experts(  # the down GEMM's launch
                     h, self.w13, self.w2, w, idx, aligned,
@@ -161,7 +164,9 @@ def set_routing_skew(model: nn.Module, skew: float, draw: bool = False) -> int:
     """Route every MoE layer of ``model`` by the workload's ``routing_skew`` (``zoo.routing``:
     each token's experts drawn from the Zipf prior ``p_e ~ (e + 1)^-skew``); 0 restores the
     router as built, unless ``draw`` (``workload.routing=uniform``): then each token's experts
-    are drawn uniformly (the prior of exponent 0). Returns the number of MoE layers set.
+    are drawn uniformly (the prior of exponent 0). Each layer's fused-routing draw counter
+    starts from torch's generator (``torch.manual_seed`` repeats it). Returns the number of MoE
+    layers set.
 
     Raises:
         ValueError: ``skew < 0``.
@@ -176,5 +181,7 @@ def set_routing_skew(model: nn.Module, skew: float, draw: bool = False) -> int:
             p = torch.tensor(zipf_prior(m.cfg.n_experts, skew), dtype=torch.float32,
                              device=m.w13.device)
             m.log_prior = p.log() if skew > 0 or draw else None
+            m.seed = None if m.log_prior is None else torch.randint(
+                0, 2**31 - 1, (1,), dtype=torch.int64).to(m.w13.device)
             n += 1
     return n

@@ -27,15 +27,16 @@ from .routing import expected_touched  # the experts a step touches (uniform or 
 # ROUTE_ALIGN_MAX_SLOTS slots over at most ROUTE_ALIGN_MAX_EXPERTS experts routes and sorts in
 # one launch instead (``kernels.moe_gemm.route_align``; the zoo is torch-free: a test holds them equal)
 ALIGN_LAUNCHES = 25
-# a routing skew's draw after the router's GEMM (zoo.experts.MoEFeedForward.logits): rand, the
-# clamp, a log, its negation, a log and the prior's subtraction
+# a routing skew's draw after the router's GEMM (zoo.experts.MoEFeedForward.logits) where the
+# fused routing does not take the step (which draws inside its launch): rand, the clamp, a log,
+# its negation, a log and the prior's subtraction
 SKEW_LAUNCHES = 6
 ROUTE_ALIGN_MAX_SLOTS = 512
 ROUTE_ALIGN_MAX_EXPERTS = 256
 ROUTE_ALIGN_MAX_CELLS = 32768
 # a decode step of at most this many tokens runs the router's GEMM with the routing and sort as
-# one launch (``kernels.moe_route.router_route``; not under a routing skew) and sums each token's
-# slots inside the down GEMM's launch (``kernels.moe_gemm.moe_down(sum_k=k)``): mirrors of
+# one launch (``kernels.moe_route.router_route``; a routing skew drawn inside it) and sums each
+# token's slots inside the down GEMM's launch (``kernels.moe_gemm.moe_down(sum_k=k)``): mirrors of
 # ``kernels.moe_route.ROUTER_ROUTE_MAX_TOKENS`` and ``kernels.moe_gemm.SUM_IN_DOWN_MAX_TOKENS``
 ROUTER_ROUTE_MAX_TOKENS = 8
 SUM_IN_DOWN_MAX_TOKENS = 8
@@ -183,7 +184,7 @@ class MoEFFN:
         router's GEMM (cuBLAS); its softmax, top-k and sort by expert in one kernel
         (``route_align``, its own ``elementwise`` entry) where it takes the step, else
         ``ALIGN_LAUNCHES`` small torch ops; for a step of at most ``ROUTER_ROUTE_MAX_TOKENS``
-        tokens and no skew, the GEMM and ``route_align`` as one launch instead
+        tokens, the GEMM and ``route_align`` as one launch instead
         (``router_route``, a ``moe_gemm`` entry of its own, else priced as the two launches it
         replaces, noted); the two grouped GEMMs, each one launch reading every touched expert's
         weights once (priced by their own ``moe_gemm`` calibration entries, else as ``n_exp``
@@ -213,7 +214,7 @@ class MoEFFN:
             return st.elem(name, nbytes, rep=rep, launches=launches, impl=impl)
 
         routed = route_bytes(M, E, k, d, wb)
-        one = not st.draws and fused_router(M, E, k)  # the router in one launch
+        one = fused_router(M, E, k)  # the router in one launch (a skew's draw made in it)
         summed = sum_in_down(M, E, k)  # the slots' sum inside moe_down's launch
         out = [st.elem("rmsnorm", 4 * M * d * wb, rep=rep) if st.skinny else None,
                # kernels.moe_route.router_route: the GEMM over E programs, the last routing
@@ -221,7 +222,9 @@ class MoEFFN:
                # kernels.moe_gemm.route_align: one program, latency-bound
                None if one else op("route_align", routed, impl="triton") if fused_route(M * k, E)
                else op("router", routed, casts + 2 + 2 * cfg.router_renorm + ALIGN_LAUNCHES),
-               op("router", 4 * M * E * 4, SKEW_LAUNCHES) if st.draws else None,
+               # a skew's draw: torch's ops where route_align does not take the step
+               op("router", 4 * M * E * 4, SKEW_LAUNCHES)
+               if st.draws and not fused_route(M * k, E) else None,
                gemm("moe_up", 2 * Fe, d, m, n_exp),
                gemm("moe_down", d, Fe, m, n_exp),
                None if summed else op("moe_sum", sum_bytes(M, k, d, wb))]  # the slots' sum

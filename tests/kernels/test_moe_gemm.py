@@ -142,6 +142,43 @@ def test_the_router_gemm_routing_and_sort_in_one_launch(M, d, E, k, renorm, eg):
         moe_route.router_route(h, wr[:, 1:], k, renorm, 16)
 
 
+@pytest.mark.parametrize("one_launch", [False, True])
+def test_a_routing_skew_is_drawn_inside_the_fused_routing(one_launch):
+    """Under a routing skew ``route_align`` and ``router_route`` draw each token's experts in the
+    logits' place (``draw=(log_prior, seed)``): the logits unread (NaN given), every expert
+    included as often as the Zipf prior says (``zoo.routing.inclusion``, 8 x 60 tokens), the k
+    experts of a token distinct, the weights renormalised, the sort that of ``align``; the
+    layer's counter advanced once a call, and a counter set back draws the same again."""
+    import math
+
+    from zoo import routing
+
+    E, k, M, calls, skew = 8, 2, 8, 60, 1.5
+    prior = torch.tensor(routing.zipf_prior(E, skew), dtype=torch.float32).log().to(DEVICE)
+    seed = torch.tensor([7], dtype=torch.int64, device=DEVICE)
+    g = torch.Generator().manual_seed(3)
+    h, wr = torch.randn(M, 24, generator=g).to(DEVICE), torch.randn(E, 24, generator=g).to(DEVICE)
+    nan = torch.full((M, E), math.nan, device=DEVICE)
+
+    def call():
+        if one_launch:
+            return moe_route.router_route(h, wr, k, True, 16, draw=(prior, seed))
+        return moe.route_align(nan, k, True, 16, torch.float32, draw=(prior, seed))
+
+    got = [call() for _ in range(calls)]
+    assert seed.item() == 7 + calls
+    idx = torch.cat([x[1] for x in got]).cpu()
+    freq = torch.bincount(idx.reshape(-1), minlength=E).float() / (M * calls)
+    assert torch.allclose(freq, torch.tensor(routing.inclusion(E, k, skew)), atol=0.07), freq
+    assert (idx[:, 0] != idx[:, 1]).all()
+    for w, i, ids, bexp in got[:3]:
+        torch.testing.assert_close(w.sum(-1), torch.ones(M, device=DEVICE))
+        want_ids, want_bexp = moe.align(i, E, 16)
+        assert torch.equal(ids, want_ids) and torch.equal(bexp, want_bexp)
+    seed.fill_(7)
+    assert torch.equal(call()[1], got[0][1])
+
+
 @pytest.mark.parametrize("M,d,F,E,k", [(1, 64, 32, 8, 2), (5, 48, 40, 6, 3), (8, 64, 32, 16, 8)])
 def test_the_slots_sum_in_the_down_launch(M, d, F, E, k):
     """``moe_down(sum_k=k)``: each token's k slots summed by the program that finishes its last
@@ -153,3 +190,27 @@ def test_the_slots_sum_in_the_down_launch(M, d, F, E, k):
     for _ in range(2):
         got = moe.moe_experts(h, w13, w2, w, idx, tile=tile, sum_in_down=True)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_model_draws_a_uniform_routing_inside_its_fused_routing():
+    """``workload.routing=uniform`` on the Triton path (``zoo.experts``): a decode step of few
+    tokens draws inside ``router_route``, a step of more inside ``route_align``; one input for
+    every token (the router as built would pick the same two experts) reaches every expert about
+    evenly, and each call advances the layer's counter once."""
+    from zoo import ModelConfig, Transformer
+    from zoo.experts import MoEFeedForward, set_routing_skew
+
+    cfg = ModelConfig.from_name("tiny", n_experts=6, n_experts_active=2, expert_ffn_dim=40,
+                                kernels="triton", dtype="fp32", kv_dtype="fp32")
+    model = Transformer.build(cfg, DEVICE, seed=0)
+    set_routing_skew(model, 0.0, draw=True)
+    layer = next(m for m in model.modules() if isinstance(m, MoEFeedForward))
+    start = layer.seed.item()
+    layer.record = []
+    with torch.no_grad():
+        for tokens in [4] * 30 + [16] * 8:  # router_route, then route_align
+            layer(torch.ones(1, tokens, cfg.d_model, device=DEVICE))
+    assert layer.seed.item() == start + 38
+    idx = torch.cat([i.reshape(-1) for i in layer.record]).cpu()
+    freq = torch.bincount(idx, minlength=6).float() / (idx.numel() / 2)
+    assert torch.allclose(freq, torch.full((6,), 1 / 3), atol=0.09), freq
