@@ -21,6 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import moe_align
 from .split_merge import counters
 
 
@@ -343,7 +344,8 @@ def moe_experts(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: t
         h: ``[M, d]`` tokens (contiguous). w13: ``[E, 2 Fe, d]`` (gate rows, then up rows).
         w2: ``[E, d, Fe]``. weights: ``[M, k]`` routing weights. idx: ``[M, k]`` int64 experts.
         aligned: ``(sorted_ids, block_expert)`` made already (``route_align``, with
-            ``tiles(M k, E)``'s block), else ``align`` makes them. tile: ``tiles``' tuple to use
+            ``tiles(M k, E)``'s block), else ``kernels.moe_align.align`` makes them (the
+            counting sort; ``align`` here is its reference). tile: ``tiles``' tuple to use
             instead of its choice (``bench/moe_probe.py``'s sweep). sum_in_down: the slots'
             sum in ``moe_down``'s launch (``sum_k``), not a kernel of its own.
 
@@ -353,7 +355,7 @@ def moe_experts(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: t
     M, d = h.shape
     k = idx.shape[1]
     tile = tile or tiles(M * k, w13.shape[0])
-    aligned = aligned if aligned is not None else align(idx, w13.shape[0], tile[0])
+    aligned = aligned if aligned is not None else moe_align.align(idx, w13.shape[0], tile[0])
     act = moe_up(h.contiguous(), w13, k, aligned, tile)
     if sum_in_down:
         return moe_down(act, w2, weights, aligned, tile, sum_k=k)

@@ -22,11 +22,12 @@ from .kinds import module_class
 from .launches import Kernel, Stage
 from .routing import expected_touched  # the experts a step touches (uniform or skewed routing)
 
-# the small torch ops of ``kernels.moe_gemm.align`` (the slots' device-side sort by expert), counted
-# as tests/test_launches.py counts (ATen ops that launch a kernel); a step of at most
-# ROUTE_ALIGN_MAX_SLOTS slots over at most ROUTE_ALIGN_MAX_EXPERTS experts routes and sorts in
-# one launch instead (``kernels.moe_gemm.route_align``; the zoo is torch-free: a test holds them equal)
-ALIGN_LAUNCHES = 25
+# the slots' device-side sort by expert past the fused routing's limits: a counting sort of two
+# launches (``kernels.moe_align.align``: the count, then the places; before 2026-11-28's
+# fifteenth session, 25 small torch ops); a step of at most ROUTE_ALIGN_MAX_SLOTS slots over at
+# most ROUTE_ALIGN_MAX_EXPERTS experts routes and sorts in one launch instead
+# (``kernels.moe_gemm.route_align``; the zoo is torch-free: a test holds them equal)
+ALIGN_LAUNCHES = 2
 # a routing skew's draw after the router's GEMM (zoo.experts.MoEFeedForward.logits) where the
 # fused routing does not take the step (which draws inside its launch): rand, the clamp, a log,
 # its negation, a log and the prior's subtraction
@@ -53,6 +54,23 @@ def route_bytes(tokens: int, n_experts: int, k: int, d_model: int, wb: int) -> i
     ``[tokens, k]`` (fp32 / int32) written and read, and the hidden ``[tokens, d_model]`` (``wb``
     bytes an element) cast. The kernel list and ``sweep.measure.microbench`` both count it."""
     return (2 * tokens * n_experts + 2 * tokens * k) * 4 + tokens * d_model * wb
+
+
+def align_block(slots: int, n_experts: int) -> int:
+    """The grouped GEMMs' ``BLOCK_M`` for ``slots`` slots over ``n_experts``: the block each
+    expert's run is padded to (a mirror of ``kernels.moe_gemm.tiles``, held equal by a test)."""
+    if slots <= 1024:
+        return 16
+    return 64 if slots / max(1, n_experts) < 128 else 128
+
+
+def align_bytes(slots: int, n_experts: int) -> int:
+    """Bytes of the counting sort (``moe_align``) of ``slots`` slots: the expert ids (int64)
+    read twice, the sorted ids (int32) written over ``cdiv(slots, block_m) + min(n_experts,
+    slots)`` blocks of ``block_m = align_block(slots, n_experts)`` positions."""
+    block_m = align_block(slots, n_experts)
+    blocks = -(-slots // block_m) + min(n_experts, slots)
+    return 16 * slots + 4 * blocks * block_m
 
 
 def sum_bytes(tokens: int, k: int, d_model: int, wb: int) -> int:
@@ -183,7 +201,8 @@ class MoEFFN:
         norm with the residual add (a kernel of its own: no GEMV prologue takes it); the
         router's GEMM (cuBLAS); its softmax, top-k and sort by expert in one kernel
         (``route_align``, its own ``elementwise`` entry) where it takes the step, else
-        ``ALIGN_LAUNCHES`` small torch ops; for a step of at most ``ROUTER_ROUTE_MAX_TOKENS``
+        torch's softmax and top-k, then the slots' counting sort (``moe_align``, two launches,
+        ``kernels.moe_align``); for a step of at most ``ROUTER_ROUTE_MAX_TOKENS``
         tokens, the GEMM and ``route_align`` as one launch instead
         (``router_route``, a ``moe_gemm`` entry of its own, else priced as the two launches it
         replaces, noted); the two grouped GEMMs, each one launch reading every touched expert's
@@ -221,7 +240,10 @@ class MoEFFN:
                gemm("router_route", E, d, M, 1) if one else gemm("router", E, d, M),
                # kernels.moe_gemm.route_align: one program, latency-bound
                None if one else op("route_align", routed, impl="triton") if fused_route(M * k, E)
-               else op("router", routed, casts + 2 + 2 * cfg.router_renorm + ALIGN_LAUNCHES),
+               else op("router", routed, casts + 2 + 2 * cfg.router_renorm),
+               # kernels.moe_align: the slots' counting sort past route_align's limits
+               None if one or fused_route(M * k, E) else
+               op("moe_align", align_bytes(M * k, E), ALIGN_LAUNCHES, "triton"),
                # a skew's draw: torch's ops where route_align does not take the step
                op("router", 4 * M * E * 4, SKEW_LAUNCHES)
                if st.draws and not fused_route(M * k, E) else None,

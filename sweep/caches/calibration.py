@@ -90,7 +90,8 @@ def fingerprints(device: dict, switches) -> dict:
         return tuple(str(_KERNELS / f"{n}.py") for n in names)
 
     every_kernel = k("decode_attention", "split_merge", "gemv", "decode_linear", "graph_timing",
-                     "rmsnorm", "rope", "swiglu", "kv_quant", "argmax", "qk_norm", "moe_route")
+                     "rmsnorm", "rope", "swiglu", "kv_quant", "argmax", "qk_norm", "moe_route",
+                     "moe_align")
     zoo = tuple(str(_ZOO / f"{n}.py") for n in ("model", "attention", "generate", "cache", "gqa",
                                                  "norms", "experts")) + k("moe_gemm")
     return {
@@ -105,7 +106,8 @@ def fingerprints(device: dict, switches) -> dict:
         "decode_attn/mla": fingerprint(*base, tri, modules=k("mla_decode", "split_merge",
                                                              "graph_timing")
                                        + (str(_MICROBENCH_MLA),)),
-        "moe_gemm": fingerprint(*base, tri, modules=k("moe_gemm", "moe_route", "split_merge")
+        "moe_gemm": fingerprint(*base, tri, modules=k("moe_gemm", "moe_route", "moe_align",
+                                                      "split_merge")
                                 + (str(_MICROBENCH_MOE),)),
         "gemv": fingerprint(*base, tri, *tune, sw["gemv_prefetch"], sw["gemv_w_ahead"], sw["pdl"],
                             modules=k("gemv", "decode_linear", "graph_timing", "rmsnorm",
@@ -113,7 +115,8 @@ def fingerprints(device: dict, switches) -> dict:
         "elementwise/torch": fingerprint(*base, modules=k("rmsnorm", "rope", "swiglu",
                                                           "kv_quant") + (str(_MICROBENCH),)),
         "elementwise/triton": fingerprint(*base, tri, modules=k("rmsnorm", "rope", "swiglu",
-                                                                "kv_quant", "moe_gemm", "argmax")
+                                                                "kv_quant", "moe_gemm", "moe_align",
+                                                                "argmax")
                                           + (str(_MICROBENCH),)),
         # the host's own costs: another machine's CPU issues ops at another rate (the eager
         # decode of one design read 2.3x the shipped H100's per-layer cost on an H200 host)

@@ -324,18 +324,19 @@ def gemvs(shapes, cuda: bool, tm, rnd, dtype: str, progress=None) -> list[dict]:
 
 def elementwise(device, tm, rnd, quick) -> list[dict]:
     """The norms, RoPE, SwiGLU, KV write and quantize kernels (torch and Triton) by bytes, the
-    MoE layer's slots' sum and fused routing (``moe_sum``, ``route_align``), and
+    MoE layer's slots' sum, fused routing and counting sort (``moe_sum``, ``route_align``,
+    ``moe_align``: a step's slots past the fused routing's limits), and
     the greedy sampling of a stage's logits (``sample``: their clone and argmax, as a trial's
     prefill runs them; bytes: read, written, read again; ``argmax``: a decode step's, inside its
     graph, ``kernels.argmax`` on the Triton path)."""
     import torch
 
-    from kernels import argmax, kv_quant, moe_gemm, rmsnorm, rope, swiglu
-    from zoo.moe import route_bytes, sum_bytes
+    from kernels import argmax, kv_quant, moe_align, moe_gemm, rmsnorm, rope, swiglu
+    from zoo.moe import align_block, align_bytes, route_bytes, sum_bytes
 
     cuda = device == "cuda"
-    wb = 2 if cuda else 4
-    rows = []
+    tri = cuda or (triton_interpret() and not quick)  # Triton's entries: GPU, or interpreter
+    wb, rows = (2 if cuda else 4), []
     Ms = (1, 16, 256) if quick else (1, 8, 64, 512, 4096, 32768)
     d, H, Hkv, D, F_ = (128, 8, 2, 16, 352) if quick else (4096, 32, 8, 128, 14336)
     for M in Ms:
@@ -359,9 +360,7 @@ def elementwise(device, tm, rnd, quick) -> list[dict]:
         kn = rnd(1, Hkv, M, D)
         ops[("kv_write", "torch")] = (lambda: (kc.index_copy_(2, pos, kn), kc.index_copy_(2, pos, kn)),
                                       2 * M * Hkv * D * 2 * wb)
-        # Triton's entries: on a GPU, or on the CPU through the interpreter (not in --quick);
-        # the calibration's fingerprints carry the interpreter (sweep.common.env.triton_interpret)
-        if cuda or (triton_interpret() and not quick):
+        if tri:  # (the calibration's fingerprints carry the interpreter: common.env)
             ops[("rmsnorm", "triton")] = (lambda: rmsnorm.rmsnorm(x, wt, 1e-5, residual=r),
                                           4 * M * d * wb)
             ops[("swiglu", "triton")] = (lambda: swiglu.swiglu(h), 3 * M * F_ * wb)
@@ -375,25 +374,25 @@ def elementwise(device, tm, rnd, quick) -> list[dict]:
                     lambda: (kv_quant.quantize_kv(kn, out, sc, pos, "int8"),
                              kv_quant.quantize_kv(kn, out, sc, pos, "int8")),
                     2 * M * Hkv * (D * (wb + 1) + 4))
-        # the MoE layer's small kernels (zoo.moe): the slots' sum over k = 8, and on the Triton
-        # path the router's fused softmax / top-k / sort (64 experts; one program, a decode
-        # step's tokens), bytes as the kernel list counts them
+        # the MoE layer's small kernels (zoo.moe; k = 8 of 64 experts, bytes as the kernel list's):
+        # the slots' sum; the fused routing (a decode step's few slots), else the counting sort
         if M <= 4096:
             y = rnd(M * 8, d)
             ops[("moe_sum", "torch")] = (lambda: y.view(M, 8, d).sum(1), sum_bytes(M, 8, d, wb))
-        if (cuda or (triton_interpret() and not quick)) and \
-                moe_gemm.fused_route(M * 8, 64):
-            lg = rnd(M, 64, dt=torch.float32)
-            ops[("route_align", "triton")] = (
-                lambda: moe_gemm.route_align(lg, 8, False, 16, x.dtype),
-                route_bytes(M, 64, 8, d, wb))
+        lg, sel = rnd(M, 64, dt=torch.float32), torch.randint(0, 64, (M, 8), device=device)
+        if tri and moe_gemm.fused_route(M * 8, 64):
+            ops[("route_align", "triton")] = (lambda: moe_gemm.route_align(
+                lg, 8, False, 16, x.dtype), route_bytes(M, 64, 8, d, wb))
+        elif tri:
+            ops[("moe_align", "triton")] = (lambda: moe_align.align(
+                sel, 64, align_block(M * 8, 64)), align_bytes(M * 8, 64))
         if M <= 512:  # a stage's last-position logits [batch, vocab], sampled greedily:
             V = 512 if quick else 128256  # a prefill's cloned out of its graph, a decode step's
             logits = rnd(M, V)            # argmax inside it (zoo.generate.decode_greedy)
             ops[("sample", "torch")] = (lambda: logits.clone().argmax(-1, keepdim=True),
                                         3 * M * V * wb)
             ops[("argmax", "torch")] = (lambda: logits.argmax(-1, keepdim=True), M * V * wb)
-            if cuda or (triton_interpret() and not quick):
+            if tri:
                 ops[("argmax", "triton")] = (lambda: argmax.argmax(logits), M * V * wb)
         for (op, impl), (fn, nbytes) in ops.items():
             rows.append(entry("elementwise", tm(fn), op=op, impl=impl, bytes=float(nbytes), M=M))

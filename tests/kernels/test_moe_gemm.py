@@ -78,18 +78,41 @@ def test_bf16_on_the_gpu_and_under_a_graph(M):
                                rtol=2e-2, atol=2e-2)
 
 
-def test_the_predictor_counts_the_launches_of_the_sort():
-    """``zoo.moe.ALIGN_LAUNCHES`` is what ``align`` launches (counted as test_launches counts)."""
-    from torch.profiler import ProfilerActivity, profile
+@pytest.mark.parametrize("M,k,E", [(3, 2, 8), (512, 8, 128), (700, 4, 6), (2000, 8, 257),
+                                   (300, 8, 64)])
+def test_the_counting_sort_sorts_like_align(M, k, E, monkeypatch):
+    """``kernels.moe_align.align`` (two launches, ``zoo.moe.ALIGN_LAUNCHES``): each block's
+    expert as ``align`` gives it, and each block the same slots (their order inside an expert's
+    run is the atomics'); called again with other experts (its counters left as it needs them);
+    the grouped GEMMs on its sort give ``reference``'s output; ``zoo.moe.align_block`` is
+    ``tiles``' block."""
+    from kernels import moe_align
+    from zoo import moe as zoo_moe
 
-    from tests.test_launches import launches
-    from zoo.moe import ALIGN_LAUNCHES
+    calls = []
+    for name in ("_count_kernel", "_place_kernel"):
+        kern = getattr(moe_align, name)
+        monkeypatch.setattr(moe_align, name, type("Counted", (), {"__getitem__": lambda _, grid,
+                            kern=kern: (calls.append(1), kern[grid])[1]})())
+    g = torch.Generator().manual_seed(M + E)
+    for _ in range(2):
+        idx = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(M)]).to(DEVICE)
+        block = moe.tiles(M * k, E)[0]
+        assert zoo_moe.align_block(M * k, E) == block
+        ids, bexp = moe_align.align(idx, E, block)
+        want_ids, want_bexp = moe.align(idx, E, block)
+        assert torch.equal(bexp, want_bexp) and ids.shape == want_ids.shape
+        assert torch.equal(ids.view(-1, block).sort(1).values,
+                           want_ids.view(-1, block).sort(1).values)
+    assert len(calls) == 2 * zoo_moe.ALIGN_LAUNCHES
+    if M <= 300:
+        h, w13, w2, w, idx = _case(M, 32, 16, E, k, device=DEVICE)
+        got = moe.moe_experts(h, w13, w2, w, idx)  # the counting sort inside
+        torch.testing.assert_close(got, moe.reference(h, w13, w2, w, idx), rtol=1e-4, atol=1e-5)
 
-    idx = torch.randint(0, 8, (4, 2))  # counted on the CPU, as test_launches counts
-    moe.align(idx, 8, 16)
-    with profile(activities=[ProfilerActivity.CPU]) as p:
-        moe.align(idx, 8, 16)
-    assert launches(p.events()) == ALIGN_LAUNCHES
+
+def test_the_predictor_holds_the_mirrors_of_the_kernels_limits():
+    """The zoo's torch-free mirrors of the kernels' limits (``zoo.moe``) are the kernels'."""
     from zoo import moe as zoo_moe
 
     for slots in (1, 8, 16, 17, 64, 128, 256, 512, 513):

@@ -1,0 +1,99 @@
+"""The slots of a long prompt sorted by expert on the device in two launches: a counting sort.
+
+``kernels.moe_gemm.align`` (the reference) sorts the ``M k`` (token, choice) slots by expert with
+torch's ops: about 25 launches, among them a radix sort. On an H200 (2026-11-28,
+``results/reference/moe_h100.md``, fifteenth session) they cost Qwen3-30B-A3B's prefill of 512
+tokens (4096 slots over 128 experts) about 70 us a layer: the sort 34 us, four gathers 14 us. The
+fused routing (``route_align``) takes only a decode step's few slots. Here:
+
+1. ``_count_kernel``: programs of ``BLOCK`` slots add each slot to its expert's count (atomics).
+   The last program to finish runs the count's prefix sum, over each expert's run padded to a
+   multiple of ``block_m``. It writes each block's expert, marks every position as padding,
+   sets each expert's cursor to where its run starts (a buffer of its own), and zeroes the
+   counts. It knows it is last
+   from an acq_rel counter, which it resets: CUDA's grid-sync pattern, as
+   ``kernels.split_merge`` merges.
+2. ``_place_kernel``: each slot takes the next place in its expert's run (an atomic on the
+   cursor) and writes its id there.
+
+The order of the slots inside an expert's run is the order of the atomics, not the reference's
+stable order. The grouped GEMMs compute each slot's row on its own, so their output does not
+depend on that order. Minimum DRAM traffic: the expert ids, read twice (8 bytes a slot each time),
+and the sorted ids written (4 bytes a padded position).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .split_merge import counters
+
+BLOCK = 1024  # slots a program takes
+FILL = 1024  # positions the last program marks as padding per loop step
+BLOCK_C = 32  # blocks whose expert the last program finds per loop step
+
+
+@triton.jit
+def _count_kernel(idx_ptr, ws_ptr, cur_ptr, ids_ptr, bexp_ptr, S, E, n_blocks, BM,
+                  BLOCK: tl.constexpr, BLOCK_E: tl.constexpr, FILL: tl.constexpr,
+                  BLOCK_C: tl.constexpr):
+    # ws: [0] the programs-done counter, [1, 1 + E) the counts (both left zeroed); cur: [E] the
+    # experts' cursors (set here before _place_kernel moves them)
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < S
+    e = tl.load(idx_ptr + offs, mask=m, other=0).to(tl.int32)
+    tl.atomic_add(ws_ptr + 1 + e, 1, mask=m, sem="relaxed")
+    tl.debug_barrier()  # every thread's adds before the count (CUDA's grid-sync pattern)
+    if tl.atomic_add(ws_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
+        tl.debug_barrier()
+        tl.store(ws_ptr, 0)
+        bins = tl.arange(0, BLOCK_E)
+        bmask = bins < E
+        counts = tl.load(ws_ptr + 1 + bins, mask=bmask, other=0, cache_modifier=".cg")
+        padded = (counts + BM - 1) // BM * BM
+        ends = tl.cumsum(padded, 0)
+        tl.store(cur_ptr + bins, ends - padded, mask=bmask)  # each run's first place
+        tl.store(ws_ptr + 1 + bins, 0, mask=bmask)  # the counts left zeroed for the next call
+        for p0 in range(0, n_blocks * BM, FILL):  # every position padding first
+            pos = p0 + tl.arange(0, FILL)
+            tl.store(ids_ptr + pos, S, mask=pos < n_blocks * BM)
+        for b0 in range(0, n_blocks, BLOCK_C):  # a block's expert: the runs ended at its start
+            blocks = b0 + tl.arange(0, BLOCK_C)
+            done = (ends[None, :] <= (blocks * BM)[:, None]) & bmask[None, :]
+            tl.store(bexp_ptr + blocks, tl.sum(done.to(tl.int32), 1), mask=blocks < n_blocks)
+
+
+@triton.jit
+def _place_kernel(idx_ptr, cur_ptr, ids_ptr, S, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < S
+    e = tl.load(idx_ptr + offs, mask=m, other=0).to(tl.int32)
+    place = tl.atomic_add(cur_ptr + e, 1, mask=m, sem="relaxed")
+    tl.store(ids_ptr + place, offs.to(tl.int32), mask=m)
+
+
+def align(idx: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``kernels.moe_gemm.align`` in two launches (the module doc): the slots of ``idx [M, k]``
+    (expert ids, int64) sorted by expert, each expert's run padded to a multiple of ``block_m``,
+    on the device with no host sync (a CUDA graph captures it).
+
+    Returns:
+        ``(sorted_ids [n_blocks * block_m] int32, block_expert [n_blocks] int32)``, as the
+        reference gives them, except the order of the slots inside an expert's run.
+    """
+    S = idx.numel()
+    E = n_experts
+    flat = idx.reshape(-1).contiguous()
+    n_blocks = triton.cdiv(S, block_m) + min(E, S)
+    dev = idx.device
+    ids = torch.empty(n_blocks * block_m, device=dev, dtype=torch.int32)
+    bexp = torch.empty(n_blocks, device=dev, dtype=torch.int32)
+    ws = counters(dev, 1 + E, owner="moe_align")
+    cur = counters(dev, E, owner="moe_align_cursors")  # set by each call before use
+    grid = (triton.cdiv(S, BLOCK),)
+    _count_kernel[grid](flat, ws, cur, ids, bexp, S, E, n_blocks, block_m, BLOCK=BLOCK,
+                        BLOCK_E=max(16, triton.next_power_of_2(E)), FILL=FILL, BLOCK_C=BLOCK_C)
+    _place_kernel[grid](flat, cur, ids, S, BLOCK=BLOCK)
+    return ids, bexp
