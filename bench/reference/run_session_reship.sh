@@ -4,6 +4,8 @@
 # tile choices (merged: other kernels' choices kept), (then, in a second call, the README's main job with
 # every cache removed on the new shipped files).   bash bench/reference/run_session_reship.sh
 # Output under $OUT: test_gemv.txt, gemv_tile_check.json, run_fresh.sh's logs, shipped/.
+# On a device call, run it through run_reship_gate.sh (RESHIP_ONLY=1), which tars $OUT: a call
+# returns at most 8 files, and the tile choices in shipped/ were lost once (reship_h200/2026-11-28-cut).
 set -euo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
