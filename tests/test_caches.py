@@ -223,6 +223,53 @@ def test_a_gemm_entry_far_slower_than_its_neighbours_is_measured_again(tmp_path,
         assert cal.gemm_outliers(t[t.kind == "gemm"], None) == []
 
 
+def test_a_calibration_cut_off_saves_and_ships_what_it_measured(tmp_path, monkeypatch):
+    """A calibration that runs out of time after some entries (an H200's 1117 entries did not fit
+    one 10-minute device call, 2026-11-28) saves them and raises ``CalibrationCut``;
+    ``sweep.cli.calibrate --ship`` then ships them with their tile choices (exit 1), so the same
+    command in the next call measures only the rest; without ``--ship`` the error stands."""
+    from kernels import tuning
+    from kernels.switches import Switches
+    from sweep.cli import calibrate as cli
+    from sweep.measure import calibration_run as run_cal
+
+    shapes = [(2, n, 128) for n in (128, 256, 384)]
+
+    def cut_run(spec, out, timeout_s, on_line=None):  # two entries done, then killed
+        rows = [dict(kind="gemm", M=m, N=n, K=k, dtype="fp32", flops=2.0 * m * n * k,
+                     time_s=1e-5, time_s_min=1e-5, time_s_p90=1e-5) for m, n, k in spec["gemm"][:2]]
+        pd.DataFrame(rows).to_parquet(out.with_name(out.name + ".partial"))
+        raise run_cal.ChildTimeout("exceeded 1 s and was killed")
+
+    monkeypatch.setattr(run_cal, "run", cut_run)
+    monkeypatch.setattr(cal, "needs", lambda items, device_type: {
+        "gemm": [(*s, "fp32") for s in shapes]})
+    monkeypatch.setattr(cal, "attn_grid", lambda *a, **k: [])
+    with pytest.raises(cal.CalibrationCut, match="2 entries measured and saved"):
+        cal.ensure({"type": "cpu", "name": "cpu"}, [], Switches(), cal_dir=tmp_path, quick=True,
+                   log=lambda m: None)
+    saved = pd.read_parquet(store.paths("cpu", tmp_path)[1])
+    assert sorted(saved[saved.kind == "gemm"].N) == [128, 256]
+
+    def cut_calibrate(device, designs, cal_dir, tuning_dir, **kw):
+        cal_dir.mkdir(parents=True, exist_ok=True)
+        for p in store.paths(device["name"], tmp_path):
+            (cal_dir / p.name).write_bytes(p.read_bytes())
+        raise cal.CalibrationCut("calibration exceeded 1 s and was killed; 2 entries measured")
+
+    ship = tmp_path / "shipped"
+    monkeypatch.setattr(cal, "calibrate", cut_calibrate)
+    monkeypatch.setattr(store, "SHIPPED_DIR", ship)
+    monkeypatch.setattr(tuning, "ship", lambda tuned: None)
+    monkeypatch.setattr("sweep.caches.ceiling_cache.measure_ceilings", lambda *a, **k: {})
+    monkeypatch.setattr(cli, "detect_device", lambda name: {"type": "cpu", "name": "cpu"})
+    args = ["--device", "cpu", "--results-dir", str(tmp_path / "r"), "--timeout", "1"]
+    assert cli.main(args + ["--ship"]) == 1
+    assert len(pd.read_parquet(ship / store.paths("cpu", tmp_path)[1].name)) == len(saved)
+    with pytest.raises(cal.CalibrationCut):
+        cli.main(args)
+
+
 def test_the_cpu_ceilings_hold_a_bf16_gemm_rate():
     """A full-size bf16 design on the CPU is bounded by its prefills' FLOPs
     (``analysis.memory.check_time``): the CPU's ceilings measure bf16 beside fp32 (not fp16:

@@ -251,7 +251,7 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
     t0 = time.time()
     out = tab_p.with_name(f".{tab_p.stem}.{os.getpid()}.new.parquet")  # one per process
     part = out.with_name(out.name + ".partial")
-    failed = None
+    failed, cut = None, False
     try:
         with device_lock(device, log):  # no trial of another study measures meanwhile
             rc, tail = run_cal.run(spec, out, timeout_s, on_line)
@@ -259,13 +259,15 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
             failed = f"calibration failed: {tail}"
     except run_cal.ChildTimeout as e:
         failed = f"calibration {e}"
+        cut = True
     if failed:  # keep the groups it finished: a later run measures only the rest
-        if part.exists():
-            new = pd.read_parquet(part)
-            part.unlink(missing_ok=True)
-            if len(new):
-                _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings,
-                      time.time() - t0)
+        new = pd.read_parquet(part) if part.exists() else None
+        part.unlink(missing_ok=True)
+        if new is not None and len(new):
+            _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings,
+                  time.time() - t0)
+            if cut:
+                raise CalibrationCut(f"{failed}; {len(new)} entries measured and saved")
         raise RuntimeError(failed)
     new = pd.read_parquet(out)
     out.unlink(missing_ok=True)
@@ -365,6 +367,11 @@ def host_costs(device: dict, cal: Calibration, switches, tuning_dir: Path | None
                 host_costs={"host": platform.node(), "entries": len(new),
                             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
     return Calibration(meta, table)
+
+
+class CalibrationCut(RuntimeError):
+    """A calibration cut off by its time limit after measuring some entries, which are saved in
+    its cache: a later run measures only the rest."""
 
 
 def calibrate(device: dict, designs, refresh: bool = False, quick: bool | None = None,

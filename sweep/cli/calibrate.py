@@ -5,7 +5,8 @@ shipped model and experiment (``sweep.caches.calibration``), cached in
 first use; this refreshes a whole one. ``--ship`` then copies it, and this device's autotune
 choices (``<results_dir>/tuning``, merged with the shipped ones), into the package
 (``sweep/analysis/calibrations/``, ``kernels/tuned/``): what a maintainer commits after measuring
-a GPU."""
+a GPU. A calibration cut off by ``--timeout`` ships the entries it measured and their choices
+(exit 1): the same command again, from them, measures the rest."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from ..common.env import detect_device, work_path
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line (the module's text); 0 once the calibration is written.
+    """The command line (the module's text); 0 once the calibration is written, 1 when it was cut
+    off and, with ``--ship``, its measured part shipped.
 
     Raises:
         ValueError: ``--timeout`` (s) not above 0.
@@ -46,15 +48,23 @@ def main(argv: list[str] | None = None) -> int:
     dev = detect_device(a.device)
     with TaskProgress("measuring the device's ceilings") as bar:
         ceilings = measure_ceilings(dev, cache_dir=root / "ceilings", on_line=bar.on_line)
-    with TaskProgress("calibration") as bar:
-        got = cal.calibrate(dev, shipped_items(cpu=dev["type"] != "cuda"),
-                            refresh=a.refresh, quick=a.quick or None, ceilings=ceilings,
-                            cal_dir=root / "calibration", on_line=bar.on_line,
-                            tuning_dir=root / "tuning", timeout_s=a.timeout)
-    meta = got.meta
+    cut = None
+    try:
+        with TaskProgress("calibration") as bar:
+            got = cal.calibrate(dev, shipped_items(cpu=dev["type"] != "cuda"),
+                                refresh=a.refresh, quick=a.quick or None, ceilings=ceilings,
+                                cal_dir=root / "calibration", on_line=bar.on_line,
+                                tuning_dir=root / "tuning", timeout_s=a.timeout)
+    except cal.CalibrationCut as e:  # with --ship, what it measured ships: run again for the rest
+        if not a.ship:
+            raise
+        cut = e
+        print(f"error: {e}; shipping them (run again for the rest)", file=sys.stderr)
     meta_p, tab_p = store.paths(dev["name"], root / "calibration")
-    print(f"{meta['device']}: {len(got.table)} entries ({meta['kinds']}), {meta['measured_now']} "
-          f"measured now in {meta.get('wall_s')} s; {meta_p}")
+    if cut is None:
+        meta = got.meta
+        print(f"{meta['device']}: {len(got.table)} entries ({meta['kinds']}), "
+              f"{meta['measured_now']} measured now in {meta.get('wall_s')} s; {meta_p}")
     if a.ship:
         store.SHIPPED_DIR.mkdir(parents=True, exist_ok=True)
         for p in (meta_p, tab_p):
@@ -64,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             tuning.ship(tuned)
         print(f"shipped: {store.SHIPPED_DIR / meta_p.name}"
               + (f", {tuning.SHIPPED_DIR / tuned.name}" if tuned.exists() else ""))
-    return 0
+    return 0 if cut is None else 1
 
 
 if __name__ == "__main__":
