@@ -1,10 +1,14 @@
-"""The slots of a long prompt sorted by expert on the device in two launches: a counting sort.
+"""A long prompt's MoE routing on the device: its rows' top-k in one launch, its slots sorted by
+expert in two (a counting sort).
 
 ``kernels.moe_gemm.align`` (the reference) sorts the ``M k`` (token, choice) slots by expert with
 torch's ops: about 25 launches, among them a radix sort. On an H200 (2026-11-28,
 ``results/reference/moe_h100.md``, fifteenth session) they cost Qwen3-30B-A3B's prefill of 512
 tokens (4096 slots over 128 experts) about 70 us a layer: the sort 34 us, four gathers 14 us. The
-fused routing (``route_align``) takes only a decode step's few slots. Here:
+fused routing (``route_align``) takes only a decode step's few slots. The router's softmax and
+top-k over the rows cost another ~18 us a layer there in torch's ops (``torch.topk``'s two
+kernels, the softmax, the renormalisation, casts); ``route_rows`` is one launch over blocks of
+rows with ``route_align``'s numerics (``_topk_rows``, shared), a routing skew drawn in it. Then:
 
 1. ``_count_kernel``: programs of ``BLOCK`` slots add each slot to its expert's count (atomics)
    and mark their share of the positions as padding. The last program to finish runs the
@@ -29,9 +33,108 @@ import triton.language as tl
 
 from .split_merge import counters
 
+# route_rows takes a router of at most this many experts (its [rows, experts] tile in
+# registers; the zoo's mirror zoo.moe.ROUTE_ROWS_MAX_EXPERTS, held equal by a test)
+ROUTE_ROWS_MAX_EXPERTS = 256
+ROUTE_ROWS_CELLS = 4096  # rows x experts (padded) a program takes
 BLOCK = 1024  # slots a program takes
 FILL = 1024  # positions a program marks as padding per loop step
 BLOCK_C = 32  # blocks whose expert the last program finds per loop step
+
+
+@triton.jit
+def _drawn_logits(prior_ptr, seed, rows, cols, lmask, E):
+    # a routing skew's draw in the logits' place: log p_e + Gumbel noise [rows, experts] in
+    # float32 (zoo.experts.MoEFeedForward.logits' arithmetic), Philox at (seed, row E + expert);
+    # -inf past the experts and rows (lmask)
+    u = tl.maximum(tl.rand(seed, rows[:, None] * E + cols[None, :]), 1e-20)
+    prior = tl.load(prior_ptr + cols, mask=cols < E, other=0.0)
+    return tl.where(lmask, prior[None, :] - tl.log(-tl.log(u)), float("-inf"))
+
+
+@triton.jit
+def _topk_rows(x, rows, rmask, cols, w_ptr, idx_ptr, TOPK: tl.constexpr, RENORM: tl.constexpr,
+               BLOCK_M: tl.constexpr):
+    # softmax over the logits x [BLOCK_M, BLOCK_E] (float32, -inf past the experts) in float32,
+    # the top k (argmax k times, torch.topk's choice), the k weights renormalised (RENORM);
+    # weights [M, k] and expert ids [M, k] int64 stored for the rows in rmask
+    x = tl.where(rmask[:, None], x, 0.0)  # rows past M: no NaN (never stored)
+    x = x - tl.max(x, 1)[:, None]
+    p = tl.exp(x)
+    p = p / tl.sum(p, 1)[:, None]
+    total = tl.full((BLOCK_M,), 1.0, dtype=tl.float32)
+    if RENORM:  # the top k's sum first (the same choices as below), so each weight is one divide
+        q = p
+        total = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for _ in tl.static_range(TOPK):
+            total += tl.max(q, 1)
+            q = tl.where(cols[None, :] == tl.argmax(q, 1)[:, None], -1.0, q)
+    for j in tl.static_range(TOPK):
+        best = tl.max(p, 1)
+        arg = tl.argmax(p, 1)
+        tl.store(idx_ptr + rows * TOPK + j, arg.to(tl.int64), mask=rmask)
+        tl.store(w_ptr + rows * TOPK + j, (best / total).to(w_ptr.dtype.element_ty), mask=rmask)
+        p = tl.where(cols[None, :] == arg[:, None], -1.0, p)
+
+
+@triton.jit
+def _route_rows_kernel(logits_ptr, w_ptr, idx_ptr, prior_ptr, seed_ptr, cnt_ptr, M, E,
+                       TOPK: tl.constexpr, RENORM: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCK_E: tl.constexpr, DRAW: tl.constexpr):
+    # program p: rows [p BLOCK_M, (p + 1) BLOCK_M) routed (_topk_rows); DRAW: the skew's draw in
+    # the logits' place, and the last program to finish (an acq_rel counter, reset by it)
+    # advances the layer's seed, once every program has read it
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_E)
+    rmask = rows < M
+    lmask = rmask[:, None] & (cols[None, :] < E)
+    if DRAW:
+        seed = tl.load(seed_ptr)
+        x = _drawn_logits(prior_ptr, seed, rows, cols, lmask, E)
+    else:
+        x = tl.load(logits_ptr + rows[:, None].to(tl.int64) * E + cols[None, :], mask=lmask,
+                    other=float("-inf")).to(tl.float32)
+    _topk_rows(x, rows, rmask, cols, w_ptr, idx_ptr, TOPK, RENORM, BLOCK_M)
+    if DRAW:
+        tl.debug_barrier()
+        if tl.atomic_add(cnt_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
+            tl.store(cnt_ptr, 0)
+            tl.store(seed_ptr, seed + 1)
+
+
+def route_rows(logits: torch.Tensor, k: int, renorm: bool, dtype: torch.dtype,
+               draw: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The router's softmax and top ``k`` for a long prompt's rows in one launch (programs over
+    blocks of rows; ``route_align``'s numerics, which take a decode step's few slots together
+    with their sort): ``torch.topk`` of the float32 softmax, renormalised with ``renorm``.
+
+    Args:
+        logits: ``[M, E]`` router logits, ``E <= ROUTE_ROWS_MAX_EXPERTS``. k: experts per
+            token. renorm: the k weights over their sum. dtype: the weights'. draw:
+            ``(log_prior [E] float32, seed [1] int64)``: a routing skew's draw in the logits'
+            place (``kernels.moe_gemm.route_align``'s), the seed advanced by one; ``logits``
+            unread.
+
+    Returns:
+        ``(weights [M, k] dtype, idx [M, k] int64)``.
+
+    Raises:
+        ValueError: more experts than ``ROUTE_ROWS_MAX_EXPERTS``.
+    """
+    M, E = logits.shape
+    if E > ROUTE_ROWS_MAX_EXPERTS:
+        raise ValueError(f"route_rows: {E} experts, more than {ROUTE_ROWS_MAX_EXPERTS}")
+    block_e = max(16, triton.next_power_of_2(E))
+    block_m = max(1, min(triton.next_power_of_2(M), ROUTE_ROWS_CELLS // block_e))
+    dev = logits.device
+    w = torch.empty(M, k, device=dev, dtype=dtype)
+    idx = torch.empty(M, k, device=dev, dtype=torch.int64)
+    prior, seed = draw if draw is not None else (w, idx)  # (unread without a draw)
+    _route_rows_kernel[(triton.cdiv(M, block_m),)](
+        logits.contiguous(), w, idx, prior, seed, counters(dev, 1, owner="route_rows"), M, E,
+        TOPK=k, RENORM=renorm, BLOCK_M=block_m, BLOCK_E=block_e, DRAW=draw is not None,
+        num_warps=4)
+    return w, idx
 
 
 @triton.jit

@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from . import moe_align
+from .moe_align import _drawn_logits, _topk_rows
 from .split_merge import counters
 
 
@@ -79,9 +80,7 @@ def _route_align(logits_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, prior_ptr, seed_
     lmask = rmask[:, None] & (cols[None, :] < E)
     if DRAW:
         seed = tl.load(seed_ptr)
-        u = tl.maximum(tl.rand(seed, rows[:, None] * E + cols[None, :]), 1e-20)
-        prior = tl.load(prior_ptr + cols, mask=cols < E, other=0.0)
-        x = tl.where(lmask, prior[None, :] - tl.log(-tl.log(u)), float("-inf"))
+        x = _drawn_logits(prior_ptr, seed, rows, cols, lmask, E)
         tl.store(seed_ptr, seed + 1)
     elif CG:
         x = tl.load(logits_ptr + rows[:, None] * E + cols[None, :], mask=lmask,
@@ -89,23 +88,7 @@ def _route_align(logits_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, prior_ptr, seed_
     else:
         x = tl.load(logits_ptr + rows[:, None] * E + cols[None, :], mask=lmask,
                     other=float("-inf")).to(tl.float32)
-    x = tl.where(rmask[:, None], x, 0.0)  # rows past M: no NaN (never stored)
-    x = x - tl.max(x, 1)[:, None]
-    p = tl.exp(x)
-    p = p / tl.sum(p, 1)[:, None]
-    total = tl.full((BLOCK_M,), 1.0, dtype=tl.float32)
-    if RENORM:  # the top k's sum first (the same choices as below), so each weight is one divide
-        q = p
-        total = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        for _ in tl.static_range(TOPK):
-            total += tl.max(q, 1)
-            q = tl.where(cols[None, :] == tl.argmax(q, 1)[:, None], -1.0, q)
-    for j in tl.static_range(TOPK):
-        best = tl.max(p, 1)
-        arg = tl.argmax(p, 1)
-        tl.store(idx_ptr + rows * TOPK + j, arg.to(tl.int64), mask=rmask)
-        tl.store(w_ptr + rows * TOPK + j, (best / total).to(w_ptr.dtype.element_ty), mask=rmask)
-        p = tl.where(cols[None, :] == arg[:, None], -1.0, p)
+    _topk_rows(x, rows, rmask, cols, w_ptr, idx_ptr, TOPK, RENORM, BLOCK_M)
     tl.debug_barrier()
     S = M * TOPK
     slots = tl.arange(0, BLOCK_S)

@@ -542,9 +542,9 @@ def test_uniform_routing_draws_every_tokens_experts_uniformly():
     exponent 0) instead of the random router's choice, which sends much of a long prompt to a
     few experts (``results/reference/moe_h100.md``): a tiny model's prompt then reaches every
     expert with near-even loads; a trial records it; the kernel list holds the draw's ops where
-    the fused routing does not make the draw inside its launch (a long prompt's, not a decode
-    step's); a study's identity names it only when set; ``uniform`` with a skew, or another
-    value, refused by field name."""
+    the Triton routing does not make the draw inside its launch (past 256 experts); a study's
+    identity names it only when set; ``uniform`` with a skew, or another value, refused by field
+    name."""
     from sweep.analysis import predict as perf
     from sweep.measure.moe_routing import routing_stats
     from sweep.plan import check_workload, identity
@@ -571,10 +571,12 @@ def test_uniform_routing_draws_every_tokens_experts_uniformly():
     assert set_routing_skew(model, 0.0) and layer.log_prior is None  # the router as built again
 
     big = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
-    for new, ops in ((1, 0), (600, SKEW_LAUNCHES)):  # a decode step draws in router_route
-        plain, drawn = (perf.kernel_list(big, 1, new, 600, "triton", draw=x) for x in (0, 1))
+    wide = big.replace(n_experts=384)  # past route_rows' experts: torch's top-k and draw
+    for cfg_, new, ops in ((big, 1, 0), (big, 600, 0), (wide, 600, SKEW_LAUNCHES)):
+        plain, drawn = (perf.kernel_list(cfg_, 1, new, 600, "triton", draw=x) for x in (0, 1))
         extra = sum(x.launches * x.repeat for x in drawn) - sum(x.launches * x.repeat for x in plain)
         assert extra == ops * big.n_layers, (new, extra)
+    assert "route_rows" in [x.op for x in perf.kernel_list(big, 1, 600, 600, "triton")]
     assert perf.kernel_list(big, 1, 1, 600, "triton", skew=1.0) == \
         perf.kernel_list(big, 1, 1, 600, "triton", skew=1.0, draw=True)
 

@@ -13,9 +13,11 @@ the experts are two grouped GEMMs over the tokens sorted by expert on the device
 (``kernels.moe_gemm``): no host sync, so a CUDA graph captures the step. A decode step of at most
 8 tokens that the fused routing takes (``route_align``'s limits) runs the router's GEMM with the
 routing and sort as one launch (``kernels.moe_route.router_route``) and sums each token's slots
-inside the down GEMM's launch (``moe_down(sum_k=k)``). Under a routing skew the fused routing
-makes the draw itself, in the logits' place (the router's GEMM still runs); the torch path and
-steps past its limits draw with torch's ops (``logits``).
+inside the down GEMM's launch (``moe_down(sum_k=k)``). A longer step (a prefill) routes its rows
+in one launch (``kernels.moe_align.route_rows``) and sorts its slots in two (the counting sort,
+inside ``moe_experts``). Under a routing skew the Triton routing makes the draw itself, in the
+logits' place (the router's GEMM still runs); the torch path, and routers of more than 256
+experts, draw with torch's ops (``logits``).
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kernels import moe_align, moe_route
 from kernels import moe_gemm as moe_kernels
-from kernels import moe_route
 
 from .config import ModelConfig
 from .moe import MOE
@@ -79,6 +81,11 @@ class MoEFeedForward(nn.Module):
         u = torch.rand(logits.shape, device=logits.device, dtype=torch.float32)
         return self.log_prior - torch.log(-torch.log(u.clamp_(1e-20, 1.0)))
 
+    def draw(self) -> tuple | None:
+        """``(log_prior [E] float32, seed [1] int64)`` for the Triton routing to draw in the
+        logits' place under a routing skew (``set_routing_skew``), else None."""
+        return None if self.log_prior is None else (self.log_prior, self.seed)
+
     def route(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(weights [N, k] in h's dtype, experts [N, k] int64)`` of tokens ``h [N, d_model]``:
         softmax over the router's logits in float32, the top ``k``, renormalised with
@@ -123,7 +130,7 @@ class MoEFeedForward(nn.Module):
         N = B * T
         if cfg.kernels == "triton" and moe_kernels.fused_route(N * k, cfg.n_experts):
             block = moe_kernels.tiles(N * k, cfg.n_experts)[0]
-            draw = None if self.log_prior is None else (self.log_prior, self.seed)
+            draw = self.draw()
             if moe_route.fused_router(N, cfg.n_experts, k):
                 with annotate("router"):  # the GEMM, softmax, top-k and the sort: one kernel
                     w, idx, *aligned = moe_route.router_route(h, self.router.weight, k,
@@ -138,6 +145,14 @@ class MoEFeedForward(nn.Module):
                 out = moe_kernels.moe_experts(  # the down GEMM's launch
                     h, self.w13, self.w2, w, idx, aligned,
                     sum_in_down=moe_kernels.sum_in_down(N, cfg.n_experts, k))
+        elif cfg.kernels == "triton" and cfg.n_experts <= moe_align.ROUTE_ROWS_MAX_EXPERTS:
+            with annotate("router"):  # a long prompt: the GEMM, then the rows' top-k in one
+                logits = self.router(h)  # launch, the slots' counting sort inside moe_experts
+            with annotate("topk"):
+                w, idx = moe_align.route_rows(logits, k, cfg.router_renorm, h.dtype,
+                                              draw=self.draw())
+            with annotate("experts"):
+                out = moe_kernels.moe_experts(h, self.w13, self.w2, w, idx)
         else:
             w, idx = self.route(h)
             with annotate("experts"):

@@ -28,13 +28,16 @@ from .routing import expected_touched  # the experts a step touches (uniform or 
 # most ROUTE_ALIGN_MAX_EXPERTS experts routes and sorts in one launch instead
 # (``kernels.moe_gemm.route_align``; the zoo is torch-free: a test holds them equal)
 ALIGN_LAUNCHES = 2
-# a routing skew's draw after the router's GEMM (zoo.experts.MoEFeedForward.logits) where the
-# fused routing does not take the step (which draws inside its launch): rand, the clamp, a log,
-# its negation, a log and the prior's subtraction
+# a routing skew's draw after the router's GEMM (zoo.experts.MoEFeedForward.logits) on the
+# torch path and past ROUTE_ROWS_MAX_EXPERTS (the Triton routing draws inside its launch): rand,
+# the clamp, a log, its negation, a log and the prior's subtraction
 SKEW_LAUNCHES = 6
 ROUTE_ALIGN_MAX_SLOTS = 512
 ROUTE_ALIGN_MAX_EXPERTS = 256
 ROUTE_ALIGN_MAX_CELLS = 32768
+# a longer step's rows route in one launch for at most this many experts
+# (``kernels.moe_align.route_rows``; its mirror, held equal by a test), else with torch's ops
+ROUTE_ROWS_MAX_EXPERTS = 256
 # a decode step of at most this many tokens runs the router's GEMM with the routing and sort as
 # one launch (``kernels.moe_route.router_route``; a routing skew drawn inside it) and sums each
 # token's slots inside the down GEMM's launch (``kernels.moe_gemm.moe_down(sum_k=k)``): mirrors of
@@ -200,9 +203,10 @@ class MoEFFN:
         """``kernels`` on the Triton path (``kernels.moe_gemm``): on the decode GEMV path the FFN
         norm with the residual add (a kernel of its own: no GEMV prologue takes it); the
         router's GEMM (cuBLAS); its softmax, top-k and sort by expert in one kernel
-        (``route_align``, its own ``elementwise`` entry) where it takes the step, else
-        torch's softmax and top-k, then the slots' counting sort (``moe_align``, two launches,
-        ``kernels.moe_align``); for a step of at most ``ROUTER_ROUTE_MAX_TOKENS``
+        (``route_align``, its own ``elementwise`` entry) where it takes the step, else the
+        rows' softmax and top-k in one launch (``route_rows``; torch's ops past
+        ``ROUTE_ROWS_MAX_EXPERTS``) and the slots' counting sort (``moe_align``, two launches;
+        both ``kernels.moe_align``); for a step of at most ``ROUTER_ROUTE_MAX_TOKENS``
         tokens, the GEMM and ``route_align`` as one launch instead
         (``router_route``, a ``moe_gemm`` entry of its own, else priced as the two launches it
         replaces, noted); the two grouped GEMMs, each one launch reading every touched expert's
@@ -233,20 +237,20 @@ class MoEFFN:
             return st.elem(name, nbytes, rep=rep, launches=launches, impl=impl)
 
         routed = route_bytes(M, E, k, d, wb)
-        one = fused_router(M, E, k)  # the router in one launch (a skew's draw made in it)
         summed = sum_in_down(M, E, k)  # the slots' sum inside moe_down's launch
-        out = [st.elem("rmsnorm", 4 * M * d * wb, rep=rep) if st.skinny else None,
-               # kernels.moe_route.router_route: the GEMM over E programs, the last routing
-               gemm("router_route", E, d, M, 1) if one else gemm("router", E, d, M),
-               # kernels.moe_gemm.route_align: one program, latency-bound
-               None if one else op("route_align", routed, impl="triton") if fused_route(M * k, E)
-               else op("router", routed, casts + 2 + 2 * cfg.router_renorm),
-               # kernels.moe_align: the slots' counting sort past route_align's limits
-               None if one or fused_route(M * k, E) else
-               op("moe_align", align_bytes(M * k, E), ALIGN_LAUNCHES, "triton"),
-               # a skew's draw: torch's ops where route_align does not take the step
-               op("router", 4 * M * E * 4, SKEW_LAUNCHES)
-               if st.draws and not fused_route(M * k, E) else None,
+        if fused_router(M, E, k):  # kernels.moe_route.router_route: the GEMM over E programs,
+            route = [gemm("router_route", E, d, M, 1)]  # the last routing (a skew drawn in it)
+        elif fused_route(M * k, E):  # kernels.moe_gemm.route_align: one program, latency-bound
+            route = [gemm("router", E, d, M), op("route_align", routed, impl="triton")]
+        else:  # a long prompt: the GEMM, the rows' top-k (kernels.moe_align.route_rows; past
+            # its experts torch's ops, a skew drawn by torch after the GEMM), the counting sort
+            rows = E <= ROUTE_ROWS_MAX_EXPERTS
+            route = [gemm("router", E, d, M),
+                     op("route_rows", routed, impl="triton") if rows else
+                     op("router", routed, casts + 2 + 2 * cfg.router_renorm),
+                     op("router", 4 * M * E * 4, SKEW_LAUNCHES) if st.draws and not rows else None,
+                     op("moe_align", align_bytes(M * k, E), ALIGN_LAUNCHES, "triton")]
+        out = [st.elem("rmsnorm", 4 * M * d * wb, rep=rep) if st.skinny else None, *route,
                gemm("moe_up", 2 * Fe, d, m, n_exp),
                gemm("moe_down", d, Fe, m, n_exp),
                None if summed else op("moe_sum", sum_bytes(M, k, d, wb))]  # the slots' sum

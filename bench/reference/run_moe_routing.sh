@@ -7,6 +7,7 @@
 # One study per run (kernels=triton, mode=cudagraph, prompt 512, 64 new tokens); the calibration
 # entries a run lacks are measured by the first and kept for the rest (one results_dir: its
 # calibration cache).
+# EXTRA: overrides for every run (EXTRA=profile=modules: each run's kernels, kernels_*.json).
 #   OUT=DIR bash bench/reference/run_moe_routing.sh   # $OUT/all.tgz: <run>/trials.csv, console.log
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -18,10 +19,11 @@ timeout "${TEST_TIMEOUT:-120}" python3 -m pytest -q -p no:cacheprovider tests/ke
 run() {  # run NAME TIMEOUT OVERRIDES...
   local name=$1 t=$2; shift 2; mkdir -p "$OUT/$name"
   timeout "$t" python3 -m sweep workload.batch=1 workload.prompt_len=512 workload.new_tokens=64 \
-    study.name="$name" results_dir="$OUT/runs" "$@" > "$OUT/$name/console.log" 2>&1
+    study.name="$name" results_dir="$OUT/runs" ${EXTRA:-} "$@" > "$OUT/$name/console.log" 2>&1
   echo "$name rc=$?" | tee -a "$OUT/$name/console.log"; grep -E "decode [0-9]" "$OUT/$name/console.log" | tail -n 1
   local d; d=$(ls -d "$OUT/runs/$name"* 2>/dev/null | head -n 1)
-  [ -n "$d" ] && cp "$d/trials.csv" "$OUT/$name/"
+  [ -n "$d" ] && cp "$d/trials.csv" "$OUT/$name/" && cp "$d"/trials/*/modules/kernels_*.json \
+    "$OUT/$name/" 2>/dev/null
 }
 run olmoe_b1 "${T1:-220}" model=olmoe_1b_7b
 run qwen3_b1 "${T2:-170}" model=qwen3_30b_a3b

@@ -340,17 +340,14 @@ def elementwise(device, tm, rnd, quick) -> list[dict]:
     Ms = (1, 16, 256) if quick else (1, 8, 64, 512, 4096, 32768)
     d, H, Hkv, D, F_ = (128, 8, 2, 16, 352) if quick else (4096, 32, 8, 128, 14336)
     for M in Ms:
-        x, r, wt = rnd(M, d), rnd(M, d), rnd(d)
-        ops = {("rmsnorm", "torch"): (lambda: rmsnorm.reference(x, wt, 1e-5), 2 * M * d * wb),
-               ("residual", "torch"): (lambda: x + r, 3 * M * d * wb),
-               ("swiglu", "torch"): (None, 3 * M * F_ * wb),
-               ("embedding", "torch"): (None, 2 * M * d * wb)}
-        h = rnd(M, 2 * F_)
-        ops[("swiglu", "torch")] = (lambda: swiglu.reference(h), 3 * M * F_ * wb)
+        x, r, wt, h = rnd(M, d), rnd(M, d), rnd(d), rnd(M, 2 * F_)
         table = rnd(4096 if not quick else 512, d)
         ids = torch.randint(0, table.shape[0], (M,), device=device)
-        ops[("embedding", "torch")] = (lambda: torch.nn.functional.embedding(ids, table),
-                                       2 * M * d * wb)
+        ops = {("rmsnorm", "torch"): (lambda: rmsnorm.reference(x, wt, 1e-5), 2 * M * d * wb),
+               ("residual", "torch"): (lambda: x + r, 3 * M * d * wb),
+               ("swiglu", "torch"): (lambda: swiglu.reference(h), 3 * M * F_ * wb),
+               ("embedding", "torch"): (lambda: torch.nn.functional.embedding(ids, table),
+                                        2 * M * d * wb)}
         q, k = rnd(1, M, H, D), rnd(1, M, Hkv, D)
         cos, sin = rnd(M + 8, D, dt=torch.float32), rnd(M + 8, D, dt=torch.float32)
         pos = torch.arange(M, device=device)
@@ -375,7 +372,7 @@ def elementwise(device, tm, rnd, quick) -> list[dict]:
                              kv_quant.quantize_kv(kn, out, sc, pos, "int8")),
                     2 * M * Hkv * (D * (wb + 1) + 4))
         # the MoE layer's small kernels (zoo.moe; k = 8 of 64 experts, bytes as the kernel list's):
-        # the slots' sum; the fused routing (a decode step's few slots), else the counting sort
+        # the slots' sum; the fused routing (a decode step's few slots), else rows' and the sort
         if M <= 4096:
             y = rnd(M * 8, d)
             ops[("moe_sum", "torch")] = (lambda: y.view(M, 8, d).sum(1), sum_bytes(M, 8, d, wb))
@@ -384,6 +381,8 @@ def elementwise(device, tm, rnd, quick) -> list[dict]:
             ops[("route_align", "triton")] = (lambda: moe_gemm.route_align(
                 lg, 8, False, 16, x.dtype), route_bytes(M, 64, 8, d, wb))
         elif tri:
+            ops[("route_rows", "triton")] = (lambda: moe_align.route_rows(
+                lg, 8, False, x.dtype), route_bytes(M, 64, 8, d, wb))
             ops[("moe_align", "triton")] = (lambda: moe_align.align(
                 sel, 64, align_block(M * 8, 64)), align_bytes(M * 8, 64))
         if M <= 512:  # a stage's last-position logits [batch, vocab], sampled greedily:

@@ -5,8 +5,8 @@ prefill sizes; a CUDA graph captures the layer (GPU)."""
 import pytest
 import torch
 
+from kernels import moe_align, moe_route
 from kernels import moe_gemm as moe
-from kernels import moe_route
 from tests.kernels.conftest import DEVICE
 
 
@@ -78,6 +78,39 @@ def test_bf16_on_the_gpu_and_under_a_graph(M):
                                rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("M,E,k,renorm", [(1, 8, 2, True), (37, 64, 8, False), (600, 128, 8, True),
+                                          (300, 6, 6, True), (70, 256, 8, False)])
+def test_a_long_prompts_rows_route_like_torch(M, E, k, renorm):
+    """``kernels.moe_align.route_rows`` (one launch over blocks of rows): the softmax's top k
+    (renormalised or not) as ``torch.topk`` gives them; under a draw, the logits unread, the
+    prior's inclusion frequencies (``zoo.routing``), the seed advanced once a call; more experts
+    than it takes refused."""
+    import math
+
+    from kernels import moe_align
+    from zoo import routing
+
+    logits = torch.randn(M, E, generator=torch.Generator().manual_seed(M + E)).to(DEVICE)
+    w, idx = moe_align.route_rows(logits, k, renorm, torch.float32)
+    rw, ridx = torch.topk(torch.softmax(logits, -1), k, -1)
+    if renorm:
+        rw = rw / rw.sum(-1, keepdim=True)
+    assert torch.equal(idx, ridx)
+    torch.testing.assert_close(w, rw, rtol=1e-6, atol=1e-7)
+    if M < 300:
+        return
+    prior = torch.tensor(routing.zipf_prior(E, 1.0), dtype=torch.float32).log().to(DEVICE)
+    seed = torch.tensor([11], dtype=torch.int64, device=DEVICE)
+    nan = torch.full((M, E), math.nan, device=DEVICE)
+    picks = torch.cat([moe_align.route_rows(nan, k, renorm, torch.float32, draw=(prior, seed))[1]
+                       for _ in range(8)]).cpu()
+    assert seed.item() == 19
+    freq = torch.bincount(picks.reshape(-1), minlength=E).float() / picks.shape[0]
+    assert torch.allclose(freq, torch.tensor(routing.inclusion(E, k, 1.0)), atol=0.05), freq
+    with pytest.raises(ValueError, match="more than 256"):
+        moe_align.route_rows(torch.zeros(2, 257, device=DEVICE), 2, True, torch.float32)
+
+
 @pytest.mark.parametrize("M,k,E", [(3, 2, 8), (512, 8, 128), (700, 4, 6), (2000, 8, 257),
                                    (300, 8, 64)])
 def test_the_counting_sort_sorts_like_align(M, k, E, monkeypatch):
@@ -119,6 +152,7 @@ def test_the_predictor_holds_the_mirrors_of_the_kernels_limits():
         for e in (4, 8, 64, 100, 128, 256, 257):
             assert zoo_moe.fused_route(slots, e) == moe.fused_route(slots, e), (slots, e)
     assert zoo_moe.ROUTER_ROUTE_MAX_TOKENS == moe_route.ROUTER_ROUTE_MAX_TOKENS
+    assert zoo_moe.ROUTE_ROWS_MAX_EXPERTS == moe_align.ROUTE_ROWS_MAX_EXPERTS
     assert zoo_moe.SUM_IN_DOWN_MAX_TOKENS == moe.SUM_IN_DOWN_MAX_TOKENS
     for tokens in (1, 2, 8, 9, 64):
         for e, k in ((8, 2), (64, 8), (128, 8), (257, 8)):
@@ -217,9 +251,9 @@ def test_the_slots_sum_in_the_down_launch(M, d, F, E, k):
 
 def test_the_model_draws_a_uniform_routing_inside_its_fused_routing():
     """``workload.routing=uniform`` on the Triton path (``zoo.experts``): a decode step of few
-    tokens draws inside ``router_route``, a step of more inside ``route_align``; one input for
-    every token (the router as built would pick the same two experts) reaches every expert about
-    evenly, and each call advances the layer's counter once."""
+    tokens draws inside ``router_route``, a step of more inside ``route_align``, a long prompt's
+    inside ``route_rows``; one input for every token (the router as built would pick the same two
+    experts) reaches every expert about evenly, and each call advances the layer's counter once."""
     from zoo import ModelConfig, Transformer
     from zoo.experts import MoEFeedForward, set_routing_skew
 
@@ -231,9 +265,9 @@ def test_the_model_draws_a_uniform_routing_inside_its_fused_routing():
     start = layer.seed.item()
     layer.record = []
     with torch.no_grad():
-        for tokens in [4] * 30 + [16] * 8:  # router_route, then route_align
+        for tokens in [4] * 30 + [16] * 8 + [300]:  # router_route, route_align, route_rows
             layer(torch.ones(1, tokens, cfg.d_model, device=DEVICE))
-    assert layer.seed.item() == start + 38
+    assert layer.seed.item() == start + 39
     idx = torch.cat([i.reshape(-1) for i in layer.record]).cpu()
     freq = torch.bincount(idx, minlength=6).float() / (idx.numel() / 2)
     assert torch.allclose(freq, torch.full((6,), 1 / 3), atol=0.09), freq
