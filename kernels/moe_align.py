@@ -21,8 +21,10 @@ rows with ``route_align``'s numerics (``_topk_rows``, shared), a routing skew dr
 
 The order of the slots inside an expert's run is the order of the atomics, not the reference's
 stable order. The grouped GEMMs compute each slot's row on its own, so their output does not
-depend on that order. Minimum DRAM traffic: the expert ids, read twice (8 bytes a slot each time),
-and the sorted ids written (4 bytes a padded position).
+depend on that order. Each slot's atomics go to its expert's address: under a concentrated
+routing they serialise there (not measured yet; the micro-benchmark draws uniform ids).
+Minimum DRAM traffic: the expert ids, read twice (8 bytes a slot each time), every padded
+position marked (4 bytes) and each slot's id written (4 bytes).
 """
 
 from __future__ import annotations

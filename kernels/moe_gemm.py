@@ -1,11 +1,13 @@
 """Mixture-of-experts experts as two grouped GEMMs over tokens sorted by expert (the fused-MoE
 layout), with no host synchronisation: a CUDA graph captures the whole layer.
 
-``align`` sorts the ``M k`` (token, choice) slots by expert on the device and pads each expert's
-run to a multiple of ``BLOCK_M`` (a static upper bound of blocks, the unused ones marked by an
-expert id of ``E``). ``_moe_up_kernel`` computes, per block of one expert's slots and ``BLOCK_N``
-hidden units, the gate and up projections of the slots' tokens (``w13 [E, 2 Fe, d]``, gate rows
-then up rows) and SwiGLU of them: each expert's weight tile is read once for all its slots.
+The ``M k`` (token, choice) slots are sorted by expert on the device, each expert's run padded
+to a multiple of ``BLOCK_M`` (a static upper bound of blocks, the unused ones marked by an expert
+id of ``E``): by ``route_align`` with the routing for a decode step's few slots, else by
+``kernels.moe_align``'s counting sort (``align`` here, torch's ops, is its reference).
+``_moe_up_kernel`` computes, per block of one expert's slots and ``BLOCK_N`` hidden units, the
+gate and up projections of the slots' tokens (``w13 [E, 2 Fe, d]``, gate rows then up rows) and
+SwiGLU of them: each expert's weight tile is read once for all its slots.
 ``_moe_down_kernel`` applies ``w2 [E, d, Fe]`` to the activations and scales each slot by its
 routing weight. The ``k`` slots of a token are then summed. Minimum DRAM bytes of a call: the
 touched experts' weights ``3 d Fe`` each, plus activations.
@@ -81,6 +83,7 @@ def _route_align(logits_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, prior_ptr, seed_
     if DRAW:
         seed = tl.load(seed_ptr)
         x = _drawn_logits(prior_ptr, seed, rows, cols, lmask, E)
+        tl.debug_barrier()  # every warp has read the seed before it moves on
         tl.store(seed_ptr, seed + 1)
     elif CG:
         x = tl.load(logits_ptr + rows[:, None] * E + cols[None, :], mask=lmask,

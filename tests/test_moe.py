@@ -545,7 +545,11 @@ def test_uniform_routing_draws_every_tokens_experts_uniformly():
     the Triton routing does not make the draw inside its launch (past 256 experts); a study's
     identity names it only when set; ``uniform`` with a skew, or another value, refused by field
     name."""
+    from dataclasses import replace
+
+    from sweep.analysis import calibration_store as store
     from sweep.analysis import predict as perf
+    from sweep.analysis import pricing
     from sweep.measure.moe_routing import routing_stats
     from sweep.plan import check_workload, identity
     from sweep.schema import WorkloadConf
@@ -572,11 +576,18 @@ def test_uniform_routing_draws_every_tokens_experts_uniformly():
 
     big = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
     wide = big.replace(n_experts=384)  # past route_rows' experts: torch's top-k and draw
-    for cfg_, new, ops in ((big, 1, 0), (big, 600, 0), (wide, 600, SKEW_LAUNCHES)):
+    for cfg_, new, ops in ((big, 1, 0), (big, 600, 0), (wide, 600, SKEW_LAUNCHES - 1)):
+        # (past 256 experts: the draw's ops, and one cast fewer: the drawn logits are float32)
         plain, drawn = (perf.kernel_list(cfg_, 1, new, 600, "triton", draw=x) for x in (0, 1))
         extra = sum(x.launches * x.repeat for x in drawn) - sum(x.launches * x.repeat for x in plain)
         assert extra == ops * big.n_layers, (new, extra)
-    assert "route_rows" in [x.op for x in perf.kernel_list(big, 1, 600, 600, "triton")]
+    pre = {x.op: x for x in perf.kernel_list(big, 1, 600, 600, "triton")}
+    assert pre["route_rows"].launches == 1 and pre["moe_align"].launches == 2
+    assert pre["moe_align"].bytes == 20 * 600 * 8 + 4 * (4800 // 64 + 64) * 64
+    cal = pricing.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
+    tiny_ = cal.price(pre["moe_align"])
+    assert tiny_[0] == pytest.approx(2 * cal.price(replace(pre["moe_align"], op="route_rows",
+                                                            launches=1))[0])
     assert perf.kernel_list(big, 1, 1, 600, "triton", skew=1.0) == \
         perf.kernel_list(big, 1, 1, 600, "triton", skew=1.0, draw=True)
 

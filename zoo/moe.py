@@ -69,11 +69,12 @@ def align_block(slots: int, n_experts: int) -> int:
 
 def align_bytes(slots: int, n_experts: int) -> int:
     """Bytes of the counting sort (``moe_align``) of ``slots`` slots: the expert ids (int64)
-    read twice, the sorted ids (int32) written over ``cdiv(slots, block_m) + min(n_experts,
-    slots)`` blocks of ``block_m = align_block(slots, n_experts)`` positions."""
+    read twice, the sorted ids (int32) marked as padding over ``cdiv(slots, block_m) +
+    min(n_experts, slots)`` blocks of ``block_m = align_block(slots, n_experts)`` positions, then
+    each slot's written."""
     block_m = align_block(slots, n_experts)
     blocks = -(-slots // block_m) + min(n_experts, slots)
-    return 16 * slots + 4 * blocks * block_m
+    return 20 * slots + 4 * blocks * block_m
 
 
 def sum_bytes(tokens: int, k: int, d_model: int, wb: int) -> int:
@@ -178,7 +179,8 @@ class MoEFFN:
         touched = expected_touched(E, k, M, st.skew)
         n_exp = max(1, round(touched))
         m = max(1, round(M * k / touched))  # tokens per touched expert, on average
-        casts = 0 if cfg.dtype == "fp32" else 2  # the router's float32 and back
+        # the router's logits to float32 (not a drawn routing's: float32 already) and back
+        casts = 0 if cfg.dtype == "fp32" else 2 - st.draws
         if st.fused:
             return self._fused_kernels(st, rep, n_exp, m, casts)
         out = [st.gemm("ffn", "router", E, d, rep=rep),
