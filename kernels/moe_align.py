@@ -10,19 +10,22 @@ top-k over the rows cost another ~18 us a layer there in torch's ops (``torch.to
 kernels, the softmax, the renormalisation, casts); ``route_rows`` is one launch over blocks of
 rows with ``route_align``'s numerics (``_topk_rows``, shared), a routing skew drawn in it. Then:
 
-1. ``_count_kernel``: programs of ``BLOCK`` slots add each slot to its expert's count (atomics)
-   and mark their share of the positions as padding. The last program to finish runs the
+1. ``_count_kernel``: programs of ``BLOCK`` slots add their slots per expert to the experts'
+   counts (a histogram, then one atomic an expert) and mark their share of the positions as
+   padding. The last program to finish runs the
    count's prefix sum, over each expert's run padded to a multiple of ``block_m``. It writes
    each block's expert, sets each expert's cursor to where its run starts (a buffer of its
    own), and zeroes the counts. It knows it is last from an acq_rel counter, which it resets:
    CUDA's grid-sync pattern, as ``kernels.split_merge`` merges.
-2. ``_place_kernel``: each slot takes the next place in its expert's run (an atomic on the
-   cursor) and writes its id there.
+2. ``_place_kernel``: programs of slots reserve their places in each expert's run (one atomic
+   an expert on its cursor); each slot takes the place of its rank among them and writes its
+   id there.
 
-The order of the slots inside an expert's run is the order of the atomics, not the reference's
-stable order. The grouped GEMMs compute each slot's row on its own, so their output does not
-depend on that order. Each slot's atomics go to its expert's address: under a concentrated
-routing they serialise there (not measured yet; the micro-benchmark draws uniform ids).
+Inside an expert's run the programs' slots come in the order of their atomics, not the
+reference's stable order. The grouped GEMMs compute each slot's row on its own, so their output
+does not depend on that order. Atomics are one an expert a program, so a concentrated routing
+(the random router sends a fifth of a long prompt's slots to one expert) does not serialise one
+a slot on its expert's address.
 Minimum DRAM traffic: the expert ids, read twice (8 bytes a slot each time), every padded
 position marked (4 bytes) and each slot's id written (4 bytes).
 """
@@ -42,6 +45,7 @@ ROUTE_ROWS_CELLS = 4096  # rows x experts (padded) a program takes
 BLOCK = 1024  # slots a program takes
 FILL = 1024  # positions a program marks as padding per loop step
 BLOCK_C = 32  # blocks whose expert the last program finds per loop step
+PLACE_CELLS = 16384  # slots x experts (padded) of a placing program's one-hot
 
 
 @triton.jit
@@ -149,7 +153,11 @@ def _count_kernel(idx_ptr, ws_ptr, cur_ptr, ids_ptr, bexp_ptr, S, E, n_blocks, B
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     m = offs < S
     e = tl.load(idx_ptr + offs, mask=m, other=0).to(tl.int32)
-    tl.atomic_add(ws_ptr + 1 + e, 1, mask=m, sem="relaxed")
+    bins = tl.arange(0, BLOCK_E)
+    bmask = bins < E
+    hist = tl.histogram(e, BLOCK_E)  # this program's slots per expert (one atomic an expert)
+    hist -= tl.where(bins == 0, BLOCK - tl.sum(m.to(tl.int32), 0), 0)  # the masked, as expert 0
+    tl.atomic_add(ws_ptr + 1 + bins, hist, mask=bmask & (hist > 0), sem="relaxed")
     total = n_blocks * BM  # every position padding first, each program its share (the places
     share = tl.cdiv(total, tl.num_programs(0))  # are written by the next launch)
     for p0 in range(pid * share, tl.minimum((pid + 1) * share, total), FILL):
@@ -159,8 +167,6 @@ def _count_kernel(idx_ptr, ws_ptr, cur_ptr, ids_ptr, bexp_ptr, S, E, n_blocks, B
     if tl.atomic_add(ws_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
         tl.debug_barrier()
         tl.store(ws_ptr, 0)
-        bins = tl.arange(0, BLOCK_E)
-        bmask = bins < E
         counts = tl.load(ws_ptr + 1 + bins, mask=bmask, other=0, cache_modifier=".cg")
         padded = (counts + BM - 1) // BM * BM
         ends = tl.cumsum(padded, 0)
@@ -173,11 +179,19 @@ def _count_kernel(idx_ptr, ws_ptr, cur_ptr, ids_ptr, bexp_ptr, S, E, n_blocks, B
 
 
 @triton.jit
-def _place_kernel(idx_ptr, cur_ptr, ids_ptr, S, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+def _place_kernel(idx_ptr, cur_ptr, ids_ptr, S, E, BLOCK_P: tl.constexpr, BLOCK_E: tl.constexpr):
+    # program p: its BLOCK_P slots take places in their experts' runs: one atomic an expert on
+    # the cursors reserves the program's places, a slot's rank among the program's slots of its
+    # expert (a running count over a [slots, experts] one-hot, as route_align's) picks one
+    offs = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     m = offs < S
-    e = tl.load(idx_ptr + offs, mask=m, other=0).to(tl.int32)
-    place = tl.atomic_add(cur_ptr + e, 1, mask=m, sem="relaxed")
+    e = tl.load(idx_ptr + offs, mask=m, other=E).to(tl.int32)  # masked: no expert's
+    bins = tl.arange(0, BLOCK_E)
+    onehot = e[:, None] == bins[None, :]
+    counts = tl.sum(onehot.to(tl.int32), 0)
+    base = tl.atomic_add(cur_ptr + bins, counts, mask=(bins < E) & (counts > 0), sem="relaxed")
+    seen = tl.cumsum(onehot.to(tl.int16), 0)
+    place = tl.sum(tl.where(onehot, base[None, :] + seen - 1, 0), 1)
     tl.store(ids_ptr + place, offs.to(tl.int32), mask=m)
 
 
@@ -199,8 +213,11 @@ def align(idx: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch.Tensor
     bexp = torch.empty(n_blocks, device=dev, dtype=torch.int32)
     ws = counters(dev, 1 + E, owner="moe_align")
     cur = counters(dev, E, owner="moe_align_cursors")  # set by each call before use
-    grid = (triton.cdiv(S, BLOCK),)
-    _count_kernel[grid](flat, ws, cur, ids, bexp, S, E, n_blocks, block_m, BLOCK=BLOCK,
-                        BLOCK_E=max(16, triton.next_power_of_2(E)), FILL=FILL, BLOCK_C=BLOCK_C)
-    _place_kernel[grid](flat, cur, ids, S, BLOCK=BLOCK)
+    block_e = max(16, triton.next_power_of_2(E))
+    _count_kernel[(triton.cdiv(S, BLOCK),)](flat, ws, cur, ids, bexp, S, E, n_blocks, block_m,
+                                            BLOCK=BLOCK, BLOCK_E=block_e, FILL=FILL,
+                                            BLOCK_C=BLOCK_C)
+    block_p = max(16, PLACE_CELLS // block_e)
+    _place_kernel[(triton.cdiv(S, block_p),)](flat, cur, ids, S, E, BLOCK_P=block_p,
+                                              BLOCK_E=block_e)
     return ids, bexp

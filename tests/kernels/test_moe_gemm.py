@@ -117,9 +117,10 @@ def test_the_counting_sort_sorts_like_align(M, k, E, monkeypatch):
     """``kernels.moe_align.align`` (two launches, ``zoo.moe.ALIGN_LAUNCHES``): each block's
     expert as ``align`` gives it, and each block the same slots (their order inside an expert's
     run is the atomics'); called again with other experts (its counters left as it needs them);
-    the grouped GEMMs on its sort give ``reference``'s output; ``zoo.moe.align_block`` is
-    ``tiles``' block. (The interpreter runs the programs one after another: the atomics' order
-    on a GPU is the GPU test's, ``test_bf16_on_the_gpu_and_under_a_graph``.)"""
+    most tokens sent to the same experts; the grouped GEMMs on its sort give ``reference``'s
+    output; ``zoo.moe.align_block`` is ``tiles``' block. (The interpreter runs the programs one
+    after another: the atomics' order on a GPU is the GPU test's,
+    ``test_bf16_on_the_gpu_and_under_a_graph``.)"""
     from kernels import moe_align
     from zoo import moe as zoo_moe
 
@@ -139,6 +140,12 @@ def test_the_counting_sort_sorts_like_align(M, k, E, monkeypatch):
         assert torch.equal(ids.view(-1, block).sort(1).values,
                            want_ids.view(-1, block).sort(1).values)
     assert len(calls) == 2 * zoo_moe.ALIGN_LAUNCHES
+    idx[: M * 9 // 10] = torch.arange(k, device=DEVICE)  # most tokens to the same k experts
+    block = moe.tiles(M * k, n_exp)[0]
+    ids, bexp = moe_align.align(idx, n_exp, block)
+    want_ids, want_bexp = moe.align(idx, n_exp, block)
+    assert torch.equal(bexp, want_bexp) and torch.equal(ids.view(-1, block).sort(1).values,
+                                                        want_ids.view(-1, block).sort(1).values)
     if M <= 300:
         h, w13, w2, w, idx = _case(M, 32, 16, E, k, device=DEVICE)
         got = moe.moe_experts(h, w13, w2, w, idx)  # the counting sort inside
