@@ -59,6 +59,29 @@ def _drawn_logits(prior_ptr, seed, rows, cols, lmask, E):
 
 
 @triton.jit
+def _logits_tile(logits_ptr, prior_ptr, seed_ptr, rows, M, E, BLOCK_E: tl.constexpr,
+                 DRAW: tl.constexpr, CG: tl.constexpr):
+    # the router's logits of ``rows`` as a float32 [rows, BLOCK_E] tile (-inf past the
+    # experts), or under DRAW a routing skew's draw in their place (_drawn_logits, at the seed
+    # read here; the caller advances it once every warp has read it); CG: logits written by
+    # other programs of this launch (read past L1). Returns (x, cols, rmask, seed)
+    cols = tl.arange(0, BLOCK_E)
+    rmask = rows < M
+    lmask = rmask[:, None] & (cols[None, :] < E)
+    offs = rows[:, None].to(tl.int64) * E + cols[None, :]
+    seed = 0
+    if DRAW:
+        seed = tl.load(seed_ptr)
+        x = _drawn_logits(prior_ptr, seed, rows, cols, lmask, E)
+    elif CG:
+        x = tl.load(logits_ptr + offs, mask=lmask, other=float("-inf"),
+                    cache_modifier=".cg").to(tl.float32)
+    else:
+        x = tl.load(logits_ptr + offs, mask=lmask, other=float("-inf")).to(tl.float32)
+    return x, cols, rmask, seed
+
+
+@triton.jit
 def _topk_rows(x, rows, rmask, cols, w_ptr, idx_ptr, TOPK: tl.constexpr, RENORM: tl.constexpr,
                BLOCK_M: tl.constexpr):
     # softmax over the logits x [BLOCK_M, BLOCK_E] (float32, -inf past the experts) in float32,
@@ -91,15 +114,8 @@ def _route_rows_kernel(logits_ptr, w_ptr, idx_ptr, prior_ptr, seed_ptr, cnt_ptr,
     # the logits' place, and the last program to finish (an acq_rel counter, reset by it)
     # advances the layer's seed, once every program has read it
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_E)
-    rmask = rows < M
-    lmask = rmask[:, None] & (cols[None, :] < E)
-    if DRAW:
-        seed = tl.load(seed_ptr)
-        x = _drawn_logits(prior_ptr, seed, rows, cols, lmask, E)
-    else:
-        x = tl.load(logits_ptr + rows[:, None].to(tl.int64) * E + cols[None, :], mask=lmask,
-                    other=float("-inf")).to(tl.float32)
+    x, cols, rmask, seed = _logits_tile(logits_ptr, prior_ptr, seed_ptr, rows, M, E, BLOCK_E,
+                                        DRAW, False)
     _topk_rows(x, rows, rmask, cols, w_ptr, idx_ptr, TOPK, RENORM, BLOCK_M)
     if DRAW:
         tl.debug_barrier()

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from . import moe_align
-from .moe_align import _drawn_logits, _topk_rows
+from .moe_align import _logits_tile, _topk_rows
 from .split_merge import counters
 
 
@@ -77,20 +77,11 @@ def _route_align(logits_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, prior_ptr, seed_
     # log p_e + Gumbel noise (zoo.experts.MoEFeedForward.logits' arithmetic) from Philox on the
     # layer's counter at seed_ptr, which this program then advances (a graph replays new draws)
     rows = tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_E)
-    rmask = rows < M
-    lmask = rmask[:, None] & (cols[None, :] < E)
+    x, cols, rmask, seed = _logits_tile(logits_ptr, prior_ptr, seed_ptr, rows, M, E, BLOCK_E,
+                                        DRAW, CG)
     if DRAW:
-        seed = tl.load(seed_ptr)
-        x = _drawn_logits(prior_ptr, seed, rows, cols, lmask, E)
         tl.debug_barrier()  # every warp has read the seed before it moves on
         tl.store(seed_ptr, seed + 1)
-    elif CG:
-        x = tl.load(logits_ptr + rows[:, None] * E + cols[None, :], mask=lmask,
-                    other=float("-inf"), cache_modifier=".cg").to(tl.float32)
-    else:
-        x = tl.load(logits_ptr + rows[:, None] * E + cols[None, :], mask=lmask,
-                    other=float("-inf")).to(tl.float32)
     _topk_rows(x, rows, rmask, cols, w_ptr, idx_ptr, TOPK, RENORM, BLOCK_M)
     tl.debug_barrier()
     S = M * TOPK
