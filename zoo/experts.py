@@ -67,7 +67,7 @@ class MoEFeedForward(nn.Module):
         self.w2 = nn.Parameter(torch.empty(E, d, Fe))
         self.shared = SharedExperts(cfg) if cfg.n_shared_experts else None
         self.log_prior: torch.Tensor | None = None  # a workload's routing skew (set_routing_skew)
-        self.seed: torch.Tensor | None = None  # [1] int64: the fused routing's draw counter
+        self.seed: torch.Tensor | None = None  # [1] int64: the Triton routing's draw counter
         self.record: list | None = None  # each forward's experts [N, k] kept here when a list
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:

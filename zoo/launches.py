@@ -69,8 +69,8 @@ class Stage:
     @property
     def draws(self) -> bool:
         """Whether an MoE layer's experts are drawn from a prior (a skew, or ``uniform``), not
-        chosen by the router's logits: drawn inside the fused routing's launch where it takes
-        the step, else by torch's ops after the router's GEMM."""
+        chosen by the router's logits: on the Triton path drawn inside the routing's launch (up
+        to 256 experts), else by torch's ops after the router's GEMM."""
         return self.skew > 0 or self.draw
 
     @property

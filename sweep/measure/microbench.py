@@ -324,8 +324,8 @@ def gemvs(shapes, cuda: bool, tm, rnd, dtype: str, progress=None) -> list[dict]:
 
 def elementwise(device, tm, rnd, quick) -> list[dict]:
     """The norms, RoPE, SwiGLU, KV write and quantize kernels (torch and Triton) by bytes, the
-    MoE layer's slots' sum, fused routing and counting sort (``moe_sum``, ``route_align``,
-    ``moe_align``: a step's slots past the fused routing's limits), and
+    MoE layer's slots' sum, fused routing, and a longer step's routing and counting sort
+    (``moe_sum``, ``route_align``, ``route_rows``, ``moe_align``), and
     the greedy sampling of a stage's logits (``sample``: their clone and argmax, as a trial's
     prefill runs them; bytes: read, written, read again; ``argmax``: a decode step's, inside its
     graph, ``kernels.argmax`` on the Triton path)."""
