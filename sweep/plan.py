@@ -10,13 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernels.switches import Switches
-from zoo import DesignError, ModelConfig, presets
+from zoo import DesignError, ModelConfig
 
 from .analysis.hardware import HardwareSpec, load_spec
 from .analysis.memory import check_fits
 from .common import row
 from .common.atomic import writable_dir
-from .common.env import CONF, WORK, detect_device, slug, triton_interpret, work_path
+from .common.env import WORK, detect_device, slug, triton_interpret, work_path
+from .overrides import model_overrides, named_overrides, workload_overrides
 from .schema import WorkloadConf
 from .space import SAMPLERS, check_space
 
@@ -85,7 +86,8 @@ def plan_from_config(cfg) -> Plan:
     exp = c.get("experiment") or {}
     space = exp.get("space") or {}
     constraints = exp.get("constraints") or {}
-    model_over, wl_over = model_overrides(model), workload_overrides(wl)
+    model_over = model_overrides(model, named_overrides("model"))
+    wl_over = workload_overrides(wl, named_overrides("workload"))
     configured = ModelConfig.from_dict(model).validate()  # as configured, checked as on a GPU
     check_space(space, configured)  # the real space (priced on the CPU fallback too)
     predict = bool(c["study"].get("predict"))
@@ -302,24 +304,6 @@ def check_mode(mode: str, device: dict, cfg: ModelConfig | None = None) -> None:
                              "or mode=eager)" if cfg.kernels == "torch" else
                              "the MoE kernels are not custom ops for torch.compile yet "
                              "(mode=cudagraph)"))
-
-
-def model_overrides(model: dict) -> dict:
-    """The fields of a composed ``model`` group that differ from its preset (the user's
-    ``model.X=...`` and ``+model.X=...`` overrides); all of them for a model that is no preset."""
-    name = model.get("name")
-    preset = ModelConfig.from_name(name).to_dict() if name in presets() else {}
-    return {k: v for k, v in model.items() if k != "name" and (k not in preset or preset[k] != v)}
-
-
-def workload_overrides(wl: dict) -> dict:
-    """The fields of a composed ``workload`` that differ from its group file
-    (``conf/workload/<name>.yaml`` over ``WorkloadConf``'s defaults): the user's overrides."""
-    import yaml
-
-    path = CONF / "workload" / f"{wl.get('name')}.yaml"
-    group = dict(vars(WorkloadConf()), **(yaml.safe_load(path.read_text()) if path.exists() else {}))
-    return {k: v for k, v in wl.items() if k != "name" and group.get(k) != v}
 
 
 def check_workload(wl: dict, base: ModelConfig, space: dict, whose: str = "") -> None:

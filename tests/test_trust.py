@@ -105,6 +105,33 @@ def test_cpu_fallback_applies_overrides(tmp_path):
         plan_from_config(compose_cfg(tiny_overrides(tmp_path, "workload.prompt_len=100000")))
 
 
+def test_cpu_fallback_keeps_an_override_equal_to_the_group_file(tmp_path):
+    """``workload.batch=1`` is the default workload's batch, and the user's: the CPU fallback
+    measures batch 1, not its own workload's 2 (Hydra's record of the command line names it; a
+    newcomer's run of 2026-11-28 measured batch 2 while the GPU prices said batch 1). Without
+    that record (the compose API) only the values that differ from the group file carry over."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from sweep.schema import register
+    from tests.helpers import CONF
+
+    over = tiny_overrides(tmp_path, "workload.batch=1", "model.n_heads=8")
+    assert plan_from_config(compose_cfg(over)).workload["batch"] == 2  # no record: the group's
+    register()
+    with initialize_config_dir(config_dir=CONF, version_base=None):
+        cfg = compose(config_name="config", overrides=over, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)  # as hydra.main sets it, the app's config without
+    with open_dict(cfg):  # its hydra node
+        del cfg["hydra"]
+    try:
+        plan = plan_from_config(cfg)
+    finally:
+        HydraConfig.instance().cfg = None
+    assert plan.workload["batch"] == 1 and plan.base.n_heads == 8
+
+
 # ---- bad workloads refused up front ---------------------------------------------------------
 
 @pytest.mark.parametrize("override,message", [
