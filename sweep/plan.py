@@ -17,8 +17,7 @@ from .analysis.memory import check_fits
 from .common import row
 from .common.atomic import writable_dir
 from .common.env import WORK, detect_device, slug, triton_interpret, work_path
-from .overrides import model_overrides, named_overrides, workload_overrides
-from .schema import WorkloadConf
+from .schema import WorkloadConf, model_overrides, named_overrides, workload_overrides
 from .space import SAMPLERS, check_space
 
 ROW_OBJECTIVES = set(row.OBJECTIVES)  # what a study may optimize (sweep.common.row)
