@@ -98,6 +98,13 @@ def test_a_changed_kernel_is_measured_again_or_flagged(cpu_cal, monkeypatch, tmp
     row = perf.predict(TINY, WL, _cpu_spec(), pricing.Calibrated(frozen), mode="eager")
     assert row["prediction_stale"] is True
     assert row["prediction_notes"].startswith("stale calibration: decode_attn/torch")
+    from sweep.analysis import targets  # a predict-only row says so too
+    from sweep.analysis.hardware import load_spec
+
+    h100 = load_spec("h100_sxm")
+    monkeypatch.setattr(targets, "predict", lambda *a, **k: dict(row, prediction_stale=True))
+    assert targets.predict_on(TINY.replace(dtype="bf16", kv_dtype="bf16"), WL, h100)[
+        "prediction_stale"] is True
     fresh = cal.ensure(dev, items, switches.Switches(), cal_dir=tmp_path, quick=True,
                        log=lambda m: None)
     tab = fresh.table

@@ -136,7 +136,8 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
                               else math.nan),
            "memory_needed_bytes": need, "fits_memory": bool(need <= spec.memory_gb * 1e9),
            "decode_bound": bound, "prediction_basis": basis, "basis_kind": kind,
-           "prediction_notes": row.get("prediction_notes", "")}
+           "prediction_notes": row.get("prediction_notes", ""),
+           "prediction_stale": row.get("prediction_stale", False)}
     if not math.isfinite(spec.tdp_w):
         out[energy("decode") + "_reason"] = f"{spec.name}: no TDP stated"
     out.update({k: v for k, v in row.items() if k.startswith(("prefill_pred_", "decode_pred_"))})
