@@ -179,7 +179,7 @@ def set_routing_skew(model: nn.Module, skew: float, draw: bool = False) -> int:
     """Route every MoE layer of ``model`` by the workload's ``routing_skew`` (``zoo.routing``:
     each token's experts drawn from the Zipf prior ``p_e ~ (e + 1)^-skew``); 0 restores the
     router as built, unless ``draw`` (``workload.routing=uniform``): then each token's experts
-    are drawn uniformly (the prior of exponent 0). Each layer's fused-routing draw counter
+    are drawn uniformly (the prior of exponent 0). Each layer's Triton-routing draw counter
     starts from torch's generator (``torch.manual_seed`` repeats it). Returns the number of MoE
     layers set.
 
