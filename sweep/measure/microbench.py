@@ -376,11 +376,12 @@ def elementwise(device, tm, rnd, quick) -> list[dict]:
         if M <= 4096:
             y = rnd(M * 8, d)
             ops[("moe_sum", "torch")] = (lambda: y.view(M, 8, d).sum(1), sum_bytes(M, 8, d, wb))
-        lg, sel = rnd(M, 64, dt=torch.float32), torch.randint(0, 64, (M, 8), device=device)
         if tri and moe_gemm.fused_route(M * 8, 64):
+            lg = rnd(M, 64, dt=torch.float32)
             ops[("route_align", "triton")] = (lambda: moe_gemm.route_align(
                 lg, 8, False, 16, x.dtype), route_bytes(M, 64, 8, d, wb))
         elif tri:
+            lg, sel = rnd(M, 64, dt=torch.float32), torch.randint(0, 64, (M, 8), device=device)
             ops[("route_rows", "triton")] = (lambda: moe_align.route_rows(
                 lg, 8, False, x.dtype), route_bytes(M, 64, 8, d, wb))
             ops[("moe_align", "triton")] = (lambda: moe_align.align(
