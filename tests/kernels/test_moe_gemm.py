@@ -111,16 +111,26 @@ def test_a_long_prompts_rows_route_like_torch(M, E, k, renorm):
         moe_align.route_rows(torch.zeros(2, 257, device=DEVICE), 2, True, torch.float32)
 
 
+def _same_runs(ids, bexp, want_ids, want_bexp, block, S):
+    """Two sorts by expert agree up to the order inside each expert's run: the blocks' experts,
+    the padding's places (id ``S``) and each run's slots (sorted by (expert, id))."""
+    assert torch.equal(bexp, want_bexp) and ids.shape == want_ids.shape
+    assert torch.equal(ids == S, want_ids == S)
+    run = bexp.long().repeat_interleave(block) * (S + 1)
+    assert torch.equal((run + ids.long()).sort().values, (run + want_ids.long()).sort().values)
+
+
 @pytest.mark.parametrize("M,k,E", [(3, 2, 8), (512, 8, 128), (700, 4, 6), (2000, 8, 257),
                                    (300, 8, 64)])
 def test_the_counting_sort_sorts_like_align(M, k, E, monkeypatch):
     """``kernels.moe_align.align`` (two launches, ``zoo.moe.ALIGN_LAUNCHES``): each block's
-    expert as ``align`` gives it, and each block the same slots (their order inside an expert's
-    run is the atomics'); called again with other experts (its counters left as it needs them);
+    expert as ``align`` gives it, the padding at the same places, and each expert's run the same
+    slots (``_same_runs``: their order inside a run, so which of an expert's blocks holds a slot,
+    is the atomics'; on an H200, 2026-11-28, comparing block by block failed where an expert's
+    run spans blocks); called again with other experts (its counters left as it needs them);
     most tokens sent to the same experts; the grouped GEMMs on its sort give ``reference``'s
     output; ``zoo.moe.align_block`` is ``tiles``' block. (The interpreter runs the programs one
-    after another: the atomics' order on a GPU is the GPU test's,
-    ``test_bf16_on_the_gpu_and_under_a_graph``.)"""
+    after another, in the reference's order.)"""
     from kernels import moe_align
     from zoo import moe as zoo_moe
 
@@ -136,16 +146,13 @@ def test_the_counting_sort_sorts_like_align(M, k, E, monkeypatch):
         assert zoo_moe.align_block(M * k, n_exp) == block
         ids, bexp = moe_align.align(idx, n_exp, block)
         want_ids, want_bexp = moe.align(idx, n_exp, block)
-        assert torch.equal(bexp, want_bexp) and ids.shape == want_ids.shape
-        assert torch.equal(ids.view(-1, block).sort(1).values,
-                           want_ids.view(-1, block).sort(1).values)
+        _same_runs(ids, bexp, want_ids, want_bexp, block, M * k)
     assert len(calls) == 2 * zoo_moe.ALIGN_LAUNCHES
     idx[: M * 9 // 10] = torch.arange(k, device=DEVICE)  # most tokens to the same k experts
     block = moe.tiles(M * k, n_exp)[0]
     ids, bexp = moe_align.align(idx, n_exp, block)
     want_ids, want_bexp = moe.align(idx, n_exp, block)
-    assert torch.equal(bexp, want_bexp) and torch.equal(ids.view(-1, block).sort(1).values,
-                                                        want_ids.view(-1, block).sort(1).values)
+    _same_runs(ids, bexp, want_ids, want_bexp, block, M * k)
     if M <= 300:
         h, w13, w2, w, idx = _case(M, 32, 16, E, k, device=DEVICE)
         got = moe.moe_experts(h, w13, w2, w, idx)  # the counting sort inside
