@@ -1,6 +1,6 @@
 """How much of a batch-1 MoE decode step do the levers of issue 38 item 2 take off?
 
-    python -m bench.moe_step_probe OUT.csv [DESIGNS]
+    python -m bench.moe_step_probe OUT.csv [DESIGNS] [SET]
 
 Decode steps of the shipped MoE presets (random bf16 weights, the router as built, prompt 512,
 ``kernels=triton``) in CUDA graphs (``Generator.decode_greedy``, ``bench.tpot``), with the two
@@ -11,7 +11,9 @@ and each token's slots summed inside the down GEMM's launch
 launch (``kernels.qk_norm``; off: the two RMSNorm launches, with q, k and v copied dense first for
 several rows, as before it). ms per step: the median over 3 rounds, the variants alternating,
 each a fresh Generator (graphs captured in an untimed run, then 64 timed steps). DESIGNS:
-comma-separated ``preset:batch`` (default OLMoE-1B-7B at 1 and 8, Qwen3-30B-A3B at 1).
+comma-separated ``preset:batch`` (default OLMoE-1B-7B at 1 and 8, Qwen3-30B-A3B at 1). SET:
+``levers`` (default: the variants above) or ``pdl``: the shipped step against the same with the
+MoE kernels launched without programmatic dependent launch (``kernels.moe_gemm.MOE_PDL``).
 """
 
 from __future__ import annotations
@@ -28,9 +30,12 @@ from kernels import moe_gemm, moe_route, ops, rmsnorm
 
 DEFAULT = "olmoe_1b_7b:1,olmoe_1b_7b:8,qwen3_30b_a3b:1"
 PROMPT = 512
-# variant -> (ROUTER_ROUTE_MAX_TOKENS, SUM_IN_DOWN_MAX_TOKENS, QK-norm in one launch)
-VARIANTS = {"none": (0, 0, False), "router_route": (8, 0, False), "sum_in_down": (0, 8, False),
-            "router_route + sum_in_down": (8, 8, False), "all three (shipped)": (8, 8, True)}
+# variant -> (ROUTER_ROUTE_MAX_TOKENS, SUM_IN_DOWN_MAX_TOKENS, QK-norm in one launch, MOE_PDL)
+SETS = {"levers": {"none": (0, 0, False, False), "router_route": (8, 0, False, False),
+                   "sum_in_down": (0, 8, False, False),
+                   "router_route + sum_in_down": (8, 8, False, False),
+                   "all three": (8, 8, True, False)},
+        "pdl": {"no MoE PDL": (8, 8, True, False), "shipped (MoE PDL)": (8, 8, True, True)}}
 QK_NORM = ops.qk_norm
 
 
@@ -58,10 +63,12 @@ def _ms(model, B, steps=64):
     return ms
 
 
-def main(out: str, designs: str = DEFAULT) -> None:
+def main(out: str, designs: str = DEFAULT, variant_set: str = "levers") -> None:
     from zoo import ModelConfig, Transformer
 
-    shipped = (moe_route.ROUTER_ROUTE_MAX_TOKENS, moe_gemm.SUM_IN_DOWN_MAX_TOKENS)
+    VARIANTS = SETS[variant_set]
+    shipped = (moe_route.ROUTER_ROUTE_MAX_TOKENS, moe_gemm.SUM_IN_DOWN_MAX_TOKENS,
+               moe_gemm.MOE_PDL)
     base_name = next(iter(VARIANTS))
     rows = []
     for item in designs.split(","):
@@ -73,12 +80,14 @@ def main(out: str, designs: str = DEFAULT) -> None:
         times: dict = {v: [] for v in VARIANTS}
         try:
             for _ in range(3):
-                for v, (router, summed, qk) in VARIANTS.items():
+                for v, (router, summed, qk, pdl) in VARIANTS.items():
                     moe_route.ROUTER_ROUTE_MAX_TOKENS, moe_gemm.SUM_IN_DOWN_MAX_TOKENS = router, summed
+                    moe_gemm.MOE_PDL = pdl
                     ops.qk_norm = QK_NORM if qk else _qk_two_launches
                     times[v].append(_ms(model, B))
         finally:
-            moe_route.ROUTER_ROUTE_MAX_TOKENS, moe_gemm.SUM_IN_DOWN_MAX_TOKENS = shipped
+            (moe_route.ROUTER_ROUTE_MAX_TOKENS, moe_gemm.SUM_IN_DOWN_MAX_TOKENS,
+             moe_gemm.MOE_PDL) = shipped
             ops.qk_norm = QK_NORM
         base = sorted(times[base_name])[1]
         for v, t in times.items():
@@ -94,4 +103,5 @@ def main(out: str, designs: str = DEFAULT) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else DEFAULT)
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] else DEFAULT,
+         sys.argv[3] if len(sys.argv) > 3 else "levers")

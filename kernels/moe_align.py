@@ -41,7 +41,8 @@ from .split_merge import counters
 # route_rows takes a router of at most this many experts (its [rows, experts] tile in
 # registers; the zoo's mirror zoo.moe.ROUTE_ROWS_MAX_EXPERTS, held equal by a test)
 ROUTE_ROWS_MAX_EXPERTS = 256
-ROUTE_ROWS_CELLS = 4096  # rows x experts (padded) a program takes
+ROUTE_ROWS_CELLS = 4096  # rows x experts (padded) a program takes at most
+ROUTE_ROWS_PROGRAMS = 128  # route_rows splits a prompt's rows over about this many programs
 BLOCK = 1024  # slots a program takes
 FILL = 1024  # positions a program marks as padding per loop step
 BLOCK_C = 32  # blocks whose expert the last program finds per loop step
@@ -125,7 +126,8 @@ def _route_rows_kernel(logits_ptr, w_ptr, idx_ptr, prior_ptr, seed_ptr, cnt_ptr,
 
 
 def route_rows(logits: torch.Tensor, k: int, renorm: bool, dtype: torch.dtype,
-               draw: tuple | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               draw: tuple | None = None, block_m: int | None = None,
+               num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
     """The router's softmax and top ``k`` for a long prompt's rows in one launch (programs over
     blocks of rows; ``route_align``'s numerics, which take a decode step's few slots together
     with their sort): ``torch.topk`` of the float32 softmax, renormalised with ``renorm``.
@@ -136,6 +138,8 @@ def route_rows(logits: torch.Tensor, k: int, renorm: bool, dtype: torch.dtype,
             ``(log_prior [E] float32, seed [1] int64)``: a routing skew's draw in the logits'
             place (``kernels.moe_gemm.route_align``'s), the seed advanced by one; ``logits``
             unread.
+        block_m, num_warps: the tile (``bench.moe_route_rows_probe``'s sweep); by default
+            ``route_rows_block``'s rows a program, 4 warps.
 
     Returns:
         ``(weights [M, k] dtype, idx [M, k] int64)``.
@@ -147,7 +151,7 @@ def route_rows(logits: torch.Tensor, k: int, renorm: bool, dtype: torch.dtype,
     if E > ROUTE_ROWS_MAX_EXPERTS:
         raise ValueError(f"route_rows: {E} experts, more than {ROUTE_ROWS_MAX_EXPERTS}")
     block_e = max(16, triton.next_power_of_2(E))
-    block_m = max(1, min(triton.next_power_of_2(M), ROUTE_ROWS_CELLS // block_e))
+    block_m = block_m or route_rows_block(M, E)
     dev = logits.device
     w = torch.empty(M, k, device=dev, dtype=dtype)
     idx = torch.empty(M, k, device=dev, dtype=torch.int64)
@@ -155,8 +159,19 @@ def route_rows(logits: torch.Tensor, k: int, renorm: bool, dtype: torch.dtype,
     _route_rows_kernel[(triton.cdiv(M, block_m),)](
         logits.contiguous(), w, idx, prior, seed, counters(dev, 1, owner="route_rows"), M, E,
         TOPK=k, RENORM=renorm, BLOCK_M=block_m, BLOCK_E=block_e, DRAW=draw is not None,
-        num_warps=4)
+        num_warps=num_warps)
     return w, idx
+
+
+def route_rows_block(M: int, E: int) -> int:
+    """The rows a ``route_rows`` program takes: a power of two spreading ``M`` rows over about
+    ``ROUTE_ROWS_PROGRAMS`` programs, at most ``ROUTE_ROWS_CELLS`` cells (rows x padded experts)
+    a program. (Up to 2026-11-28 a program took the most cells: 16 programs for a 512-token
+    prompt of Qwen3-30B-A3B's router, whose draw under a routing skew then cost 104 us a layer
+    on an H200, ``results/reference/moe_h100.md``.)"""
+    block_e = max(16, triton.next_power_of_2(E))
+    spread = triton.next_power_of_2(triton.cdiv(M, ROUTE_ROWS_PROGRAMS))
+    return max(1, min(spread, ROUTE_ROWS_CELLS // block_e))
 
 
 @triton.jit

@@ -15,6 +15,11 @@ touched experts' weights ``3 d Fe`` each, plus activations.
 ``reference`` is the PyTorch computation (``zoo.experts.MoEFeedForward.experts``'s numerics).
 The layout follows vLLM's fused_moe (``moe_align_block_size`` then a grouped GEMM), written here
 for the zoo's shapes.
+
+A decode step launches ``router_route``, ``moe_up`` and ``moe_down`` with Hopper's programmatic
+dependent launch (``pdl``, as ``kernels.gemv``): each program waits for the previous kernel's
+memory (``gdc_wait``) before its first load and lets the next kernel launch once its main loop
+is done, so in a CUDA graph a launch overlaps its predecessor's tail.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ import triton.language as tl
 from . import moe_align
 from .moe_align import _logits_tile, _topk_rows
 from .split_merge import counters
+
+# the decode step's MoE kernels under PDL when the model asks for it (``pdl``; bench.moe_step_probe
+# measures the step with it off)
+MOE_PDL = True
 
 
 def align(idx: torch.Tensor, n_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -168,7 +177,9 @@ def _route_meta(M: int, E: int, S: int, n_blocks: int, k: int, renorm: bool, blo
 @triton.jit
 def _moe_up_kernel(x_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, S, K, F, E,
                    TOPK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr, PREC: tl.constexpr):
+                   BLOCK_K: tl.constexpr, PREC: tl.constexpr, PDL: tl.constexpr = False):
+    if PDL:  # the routing's memory before the first load (the module doc)
+        tl.extra.cuda.gdc_wait()
     pid_m = tl.program_id(0)
     e = tl.load(bexp_ptr + pid_m)
     if e < E:
@@ -190,6 +201,8 @@ def _moe_up_kernel(x_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, S, K, F, E,
             bu = tl.load(w + (F + offs_n)[None, :] * K + offs_k[:, None], mask=wmask, other=0.0)
             acc_g = tl.dot(a, bg, acc_g, input_precision=PREC)
             acc_u = tl.dot(a, bu, acc_u, input_precision=PREC)
+        if PDL:  # the weights are read: the next kernel may launch
+            tl.extra.cuda.gdc_launch_dependents()
         dt = out_ptr.dtype.element_ty
         gate = acc_g.to(dt).to(tl.float32)  # rounded as torch rounds the GEMM's output
         act = (gate * tl.sigmoid(gate)).to(dt).to(tl.float32) * acc_u.to(dt).to(tl.float32)
@@ -201,7 +214,9 @@ def _moe_up_kernel(x_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, S, K, F, E,
 def _moe_down_kernel(a_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, rw_ptr, sum_ptr, cnt_ptr, S, K,
                      N, E, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      PREC: tl.constexpr, SUM: tl.constexpr = False, TOPK: tl.constexpr = 1,
-                     BLOCK_J: tl.constexpr = 1):
+                     BLOCK_J: tl.constexpr = 1, PDL: tl.constexpr = False):
+    if PDL:
+        tl.extra.cuda.gdc_wait()
     pid_m = tl.program_id(0)
     e = tl.load(bexp_ptr + pid_m)
     if e < E:
@@ -220,6 +235,8 @@ def _moe_down_kernel(a_ptr, w_ptr, out_ptr, ids_ptr, bexp_ptr, rw_ptr, sum_ptr, 
             b = tl.load(w + offs_n[None, :] * K + offs_k[:, None],
                         mask=nmask[None, :] & kmask[:, None], other=0.0)
             acc = tl.dot(a, b, acc, input_precision=PREC)
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
         dt = out_ptr.dtype.element_ty
         rw = tl.load(rw_ptr + rows, mask=valid, other=0.0).to(tl.float32)
         y = acc.to(dt).to(tl.float32) * rw[:, None]
@@ -267,31 +284,34 @@ def tiles(slots: int, n_experts: int) -> tuple[int, int, int, int, int]:
     return (64, 128, 64, 4, 3) if per_expert < 128 else (128, 128, 64, 8, 3)
 
 
-def moe_up(h: torch.Tensor, w13: torch.Tensor, k: int, aligned: tuple, tile: tuple
-           ) -> torch.Tensor:
+def moe_up(h: torch.Tensor, w13: torch.Tensor, k: int, aligned: tuple, tile: tuple,
+           pdl: bool = False) -> torch.Tensor:
     """The first grouped GEMM with SwiGLU: ``act [M k, Fe]`` (slot ``t k + j``'s activation) of
     tokens ``h [M, d]`` (contiguous) through ``w13 [E, 2 Fe, d]``, over ``aligned``
     (``(sorted_ids, block_expert)`` of ``align`` / ``route_align`` with ``tile``'s block); one
-    launch. ``tile``: ``tiles``' tuple."""
+    launch. ``tile``: ``tiles``' tuple. ``pdl``: launched with programmatic dependent launch
+    (``launch_pdl``, the module doc)."""
     M, d = h.shape
     E, F = w13.shape[0], w13.shape[1] // 2
     bm, bn, bk, warps, stages = tile
     sorted_ids, bexp = aligned
     act = torch.empty(M * k, F, device=h.device, dtype=h.dtype)
+    pdl = _pdl(pdl, h)
     _moe_up_kernel[(bexp.numel(), triton.cdiv(F, bn))](
         h, w13, act, sorted_ids, bexp, M * k, d, F, E, TOPK=k, BLOCK_M=bm, BLOCK_N=bn,
-        BLOCK_K=bk, PREC=_prec(h), num_warps=warps, num_stages=stages)
+        BLOCK_K=bk, PREC=_prec(h), PDL=pdl, num_warps=warps, num_stages=stages,
+        **({"launch_pdl": True} if pdl else {}))
     return act
 
 
 def moe_down(act: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor, aligned: tuple,
-             tile: tuple, sum_k: int = 0) -> torch.Tensor:
+             tile: tuple, sum_k: int = 0, pdl: bool = False) -> torch.Tensor:
     """The second grouped GEMM: ``y [S, d]`` = each slot's activation ``act [S, Fe]`` through its
     expert's ``w2 [E, d, Fe]``, scaled by its routing weight (``weights``, ``S`` of them); one
     launch. ``aligned`` and ``tile`` as ``moe_up``. With ``sum_k`` (the slots per token, ``k``):
     the tokens' sums ``[S / k, d]`` instead, in the same launch (the program that finishes a
     token's last slot of a column tile, counted on a per-(token, tile) counter, adds its ``k``
-    slot rows), in place of the slots' sum as a kernel of its own."""
+    slot rows), in place of the slots' sum as a kernel of its own. ``pdl``: as ``moe_up``."""
     (S, F), (E, d) = act.shape, w2.shape[:2]
     bm, bn, bk, warps, stages = tile
     sorted_ids, bexp = aligned
@@ -299,11 +319,12 @@ def moe_down(act: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor, aligned
     n_nt = triton.cdiv(d, bn)
     out = torch.empty(S // sum_k, d, device=act.device, dtype=act.dtype) if sum_k else y
     cnt = counters(act.device, S // sum_k * n_nt, owner="moe_down_sum") if sum_k else bexp
+    pdl = _pdl(pdl, act)
     _moe_down_kernel[(bexp.numel(), n_nt)](
         act, w2, y, sorted_ids, bexp, weights.reshape(-1).contiguous(), out, cnt, S, F, d, E,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PREC=_prec(act), SUM=bool(sum_k),
-        TOPK=max(sum_k, 1), BLOCK_J=triton.next_power_of_2(max(sum_k, 1)), num_warps=warps,
-        num_stages=stages)
+        TOPK=max(sum_k, 1), BLOCK_J=triton.next_power_of_2(max(sum_k, 1)), PDL=pdl,
+        num_warps=warps, num_stages=stages, **({"launch_pdl": True} if pdl else {}))
     return out
 
 
@@ -311,9 +332,15 @@ def _prec(x: torch.Tensor) -> str:
     return "ieee" if x.dtype == torch.float32 else "tf32"  # float32: exact products (tests)
 
 
+def _pdl(pdl: bool, x: torch.Tensor) -> bool:
+    # the caller's pdl (the model's: kernels.gemv.pdl_supported, switches.pdl), under MOE_PDL;
+    # never in the interpreter
+    return bool(pdl and MOE_PDL and x.device.type == "cuda")
+
+
 def moe_experts(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,
                 idx: torch.Tensor, aligned: tuple | None = None, tile: tuple | None = None,
-                sum_in_down: bool = False) -> torch.Tensor:
+                sum_in_down: bool = False, pdl: bool = False) -> torch.Tensor:
     """The routed experts' weighted sum (see the module doc): ``moe_up`` then ``moe_down``, the
     ``k`` slots of each token summed.
 
@@ -324,7 +351,8 @@ def moe_experts(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: t
             ``tiles(M k, E)``'s block), else ``kernels.moe_align.align`` makes them (the
             counting sort; ``align`` here is its reference). tile: ``tiles``' tuple to use
             instead of its choice (``bench/moe_probe.py``'s sweep). sum_in_down: the slots'
-            sum in ``moe_down``'s launch (``sum_k``), not a kernel of its own.
+            sum in ``moe_down``'s launch (``sum_k``), not a kernel of its own. pdl: both
+            GEMMs launched with programmatic dependent launch (the module doc).
 
     Returns:
         ``[M, d]`` in ``h``'s dtype.
@@ -333,10 +361,10 @@ def moe_experts(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: t
     k = idx.shape[1]
     tile = tile or tiles(M * k, w13.shape[0])
     aligned = aligned if aligned is not None else moe_align.align(idx, w13.shape[0], tile[0])
-    act = moe_up(h.contiguous(), w13, k, aligned, tile)
+    act = moe_up(h.contiguous(), w13, k, aligned, tile, pdl=pdl)
     if sum_in_down:
-        return moe_down(act, w2, weights, aligned, tile, sum_k=k)
-    return moe_down(act, w2, weights, aligned, tile).view(M, k, d).sum(1)
+        return moe_down(act, w2, weights, aligned, tile, sum_k=k, pdl=pdl)
+    return moe_down(act, w2, weights, aligned, tile, pdl=pdl).view(M, k, d).sum(1)
 
 
 def reference(h: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,

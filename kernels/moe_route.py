@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .moe_gemm import _route_align, _route_meta, fused_route
+from .moe_gemm import _pdl, _route_align, _route_meta, fused_route
 from .split_merge import counters
 
 # the model routes a step of at most this many tokens in one launch (``fused_router``); its
@@ -47,12 +47,16 @@ def _router_route_kernel(h_ptr, wr_ptr, lg_ptr, cnt_ptr, w_ptr, idx_ptr, ids_ptr
                          prior_ptr, seed_ptr, M, E, K, n_blocks, TOPK: tl.constexpr,
                          RENORM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr,
                          BLOCK_S: tl.constexpr, BLOCK_B: tl.constexpr, BM: tl.constexpr,
-                         BLOCK_EG: tl.constexpr, BLOCK_K: tl.constexpr, DRAW: tl.constexpr):
+                         BLOCK_EG: tl.constexpr, BLOCK_K: tl.constexpr, DRAW: tl.constexpr,
+                         PDL: tl.constexpr = False):
     # program p: the router's logits of experts [p BLOCK_EG, (p + 1) BLOCK_EG) for the M rows,
     # h [M, K] @ wr [E, K]^T in float32, rounded to h's dtype as the router's GEMM rounds them,
     # into lg [M, E] (float32); the last program to finish (an acq_rel counter, reset by it)
     # routes and sorts them (_route_align; DRAW: a routing skew's draw in the logits' place):
-    # the router's GEMM and route_align in one launch
+    # the router's GEMM and route_align in one launch; PDL: the normed rows waited for first,
+    # the next kernel (moe_up, which waits for all of this one) let launch after the GEMM
+    if PDL:
+        tl.extra.cuda.gdc_wait()
     rows = tl.arange(0, BLOCK_M)
     rmask = rows < M
     es = tl.program_id(0) * BLOCK_EG + tl.arange(0, BLOCK_EG)
@@ -66,6 +70,8 @@ def _router_route_kernel(h_ptr, wr_ptr, lg_ptr, cnt_ptr, w_ptr, idx_ptr, ids_ptr
         w = tl.load(wr_ptr + es[:, None].to(tl.int64) * K + ks[None, :],
                     mask=emask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
         acc += tl.sum(h[:, None, :] * w[None, :, :], axis=2)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     lg = acc.to(h_ptr.dtype.element_ty).to(tl.float32)
     tl.store(lg_ptr + rows[:, None] * E + es[None, :], lg, mask=rmask[:, None] & emask[None, :])
     tl.debug_barrier()  # every thread's logits before the count (CUDA's grid-sync pattern)
@@ -78,7 +84,7 @@ def _router_route_kernel(h_ptr, wr_ptr, lg_ptr, cnt_ptr, w_ptr, idx_ptr, ids_ptr
 
 def router_route(h: torch.Tensor, router_w: torch.Tensor, k: int, renorm: bool, block_m: int,
                  block_eg: int = 1, block_k: int | None = None, num_warps: int | None = None,
-                 draw: tuple | None = None):
+                 draw: tuple | None = None, pdl: bool = False):
     """The router's GEMM and ``route_align`` in one launch (a decode step's few tokens, the same
     limits): ``cdiv(E, block_eg)`` programs each compute ``block_eg`` experts' logits of every
     token (rounded to ``h``'s dtype, as ``nn.Linear``), the last to finish routes and sorts them.
@@ -90,6 +96,7 @@ def router_route(h: torch.Tensor, router_w: torch.Tensor, k: int, renorm: bool, 
             1024)`` warps: the module doc).
         draw: ``(log_prior [E] float32, seed [1] int64)``: a routing skew's draw routed in the
             logits' place, as ``kernels.moe_gemm.route_align`` takes it (the GEMM still runs).
+        pdl: launched with programmatic dependent launch (``kernels.moe_gemm``'s module doc).
 
     Returns:
         ``(weights [M, k] h.dtype, idx [M, k] int64, sorted_ids, block_expert)``.
@@ -113,8 +120,10 @@ def router_route(h: torch.Tensor, router_w: torch.Tensor, k: int, renorm: bool, 
     ids = torch.empty(n_blocks * block_m, device=dev, dtype=torch.int32)
     bexp = torch.empty(n_blocks, device=dev, dtype=torch.int32)
     prior, seed = draw if draw is not None else (lg, idx)  # (unread without a draw)
+    pdl = _pdl(pdl, h)
     _router_route_kernel[(triton.cdiv(E, block_eg),)](
         h.contiguous(), router_w, lg, counters(dev, 1, owner="router_route"), w, idx, ids, bexp,
         prior, seed, M, E, K, n_blocks, **_route_meta(M, E, S, n_blocks, k, renorm, block_m),
-        BLOCK_EG=block_eg, BLOCK_K=block_k, DRAW=draw is not None, num_warps=num_warps)
+        BLOCK_EG=block_eg, BLOCK_K=block_k, DRAW=draw is not None, PDL=pdl, num_warps=num_warps,
+        **({"launch_pdl": True} if pdl else {}))
     return w, idx, ids, bexp

@@ -69,6 +69,7 @@ class MoEFeedForward(nn.Module):
         self.log_prior: torch.Tensor | None = None  # a workload's routing skew (set_routing_skew)
         self.seed: torch.Tensor | None = None  # [1] int64: the Triton routing's draw counter
         self.record: list | None = None  # each forward's experts [N, k] kept here when a list
+        self.pdl = False  # a decode step's kernels under PDL (Transformer.setup_cache)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """The router's logits ``[N, E]`` of tokens ``h [N, d_model]``; under a routing skew
@@ -134,7 +135,8 @@ class MoEFeedForward(nn.Module):
             if moe_route.fused_router(N, cfg.n_experts, k):
                 with annotate("router"):  # the GEMM, softmax, top-k and the sort: one kernel
                     w, idx, *aligned = moe_route.router_route(h, self.router.weight, k,
-                                                              cfg.router_renorm, block, draw=draw)
+                                                              cfg.router_renorm, block, draw=draw,
+                                                              pdl=self.pdl)
             else:
                 with annotate("router"):  # the GEMM, then softmax, top-k and the sort in one
                     logits = self.router(h)
@@ -144,7 +146,7 @@ class MoEFeedForward(nn.Module):
             with annotate("experts"):  # a decode step's few tokens: their slots summed inside
                 out = moe_kernels.moe_experts(  # the down GEMM's launch
                     h, self.w13, self.w2, w, idx, aligned,
-                    sum_in_down=moe_kernels.sum_in_down(N, cfg.n_experts, k))
+                    sum_in_down=moe_kernels.sum_in_down(N, cfg.n_experts, k), pdl=self.pdl)
         elif cfg.kernels == "triton" and cfg.n_experts <= moe_align.ROUTE_ROWS_MAX_EXPERTS:
             with annotate("router"):  # a long prompt: the GEMM, then the rows' top-k in one
                 logits = self.router(h)  # launch, the slots' counting sort inside moe_experts

@@ -255,6 +255,8 @@ class Transformer(nn.Module):
         fold = decode_attention.rope_in_attention()  # RoPE + cache write in the attention launch
         for layer in self.layers:
             layer.attention.pdl, layer.attention.fold_rope = pdl, fold
+            if hasattr(layer.feed_forward, "pdl"):  # an MoE FFN's decode-step kernels
+                layer.feed_forward.pdl = pdl
         return self.cache
 
     def skinny_ok(self, tokens: torch.Tensor) -> bool:

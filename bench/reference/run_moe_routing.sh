@@ -7,15 +7,18 @@
 # One study per run (kernels=triton, mode=cudagraph, prompt 512, 64 new tokens); the calibration
 # entries a run lacks are measured by the first and kept for the rest (one results_dir: its
 # calibration cache).
-# EXTRA: overrides for every run (EXTRA=profile=modules: each run's kernels, kernels_*.json).
+# EXTRA: overrides for every run (EXTRA=profile=modules: each run's kernels, kernels_*.json);
+# SKIP_TESTS=1: the runs alone.
 #   OUT=DIR bash bench/reference/run_moe_routing.sh   # $OUT/all.tgz: <run>/trials.csv, console.log
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=$(realpath -m "${OUT:-out}"); mkdir -p "$OUT"
 . bench/reference/gpu_host.sh
 gpu_card "$OUT/card.txt"
-timeout "${TEST_TIMEOUT:-120}" python3 -m pytest -q -p no:cacheprovider tests/kernels/test_moe_gemm.py \
-  > "$OUT/tests.txt" 2>&1; echo "tests rc=$?" | tee -a "$OUT/tests.txt"; tail -n 2 "$OUT/tests.txt"
+if [ -z "${SKIP_TESTS:-}" ]; then
+  timeout "${TEST_TIMEOUT:-120}" python3 -m pytest -q -p no:cacheprovider tests/kernels/test_moe_gemm.py \
+    > "$OUT/tests.txt" 2>&1; echo "tests rc=$?" | tee -a "$OUT/tests.txt"; tail -n 2 "$OUT/tests.txt"
+fi
 run() {  # run NAME TIMEOUT OVERRIDES...
   local name=$1 t=$2; shift 2; mkdir -p "$OUT/$name"
   timeout "$t" python3 -m sweep workload.batch=1 workload.prompt_len=512 workload.new_tokens=64 \

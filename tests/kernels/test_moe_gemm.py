@@ -286,3 +286,54 @@ def test_the_model_draws_a_uniform_routing_inside_its_fused_routing():
     idx = torch.cat([i.reshape(-1) for i in layer.record]).cpu()
     freq = torch.bincount(idx, minlength=6).float() / (idx.numel() / 2)
     assert torch.allclose(freq, torch.full((6,), 1 / 3), atol=0.09), freq
+
+
+_PDL_PTX = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from kernels import moe_gemm, moe_route
+types = dict(x_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", a_ptr="*bf16", rw_ptr="*bf16",
+             sum_ptr="*bf16", h_ptr="*bf16", wr_ptr="*bf16", lg_ptr="*fp32", prior_ptr="*fp32",
+             idx_ptr="*i64", seed_ptr="*i64")
+for k, const in ((moe_gemm._moe_up_kernel, dict(TOPK=8, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128,
+                                                 PREC="tf32", PDL=True)),
+                 (moe_gemm._moe_down_kernel, dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128,
+                                                   PREC="tf32", SUM=True, TOPK=8, BLOCK_J=8,
+                                                   PDL=True)),
+                 (moe_route._router_route_kernel, dict(TOPK=8, RENORM=True, BLOCK_M=1, BLOCK_E=128,
+                                                       BLOCK_S=16, BLOCK_B=16, BM=16, BLOCK_EG=1,
+                                                       BLOCK_K=2048, DRAW=False, PDL=True))):
+    sig = {n: types.get(n, "*i32" if n.endswith("_ptr") else "i32") for n in k.arg_names}
+    sig.update(dict.fromkeys(const, "constexpr"))
+    src = ASTSource(fn=k, signature=sig,
+                    constexprs={(k.arg_names.index(n),): v for n, v in const.items()})
+    print(triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                         options=dict(num_warps=4, num_stages=3)).asm["ptx"])
+    print("@@@@")
+"""
+
+
+def test_the_decode_moe_kernels_load_nothing_before_their_pdl_wait():
+    """``_moe_up_kernel``, ``_moe_down_kernel`` (with the slots' sum) and
+    ``_router_route_kernel`` under PDL, compiled for an H100/H200 (sm_90; no GPU needed): no
+    global load before ``griddepcontrol.wait`` (a load there could read the routing or the
+    activations before the kernel before it wrote them), ``griddepcontrol.launch_dependents``
+    after it."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", _PDL_PTX], env=env, capture_output=True,
+                         cwd=Path(__file__).resolve().parents[2], text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ptxs = out.stdout.split("@@@@")[:3]
+    assert len(ptxs) == 3
+    for ptx in ptxs:
+        wait = ptx.find("griddepcontrol.wait")
+        assert wait > 0 and ptx.find("griddepcontrol.launch_dependents") > wait
+        assert not re.findall(r"\b(ld\.global|cp\.async|atom\.global)", ptx[:wait])
+        assert re.findall(r"\b(ld\.global|cp\.async)", ptx[wait:])
