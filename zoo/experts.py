@@ -182,8 +182,9 @@ def set_routing_skew(model: nn.Module, skew: float, draw: bool = False) -> int:
     each token's experts drawn from the Zipf prior ``p_e ~ (e + 1)^-skew``); 0 restores the
     router as built, unless ``draw`` (``workload.routing=uniform``): then each token's experts
     are drawn uniformly (the prior of exponent 0). Each layer's Triton-routing draw counter
-    starts from torch's generator (``torch.manual_seed`` repeats it). Returns the number of MoE
-    layers set.
+    starts from torch's generator (``torch.manual_seed`` repeats it) in a range of its own: the
+    n-th MoE layer's at ``n 2^32`` plus 31 random bits, so no two layers draw with the same
+    Philox key unless some 2^31 steps apart. Returns the number of MoE layers set.
 
     Raises:
         ValueError: ``skew < 0``.
@@ -198,7 +199,7 @@ def set_routing_skew(model: nn.Module, skew: float, draw: bool = False) -> int:
             p = torch.tensor(zipf_prior(m.cfg.n_experts, skew), dtype=torch.float32,
                              device=m.w13.device)
             m.log_prior = p.log() if skew > 0 or draw else None
-            m.seed = None if m.log_prior is None else torch.randint(
-                0, 2**31 - 1, (1,), dtype=torch.int64).to(m.w13.device)
+            m.seed = None if m.log_prior is None else (torch.randint(
+                0, 2**31 - 1, (1,), dtype=torch.int64) + (n << 32)).to(m.w13.device)
             n += 1
     return n
