@@ -1,7 +1,6 @@
 """Decode GEMV (with its norm / SwiGLU prologues), fused RoPE + KV-cache write, and the in-kernel
 split merge of decode attention, against their PyTorch references (odd shapes included)."""
 
-import os
 
 import pytest
 import torch
@@ -9,7 +8,6 @@ import torch
 from kernels import decode_attention as da
 from kernels import decode_linear, gemv, kv_quant, rope
 from kernels.split_merge import counters, plan_splits
-from sweep.common.env import REPO
 from tests.kernels.conftest import DEVICE, DTYPES, INTERPRETED, TOL, close, exact
 
 # odd widths on purpose: N and K not multiples of the tile, K below one tile, a GQA-like N
@@ -411,14 +409,10 @@ def test_split_k_reads_its_sums_before_any_thread_zeroes_them(block_m, prologue)
     thread zeroed what another had not read: on an H200 15-23 of 135 dot-path tiles gave wrong
     outputs, the norm prologue's up to 400x (results/reference/gemv_sync_probe/)."""
     import re
-    import subprocess
-    import sys
 
-    # compiled in a child: the interpreter (TRITON_INTERPRET=1, the CPU tests') has no compiler
+    from tests.kernels.sm90 import sm90_ptx
+
     code = f"""
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 from kernels import gemv
 k = gemv._gemv_kernel
 sig = dict(zip(k.arg_names, ["*bf16"] * 7 + ["*fp32", "*fp32", "*i32", "i32", "i32", "i32",
@@ -426,17 +420,9 @@ sig = dict(zip(k.arg_names, ["*bf16"] * 7 + ["*fp32", "*fp32", "*i32", "i32", "i
 const = dict(PROLOGUE={prologue}, HAS_RES={prologue == 1}, HAS_BIAS=False, BLOCK_M={block_m},
              BLOCK_N=64, BLOCK_K=128, SPLIT_K=4, PREFETCH_X=0, W_AHEAD=0, PDL=False, TRIGGER=True,
              F32=False, IEEE=False)
-sig.update(dict.fromkeys(const, "constexpr"))
-src = ASTSource(fn=k, signature=sig,
-                constexprs={{(k.arg_names.index(n),): v for n, v in const.items()}})
-print(triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                     options=dict(num_warps=4, num_stages=3)).asm["ptx"])
+ptx(k, sig, const, num_warps=4, num_stages=3)
 """
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    ptx = out.stdout.splitlines()
+    ptx = sm90_ptx(code)[0].splitlines()
     count = next(i for i, ln in enumerate(ptx) if re.search(r"atom\.global\.\S*acq_rel", ln))
     tail = ptx[count:]
     loads = [i for i, ln in enumerate(tail) if "ld.global.cg" in ln]
@@ -452,13 +438,10 @@ def test_the_dot_path_loads_no_activation_before_its_pdl_wait():
     ``TRIGGER`` off. A load before the wait reads the previous kernel's output before it is
     written (``bench.pdl_probe race``)."""
     import re
-    import subprocess
-    import sys
+
+    from tests.kernels.sm90 import sm90_ptx
 
     code = """
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 from kernels import gemv
 k = gemv._gemv_kernel
 sig = dict(zip(k.arg_names, ["*bf16"] * 7 + ["*fp32", "*fp32", "*i32", "i32", "i32", "i32",
@@ -467,18 +450,9 @@ for trigger in (True, False):
     const = dict(PROLOGUE=1, HAS_RES=True, HAS_BIAS=False, BLOCK_M=16, BLOCK_N=128, BLOCK_K=128,
                  SPLIT_K=4, PREFETCH_X=0, W_AHEAD=0, PDL=gemv.DOT_PDL, TRIGGER=trigger,
                  F32=False, IEEE=False)
-    sig.update(dict.fromkeys(const, "constexpr"))
-    src = ASTSource(fn=k, signature=sig,
-                    constexprs={(k.arg_names.index(n),): v for n, v in const.items()})
-    print(triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                         options=dict(num_warps=8, num_stages=4)).asm["ptx"])
-    print("@@@@")
+    ptx(k, sig, const, num_warps=8, num_stages=4)
 """
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    ptx, untriggered = out.stdout.split("@@@@")[:2]
+    ptx, untriggered = sm90_ptx(code)
     wait = ptx.find("griddepcontrol.wait")
     assert wait > 0 and ptx.find("griddepcontrol.launch_dependents") > wait
     assert not re.findall(r"\b(ld\.global|cp\.async)", ptx[:wait])

@@ -289,9 +289,6 @@ def test_the_model_draws_a_uniform_routing_inside_its_fused_routing():
 
 
 _PDL_PTX = """
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 from kernels import moe_gemm, moe_route
 types = dict(x_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", a_ptr="*bf16", rw_ptr="*bf16",
              sum_ptr="*bf16", h_ptr="*bf16", wr_ptr="*bf16", lg_ptr="*fp32", prior_ptr="*fp32",
@@ -304,13 +301,7 @@ for k, const in ((moe_gemm._moe_up_kernel, dict(TOPK=8, BLOCK_M=16, BLOCK_N=64, 
                  (moe_route._router_route_kernel, dict(TOPK=8, RENORM=True, BLOCK_M=1, BLOCK_E=128,
                                                        BLOCK_S=16, BLOCK_B=16, BM=16, BLOCK_EG=1,
                                                        BLOCK_K=2048, DRAW=False, PDL=True))):
-    sig = {n: types.get(n, "*i32" if n.endswith("_ptr") else "i32") for n in k.arg_names}
-    sig.update(dict.fromkeys(const, "constexpr"))
-    src = ASTSource(fn=k, signature=sig,
-                    constexprs={(k.arg_names.index(n),): v for n, v in const.items()})
-    print(triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                         options=dict(num_warps=4, num_stages=3)).asm["ptx"])
-    print("@@@@")
+    ptx(k, {n: types.get(n, "*i32" if n.endswith("_ptr") else "i32") for n in k.arg_names}, const)
 """
 
 
@@ -320,17 +311,11 @@ def test_the_decode_moe_kernels_load_nothing_before_their_pdl_wait():
     global load before ``griddepcontrol.wait`` (a load there could read the routing or the
     activations before the kernel before it wrote them), ``griddepcontrol.launch_dependents``
     after it."""
-    import os
     import re
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", _PDL_PTX], env=env, capture_output=True,
-                         cwd=Path(__file__).resolve().parents[2], text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    ptxs = out.stdout.split("@@@@")[:3]
+    from tests.kernels.sm90 import sm90_ptx
+
+    ptxs = sm90_ptx(_PDL_PTX)
     assert len(ptxs) == 3
     for ptx in ptxs:
         wait = ptx.find("griddepcontrol.wait")
