@@ -14,7 +14,7 @@ gpu_card "$OUT/card.txt"
 timeout "${TEST_TIMEOUT:-150}" python3 -m pytest -q -p no:cacheprovider tests/kernels/test_moe_gemm.py \
   tests/kernels/test_model_triton.py -k "moe or router or slots or graph or bf16 or pdl or route" \
   > "$OUT/tests.txt" 2>&1; echo "tests rc=$?" | tee -a "$OUT/tests.txt"; tail -n 2 "$OUT/tests.txt"
-timeout "${ROWS_PROBE_TIMEOUT:-90}" python3 -m bench.moe_route_rows_probe "$OUT/route_rows.csv" \
+timeout "${ROWS_PROBE_TIMEOUT:-150}" python3 -m bench.moe_route_rows_probe "$OUT/route_rows.csv" \
   > "$OUT/route_rows.log" 2>&1; echo "route_rows probe rc=$?"
 timeout "${PROBE_TIMEOUT:-150}" python3 -m bench.moe_step_probe "$OUT/moe_step_pdl.csv" "${DESIGNS:-}" pdl \
   > "$OUT/moe_step_pdl.log" 2>&1; echo "step probe rc=$?"; grep "^{" "$OUT/moe_step_pdl.log"
