@@ -21,6 +21,27 @@ from .schema import WorkloadConf, model_overrides, named_overrides, workload_ove
 from .space import SAMPLERS, check_space
 
 ROW_OBJECTIVES = set(row.OBJECTIVES)  # what a study may optimize (sweep.common.row)
+# the CPU fallback's stand-in for a mixture of experts on its tiny model (moe_vs_dense's space_cpu)
+TINY_EXPERTS, TINY_ACTIVE, TINY_EXPERT_FFN_DIM = 8, 2, 32
+
+
+def cpu_stand_in(configured: ModelConfig, cpu_model: str) -> dict:
+    """The fields that make the CPU fallback's ``tiny`` model carry the configured design's
+    structure, the user's model overrides applied over them: a mixture of experts as at most
+    ``TINY_EXPERTS`` experts of width ``TINY_EXPERT_FFN_DIM``, top ``TINY_ACTIVE`` (below the
+    experts), the router's renormalisation, a shared expert and a first dense layer where the
+    design has them; QK-norm. Nothing for another ``cpu.model`` (the user's choice) or a dense
+    design without QK-norm."""
+    if cpu_model != "tiny":
+        return {}
+    out = {} if configured.qk_norm == "none" else {"qk_norm": configured.qk_norm}
+    if configured.moe:
+        E = min(configured.n_experts, TINY_EXPERTS)
+        out.update(n_experts=E, n_experts_active=min(configured.n_experts_active, TINY_ACTIVE, E),
+                   expert_ffn_dim=TINY_EXPERT_FFN_DIM, router_renorm=configured.router_renorm,
+                   n_shared_experts=min(configured.n_shared_experts, 1),
+                   first_k_dense=min(configured.first_k_dense, 1))
+    return out
 
 
 
@@ -109,16 +130,19 @@ def plan_from_config(cfg) -> Plan:
         shadow = {"base": ModelConfig.from_dict(model).resolved("cuda"), "workload": dict(wl),
                   "space": space, "constraints": constraints, "targets": targets,
                   "mode": "cudagraph" if c["mode"] == "auto" else c["mode"]}
+        stand_in = cpu_stand_in(configured, c["cpu"]["model"])
         if not c.get("quiet"):
             print(f"no GPU visible: measuring the CPU fallback (model={c['cpu']['model']}, "
                   f"workload={c['cpu']['workload']['name']}) in place of model={model.get('name')}"
                   f" (workload={wl.get('name')})"
+                  + (f", carrying its structure {stand_in}" if stand_in else "")
                   + (f" with your overrides {given}" if given else "")
                   + "; cpu.enabled=false runs the configured model on the CPU"
                   + (f". The real designs are priced on {', '.join(targets)} (predicted, "
                      "beside the tiny measurement)" if targets else ""), flush=True)
         try:
-            model = ModelConfig.from_name(c["cpu"]["model"], **model_over).validate(device).to_dict()
+            model = ModelConfig.from_name(c["cpu"]["model"], **{**stand_in, **model_over}).validate(
+                device).to_dict()
         except DesignError as e:
             hint = ("; model.kernels=torch runs the torch kernels on the CPU"
                     if model_over.get("kernels") == "triton" else "")

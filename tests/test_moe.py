@@ -609,3 +609,8 @@ def test_uniform_routing_draws_every_tokens_experts_uniformly():
     assert "routing" not in str(identity(*args[:1], wl, *args[2:])["workload"])
     assert identity(*args[:1], wl, *args[2:]) != identity(*args[:1], dict(wl, routing="uniform"),
                                                           *args[2:])
+    from sweep.analysis.hardware import load_spec
+    from sweep.analysis.targets import predict_designs
+
+    rows = predict_designs([(big, dict(wl, routing="uniform"), "cudagraph")], load_spec("h100_sxm"))
+    assert rows[0]["routing"] == "uniform"  # a predicted row names it, as a measured one does

@@ -105,6 +105,21 @@ def test_cpu_fallback_applies_overrides(tmp_path):
         plan_from_config(compose_cfg(tiny_overrides(tmp_path, "workload.prompt_len=100000")))
 
 
+def test_cpu_fallback_carries_a_mixture_of_experts(tmp_path):
+    """A mixture of experts on the CPU fallback is measured as one: the tiny model with at most
+    8 experts of width 32, top 2, the design's QK-norm and router (a newcomer's ``model=olmoe_1b_7b
+    workload.routing=uniform`` of 2026-11-28 measured a dense tiny model while its row said
+    ``routing=uniform``); the user's overrides over them; a dense design carries none."""
+    b = plan_from_config(compose_cfg(tiny_overrides(tmp_path, "model=olmoe_1b_7b"))).base
+    assert (b.name, b.n_experts, b.n_experts_active, b.expert_ffn_dim, b.qk_norm,
+            b.router_renorm) == ("tiny", 8, 2, 32, "full", False)
+    b = plan_from_config(compose_cfg(tiny_overrides(
+        tmp_path, "model=olmoe_1b_7b", "model.n_experts=4", "model.n_experts_active=4"))).base
+    assert (b.n_experts, b.n_experts_active, b.expert_ffn_dim) == (4, 4, 32)
+    b = plan_from_config(compose_cfg(tiny_overrides(tmp_path, "model=llama3_2_1b"))).base
+    assert (b.name, b.n_experts, b.qk_norm) == ("tiny", 0, "none")
+
+
 def test_cpu_fallback_keeps_an_override_equal_to_the_group_file(tmp_path):
     """``workload.batch=1`` is the default workload's batch, and the user's: the CPU fallback
     measures batch 1, not its own workload's 2 (Hydra's record of the command line names it; a

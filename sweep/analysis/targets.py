@@ -245,7 +245,8 @@ def predict_designs(items, spec, calibration: Calibrated | None = None,
         row = {k: getattr(cfg, k) for k in DESIGN_FIELDS}
         row["rope_scaling"] = json.dumps(cfg.rope_scaling) if cfg.rope_scaling else ""  # as measured rows
         row.update(model=cfg.name, batch=B, prompt_len=T, new_tokens=N, mode=mode,
-                   routing_skew=wl.get("routing_skew", 0.0), predicted=True, **{k: analytic[k] for k in (
+                   routing_skew=wl.get("routing_skew", 0.0), routing=wl.get("routing", "router"),
+                   predicted=True, **{k: analytic[k] for k in (
                        "params_non_embedding", "params_total", "params_active",
                        "kv_bytes_per_token", "kv_cache_bytes")})
         broken = []
