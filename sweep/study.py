@@ -127,9 +127,13 @@ def shadow_predictions(plan) -> list:
                             lambda p, df=df: df.to_csv(p, index=False))
         out.append(path)
         if not plan.quiet:
-            print(f"\nthe real designs ({sh['base'].name}, batch {sh['workload']['batch']}, "
-                  f"prompt {sh['workload']['prompt_len']}), PREDICTED on {spec.display or spec.name}"
-                  f" (no GPU here; {path.name}):", flush=True)
+            wl = sh["workload"]
+            per = [k for k in ("batch", "prompt_len") if any(w[k] != wl[k] for _, w, _ in items)]
+            print(f"\nthe real designs ({sh['base'].name}, "
+                  + ", ".join(f"{k.replace('_len', '')} {'per design' if k in per else wl[k]}"
+                              for k in ("batch", "prompt_len"))
+                  + f"), PREDICTED on {spec.display or spec.name} (no GPU here; {path.name}):",
+                  flush=True)
             print(predicted_summary(df, plan.objectives, plan.directions), flush=True)
     return out
 

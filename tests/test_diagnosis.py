@@ -143,6 +143,15 @@ def test_tables_tell_apart_designs_that_differ_in_kernels_or_mode():
     head = summary_table(df.assign(params_total=1e9, fail_reason=""),
                          ["decode_tok_s", "params_total"]).splitlines()[0].split()
     assert head[-2:] == ["params_total", "fail_reason"]
+    # moe_routing's designs differ in routing_skew and batch: both tables name them, the
+    # predicted one the study's objectives too (a newcomer read two identical rows, 2026-11-28)
+    skewed = df.assign(kernels="triton", mode="cudagraph", routing_skew=[0.0, 1.5, 0.0, 1.5],
+                       batch=[8, 8, 64, 64], params_total=1e9, basis_kind="calibrated")
+    head = predicted_summary(skewed, ["decode_tok_s", "params_total"],
+                             ["maximize", "maximize"]).splitlines()[0].split()
+    assert {"routing_skew", "batch"} <= set(head)
+    assert head[head.index("basis_kind") - 1] == "params_total"
+    assert "routing_skew" in summary_table(skewed).splitlines()[0].split()
 
 
 def test_compare_refuses_more_than_two_result_sets_by_name(tmp_path):

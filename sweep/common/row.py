@@ -146,12 +146,12 @@ SUMMARY = ("number", "state", "n_kv_heads", "n_heads", "head_dim", "d_model", "n
            "layer_types", "batch", "prompt_len",
            TIME["prefill"], TIME["decode"], RATE["decode"], mfu("prefill"), mbu("decode"),
            "kv_bytes_per_token", "kv_cache_bytes", PEAK_MEM, "decode_bound", "fail_reason")
-# the design columns of the predicted table (shown where they vary), then its figures
+# the design and workload columns of the predicted table (shown where they vary), then its figures
 PREDICTED_DESIGN = ("n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers", "ffn_dim",
                     "n_experts", "n_experts_active", "expert_ffn_dim", "sliding_window",
-                    "layer_types", "kv_dtype", "kernels", "mode")
-# the measured table's design columns shown only where they vary (a study over kernels or modes)
-SUMMARY_VARYING = ("kv_dtype", "kernels", "mode")
+                    "layer_types", "kv_dtype", "kernels", "mode", *WORKLOAD)
+# the measured table's columns shown only where they vary (a study over kernels, modes or routing)
+SUMMARY_VARYING = ("kv_dtype", "kernels", "mode", "routing_skew", "routing")
 PREDICTED_SUMMARY = (*PREDICTED_DESIGN, TIME["prefill"], TIME["decode"], RATE["decode"],
                      "kv_bytes_per_token", "kv_cache_bytes", "params_non_embedding",
                      "params_active", "basis_kind", "state")

@@ -181,9 +181,9 @@ def shown(column: str, df: pd.DataFrame) -> bool:
 def predicted_summary(df: pd.DataFrame, objectives: list[str] | None = None,
                       directions: list[str] | None = None, most: int = 12) -> str:
     """A short text table of predicted designs (``sweep.analysis.targets.predict_designs``): the
-    design columns that vary, the predicted figures, the basis, each front design marked ``*``
-    when ``objectives`` and their ``directions`` are given; at most ``most`` rows, the fastest
-    decode first."""
+    design and workload columns that vary, the predicted figures and the study's ``objectives``,
+    the basis, each front design marked ``*`` when ``objectives`` and their ``directions`` are
+    given; at most ``most`` rows, the fastest decode first."""
     if df.empty:
         return "(no designs)"
     done = df[df.get("state", "COMPLETE") == "COMPLETE"] if "state" in df else df
@@ -195,6 +195,9 @@ def predicted_summary(df: pd.DataFrame, objectives: list[str] | None = None,
     cols = [c for c in PREDICTED_COLUMNS if c in df.columns
             and (c not in R.PREDICTED_DESIGN or df[c].nunique() > 1)
             and shown(c, df)]
+    extra = [o for o in objectives or [] if o in df.columns and o not in cols]
+    at = cols.index("basis_kind") if "basis_kind" in cols else len(cols)
+    cols = cols[:at] + extra + cols[at:]
     out = done.sort_values(R.RATE["decode"], ascending=False)[cols].copy() if len(done) else done
     pairs = [(o, d) for o, d in zip(objectives or [], directions or []) if o in done.columns]
     if pairs and len(done):
