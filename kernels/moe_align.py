@@ -2,13 +2,15 @@
 expert in two (a counting sort).
 
 ``kernels.moe_gemm.align`` (the reference) sorts the ``M k`` (token, choice) slots by expert with
-torch's ops: about 25 launches, among them a radix sort. On an H200 (2026-11-28,
-``results/reference/moe_h100.md``, fifteenth session) they cost Qwen3-30B-A3B's prefill of 512
-tokens (4096 slots over 128 experts) about 70 us a layer: the sort 34 us, four gathers 14 us. The
-fused routing (``route_align``) takes only a decode step's few slots. The router's softmax and
-top-k over the rows cost another ~18 us a layer there in torch's ops (``torch.topk``'s two
-kernels, the softmax, the renormalisation, casts); ``route_rows`` is one launch over blocks of
-rows with ``route_align``'s numerics (``_topk_rows``, shared), a routing skew drawn in it. Then:
+torch's ops: about 25 launches, among them a radix sort. The fused routing (``route_align``)
+takes only a decode step's few slots. On an H200 (2026-11-28, ``results/reference/moe_h100.md``,
+fifteenth session) a long prompt's routing and sort in torch's ops cost Qwen3-30B-A3B's prefill of
+512 tokens (4096 slots over 128 experts, each token's experts drawn uniformly) about 100 us a
+layer: the sort 34 us, the gathers 14, the slots' sum 10, ``torch.topk``'s two kernels 7 + 5, the
+softmax, renormalisation and casts a few each. ``route_rows`` is one launch over blocks of rows
+with ``route_align``'s numerics (``_topk_rows``, shared), a routing skew drawn in it; with the
+counting sort below, the same prompt's routing and sort took 10.1 + 7.9 + 5.1 us a layer
+(sixteenth session). Then:
 
 1. ``_count_kernel``: programs of ``BLOCK`` slots add their slots per expert to the experts'
    counts (a histogram, then one atomic an expert) and mark their share of the positions as

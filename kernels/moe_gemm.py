@@ -10,16 +10,17 @@ gate and up projections of the slots' tokens (``w13 [E, 2 Fe, d]``, gate rows th
 SwiGLU of them: each expert's weight tile is read once for all its slots.
 ``_moe_down_kernel`` applies ``w2 [E, d, Fe]`` to the activations and scales each slot by its
 routing weight. The ``k`` slots of a token are then summed. Minimum DRAM bytes of a call: the
-touched experts' weights ``3 d Fe`` each, plus activations.
+touched experts' weights, ``3 d Fe`` elements each, plus activations.
 
 ``reference`` is the PyTorch computation (``zoo.experts.MoEFeedForward.experts``'s numerics).
 The layout follows vLLM's fused_moe (``moe_align_block_size`` then a grouped GEMM), written here
 for the zoo's shapes.
 
-A decode step launches ``router_route``, ``moe_up`` and ``moe_down`` with Hopper's programmatic
-dependent launch (``pdl``, as ``kernels.gemv``): each program waits for the previous kernel's
-memory (``gdc_wait``) before its first load and lets the next kernel launch once its main loop
-is done, so in a CUDA graph a launch overlaps its predecessor's tail.
+A step the fused routing takes (``fused_route``: a decode step's few slots) launches ``moe_up``
+and ``moe_down`` (and, at most 8 tokens, ``router_route``) with Hopper's programmatic dependent
+launch (``pdl``, as ``kernels.gemv``; ``route_align`` without it): each program waits for the
+previous kernel's memory (``gdc_wait``) before its first load and lets the next kernel launch
+once its main loop is done, so in a CUDA graph a launch overlaps its predecessor's tail.
 """
 
 from __future__ import annotations
@@ -131,6 +132,13 @@ def fused_route(slots: int, n_experts: int) -> bool:
             <= ROUTE_ALIGN_MAX_CELLS)
 
 
+def _check_fused(slots: int, n_experts: int, who: str) -> None:
+    if not fused_route(slots, n_experts):
+        raise ValueError(f"{who}: {slots} slots over {n_experts} experts are past its limits "
+                         f"(at most {ROUTE_ALIGN_MAX_SLOTS} slots, {ROUTE_ALIGN_MAX_EXPERTS} experts, "
+                         f"{ROUTE_ALIGN_MAX_CELLS} padded cells: fused_route)")
+
+
 def route_align(logits: torch.Tensor, k: int, renorm: bool, block_m: int, dtype: torch.dtype,
                 num_warps: int | None = None, draw: tuple | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -151,9 +159,13 @@ def route_align(logits: torch.Tensor, k: int, renorm: bool, block_m: int, dtype:
     Returns:
         ``(weights [M, k] dtype, idx [M, k] int64, sorted_ids, block_expert)`` as
         ``torch.topk`` of the softmax and ``align`` give them.
+
+    Raises:
+        ValueError: a step past the limits (``fused_route``), named.
     """
     M, E = logits.shape
     S = M * k
+    _check_fused(S, E, "route_align")
     n_blocks = triton.cdiv(S, block_m) + min(E, S)
     num_warps = num_warps or (1 if S <= 8 else 8)
     dev = logits.device
@@ -273,8 +285,9 @@ def sum_in_down(tokens: int, n_experts: int, k: int) -> bool:
 def tiles(slots: int, n_experts: int) -> tuple[int, int, int, int, int]:
     """``(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)`` for ``slots`` routed (token, expert) pairs
     over ``n_experts`` experts, one tuple for both GEMMs (they share the alignment's block): 16
-    rows for a decode step (an expert gets one or a few of its tokens), 64 while an expert's mean
-    share is under 128 slots, 128 above (a prefill). Chosen on the H100 by
+    rows up to 1024 slots (a decode step, where an expert gets one or a few of its tokens; a
+    short prompt too), then 64 while an expert's mean share is under 128 slots, 128 above (a
+    prefill). Chosen on the H100 by
     ``bench/moe_tiles_probe.py`` (``results/reference/moe_tiles_probe_h100.md``): at 4096 and
     16384 tokens of Qwen3-30B-A3B's and Mixtral-8x7B's layers, ``BLOCK_M`` 128 took 0.80-0.85x the
     time of 64 (up GEMM) and 0.70-1.00x (down); at 8 and 64 tokens 16 and 32 were within 4%."""

@@ -102,12 +102,17 @@ def router_route(h: torch.Tensor, router_w: torch.Tensor, k: int, renorm: bool, 
         ``(weights [M, k] h.dtype, idx [M, k] int64, sorted_ids, block_expert)``.
 
     Raises:
-        ValueError: a router whose rows are not ``d`` wide.
+        ValueError: a router whose rows are not ``d`` wide; a step past ``route_align``'s
+            limits (``fused_route``) or of more than ``ROUTER_ROUTE_MAX_TOKENS`` tokens.
     """
     M, K = h.shape
     E = router_w.shape[0]
     if router_w.shape[1] != K:
         raise ValueError(f"router_route: router_w {tuple(router_w.shape)} does not take d = {K}")
+    if not fused_router(M, E, k):
+        raise ValueError(f"router_route: {M} tokens, top {k} of {E} experts are past its limits "
+                         f"(at most {ROUTER_ROUTE_MAX_TOKENS} tokens and route_align's: "
+                         "fused_router)")
     router_w = router_w.contiguous()
     S = M * k
     block_k = block_k or min(2048, triton.next_power_of_2(K))

@@ -10,14 +10,16 @@ stacked: ``w13 [n_experts, 2 expert_ffn_dim, d_model]`` (gate then up, transform
 On the torch path (``kernels=torch``) the experts run one by one over their tokens, which reads
 their token counts on the host: eager only (``sweep.plan.check_mode``). With ``kernels=triton``
 the experts are two grouped GEMMs over the tokens sorted by expert on the device
-(``kernels.moe_gemm``): no host sync, so a CUDA graph captures the step. A decode step of at most
-8 tokens that the fused routing takes (``route_align``'s limits) runs the router's GEMM with the
+(``kernels.moe_gemm``): no host sync, so a CUDA graph captures the step. A step of at most 8
+tokens that the fused routing takes (``route_align``'s limits) runs the router's GEMM with the
 routing and sort as one launch (``kernels.moe_route.router_route``) and sums each token's slots
-inside the down GEMM's launch (``moe_down(sum_k=k)``). A longer step (a prefill) routes its rows
-in one launch (``kernels.moe_align.route_rows``) and sorts its slots in two (the counting sort,
-inside ``moe_experts``). Under a routing skew the Triton routing makes the draw itself, in the
-logits' place (the router's GEMM still runs); the torch path, and routers of more than 256
-experts, draw with torch's ops (``logits``).
+inside the down GEMM's launch (``moe_down(sum_k=k)``); a step of more tokens within those limits
+(a batch-64 decode step) runs the router's GEMM, then ``route_align``; both launch their grouped
+GEMMs under programmatic dependent launch (``pdl``, set by ``Transformer.setup_cache``). A longer
+step (a prefill) routes its rows in one launch (``kernels.moe_align.route_rows``) and sorts its
+slots in two (the counting sort, inside ``moe_experts``). Under a routing skew the Triton
+routing makes the draw itself, in the logits' place (the router's GEMM still runs); the torch
+path, and routers of more than 256 experts, draw with torch's ops (``logits``).
 """
 
 from __future__ import annotations
@@ -101,9 +103,9 @@ class MoEFeedForward(nn.Module):
         return w.to(h.dtype), idx
 
     def experts(self, h: torch.Tensor, w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        """The routed experts' weighted sum for tokens ``h [N, d_model]``, weights ``w [N, k]``,
-        experts ``idx [N, k]``: tokens sorted by expert, each expert one SwiGLU over its own
-        (the experts' token counts read on the host)."""
+        """The routed experts' weighted sum ``[N, d_model]`` for tokens ``h [N, d_model]``,
+        weights ``w [N, k]``, experts ``idx [N, k]``: tokens sorted by expert, each expert one
+        SwiGLU over its own (the experts' token counts read on the host)."""
         k = idx.shape[1]
         out = torch.zeros_like(h)
         flat = idx.reshape(-1)

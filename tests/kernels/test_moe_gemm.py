@@ -159,6 +159,16 @@ def test_the_counting_sort_sorts_like_align(M, k, E, monkeypatch):
         torch.testing.assert_close(got, moe.reference(h, w13, w2, w, idx), rtol=1e-4, atol=1e-5)
 
 
+def test_the_fused_routings_refuse_a_step_past_their_limits():
+    """``route_align`` past 512 slots and ``router_route`` past 8 tokens: a ValueError naming the
+    kernel and the step, before any launch (the model never calls them so: ``fused_route``)."""
+    with pytest.raises(ValueError, match="route_align: 520 slots over 8 experts"):
+        moe.route_align(torch.zeros(65, 8, device=DEVICE), 8, True, 16, torch.float32)
+    with pytest.raises(ValueError, match="router_route: 9 tokens, top 2 of 8 experts"):
+        moe_route.router_route(torch.zeros(9, 16, device=DEVICE), torch.zeros(8, 16, device=DEVICE),
+                               2, True, 16)
+
+
 def test_the_predictor_holds_the_mirrors_of_the_kernels_limits():
     """The zoo's torch-free mirrors of the kernels' limits (``zoo.moe``) are the kernels'."""
     from zoo import moe as zoo_moe
