@@ -17,31 +17,10 @@ from .analysis.memory import check_fits
 from .common import row
 from .common.atomic import writable_dir
 from .common.env import WORK, detect_device, slug, triton_interpret, work_path
-from .schema import WorkloadConf, model_overrides, named_overrides, workload_overrides
-from .space import SAMPLERS, check_space
+from .schema import WorkloadConf, cpu_stand_in, model_overrides, named_overrides, workload_overrides
+from .space import SAMPLERS, check_space, sets_experts
 
 ROW_OBJECTIVES = set(row.OBJECTIVES)  # what a study may optimize (sweep.common.row)
-# the CPU fallback's stand-in for a mixture of experts on its tiny model (moe_vs_dense's space_cpu)
-TINY_EXPERTS, TINY_ACTIVE, TINY_EXPERT_FFN_DIM = 8, 2, 32
-
-
-def cpu_stand_in(configured: ModelConfig, cpu_model: str) -> dict:
-    """The fields that make the CPU fallback's ``tiny`` model carry the configured design's
-    structure, the user's model overrides applied over them: a mixture of experts as at most
-    ``TINY_EXPERTS`` experts of width ``TINY_EXPERT_FFN_DIM``, top ``TINY_ACTIVE`` (below the
-    experts), the router's renormalisation, a shared expert and a first dense layer where the
-    design has them; QK-norm. Nothing for another ``cpu.model`` (the user's choice) or a dense
-    design without QK-norm."""
-    if cpu_model != "tiny":
-        return {}
-    out = {} if configured.qk_norm == "none" else {"qk_norm": configured.qk_norm}
-    if configured.moe:
-        E = min(configured.n_experts, TINY_EXPERTS)
-        out.update(n_experts=E, n_experts_active=min(configured.n_experts_active, TINY_ACTIVE, E),
-                   expert_ffn_dim=TINY_EXPERT_FFN_DIM, router_renorm=configured.router_renorm,
-                   n_shared_experts=min(configured.n_shared_experts, 1),
-                   first_k_dense=min(configured.first_k_dense, 1))
-    return out
 
 
 
@@ -336,7 +315,8 @@ def check_workload(wl: dict, base: ModelConfig, space: dict, whose: str = "") ->
     Raises:
         ValueError: an unknown field; ``batch``, ``prompt_len``, ``new_tokens`` or ``repeats`` below 1,
             ``warmup`` below 0, ``timeout_s`` not positive, ``routing_skew`` outside [0, 8],
-            ``routing`` neither ``router`` nor ``uniform`` (or ``uniform`` with a skew), or
+            ``routing`` neither ``router`` nor ``uniform`` (or ``uniform`` with a skew), a
+            routing set or varied for a study none of whose designs has experts, or
             ``prompt_len + new_tokens`` over
             the design's ``max_seq_len`` (the largest of the space's choices checked).
     """
@@ -364,6 +344,12 @@ def check_workload(wl: dict, base: ModelConfig, space: dict, whose: str = "") ->
         raise ValueError(f"workload.routing=uniform with workload.routing_skew={skew!r}: a skew "
                          "already draws each token's experts (from its Zipf prior); uniform is "
                          "the prior of exponent 0")
+    routed = [k for k in ("routing_skew", "routing") if k in space] or \
+        [k for k, v in (("routing_skew", skew), ("routing", routing == "uniform")) if v]
+    if routed and not sets_experts(space, base):
+        raise ValueError(f"workload.{routed[0]} routes a mixture of experts' tokens, and no design "
+                         f"of this study has experts (n_experts = {base.n_experts}, none set by "
+                         "the space)")
 
     def most(key):
         sp = space.get(key) or {}

@@ -110,6 +110,29 @@ class CpuFallbackConf:
         name="cpu", batch=2, prompt_len=64, new_tokens=16, warmup=1, repeats=3, timeout_s=300))
 
 
+# the CPU fallback's stand-in for a mixture of experts on its tiny model (moe_vs_dense's space_cpu)
+TINY_EXPERTS, TINY_ACTIVE, TINY_EXPERT_FFN_DIM = 8, 2, 32
+
+
+def cpu_stand_in(configured, cpu_model: str) -> dict:
+    """The fields that make the CPU fallback's ``tiny`` model carry the structure of the
+    configured design (a ``zoo.ModelConfig``), the user's model overrides applied over them: a
+    mixture of experts as at most ``TINY_EXPERTS`` experts of width ``TINY_EXPERT_FFN_DIM``, top
+    ``TINY_ACTIVE`` (below the experts), the router's renormalisation, a shared expert and a
+    first dense layer where the design has them; QK-norm. Nothing for another ``cpu.model`` (the
+    user's choice) or a dense design without QK-norm."""
+    if cpu_model != "tiny":
+        return {}
+    out = {} if configured.qk_norm == "none" else {"qk_norm": configured.qk_norm}
+    if configured.moe:
+        E = min(configured.n_experts, TINY_EXPERTS)
+        out.update(n_experts=E, n_experts_active=min(configured.n_experts_active, TINY_ACTIVE, E),
+                   expert_ffn_dim=TINY_EXPERT_FFN_DIM, router_renorm=configured.router_renorm,
+                   n_shared_experts=min(configured.n_shared_experts, 1),
+                   first_k_dense=min(configured.first_k_dense, 1))
+    return out
+
+
 @dataclass
 class ProfileConf:
     """What a trial collects besides timings: ``timing`` is the cheap default; ``nvml`` (power,

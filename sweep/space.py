@@ -64,6 +64,22 @@ def check_space(space: dict, base: ModelConfig) -> None:
             divisors_of(base, key, sp)
 
 
+def sets_experts(space: dict, base: ModelConfig) -> bool:
+    """Whether some design of the study has experts: the base (``n_experts > 0``), or a choice
+    of the space (``n_experts``, or a bundle setting it)."""
+    if base.n_experts > 0:
+        return True
+    for key, sp in space.items():
+        choices = sp.get("choices")
+        values = choices.values() if isinstance(choices, dict) else [{key: v} for v in
+                                                                      choices or []]
+        if any(isinstance(v, dict) and (v.get("n_experts") or 0) > 0 for v in values):
+            return True
+        if key == "n_experts" and (sp.get("high") or 0) > 0:
+            return True
+    return False
+
+
 def grid_of(space: dict, base: ModelConfig) -> dict | None:
     """The space as an Optuna grid ``{param: [values]}``, or None if a parameter is continuous."""
     grid = {}

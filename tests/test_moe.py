@@ -602,6 +602,17 @@ def test_uniform_routing_draws_every_tokens_experts_uniformly():
                        (dict(routing="uniform", routing_skew=1.0), "workload.routing=uniform")):
         with pytest.raises(ValueError, match=field):
             check_workload(dict(wl, **bad), cfg, {})
+    # a routing for a study none of whose designs has experts: refused, named (it would change
+    # nothing but the row's label and the study's identity)
+    dense = cfg.replace(n_experts=0, n_experts_active=0, expert_ffn_dim=0)
+    for bad, space, field in ((dict(routing="uniform"), {}, "workload.routing routes"),
+                              (dict(routing_skew=1.0), {}, "workload.routing_skew routes"),
+                              ({}, {"routing_skew": {"choices": [0.0, 1.0]}},
+                               "workload.routing_skew routes")):
+        with pytest.raises(ValueError, match=field):
+            check_workload(dict(wl, **bad), dense, space)
+    check_workload(dict(wl, routing_skew=1.0), dense, {"ffn": {"choices": {  # a space with experts
+        "dense": {"n_experts": 0}, "E4": {"n_experts": 4, "n_experts_active": 2}}}})
     args = (cfg, None, "eager", None, type("S", (), {"name": "cpu"})(), {"name": "cpu"}, {}, 0,
             {}, {}, [])
     assert identity(*args[:1], wl, *args[2:]) == identity(*args[:1], dict(wl, routing="router"),
