@@ -132,13 +132,6 @@ def fused_route(slots: int, n_experts: int) -> bool:
             <= ROUTE_ALIGN_MAX_CELLS)
 
 
-def _check_fused(slots: int, n_experts: int, who: str) -> None:
-    if not fused_route(slots, n_experts):
-        raise ValueError(f"{who}: {slots} slots over {n_experts} experts are past its limits "
-                         f"(at most {ROUTE_ALIGN_MAX_SLOTS} slots, {ROUTE_ALIGN_MAX_EXPERTS} experts, "
-                         f"{ROUTE_ALIGN_MAX_CELLS} padded cells: fused_route)")
-
-
 def route_align(logits: torch.Tensor, k: int, renorm: bool, block_m: int, dtype: torch.dtype,
                 num_warps: int | None = None, draw: tuple | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -165,7 +158,10 @@ def route_align(logits: torch.Tensor, k: int, renorm: bool, block_m: int, dtype:
     """
     M, E = logits.shape
     S = M * k
-    _check_fused(S, E, "route_align")
+    if not fused_route(S, E):
+        raise ValueError(f"route_align: {S} slots over {E} experts are past its limits (at most "
+                         f"{ROUTE_ALIGN_MAX_SLOTS} slots, {ROUTE_ALIGN_MAX_EXPERTS} experts, "
+                         f"{ROUTE_ALIGN_MAX_CELLS} padded cells: fused_route)")
     n_blocks = triton.cdiv(S, block_m) + min(E, S)
     num_warps = num_warps or (1 if S <= 8 else 8)
     dev = logits.device

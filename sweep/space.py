@@ -71,11 +71,13 @@ def sets_experts(space: dict, base: ModelConfig) -> bool:
         return True
     for key, sp in space.items():
         choices = sp.get("choices")
-        values = choices.values() if isinstance(choices, dict) else [{key: v} for v in
-                                                                      choices or []]
-        if any(isinstance(v, dict) and (v.get("n_experts") or 0) > 0 for v in values):
-            return True
-        if key == "n_experts" and (sp.get("high") or 0) > 0:
+        if isinstance(choices, dict):  # labels of field bundles
+            values = [b.get("n_experts") for b in choices.values() if isinstance(b, dict)]
+        elif key == "n_experts":
+            values = [*(choices or []), sp.get("high")]
+        else:
+            continue
+        if any((v or 0) > 0 for v in values):
             return True
     return False
 

@@ -107,6 +107,12 @@ def write_table(df: pd.DataFrame, out_dir: Path) -> None:
     write_atomic(out_dir / "trials.csv", lambda p: df.to_csv(p, index=False))
 
 
+def _before(cols: list, extra: list, column: str) -> list:
+    """``cols`` with ``extra`` inserted before ``column`` (at the end without it)."""
+    at = cols.index(column) if column in cols else len(cols)
+    return cols[:at] + extra + cols[at:]
+
+
 def summary_table(df: pd.DataFrame, objectives: tuple | list = ()) -> str:
     """A short text table of the key columns (those present; the KV format, kernels and mode
     where they vary) and the study's ``objectives`` (before the failure reason: a front's ``*``
@@ -115,11 +121,10 @@ def summary_table(df: pd.DataFrame, objectives: tuple | list = ()) -> str:
         return "(no trials)"
     cols = [c for c in SUMMARY_COLUMNS
             if c in df.columns and shown(c, df)]
-    extra = [o for o in objectives if o in df.columns and o not in cols]
-    cols = [c for c in cols if c != "fail_reason"] + extra + ["fail_reason"] * ("fail_reason" in cols)
+    cols = _before(cols, [o for o in objectives if o in df.columns and o not in cols],
+                   "fail_reason")
     varying = [c for c in R.SUMMARY_VARYING if c in df.columns and df[c].nunique() > 1]
-    at = cols.index("batch") if "batch" in cols else len(cols)
-    out = df[cols[:at] + varying + cols[at:]].copy()
+    out = df[_before(cols, varying, "batch")].copy()
     if "fail_reason" in out:
         out["fail_reason"] = out["fail_reason"].fillna("").astype(str).str.slice(0, 40)
     return out.to_string(index=False, float_format=lambda v: f"{v:.4g}")
@@ -195,9 +200,8 @@ def predicted_summary(df: pd.DataFrame, objectives: list[str] | None = None,
     cols = [c for c in PREDICTED_COLUMNS if c in df.columns
             and (c not in R.PREDICTED_DESIGN or df[c].nunique() > 1)
             and shown(c, df)]
-    extra = [o for o in objectives or [] if o in df.columns and o not in cols]
-    at = cols.index("basis_kind") if "basis_kind" in cols else len(cols)
-    cols = cols[:at] + extra + cols[at:]
+    cols = _before(cols, [o for o in objectives or [] if o in df.columns and o not in cols],
+                   "basis_kind")
     out = done.sort_values(R.RATE["decode"], ascending=False)[cols].copy() if len(done) else done
     pairs = [(o, d) for o, d in zip(objectives or [], directions or []) if o in done.columns]
     if pairs and len(done):
