@@ -14,14 +14,7 @@ import pytest
 from kernels import tuning
 from sweep.analysis.calibration_store import SHIPPED_DIR
 
-STALE: dict = {  # (device file, kernel): why its shipped choices predate the code
-    ("nvidia_h200", "decode_attention"):
-        "2026-11-27: decode attention reads a local layer's ring and starts from the sinks "
-        "(issue 39); no H200 call this session: a fresh H200 tunes it on first use",
-    ("nvidia_h200", "decode_linear"):
-        "2026-11-28: the GEMV-or-cuBLAS choice is timed cold (issue 34); no H200 call this "
-        "session: a fresh H200 times each shape's choice on first use",
-}
+STALE: dict = {}  # (device file, kernel): why its shipped choices predate the code
 
 
 @pytest.mark.parametrize("path", sorted(tuning.SHIPPED_DIR.glob("*.json")), ids=lambda p: p.stem)

@@ -8,7 +8,7 @@
 # entries a run lacks are measured by the first and kept for the rest (one results_dir: its
 # calibration cache).
 # EXTRA: overrides for every run (EXTRA=profile=modules: each run's kernels, kernels_*.json);
-# SKIP_TESTS=1: the runs alone.
+# SKIP_TESTS=1: the runs alone; ONLY=REGEX: only the runs whose name it matches (e.g. olmoe_b1|qwen3_b1).
 #   OUT=DIR bash bench/reference/run_moe_routing.sh   # $OUT/all.tgz: <run>/trials.csv, console.log
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -20,7 +20,9 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     > "$OUT/tests.txt" 2>&1; echo "tests rc=$?" | tee -a "$OUT/tests.txt"; tail -n 2 "$OUT/tests.txt"
 fi
 run() {  # run NAME TIMEOUT OVERRIDES...
-  local name=$1 t=$2; shift 2; mkdir -p "$OUT/$name"
+  local name=$1 t=$2; shift 2
+  if [ -n "${ONLY:-}" ] && ! [[ "$name" =~ ^(${ONLY})$ ]]; then return; fi
+  mkdir -p "$OUT/$name"
   timeout "$t" python3 -m sweep workload.batch=1 workload.prompt_len=512 workload.new_tokens=64 \
     study.name="$name" results_dir="$OUT/runs" ${EXTRA:-} "$@" > "$OUT/$name/console.log" 2>&1
   echo "$name rc=$?" | tee -a "$OUT/$name/console.log"; grep -E "decode [0-9]" "$OUT/$name/console.log" | tail -n 1
