@@ -68,6 +68,16 @@ class Plan:
         return self.cache_root / name
 
 
+def model_field(e: Exception) -> str:
+    """A model's error message with its leading field written as the override (``model.FIELD``,
+    ``zoo.errors.with_prefix``)."""
+    from dataclasses import fields
+
+    from zoo.errors import with_prefix
+
+    return with_prefix(str(e), {f.name for f in fields(ModelConfig)}, "model.")
+
+
 def plan_from_config(cfg) -> Plan:
     """Resolve a composed Hydra config into a ``Plan`` (device, CPU fallback, names, storage).
 
@@ -87,7 +97,10 @@ def plan_from_config(cfg) -> Plan:
     constraints = exp.get("constraints") or {}
     model_over = model_overrides(model, named_overrides("model"))
     wl_over = workload_overrides(wl, named_overrides("workload"))
-    configured = ModelConfig.from_dict(model).validate()  # as configured, checked as on a GPU
+    try:  # as configured, checked as on a GPU; a field named as the override (model.FIELD)
+        configured = ModelConfig.from_dict(model).validate()
+    except DesignError as e:
+        raise DesignError(model_field(e)) from None
     check_space(space, configured)  # the real space (priced on the CPU fallback too)
     predict = bool(c["study"].get("predict"))
     here = device  # this machine's device: a predict-only study on a GPU prices it by default
@@ -125,7 +138,7 @@ def plan_from_config(cfg) -> Plan:
         except DesignError as e:
             hint = ("; model.kernels=torch runs the torch kernels on the CPU"
                     if model_over.get("kernels") == "triton" else "")
-            raise DesignError(f"{e} (the CPU fallback applies your model overrides {model_over} "
+            raise DesignError(f"{model_field(e)} (the CPU fallback applies your model overrides {model_over} "
                               f"to the {c['cpu']['model']!r} model; cpu.enabled=false runs the "
                               f"configured model instead{hint})") from None
         wl = dict(c["cpu"]["workload"], **wl_over)

@@ -90,6 +90,34 @@ def test_unknown_objective_and_model_field():
                                       "device=cpu"]))
 
 
+@pytest.mark.parametrize("over,cpu,starts", [
+    (["model.n_heads=7"], False, "model.n_kv_heads (8) must not exceed n_heads (7)"),
+    (["model.kv_dtype=int4"], False, "model.kv_dtype='int4' is not one of"),
+    (["+model.n_experts=8", "+model.n_experts_active=10", "+model.expert_ffn_dim=64"], False,
+     "model.n_experts_active (10) must not exceed n_experts (8)"),
+    (["model.n_kv_heads=16"], True, "model.n_kv_heads (16) must not exceed n_heads (8) (the CPU "
+     "fallback applies")])
+def test_a_bad_model_field_is_named_as_the_override(over, cpu, starts):
+    """A design refused by its config names the field as the user typed it (``model.FIELD``),
+    on the configured model and on the CPU fallback's."""
+    from zoo import DesignError
+
+    with pytest.raises(DesignError) as e:
+        plan_from_config(compose_cfg(over + ["device=cpu", f"cpu.enabled={str(cpu).lower()}"]))
+    assert str(e.value).startswith(starts), str(e.value)
+
+
+def test_with_prefix_names_only_a_leading_field():
+    from zoo.errors import with_prefix
+
+    names = {"n_heads", "kv_dtype"}
+    assert with_prefix("n_heads (7) must", names, "model.") == "model.n_heads (7) must"
+    assert with_prefix("kv_dtype='x' is not", names, "model.") == "model.kv_dtype='x' is not"
+    assert with_prefix("n_heads must be", names, "model.") == "model.n_heads must be"
+    for other in ("workload.prompt_len + 1", "the design needs 7 GB", "n_headsx (1)"):
+        assert with_prefix(other, names, "model.") == other
+
+
 @pytest.mark.parametrize("device,spec", [
     ("NVIDIA H100 80GB HBM3", "h100_sxm"), ("NVIDIA H100 PCIe", "h100_pcie"),
     ("NVIDIA H200", "h200"), ("NVIDIA A100-SXM4-80GB", "a100_80gb"),
