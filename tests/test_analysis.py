@@ -38,3 +38,24 @@ def test_unknown_peaks_are_nan_with_reason():
             assert "no datasheet peak for cpu" in row[f"{st}_{fig}_vs_datasheet_reason"]
             assert math.isnan(row[f"{st}_{fig}_vs_measured"])
             assert "boom" in row[f"{st}_{fig}_vs_measured_reason"]
+
+
+def test_prediction_check_counts_the_rows_it_did_not_price():
+    """``prediction_check.summary``: a row with no calibrated error is counted under its stage's
+    reason (``mode=compile``), else the design's (``prediction_reason``: a calibration that
+    cannot price it); a study with no errors at all counts none."""
+    import pandas as pd
+
+    from sweep.report.prediction_check import summary
+
+    nan = float("nan")
+    df = pd.DataFrame({"state": ["COMPLETE"] * 4,
+                       "prefill_pred_error_pct": [1.0, nan, nan, 2.0],
+                       "decode_pred_error_pct": [1.0, nan, nan, nan],
+                       "decode_pred_reason": [None, None, None, "mode=compile"],
+                       "prediction_reason": [None, "no launch cost", "no launch cost", None]})
+    got = summary(df)
+    assert got["prefill"]["calibrated"]["n"] == 2
+    assert got["prefill"]["not_predicted"] == {"no launch cost": 2}
+    assert got["decode"]["not_predicted"] == {"no launch cost": 2, "mode=compile": 1}
+    assert summary(df.drop(columns=["prefill_pred_error_pct"]))["prefill"]["not_predicted"] == {}

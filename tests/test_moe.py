@@ -206,6 +206,17 @@ def test_hf_moe_features_the_zoo_does_not_run_are_refused_by_key(extra, message)
         ModelConfig.from_hf(dict(hf, **extra))
 
 
+@pytest.mark.parametrize("config,key", [("qwen3_30b_a3b", "moe_intermediate_size"),
+                                        ("qwen3_30b_a3b", "num_experts_per_tok"),
+                                        ("olmoe_1b_7b", "intermediate_size"),
+                                        ("mixtral_8x7b", "hidden_size")])
+def test_an_hf_moe_config_missing_a_key_its_family_writes_is_refused_by_key(config, key):
+    hf = json.loads((__import__("zoo").config.CONFIG_DIR / f"{config}.json").read_text())
+    hf.pop(key)
+    with pytest.raises(DesignError, match=f"has no '{key}'"):
+        ModelConfig.from_hf(hf)
+
+
 def test_a_dense_designs_study_identity_is_unchanged_by_the_moe_fields():
     """The fields added for mixtures of experts and QK-norm enter a study's identity only where
     set: a dense design's identity (and so its study's name) stays what it was."""

@@ -135,7 +135,9 @@ def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dic
         DesignError: for another ``model_type``, or a config that uses features the zoo does
             not model (sliding-window attention within the design's ``max_seq_len``, checked
             after the overrides; a rope type other than default and llama3; Llama/Mistral
-            ``attention_bias`` or ``mlp_bias``; non-SiLU activation), naming the key.
+            ``attention_bias`` or ``mlp_bias``; non-SiLU activation), naming the key; a key
+            its family always writes (``hidden_size``, ``num_experts_per_tok``,
+            ``moe_intermediate_size``, ...) missing, naming it.
     """
     if isinstance(path_or_dict, dict):
         hf = path_or_dict
@@ -146,6 +148,16 @@ def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dic
             p = p / "config.json"
         hf = json.loads(p.read_text())
         name = hf.get("_name_or_path") or p.parent.name
+    try:
+        return _fields(hf, name)
+    except KeyError as e:  # a key every file of its family holds, missing: named
+        raise DesignError(f"config.json (model_type={hf.get('model_type')}) has no "
+                          f"{e.args[0]!r}, which its family always writes") from None
+
+
+def _fields(hf: dict, name: str) -> tuple[dict[str, Any], dict]:
+    """``fields_from_hf`` on the parsed config ``hf`` (``name``: its model's name); a key its
+    family always writes, missing: ``KeyError``."""
     mt = hf.get("model_type")
     if mt not in MODEL_TYPES:
         raise DesignError(

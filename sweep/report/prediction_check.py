@@ -6,7 +6,8 @@ distribution of the signed error of the calibrated prediction against the measur
 (``{stage}_pred_error_pct``) and of the roofline-only prediction on the same rows
 (``{stage}_pred_error_pct_roofline``): median and p90 of |error|, mean signed error, count. The
 rows themselves (design, measured, both predictions, errors) go to ``--csv``. Rows the model
-did not price (``{stage}_pred_reason``, e.g. ``mode=compile``) are counted apart with the reason.
+did not price are counted apart with the reason: the stage's (``{stage}_pred_reason``, e.g.
+``mode=compile``), else the design's (``prediction_reason``: a calibration that cannot price it).
 Where the rows were profiled per module (``profile=modules``), ``modules`` gives per stage each
 module kind's share error (points, predicted - measured share of the stage) and how many designs
 have every module within 5 points. A ``.csv`` argument is a ``--csv`` file of an earlier check
@@ -44,8 +45,21 @@ def summary(df: pd.DataFrame) -> dict:
                              "p90_abs_pct": percentile(e.abs(), 90) if len(e) else None,
                              "mean_signed_pct": float(e.mean()) if len(e) else None,
                              "n": int(len(e))}
-        why = done.get(f"{st}_pred_reason", pd.Series(dtype=object)).dropna()
-        out[st]["not_predicted"] = {str(k): int(v) for k, v in why.value_counts().items()}
+        out[st]["not_predicted"] = _not_predicted(done, st)
+    return out
+
+
+def _not_predicted(done: pd.DataFrame, st: str) -> dict:
+    """``{reason: rows}`` of the rows with no calibrated error in stage ``st``: the stage's own
+    reason (``{st}_pred_reason``, e.g. ``mode=compile``), else the design's
+    (``prediction_reason``: a calibration that cannot price it), else ``unknown``."""
+    col = f"{st}_pred_error_pct"
+    miss = done[done[col].astype(float).isna()] if col in done else done.iloc[:0]
+    out: dict = {}
+    for _, r in miss.iterrows():
+        why = next((r[c] for c in (f"{st}_pred_reason", "prediction_reason")
+                    if c in r and isinstance(r[c], str) and r[c]), "unknown")
+        out[why] = out.get(why, 0) + 1
     return out
 
 
