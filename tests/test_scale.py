@@ -238,3 +238,7 @@ def test_compare_tells_apart_designs_that_differ_in_weight_format_or_a_switch():
     res = compare(old, new)
     t = res[res.metric == "decode_tpot_ms"]
     assert len(t) == 3 and (t.old == t.new).all() and not t.regression.any()
+    # and their labels tell them apart: a key that varies among the compared designs is shown
+    assert t.design.nunique() == 3, t.design.tolist()
+    assert any("weight_dtype=int4_g128" in d for d in t.design)
+    assert all("prompt_len" not in d for d in t.design)  # the same for all: not shown

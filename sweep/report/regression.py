@@ -55,6 +55,10 @@ def _key_text(v) -> str:
     return str(v)
 
 
+LABEL = ("n_kv_heads", "head_dim", "d_model", "n_layers", "ffn_dim", "kernels", "kv_dtype", "mode",
+         "batch")  # the keys every design's label shows (``compare``)
+
+
 def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> pd.DataFrame:
     """One row per (design, metric) present in both: old, new, ``better_pct`` (the relative
     change in the metric's good direction: positive is better, whichever way the number moved),
@@ -69,10 +73,11 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> pd
     old, new = (d.assign(**{k: d[k].map(_key_text) for k in keys}) for d in (old, new))
     m = old.merge(new, on=keys, suffixes=("_old", "_new"))
     rows = []
+    # a design's label: the main fields, and every key that tells the compared designs apart
+    # (an MoE study's n_experts, n_experts_active, expert_ffn_dim, a routing_skew, ...)
+    shown = [k for k in keys if k in LABEL or m[k].nunique(dropna=False) > 1]
     for r in m.to_dict(orient="records"):  # keeps each column's type (iterrows casts to float)
-        design = ", ".join(f"{k}={r[k]}" for k in keys if k in ("n_kv_heads", "head_dim", "d_model",
-                                                                  "n_layers", "ffn_dim", "kernels",
-                                                                  "kv_dtype", "mode", "batch"))
+        design = ", ".join(f"{k}={r[k]}" for k in shown)
         for metric, (higher, spread) in METRICS.items():
             a, b = r.get(f"{metric}_old"), r.get(f"{metric}_new")
             if a is None or b is None or pd.isna(a) or pd.isna(b) or a == 0:
