@@ -636,3 +636,23 @@ def test_uniform_routing_draws_every_tokens_experts_uniformly():
 
     rows = predict_designs([(big, dict(wl, routing="uniform"), "cudagraph")], load_spec("h100_sxm"))
     assert rows[0]["routing"] == "uniform"  # a predicted row names it, as a measured one does
+
+
+def test_the_routers_small_ops_are_priced_without_a_cuda_graph():
+    """A calibration with no CUDA graph (the CPU's: no ``graph_kernel`` launch cost) prices the
+    torch path's router ops as tiny ops issued eagerly (``eager_op``), so an MoE design measured
+    on the CPU gets a calibrated prediction like a dense one (it got none before)."""
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis import predict as perf
+    from sweep.analysis import pricing
+
+    base = store.shipped("NVIDIA H100 80GB HBM3")
+    no_graph = base.with_(table=base.table[~((base.table.kind == "launch")
+                                             & (base.table.op == "graph_kernel"))])
+    cfg = ModelConfig.from_name("olmoe_1b_7b").replace(kernels="torch").resolved("cuda")
+    router = next(x for x in perf.kernel_list(cfg, 2, 1, 600, "torch")
+                  if x.shape.get("op") == "router")
+    c = pricing.Calibrated(no_graph)
+    t, basis = c.price(router)
+    assert "eager_op" in basis and t == pytest.approx(router.launches * c.launch("eager_op"))
+    assert "graph_kernel" in pricing.Calibrated(base).price(router)[1]

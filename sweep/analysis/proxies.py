@@ -3,8 +3,9 @@ in the prediction (``Calibrated.notes``): the mixture-of-experts layer's (``zoo.
 kernels have entries of their own.
 
 - ``router``: the router's softmax, top-k and the device-side sort by expert, small torch ops on
-  a few rows: each launch as the graph's tiny kernel (``graph_kernel``); ``route_align`` (the
-  three in one Triton kernel) the same, one launch.
+  a few rows: each launch as the graph's tiny kernel (``graph_kernel``; a calibration with no
+  CUDA graph, the CPU's: a tiny op issued eagerly, ``eager_op``); ``route_align`` (the three in
+  one Triton kernel) the same, one launch.
 - ``route_rows`` and ``moe_align`` (``kernels.moe_align``: a long prompt's rows routed in one
   launch, its slots sorted by expert in two): each launch as the graph's tiny kernel.
 - ``moe_sum``: the sum of each token's ``k`` expert outputs, as the ``residual`` add's entry.
@@ -73,6 +74,8 @@ def proxy_price(cal, k) -> tuple[float, str]:
         raise KeyError(f"no elementwise {op}/{k.shape['impl']} in the calibration")
     like, n, what, per = PROXIES[op]
     if like == "graph_kernel":
+        if cal.t[(cal.t.kind == "launch") & (cal.t.op == like)].empty:
+            like = "eager_op"  # a calibration with no CUDA graph (the CPU's): a tiny op eagerly
         t, b = k.launches * cal.launch(like), f"launch {like} x {k.launches} (as {what})"
     else:
         t, b = cal.linear("elementwise", {"op": like, "impl": "torch"}, per * k.bytes)
