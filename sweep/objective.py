@@ -254,18 +254,16 @@ class Objective:
         return values
 
     def _predicted(self, trial, cfg, wl, mode, row, label, t0):
-        """A predict-only trial: the design's figures on ``plan.spec`` from the performance model
-        (``sweep.analysis.targets.predict_on``), with the analytic ones; no model is built."""
+        """A predict-only trial: ``targets.predict_on``'s and the analytic figures; PRUNED unfit."""
         from zoo import counts
 
-        from .analysis.targets import predict_on
+        from .analysis.targets import misfit, predict_on
 
         plan = self.plan
         analytic = counts.summary(cfg, wl["batch"], wl["prompt_len"], wl["new_tokens"],
-                                      wl.get("routing_skew", 0.0))
+                                  wl.get("routing_skew", 0.0))
         try:
-            p = predict_on(cfg, wl, plan.spec, self.calibration, mode=mode, analytic=analytic,
-                           switches=plan.switches)
+            p = predict_on(cfg, wl, plan.spec, self.calibration, mode, analytic, plan.switches)
         except (KeyError, ValueError) as e:
             return self._fail(trial, f"cannot predict: {e}", label, t0, row)
         row.update(analytic)
@@ -273,6 +271,8 @@ class Objective:
         row.update(p, predicted=True, peak_mem_bytes=p["memory_needed_bytes"])
         if self.calibration_reason:
             row["prediction_reason"] = self.calibration_reason
+        if misfit(p, plan.spec):  # as a measured space prunes a design that cannot fit it
+            return self._prune(trial, misfit(p, plan.spec), label, t0, row)
         _store_row(trial, row)
         if trial.number < 10 or trial.number % 500 == 0:
             self.progress.line(f"[{self.k}/{self.total}] {label}: predicted decode "

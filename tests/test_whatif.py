@@ -167,3 +167,17 @@ def test_advise_cli_prices_from_the_h100_calibration(tmp_path):
     assert [2048, 8100] in r["missing_shapes"]  # K=8100 never calibrated: said, not hidden
     assert "ffn_dim" in (tmp_path / "advise.md").read_text()
     assert main(["model=llama3_2_1b", "model.ffn_dim=0", "--out", str(tmp_path)]) == 2
+
+
+def test_a_predicted_design_that_does_not_fit_is_pruned_with_its_figures_kept():
+    """Mixtral-8x7B in bf16 (93.5 GB with its KV cache) on an 80 GB H100: PRUNED, the reason
+    naming both sizes, its predicted figures kept; on a 141 GB H200 it is COMPLETE."""
+    from sweep.analysis.targets import predict_designs
+
+    cfg = ModelConfig.from_name("mixtral_8x7b")
+    wl = {"batch": 1, "prompt_len": 512, "new_tokens": 128}
+    (h100,) = predict_designs([(cfg, wl, "cudagraph")], load_spec("h100_sxm"))
+    assert h100["state"] == "PRUNED" and h100["decode_tok_s"] > 0
+    assert h100["fail_reason"].startswith("does not fit: needs 93.5 GB") and "80 GB" in h100["fail_reason"]
+    (h200,) = predict_designs([(cfg, wl, "cudagraph")], load_spec("h200"))
+    assert h200["state"] == "COMPLETE" and "fail_reason" not in h200

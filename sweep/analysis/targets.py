@@ -237,7 +237,8 @@ def predict_designs(items, spec, calibration: Calibrated | None = None,
                     constraints: dict | None = None) -> list[dict]:
     """``predict_on`` for each of ``items`` (``(ModelConfig, workload, mode)``), with the design
     and workload columns, ``predicted=True`` and the constraint bands applied (a design outside
-    one: ``state`` PRUNED and the reason; one the spec cannot price: FAIL and the reason)."""
+    one: ``state`` PRUNED and the reason; one the spec cannot price: FAIL and the reason; one
+    that does not fit the spec's memory, ``fits_memory`` False: PRUNED, its figures kept)."""
     rows = []
     for cfg, wl, mode in items:
         B, T, N = wl["batch"], wl["prompt_len"], wl["new_tokens"]
@@ -261,5 +262,16 @@ def predict_designs(items, spec, calibration: Calibrated | None = None,
             row.update(predict_on(cfg, wl, spec, calibration, mode, analytic), state="COMPLETE")
         except (KeyError, ValueError) as e:
             row.update(state="FAIL", fail_reason=f"cannot predict: {e}")
+        if misfit(row, spec):  # as a measured space prunes a design that cannot fit
+            row.update(state="PRUNED", fail_reason=misfit(row, spec))
         rows.append(row)
     return rows
+
+
+def misfit(p: dict, spec) -> str | None:
+    """Why a design predicted on ``spec`` is PRUNED (``p``: ``predict_on``'s figures): it does
+    not fit the spec's memory (``fits_memory`` False), its predicted figures kept; else None."""
+    if p.get("fits_memory") is not False:
+        return None
+    return (f"does not fit: needs {p['memory_needed_bytes'] / 1e9:.1f} GB (weights and KV cache) "
+            f"of the {spec.name}'s {spec.memory_gb:g} GB (predicted figures kept)")
