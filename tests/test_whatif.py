@@ -181,3 +181,20 @@ def test_a_predicted_design_that_does_not_fit_is_pruned_with_its_figures_kept():
     assert h100["fail_reason"].startswith("does not fit: needs 93.5 GB") and "80 GB" in h100["fail_reason"]
     (h200,) = predict_designs([(cfg, wl, "cudagraph")], load_spec("h200"))
     assert h200["state"] == "COMPLETE" and "fail_reason" not in h200
+
+
+def test_every_predicted_row_says_its_confidence():
+    """A predict-only row carries ``prediction_confidence`` as a measured row's prediction does:
+    from its intervals (calibrated on the device, transferred, or fitted on public
+    measurements); one priced by stated efficiencies alone, with no interval: ``low``."""
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis import pricing
+
+    cfg = ModelConfig.from_name("llama3_2_1b")
+    cal = pricing.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
+    wl = {"batch": 1, "prompt_len": 512, "new_tokens": 64}
+    for spec in ("h100_sxm", "a100_80gb", "m4_max"):
+        row = predict_on(cfg, wl, load_spec(spec), cal)
+        assert row["prediction_confidence"] in ("high", "medium", "low"), spec
+    bare = predict_on(cfg, wl, load_spec("h100_sxm"), None)  # no calibration, no fit: stated
+    assert bare["basis_kind"] == "roofline" and bare["prediction_confidence"] == "low"

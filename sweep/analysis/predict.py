@@ -59,6 +59,15 @@ MEASUREMENT_FLOOR = {"prefill": 0.07, "decode": 0.04}
 CONFIDENCE = ((0.06, "high"), (0.15, "medium"))  # half-width / prediction, else "low"
 
 
+def confidence(row: dict, kind: str = "calibrated") -> str:
+    """``high`` / ``medium`` / ``low`` by the widest stage interval of ``row`` relative to its
+    ``kind`` prediction (``CONFIDENCE``); a row with no interval: ``low``."""
+    widths = [(row[pred(s, "hi")] - row[pred(s, "lo")]) / 2 / row[pred(s, kind)]
+              for s in STAGES if row.get(pred(s, "hi")) and row.get(pred(s, kind))]
+    worst = max(widths) if widths else math.inf
+    return next((w for lim, w in CONFIDENCE if worst <= lim), "low")
+
+
 def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: str,
                 fold: bool = True, skew: float = 0.0, draw: bool = False) -> list[Kernel]:
     """The kernels of one forward of ``new`` tokens per sequence over ``context`` positions
@@ -292,10 +301,7 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
                                       + (m.get("transfer") or {}).get("basis",
                                                                       "ratio of the ceilings")
                                       if m.get("transferred_to") else ""))
-        widths = [(row[pred(s, "hi")] - row[pred(s, "lo")]) / 2 / row[pred(s, "calibrated")]
-                  for s in STAGES if row.get(pred(s, "hi")) and row.get(pred(s, "calibrated"))]
-        worst = max(widths) if widths else math.inf
-        row["prediction_confidence"] = next((w for lim, w in CONFIDENCE if worst <= lim), "low")
+        row["prediction_confidence"] = confidence(row)
         stale = m.get("stale") or []
         row["prediction_stale"] = bool(stale)
         if stale:

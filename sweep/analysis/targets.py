@@ -36,7 +36,7 @@ from zoo.config import DESIGN_FIELDS
 
 from ..common.row import MODULES, RATE, TIME, energy, pred, pred_module
 from .anchors import transfer
-from .predict import kernel_list, predict
+from .predict import confidence, kernel_list, predict
 from .pricing import Calibrated
 
 BASES = ("calibrated", "transferred", "fitted", "roofline")
@@ -137,7 +137,9 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
            "memory_needed_bytes": need, "fits_memory": bool(need <= spec.memory_gb * 1e9),
            "decode_bound": bound, "prediction_basis": basis, "basis_kind": kind,
            "prediction_notes": row.get("prediction_notes", ""),
-           "prediction_stale": row.get("prediction_stale", False)}
+           "prediction_stale": row.get("prediction_stale", False),
+           # from the stages' intervals (calibrated, transferred, fitted); stated efficiencies: low
+           "prediction_confidence": row.get("prediction_confidence") or confidence(row, kind=None)}
     if not math.isfinite(spec.tdp_w):
         out[energy("decode") + "_reason"] = f"{spec.name}: no TDP stated"
     out.update({k: v for k, v in row.items() if k.startswith(("prefill_pred_", "decode_pred_"))})
