@@ -271,8 +271,8 @@ class Objective:
         row.update(p, predicted=True, peak_mem_bytes=p["memory_needed_bytes"])
         if self.calibration_reason:
             row["prediction_reason"] = self.calibration_reason
-        if misfit(p, plan.spec):  # as a measured space prunes a design that cannot fit it
-            return self._prune(trial, misfit(p, plan.spec), label, t0, row)
+        if why := misfit(p, plan.spec):  # as a measured space prunes a design that cannot fit it
+            return self._prune(trial, why, label, t0, row)
         _store_row(trial, row)
         if trial.number < 10 or trial.number % 500 == 0:
             self.progress.line(f"[{self.k}/{self.total}] {label}: predicted decode "

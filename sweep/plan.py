@@ -71,11 +71,10 @@ class Plan:
 def model_field(e: Exception) -> str:
     """A model's error message with its leading field written as the override (``model.FIELD``,
     ``zoo.errors.with_prefix``)."""
-    from dataclasses import fields
-
+    from zoo.config import DESIGN_FIELDS
     from zoo.errors import with_prefix
 
-    return with_prefix(str(e), {f.name for f in fields(ModelConfig)}, "model.")
+    return with_prefix(str(e), DESIGN_FIELDS, "model.")
 
 
 def plan_from_config(cfg) -> Plan:

@@ -74,9 +74,11 @@ def proxy_price(cal, k) -> tuple[float, str]:
         raise KeyError(f"no elementwise {op}/{k.shape['impl']} in the calibration")
     like, n, what, per = PROXIES[op]
     if like == "graph_kernel":
-        if cal.t[(cal.t.kind == "launch") & (cal.t.op == like)].empty:
-            like = "eager_op"  # a calibration with no CUDA graph (the CPU's): a tiny op eagerly
-        t, b = k.launches * cal.launch(like), f"launch {like} x {k.launches} (as {what})"
+        try:
+            one = cal.launch(like)
+        except KeyError:  # a calibration with no CUDA graph (the CPU's): a tiny op eagerly
+            like, one = "eager_op", cal.launch("eager_op")
+        t, b = k.launches * one, f"launch {like} x {k.launches} (as {what})"
     else:
         t, b = cal.linear("elementwise", {"op": like, "impl": "torch"}, per * k.bytes)
         t, b = t * k.launches / n, f"{b} (as {what})"

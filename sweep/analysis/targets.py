@@ -264,8 +264,8 @@ def predict_designs(items, spec, calibration: Calibrated | None = None,
             row.update(predict_on(cfg, wl, spec, calibration, mode, analytic), state="COMPLETE")
         except (KeyError, ValueError) as e:
             row.update(state="FAIL", fail_reason=f"cannot predict: {e}")
-        if misfit(row, spec):  # as a measured space prunes a design that cannot fit
-            row.update(state="PRUNED", fail_reason=misfit(row, spec))
+        if why := misfit(row, spec):  # as a measured space prunes a design that cannot fit
+            row.update(state="PRUNED", fail_reason=why)
         rows.append(row)
     return rows
 
