@@ -169,6 +169,40 @@ def test_advise_cli_prices_from_the_h100_calibration(tmp_path):
     assert main(["model=llama3_2_1b", "model.ffn_dim=0", "--out", str(tmp_path)]) == 2
 
 
+def test_advisor_reads_a_mixture_of_experts_and_names_it_apart(tmp_path):
+    """An MoE design's ``expert_ffn_dim`` is alignment-checked and mended (its ``ffn_dim``, unused
+    when every layer is MoE, is not), the advice names the expert fields, and two designs, targets
+    or workloads that differ write to two folders (they overwrote one)."""
+    from sweep.analysis.advice import advise, alternatives, findings
+    from sweep.cli.advise import out_label
+
+    cfg = ModelConfig.from_name("olmoe_1b_7b").replace(expert_ffn_dim=1000, ffn_dim=1000)
+    wl = {"batch": 1, "prompt_len": 512, "new_tokens": 16}
+    odd = {f["field"] for f in findings(cfg, wl, 132) if f["rule"] == "not a multiple of 64"}
+    assert odd == {"expert_ffn_dim"}
+    # a grouped GEMM's tiles are its experts' together (64 x 16 = 1024 at 64 rows each: 0.97
+    # of 8 waves), not one expert's 16 (a wave of 0.12 it reported)
+    waves = [f for f in findings(ModelConfig.from_name("olmoe_1b_7b"), wl, 132)
+             if f["rule"] == "wave quantization"]
+    assert not [f for f in waves if f["field"].endswith(("moe_up", "moe_down"))], waves
+    r = advise(cfg, wl, load_spec("h100_sxm"), None)
+    assert r["design"]["n_experts"] == 64 and r["design"]["expert_ffn_dim"] == 1000
+    assert dict(alternatives(cfg, {"expert_ffn_dim"}))["expert_ffn_dim=1024"] == {
+        "expert_ffn_dim": 1024}
+    # roofline prices see no alignment: the wider 1024 is not predicted faster; 960 is outside
+    # the +-3% parameter band, and said so
+    assert not r["alternatives"] and r["basis"].startswith("roofline")
+    assert {x["label"]: x["reason"] for x in r["rejected"]}["expert_ffn_dim=960"].startswith(
+        "non-embedding params -3.8%")
+    h100 = load_spec("h100_sxm")
+    base = ModelConfig.from_name("olmoe_1b_7b")
+    names = [out_label(advise(c, w, s, None)) for c, w, s in (
+        (base, wl, h100), (base.replace(n_experts=32), wl, h100),
+        (base.replace(n_experts_active=4), wl, h100), (base, wl | {"batch": 4}, h100),
+        (base, wl, load_spec("h200")))]
+    assert len(set(names)) == 5 and all(len(n) <= 160 for n in names), names
+
+
 def test_a_predicted_design_that_does_not_fit_is_pruned_with_its_figures_kept():
     """Mixtral-8x7B in bf16 (93.5 GB with its KV cache) on an 80 GB H100: PRUNED, the reason
     naming both sizes, its predicted figures kept; on a 141 GB H200 it is COMPLETE."""

@@ -5,13 +5,15 @@ Rules (Anthony et al., "The Case for Co-Designing Model Architectures with Hardw
 arXiv:2401.14489; NVIDIA "Matrix Multiplication Background" and "Optimizing Linear/Fully-Connected
 Layers" user guides):
 
-- **Tensor-core alignment**: every GEMM dimension (``d_model``, ``ffn_dim``, the attention widths
+- **Tensor-core alignment**: every GEMM dimension (``d_model``, ``ffn_dim`` where a layer is
+  dense, a mixture of experts' ``expert_ffn_dim``, the attention widths
   ``n_heads * head_dim`` and ``n_kv_heads * head_dim``, ``vocab_size``) a multiple of 64 for
   16-bit types (Anthony et al. sec. 4: multiples of 64 reach full tensor-core efficiency on A100/H100;
   below 8 elements, i.e. 16 bytes, rows lose the vectorized load path altogether).
 - **Tile quantization**: a GEMM's ``N`` (and ``M``) not a multiple of the 128-wide tile leaves the
   last tile partly empty: efficiency ``N / (ceil(N / 128) * 128)``.
-- **Wave quantization**: ``tiles = ceil(M / 128) * ceil(N / 128)`` thread blocks over ``sm_count``
+- **Wave quantization**: ``tiles = ceil(M / 128) * ceil(N / 128)`` thread blocks (times the experts
+  of a grouped GEMM, one launch over all of them, ``M`` each one's rows) over ``sm_count``
   SMs run in ``ceil(tiles / sm_count)`` waves; efficiency ``tiles / (waves * sm_count)``.
 - **head_dim** a multiple of 64 (64 / 128 / 256 are what FlashAttention-style kernels are tuned
   for; Anthony et al. sec. 5: head_dim 64 or 128, never e.g. 80).
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zoo import counts
-from zoo.config import DesignError, ModelConfig
+from zoo.config import DESIGN_FIELDS, DesignError, ModelConfig
 
 from .predict import kernel_list, predict
 
@@ -65,12 +67,31 @@ class AdviseConf:
             raise ValueError(f"top={self.top}: how many alternatives to keep, at least 1")
 
 
-def _gemms(cfg: ModelConfig, batch: int, new: int, context: int) -> list[tuple[str, int, int, int]]:
-    """``(op, M, N, K)`` of the stage's GEMMs, once each."""
+CORE = ("d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab_size")
+
+
+def design_of(cfg: ModelConfig) -> dict:
+    """The design as the advice names it: the seven core fields, then every other design field
+    (``zoo.config.DESIGN_FIELDS``: experts, attention kind, dtypes, ...) that differs from
+    ``ModelConfig``'s default, so two designs that differ anywhere are named apart."""
+    default = ModelConfig()
+    out = {k: getattr(cfg, k) for k in CORE}
+    out.update({k: getattr(cfg, k) for k in DESIGN_FIELDS
+                if k not in out and getattr(cfg, k) != getattr(default, k)})
+    return out
+
+
+def _gemms(cfg: ModelConfig, batch: int, new: int, context: int, grouped: bool = True
+           ) -> list[tuple[str, int, int, int, int]]:
+    """``(op, M, N, K, groups)`` of the stage's GEMMs, once each: a grouped GEMM (the experts'
+    ``moe_up``, ``moe_down``) runs ``groups`` experts of ``M`` rows each in one launch, any other
+    one group; ``grouped=False`` leaves out the grouped ones (priced by their own ``moe_gemm``
+    entries, not the ``gemm`` table)."""
     out = {}
     for k in kernel_list(cfg, batch, new, context, cfg.kernels):
-        if k.kind == "gemm":
-            out[k.op] = (k.op, k.shape["M"], k.shape["N"], k.shape["K"])
+        if k.kind == "gemm" and (grouped or "experts" not in k.shape):
+            out[k.op] = (k.op, k.shape["M"], k.shape["N"], k.shape["K"],
+                         k.shape.get("experts", 1))
     return list(out.values())
 
 
@@ -78,7 +99,10 @@ def findings(cfg: ModelConfig, workload: dict, sm_count: int) -> list[dict]:
     """Where ``cfg`` breaks the rules above, as ``{field, value, rule, detail}`` dicts (``field`` a
     design field or a stage's GEMM). ``sm_count``: the target's SMs (0: no wave check)."""
     out = []
-    dims = (("d_model", cfg.d_model), ("ffn_dim", cfg.ffn_dim), ("vocab_size", cfg.vocab_size),
+    dense_ffn = not cfg.moe or cfg.first_k_dense > 0  # a layer runs the dense FFN's ffn_dim
+    dims = (("d_model", cfg.d_model), *((("ffn_dim", cfg.ffn_dim),) if dense_ffn else ()),
+            *((("expert_ffn_dim", cfg.expert_ffn_dim),) if cfg.moe else ()),
+            ("vocab_size", cfg.vocab_size),
             ("n_heads*head_dim", cfg.q_dim), ("n_kv_heads*head_dim", cfg.kv_dim))
     for field, v in dims:
         if v % ALIGN:
@@ -93,8 +117,8 @@ def findings(cfg: ModelConfig, workload: dict, sm_count: int) -> list[dict]:
                     "detail": "attention kernels are tuned for head_dim 64/128/256; the rest pad "
                               "to the next size"})
     B, T = workload["batch"], workload["prompt_len"]
-    for op, M, N, _ in _gemms(cfg, B, T, T):
-        tiles = math.ceil(M / TILE) * math.ceil(N / TILE)
+    for op, M, N, _, groups in _gemms(cfg, B, T, T):
+        tiles = groups * math.ceil(M / TILE) * math.ceil(N / TILE)
         tile_eff = N / (math.ceil(N / TILE) * TILE)
         if tile_eff < 0.97:
             out.append({"field": f"prefill GEMM {op}", "value": N, "rule": "tile quantization",
@@ -106,7 +130,9 @@ def findings(cfg: ModelConfig, workload: dict, sm_count: int) -> list[dict]:
             if eff < WAVE_WARN:
                 out.append({"field": f"prefill GEMM {op}", "value": tiles,
                             "rule": "wave quantization",
-                            "detail": f"M={M} N={N}: {tiles} tiles over {sm_count} SMs = {waves} "
+                            "detail": f"M={M} N={N}"
+                                      + (f" x {groups} experts" if groups > 1 else "")
+                                      + f": {tiles} tiles over {sm_count} SMs = {waves} "
                                       f"wave{'s' if waves > 1 else ''}, the last "
                                       f"{tiles - (waves - 1) * sm_count} tiles "
                                       f"(efficiency {eff:.2f})"})
@@ -131,6 +157,8 @@ def alternatives(cfg: ModelConfig, fields: set[str] | None = None) -> list[tuple
     for m in (64, 128, 256):
         for f in _round(cfg.ffn_dim, m) if want("ffn_dim") else ():
             add(ffn_dim=f)
+        for f in _round(cfg.expert_ffn_dim, m) if want("expert_ffn_dim") and cfg.moe else ():
+            add(expert_ffn_dim=f)
         for d in _round(cfg.d_model, m) if want("d_model") else ():
             add(d_model=d)
         for v in _round(cfg.vocab_size, m) if want("vocab_size") else ():
@@ -213,12 +241,10 @@ def advise(cfg: ModelConfig, workload: dict, spec, calibration, conf: AdviseConf
         have = calibration.t[calibration.t.kind == "gemm"][["N", "K"]].drop_duplicates()
         have = set(map(tuple, have.to_numpy().astype(int).tolist()))
         for c in [cfg] + [cfg.replace(**a["overrides"]) for a in alts[:conf.top]]:
-            for _, _, n, k in _gemms(c, B, T, T):
+            for _, _, n, k, _ in _gemms(c, B, T, T, grouped=False):
                 if (n, k) not in have and (n, k) not in missing:
                     missing.append((n, k))
-    return {"design": {k: getattr(cfg, k) for k in ("d_model", "n_layers", "n_heads",
-                                                    "n_kv_heads", "head_dim", "ffn_dim",
-                                                    "vocab_size")},
+    return {"design": design_of(cfg),
             "workload": {"batch": B, "prompt_len": T, "new_tokens": N},
             "target": spec.name, "findings": found,
             "predicted": {f"{st}_pred_ms": t0[st] for st in t0},

@@ -13,12 +13,15 @@ target is ``hardware=`` (default: this machine's device). The calibration is the
   a trial (``sweep.measure.trial`` in a child process), and the measured gain in the targeted stage is set
   beside the predicted one.
 
-Writes ``advise.json`` and ``advise.md`` to ``--out`` (default ``results/advise/<design>``).
+Writes ``advise.json`` and ``advise.md`` to ``--out`` (default ``results/advise/<label>``: the
+design's fields (``advice.design_of``), the target and the workload, so advice on another never
+overwrites it).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import sys
 from pathlib import Path
@@ -83,6 +86,19 @@ def _measure(plan, cfg, out: Path, tag: str) -> dict:
         return {"error": res.get("reason") or res.get("error_type") or "failed"}
     cols = [c for t in TIME.values() for c in (t, *spread_of(t))]
     return {k: res["measured"].get(k) for k in cols}
+
+
+def out_label(r: dict) -> str:
+    """The default output folder's name for the advice ``r``: its design's fields
+    (``advice.design_of``), target and workload, so advice on another design, target or workload
+    never overwrites it; past 160 characters cut to 140 and a hash of the whole (a file name
+    stays under 255 bytes)."""
+    w = r["workload"]
+    label = slug("_".join(f"{k}{v}" for k, v in r["design"].items())
+                 + f"_on_{r['target']}_b{w['batch']}_p{w['prompt_len']}_n{w['new_tokens']}")
+    if len(label) > 160:
+        label = label[:140] + "_" + hashlib.sha1(label.encode()).hexdigest()[:12]
+    return label
 
 
 def markdown(r: dict) -> str:
@@ -175,8 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         benched = r["missing_shapes"]
         r = advise(plan.base, plan.workload, plan.spec, cal, conf)
         r["benched_shapes"] = benched
-    label = slug("_".join(f"{k}{v}" for k, v in r["design"].items()))
-    out = Path(a.out) if a.out else WORK / "results" / "advise" / label
+    out = Path(a.out) if a.out else WORK / "results" / "advise" / out_label(r)
     out.mkdir(parents=True, exist_ok=True)
     if a.measure and r["alternatives"]:
         first = r["alternatives"][0]
