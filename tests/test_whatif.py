@@ -232,3 +232,31 @@ def test_every_predicted_row_says_its_confidence():
         assert row["prediction_confidence"] in ("high", "medium", "low"), spec
     bare = predict_on(cfg, wl, load_spec("h100_sxm"), None)  # no calibration, no fit: stated
     assert bare["basis_kind"] == "roofline" and bare["prediction_confidence"] == "low"
+
+
+def test_a_row_priced_by_stand_ins_says_so_and_widens_its_interval():
+    """An MoE design on a calibration without its ``moe_gemm`` entries is priced by stand-ins
+    (the grouped GEMMs as one GEMM over the experts' rows stacked): its basis says so, its
+    interval is wider than the same design's on its own entries, and its confidence is low
+    (it was "calibrated", medium, and on the H200 priced E64 k8's decode 30% fast)."""
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis import pricing
+    from sweep.analysis.predict import STAND_INS
+    from sweep.common.row import pred
+
+    cfg = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
+    wl = {"batch": 8, "prompt_len": 1024, "new_tokens": 64}
+    have = store.shipped("NVIDIA H200")
+    own = predict_on(cfg, wl, load_spec("h200"), pricing.Calibrated(have))
+    bare = have.with_(table=have.table[have.table.kind != "moe_gemm"])
+    sub = predict_on(cfg, wl, load_spec("h200"), pricing.Calibrated(bare))
+    assert STAND_INS not in own["prediction_basis"] and own["prediction_confidence"] != "low"
+    assert sub["prediction_basis"].endswith(STAND_INS) and sub["basis_kind"] == "calibrated"
+    assert sub["prediction_confidence"] == "low"
+
+    def width(r):
+        return (r[pred("decode", "hi")] - r[pred("decode", "lo")]) / r[pred("decode")]
+
+    assert width(sub) > 2 * width(own)
+    assert pricing.stand_in("gemv N=4096 K=4096 none (8 experts' rows stacked)")
+    assert not pricing.stand_in("moe_gemm moe_up E=64 k=8 N=2048 K=2048")

@@ -39,7 +39,7 @@ from zoo.launches import NORM_LAUNCHES, Kernel, Stage
 
 from ..common.row import MODULES, STAGES, TIME, error, pred, pred_module
 from .power import DEFAULT_REPEATS, DEFAULT_WARMUP, POWER_UNCERTAINTY, power_limit, sustained_fraction
-from .pricing import Calibrated
+from .pricing import Calibrated, stand_in
 
 STEP_EAGER_OPS = 2  # per decode step beside the graph: token copy, position fill (the logits'
 # clone and argmax are the ``sample`` kernel)
@@ -49,6 +49,8 @@ STEP_EAGER_OPS = 2  # per decode step beside the graph: token copy, position fil
 # an eager stage's host cost, and a floor for how a whole measurement varies run to run. The
 # widths are tuned on the development set (conf/validation/development.yaml), never on the
 # held-out one.
+# said in a calibrated row's prediction_basis where a kernel is priced by another's entry
+STAND_INS = "; some kernels priced by stand-ins (prediction_notes)"
 EAGER_HOST_UNCERTAINTY = 0.4  # the host's eager cost varies run to run: the development set's
 # eager rows -22 .. -60% (one design measured 18.2 and 9.3 ms per step on two H100s)
 # how far a whole stage's measurement strays from the sum of its kernels, tuned on the development
@@ -301,6 +303,8 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
                                       + (m.get("transfer") or {}).get("basis",
                                                                       "ratio of the ceilings")
                                       if m.get("transferred_to") else ""))
+        if stand_in(row.get("prefill_pred_basis", "") + row.get("decode_pred_basis", "")):
+            row["prediction_basis"] += STAND_INS
         row["prediction_confidence"] = confidence(row)
         stale = m.get("stale") or []
         row["prediction_stale"] = bool(stale)

@@ -36,7 +36,7 @@ from zoo.config import DESIGN_FIELDS
 
 from ..common.row import MODULES, RATE, TIME, energy, pred, pred_module
 from .anchors import transfer
-from .predict import confidence, kernel_list, predict
+from .predict import STAND_INS, confidence, kernel_list, predict
 from .pricing import Calibrated
 
 BASES = ("calibrated", "transferred", "fitted", "roofline")
@@ -118,6 +118,8 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
                  f"{spec.assumptions.get('bandwidth_efficiency', 1.0)}, launch "
                  f"{spec.assumptions.get('launch_us', 0.0)} us)")
     kind = basis.split(" ")[0]
+    if STAND_INS in row.get("prediction_basis", ""):  # (calibrated or transferred)
+        basis += STAND_INS
     ttft, tpot = row[pred("prefill")], row[pred("decode")]
     skew = workload.get("routing_skew", 0.0)
     s = analytic or counts.summary(cfg, B, T, N, skew)
