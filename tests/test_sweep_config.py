@@ -47,6 +47,18 @@ def test_experiments_compose_on_the_gpu_base(exp, monkeypatch):
                               ).validate()
 
 
+@pytest.mark.parametrize("exp", ["moe_vs_dense", "moe_granularity"])
+def test_moe_experiments_draw_experts_as_a_trained_router_spreads_them(exp):
+    """The MoE-against-MoE experiments measure under ``workload.routing=uniform`` (the random
+    router as built sends a long prompt to a quarter of the experts, flattering every MoE
+    design's prefill), and it is in the study's identity; the command line can set it back."""
+    plan = plan_from_config(compose_cfg([f"+experiment={exp}", "device=cpu", "cpu.enabled=false"]))
+    assert plan.workload["routing"] == "uniform" and plan.workload["routing_skew"] == 0
+    back = plan_from_config(compose_cfg([f"+experiment={exp}", "device=cpu", "cpu.enabled=false",
+                                         "workload.routing=router"]))
+    assert back.workload["routing"] == "router" and back.name != plan.name
+
+
 def test_gqa_space_is_divisors_of_n_heads():
     plan = plan_from_config(compose_cfg(["+experiment=gqa_vs_mha", "device=cpu",
                                          "cpu.enabled=false"]))
