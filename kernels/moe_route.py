@@ -17,9 +17,12 @@ router, against 7.7 / 9.3 for chunks of 1024 with 4 warps) and 4 warps at eight 
 against 10.2 / 11.6; 2 warps spill there: 14-34 us). The default tile follows: chunks of up to
 2048, ``min(4, rows x chunk / 1024)`` warps. The model takes this launch for a step of at most
 ``ROUTER_ROUTE_MAX_TOKENS`` tokens (the measured range: the ``[M, BLOCK_K]`` tile is held in
-registers), else the two; under a routing skew too, the draw made by the routing program in the
-logits' place (``draw``: an H200, 2026-11-28, measured the draw as six torch launches a layer
-costing Qwen3-30B-A3B's batch-1 step 3.03 -> 3.59 ms).
+registers), else the two; under a routing skew too, the draw made in the logits' place
+(``draw``: an H200, 2026-11-28, measured the draw as six torch launches a layer costing
+Qwen3-30B-A3B's batch-1 step 3.03 -> 3.59 ms). Each program draws its own experts' logits, and
+the last one reads them as it reads the router's: drawn by the last program alone, a batch-8
+step of 128 experts took 36.6 us in this launch against 9.7 without a draw (H200, 2026-11-28,
+``results/reference/moe_h100.md``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .moe_align import _drawn_logits
 from .moe_gemm import _pdl, _route_align, _route_meta, fused_route
 from .split_merge import counters
 
@@ -43,8 +47,8 @@ def fused_router(tokens: int, n_experts: int, k: int) -> bool:
 
 
 @triton.jit
-def _router_route_kernel(h_ptr, wr_ptr, lg_ptr, cnt_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr,
-                         prior_ptr, seed_ptr, M, E, K, n_blocks, TOPK: tl.constexpr,
+def _router_route_kernel(h_ptr, wr_ptr, lg_ptr, dr_ptr, cnt_ptr, w_ptr, idx_ptr, ids_ptr,
+                         bexp_ptr, prior_ptr, seed_ptr, M, E, K, n_blocks, TOPK: tl.constexpr,
                          RENORM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr,
                          BLOCK_S: tl.constexpr, BLOCK_B: tl.constexpr, BM: tl.constexpr,
                          BLOCK_EG: tl.constexpr, BLOCK_K: tl.constexpr, DRAW: tl.constexpr,
@@ -52,9 +56,11 @@ def _router_route_kernel(h_ptr, wr_ptr, lg_ptr, cnt_ptr, w_ptr, idx_ptr, ids_ptr
     # program p: the router's logits of experts [p BLOCK_EG, (p + 1) BLOCK_EG) for the M rows,
     # h [M, K] @ wr [E, K]^T in float32, rounded to h's dtype as the router's GEMM rounds them,
     # into lg [M, E] (float32); the last program to finish (an acq_rel counter, reset by it)
-    # routes and sorts them (_route_align; DRAW: a routing skew's draw in the logits' place):
-    # the router's GEMM and route_align in one launch; PDL: the normed rows waited for first,
-    # the next kernel (moe_up, which waits for all of this one) let launch after the GEMM
+    # routes and sorts them (_route_align): the router's GEMM and route_align in one launch;
+    # DRAW: a routing skew's draw in the logits' place, each program drawing its own experts'
+    # into dr [M, E] (the last one reads them as it reads the logits, and advances the seed
+    # that every program read before its count); PDL: the normed rows waited for first, the
+    # next kernel (moe_up, which waits for all of this one) let launch after the GEMM
     if PDL:
         tl.extra.cuda.gdc_wait()
     rows = tl.arange(0, BLOCK_M)
@@ -73,13 +79,22 @@ def _router_route_kernel(h_ptr, wr_ptr, lg_ptr, cnt_ptr, w_ptr, idx_ptr, ids_ptr
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
     lg = acc.to(h_ptr.dtype.element_ty).to(tl.float32)
-    tl.store(lg_ptr + rows[:, None] * E + es[None, :], lg, mask=rmask[:, None] & emask[None, :])
+    tile = rows[:, None] * E + es[None, :]
+    tmask = rmask[:, None] & emask[None, :]
+    tl.store(lg_ptr + tile, lg, mask=tmask)  # (stored under DRAW too: the GEMM still runs)
+    seed = 0
+    if DRAW:
+        seed = tl.load(seed_ptr)
+        tl.store(dr_ptr + tile, _drawn_logits(prior_ptr, seed, rows, es, tmask, E), mask=tmask)
     tl.debug_barrier()  # every thread's logits before the count (CUDA's grid-sync pattern)
     if tl.atomic_add(cnt_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
         tl.debug_barrier()
         tl.store(cnt_ptr, 0)
-        _route_align(lg_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, prior_ptr, seed_ptr, M, E,
-                     n_blocks, TOPK, RENORM, BLOCK_M, BLOCK_E, BLOCK_S, BLOCK_B, BM, True, DRAW)
+        if DRAW:
+            tl.store(seed_ptr, seed + 1)  # every program read it before its count
+        _route_align(dr_ptr if DRAW else lg_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, prior_ptr,
+                     seed_ptr, M, E, n_blocks, TOPK, RENORM, BLOCK_M, BLOCK_E, BLOCK_S, BLOCK_B,
+                     BM, True, False)
 
 
 def router_route(h: torch.Tensor, router_w: torch.Tensor, k: int, renorm: bool, block_m: int,
@@ -120,6 +135,7 @@ def router_route(h: torch.Tensor, router_w: torch.Tensor, k: int, renorm: bool, 
     n_blocks = triton.cdiv(S, block_m) + min(E, S)
     dev = h.device
     lg = torch.empty(M, E, device=dev, dtype=torch.float32)
+    dr = torch.empty(M, E, device=dev, dtype=torch.float32) if draw is not None else lg
     w = torch.empty(M, k, device=dev, dtype=h.dtype)
     idx = torch.empty(M, k, device=dev, dtype=torch.int64)
     ids = torch.empty(n_blocks * block_m, device=dev, dtype=torch.int32)
@@ -127,7 +143,7 @@ def router_route(h: torch.Tensor, router_w: torch.Tensor, k: int, renorm: bool, 
     prior, seed = draw if draw is not None else (lg, idx)  # (unread without a draw)
     pdl = _pdl(pdl, h)
     _router_route_kernel[(triton.cdiv(E, block_eg),)](
-        h.contiguous(), router_w, lg, counters(dev, 1, owner="router_route"), w, idx, ids, bexp,
+        h.contiguous(), router_w, lg, dr, counters(dev, 1, owner="router_route"), w, idx, ids, bexp,
         prior, seed, M, E, K, n_blocks, **_route_meta(M, E, S, n_blocks, k, renorm, block_m),
         BLOCK_EG=block_eg, BLOCK_K=block_k, DRAW=draw is not None, PDL=pdl, num_warps=num_warps,
         **({"launch_pdl": True} if pdl else {}))

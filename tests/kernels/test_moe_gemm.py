@@ -261,6 +261,27 @@ def test_a_routing_skew_is_drawn_inside_the_fused_routing(one_launch):
     assert torch.equal(call()[1], got[0][1])
 
 
+@pytest.mark.parametrize("M,E,k", [(1, 8, 2), (8, 128, 8), (5, 64, 8)])
+def test_the_draw_spread_over_the_router_programs_is_route_aligns(M, E, k):
+    """``router_route`` draws each program's experts (the last one reads them all), where
+    ``route_align`` draws the whole tile in its one program: at the same seed the same Philox
+    numbers, so the same experts, weights and sort; each advances the counter once."""
+    from zoo import routing
+
+    prior = torch.tensor(routing.zipf_prior(E, 0.0), dtype=torch.float32).log().to(DEVICE)
+    g = torch.Generator().manual_seed(E)
+    h, wr = torch.randn(M, 32, generator=g).to(DEVICE), torch.randn(E, 32, generator=g).to(DEVICE)
+    for start in (0, 11):
+        s1 = torch.tensor([start], dtype=torch.int64, device=DEVICE)
+        s2 = s1.clone()
+        one = moe_route.router_route(h, wr, k, True, 16, draw=(prior, s1))
+        two = moe.route_align(torch.zeros(M, E, device=DEVICE), k, True, 16, torch.float32,
+                              draw=(prior, s2))
+        assert s1.item() == s2.item() == start + 1
+        for a, b in zip(one, two):
+            assert torch.equal(a.float(), b.float())
+
+
 @pytest.mark.parametrize("M,d,F,E,k", [(1, 64, 32, 8, 2), (5, 48, 40, 6, 3), (8, 64, 32, 16, 8)])
 def test_the_slots_sum_in_the_down_launch(M, d, F, E, k):
     """``moe_down(sum_k=k)``: each token's k slots summed by the program that finishes its last
@@ -301,7 +322,8 @@ def test_the_model_draws_a_uniform_routing_inside_its_fused_routing():
 _PDL_PTX = """
 from kernels import moe_gemm, moe_route
 types = dict(x_ptr="*bf16", w_ptr="*bf16", out_ptr="*bf16", a_ptr="*bf16", rw_ptr="*bf16",
-             sum_ptr="*bf16", h_ptr="*bf16", wr_ptr="*bf16", lg_ptr="*fp32", prior_ptr="*fp32",
+             sum_ptr="*bf16", h_ptr="*bf16", wr_ptr="*bf16", lg_ptr="*fp32", dr_ptr="*fp32",
+             prior_ptr="*fp32",
              idx_ptr="*i64", seed_ptr="*i64")
 for k, const in ((moe_gemm._moe_up_kernel, dict(TOPK=8, BLOCK_M=16, BLOCK_N=64, BLOCK_K=128,
                                                  PREC="tf32", PDL=True)),
