@@ -62,6 +62,32 @@ def _drawn_logits(prior_ptr, seed, rows, cols, lmask, E):
 
 
 @triton.jit
+def _draw_kernel(prior_ptr, seed_ptr, out_ptr, M, E, BLOCK_E: tl.constexpr):
+    # program p: row p's draw (_drawn_logits, float32) into out [M, E]; the seed read, not
+    # advanced (the routing launch after it advances it)
+    rows = tl.program_id(0) + tl.arange(0, 1)
+    cols = tl.arange(0, BLOCK_E)
+    lmask = (rows < M)[:, None] & (cols < E)[None, :]
+    seed = tl.load(seed_ptr)
+    tl.store(out_ptr + rows[:, None] * E + cols[None, :],
+             _drawn_logits(prior_ptr, seed, rows, cols, lmask, E), mask=lmask)
+
+
+def draw_logits(prior: torch.Tensor, seed: torch.Tensor, M: int) -> torch.Tensor:
+    """A routing skew's draw for ``M`` tokens, ``[M, E]`` float32, one program a token: the
+    numbers ``route_rows`` and ``kernels.moe_route.router_route`` draw in their own programs
+    (Philox at ``(seed, row E + expert)``), for ``kernels.moe_gemm.route_align``, whose one
+    program drew them itself 3-4x slower than it routes (an H200, 2026-11-28: 64 tokens over
+    64 experts 91.9 us against 29.0 without a draw; ``results/reference/moe_h100.md``).
+    prior: ``[E]`` float32 log prior; seed: ``[1]`` int64, read, not advanced."""
+    E = prior.shape[0]
+    out = torch.empty(M, E, device=prior.device, dtype=torch.float32)
+    _draw_kernel[(M,)](prior, seed, out, M, E, BLOCK_E=max(16, triton.next_power_of_2(E)),
+                       num_warps=1)
+    return out
+
+
+@triton.jit
 def _logits_tile(logits_ptr, prior_ptr, seed_ptr, rows, M, E, BLOCK_E: tl.constexpr,
                  DRAW: tl.constexpr, CG: tl.constexpr):
     # the router's logits of ``rows`` as a float32 [rows, BLOCK_E] tile (-inf past the

@@ -83,13 +83,16 @@ def _route_align(logits_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, prior_ptr, seed_
     # times), the k weights renormalised (RENORM), then ``align``'s sort of the M k slots by
     # expert, for a decode step's few slots (BLOCK_S >= M k; a slot's place in its expert's
     # run from a running count over a [slots, experts] one-hot); CG: the logits written by
-    # other programs of this launch (read past L1); DRAW: a routing skew's draw in their place,
+    # other programs of this launch (read past L1); DRAW: the logits are a routing skew's draw,
     # log p_e + Gumbel noise (zoo.experts.MoEFeedForward.logits' arithmetic) from Philox on the
-    # layer's counter at seed_ptr, which this program then advances (a graph replays new draws)
+    # layer's counter at seed_ptr, made by the launch before (moe_align.draw_logits) or by the
+    # other programs of this one (router_route), and this program advances the counter (a
+    # graph replays new draws); drawn here, by one program, the draw cost 3-4x the routing
     rows = tl.arange(0, BLOCK_M)
-    x, cols, rmask, seed = _logits_tile(logits_ptr, prior_ptr, seed_ptr, rows, M, E, BLOCK_E,
-                                        DRAW, CG)
+    x, cols, rmask, _ = _logits_tile(logits_ptr, prior_ptr, seed_ptr, rows, M, E, BLOCK_E,
+                                     False, CG)
     if DRAW:
+        seed = tl.load(seed_ptr)
         tl.debug_barrier()  # every warp has read the seed before it moves on
         tl.store(seed_ptr, seed + 1)
     _topk_rows(x, rows, rmask, cols, w_ptr, idx_ptr, TOPK, RENORM, BLOCK_M)
@@ -146,8 +149,9 @@ def route_align(logits: torch.Tensor, k: int, renorm: bool, block_m: int, dtype:
             6.0 with eight; eight tokens' 6.2 / 8.0 with eight, 8.2 / 43.7 with one;
             ``results/reference/moe_h100.md``).
         draw: ``(log_prior [E] float32, seed [1] int64)``: a routing skew's draw in the
-            logits' place (``zoo.routing``; ``_route_align``), made in this launch, the seed
-            advanced by one; ``logits`` unread (the router's GEMM still ran).
+            logits' place (``zoo.routing``; ``_route_align``), made by a launch before this
+            one (``moe_align.draw_logits``, a program a token), the seed advanced by one;
+            ``logits`` unread (the router's GEMM still ran).
 
     Returns:
         ``(weights [M, k] dtype, idx [M, k] int64, sorted_ids, block_expert)`` as
@@ -170,6 +174,8 @@ def route_align(logits: torch.Tensor, k: int, renorm: bool, block_m: int, dtype:
     ids = torch.empty(n_blocks * block_m, device=dev, dtype=torch.int32)
     bexp = torch.empty(n_blocks, device=dev, dtype=torch.int32)
     prior, seed = draw if draw is not None else (w, idx)  # (unread without a draw)
+    if draw is not None:  # drawn over a program a token (moe_align.draw_logits), then routed
+        logits = moe_align.draw_logits(prior, seed, M)
     _route_align_kernel[(1,)](logits.contiguous(), w, idx, ids, bexp, prior, seed, M, E, n_blocks,
                               **_route_meta(M, E, S, n_blocks, k, renorm, block_m),
                               DRAW=draw is not None, num_warps=num_warps)

@@ -82,19 +82,17 @@ def _router_route_kernel(h_ptr, wr_ptr, lg_ptr, dr_ptr, cnt_ptr, w_ptr, idx_ptr,
     tile = rows[:, None] * E + es[None, :]
     tmask = rmask[:, None] & emask[None, :]
     tl.store(lg_ptr + tile, lg, mask=tmask)  # (stored under DRAW too: the GEMM still runs)
-    seed = 0
-    if DRAW:
+    if DRAW:  # this program's experts' draw (the seed read before the count below)
         seed = tl.load(seed_ptr)
         tl.store(dr_ptr + tile, _drawn_logits(prior_ptr, seed, rows, es, tmask, E), mask=tmask)
     tl.debug_barrier()  # every thread's logits before the count (CUDA's grid-sync pattern)
     if tl.atomic_add(cnt_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
         tl.debug_barrier()
         tl.store(cnt_ptr, 0)
-        if DRAW:
-            tl.store(seed_ptr, seed + 1)  # every program read it before its count
+        # routed from the drawn logits under DRAW, advancing the seed every program has read
         _route_align(dr_ptr if DRAW else lg_ptr, w_ptr, idx_ptr, ids_ptr, bexp_ptr, prior_ptr,
                      seed_ptr, M, E, n_blocks, TOPK, RENORM, BLOCK_M, BLOCK_E, BLOCK_S, BLOCK_B,
-                     BM, True, False)
+                     BM, True, DRAW)
 
 
 def router_route(h: torch.Tensor, router_w: torch.Tensor, k: int, renorm: bool, block_m: int,

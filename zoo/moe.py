@@ -205,7 +205,8 @@ class MoEFFN:
         """``kernels`` on the Triton path (``kernels.moe_gemm``): on the decode GEMV path the FFN
         norm with the residual add (a kernel of its own: no GEMV prologue takes it); the
         router's GEMM (cuBLAS); its softmax, top-k and sort by expert in one kernel
-        (``route_align``, its own ``elementwise`` entry) where it takes the step, else the
+        (``route_align``, its own ``elementwise`` entry; under a routing draw after a launch
+        that draws a program a token, ``route_draw``) where it takes the step, else the
         rows' softmax and top-k in one launch (``route_rows``; torch's ops past
         ``ROUTE_ROWS_MAX_EXPERTS``) and the slots' counting sort (``moe_align``, two launches;
         both ``kernels.moe_align``); for a step of at most ``ROUTER_ROUTE_MAX_TOKENS``
@@ -243,7 +244,9 @@ class MoEFFN:
         if fused_router(M, E, k):  # kernels.moe_route.router_route: the GEMM over E programs,
             route = [gemm("router_route", E, d, M, 1)]  # the last routing (a skew drawn in it)
         elif fused_route(M * k, E):  # kernels.moe_gemm.route_align: one program, latency-bound
-            route = [gemm("router", E, d, M), op("route_align", routed, impl="triton")]
+            route = [gemm("router", E, d, M),  # under a draw, drawn first a program a token
+                     op("route_draw", 4 * M * E * 4, impl="triton") if st.draws else None,
+                     op("route_align", routed, impl="triton")]
         else:  # a long prompt: the GEMM, the rows' top-k (kernels.moe_align.route_rows; past
             # its experts torch's ops, a skew drawn by torch after the GEMM), the counting sort
             rows = E <= ROUTE_ROWS_MAX_EXPERTS

@@ -6,7 +6,7 @@
 # graph replay's kernels with their durations: kernels_decode.json); first the MoE kernels' GPU
 # tests and bench.moe_draw_probe (the routing kernels with and without the draw). Then, with EXP set, that
 # experiment under both routings (bench/reference/run_moe_fronts.sh). EXPERTS: the expert counts
-# ("128 64").
+# ("128 64"); ROUTINGS ("uniform router"); TESTS_K: a pytest -k selection of the tests.
 #   OUT=DIR bash bench/reference/run_moe_draw_probe.sh   # $OUT/all.tgz
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -14,12 +14,12 @@ OUT=$(realpath -m "${OUT:-out}"); mkdir -p "$OUT"
 . bench/reference/gpu_host.sh
 gpu_card "$OUT/card.txt"
 timeout "${TEST_TIMEOUT:-150}" python3 -m pytest -q -p no:cacheprovider tests/kernels/test_moe_gemm.py \
-  > "$OUT/tests.txt" 2>&1; echo "tests rc=$?" | tee -a "$OUT/tests.txt"; tail -n 2 "$OUT/tests.txt"
+  ${TESTS_K:+-k "$TESTS_K"} > "$OUT/tests.txt" 2>&1; echo "tests rc=$?" | tee -a "$OUT/tests.txt"; tail -n 2 "$OUT/tests.txt"
 timeout 120 python3 -m bench.moe_draw_probe "$OUT/draw_probe.csv" > "$OUT/draw_probe.log" 2>&1
 echo "draw probe rc=$?"; cat "$OUT/draw_probe.log" | tail -n 16
 R=$OUT/runs
 for E in ${EXPERTS:-128 64}; do
-  for routing in uniform router; do
+  for routing in ${ROUTINGS:-uniform router}; do
     name=e${E}_${routing}; mkdir -p "$OUT/$name"  # (a study's folder is its name in lower case)
     timeout "${T:-110}" python3 -m sweep model=olmoe_1b_7b model.n_experts=$E workload=moe_decode \
       workload.routing=$routing profile=modules study.name=$name results_dir="$R" \

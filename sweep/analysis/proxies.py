@@ -7,7 +7,8 @@ kernels have entries of their own.
   CUDA graph, the CPU's: a tiny op issued eagerly, ``eager_op``); ``route_align`` (the three in
   one Triton kernel) the same, one launch.
 - ``route_rows`` and ``moe_align`` (``kernels.moe_align``: a long prompt's rows routed in one
-  launch, its slots sorted by expert in two): each launch as the graph's tiny kernel.
+  launch, its slots sorted by expert in two), ``route_draw`` (``moe_align.draw_logits``: a
+  routing skew's draw before ``route_align``): each launch as the graph's tiny kernel.
 - ``moe_sum``: the sum of each token's ``k`` expert outputs, as the ``residual`` add's entry.
 - ``argmax`` (a decode step's greedy sample inside its graph, ``zoo.generate.decode_greedy``): in
   a calibration from before it had entries of its own, as the ``sample`` entry of the same rows
@@ -37,6 +38,7 @@ PROXIES = {"router": ("graph_kernel", 1, "the MoE router's softmax / top-k / sor
            "moe_sum": ("residual", 1, "the MoE slots' sum", 1),
            "moe_align": ("graph_kernel", 1, "the MoE slots' counting sort", 1),
            "route_rows": ("graph_kernel", 1, "the MoE router's softmax / top-k over the rows", 1),
+           "route_draw": ("graph_kernel", 1, "the MoE routing draw before route_align", 1),
            "moe_gather": ("embedding", 1, "the MoE tokens' gather", 1),
            "moe_combine": ("residual", 1, "the MoE experts' weighted combine", 1),
            "argmax": ("sample", 1, "the decode step's greedy argmax", 3)}
