@@ -11,6 +11,11 @@ from .interp import interp_log
 from .proxies import proxy_price
 
 RIDGE = 100.0  # FLOP/byte where the calibration names no ceilings
+# tokens farther than this factor from every entry of the shape: another regime (a decode step's
+# few rows stream the touched experts' weights, a prefill's thousands are compute-bound), not
+# priced from those entries but by the stand-in (an H200 predict-only study priced a decode of 8
+# tokens from the only entry, 8192 tokens', at twice its measured step; 2026-11-28)
+FAR = 4.0
 
 
 def moe_gemm_price(cal, k) -> tuple[float, str]:
@@ -21,7 +26,8 @@ def moe_gemm_price(cal, k) -> tuple[float, str]:
     compute ratio
     when the call's arithmetic intensity (``k.flops / k.bytes``, FLOP/byte) is at or past the
     source's ridge, else by the memory ratio. Tokens outside the calibrated range: the nearest
-    entry's time (below) or extended along the last segment (above), noted."""
+    entry's time (below) or extended along the last segment (above), noted; farther than
+    ``FAR`` times from every entry, the stand-in's price (``proxies``), noted."""
     s = k.shape
     t = cal.t
     sel = t.iloc[:0]
@@ -32,6 +38,12 @@ def moe_gemm_price(cal, k) -> tuple[float, str]:
         return proxy_price(cal, k)
     same = sel.groupby("M", as_index=False)[["time_s", "bytes"]].median() if "bytes" in sel \
         else sel.groupby("M", as_index=False).time_s.median()
+    lo, hi = float(same.M.min()), float(same.M.max())
+    if not lo / FAR <= s["tokens"] <= hi * FAR:
+        cal._note(f"moe_gemm {k.op} E={s['E']} k={s['topk']} N={s['N']} K={s['K']} at "
+                  f"{s['tokens']} tokens: no entry within {FAR:g}x (calibrated [{lo:g}, {hi:g}]): "
+                  "priced by the stand-in")
+        return proxy_price(cal, k)
     sec, inside = interp_log(s["tokens"], same.M.to_numpy(float), same.time_s.to_numpy(float))
     basis = f"moe_gemm {k.op} E={s['E']} k={s['topk']} N={s['N']} K={s['K']}"
     if not inside:
