@@ -262,10 +262,10 @@ def test_a_row_priced_by_stand_ins_says_so_and_widens_its_interval():
     assert not pricing.stand_in("moe_gemm moe_up E=64 k=8 N=2048 K=2048")
 
 
-def test_an_moe_gemm_far_from_its_entries_is_priced_by_the_stand_in():
-    """A decode step's grouped GEMM (8 tokens) whose shape has entries only at a prefill's 8192
-    tokens is not priced from them (a compute-bound time: the H200's E32 k4 F2048 decode read
-    5.83 ms against 2.96 measured, moe_h100.md) but by the stand-in, noted."""
+def test_an_moe_gemm_whose_nearest_entry_is_in_the_other_regime_is_priced_by_the_stand_in():
+    """A decode step's grouped GEMM (8 tokens, memory-bound) whose shape has entries only at a
+    prefill's 8192 tokens (compute-bound) is not priced from them (the H200's E32 k4 F2048
+    decode read 5.83 ms against 2.96 measured, moe_h100.md) but by the stand-in, noted."""
     from sweep.analysis import calibration_store as store
     from sweep.analysis import pricing
 
@@ -276,6 +276,6 @@ def test_an_moe_gemm_far_from_its_entries_is_priced_by_the_stand_in():
     t = have.table
     prefill_only = ~((t.kind == "moe_gemm") & (t.E == 32) & (t.k == 4) & (t.M < 1024))
     far = predict_on(cfg, wl, load_spec("h200"), pricing.Calibrated(have.with_(table=t[prefill_only])))
-    assert "no entry within 4x" in far["prediction_notes"]
+    assert "(8192 tokens) is compute-bound: priced by the stand-in" in far["prediction_notes"]
     assert "rows stacked" in far["decode_pred_basis"]
     assert far["decode_tpot_ms"] < 1.5 * far["decode_pred_ms_roofline"]
