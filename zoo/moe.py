@@ -245,7 +245,7 @@ class MoEFFN:
             route = [gemm("router_route", E, d, M, 1)]  # the last routing (a skew drawn in it)
         elif fused_route(M * k, E):  # kernels.moe_gemm.route_align: one program, latency-bound
             route = [gemm("router", E, d, M),  # under a draw, drawn first a program a token
-                     op("route_draw", 4 * M * E * 4, impl="triton") if st.draws else None,
+                     op("route_draw", 4 * M * E, impl="triton") if st.draws else None,
                      op("route_align", routed, impl="triton")]
         else:  # a long prompt: the GEMM, the rows' top-k (kernels.moe_align.route_rows; past
             # its experts torch's ops, a skew drawn by torch after the GEMM), the counting sort
