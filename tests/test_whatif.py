@@ -194,6 +194,15 @@ def test_advisor_reads_a_mixture_of_experts_and_names_it_apart(tmp_path):
     assert not r["alternatives"] and r["basis"].startswith("roofline")
     assert {x["label"]: x["reason"] for x in r["rejected"]}["expert_ffn_dim=960"].startswith(
         "non-embedding params -3.8%")
+    # priced from the H200's calibration, which has no entries for 1000-wide experts: the
+    # design's price rests on stand-ins, and the advice says so
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis import pricing
+
+    h200 = advise(cfg.resolved("cuda"), wl | {"batch": 8}, load_spec("h200"),
+                  pricing.Calibrated(store.shipped("NVIDIA H200")))
+    assert "the design's own price rests on stand-ins" in h200["basis"]
+    assert all(a["stand_ins"] for a in h200["alternatives"])
     h100 = load_spec("h100_sxm")
     base = ModelConfig.from_name("olmoe_1b_7b")
     names = [out_label(advise(c, w, s, None)) for c, w, s in (

@@ -37,7 +37,7 @@ from pathlib import Path
 from zoo import counts
 from zoo.config import DESIGN_FIELDS, DesignError, ModelConfig
 
-from .predict import kernel_list, predict
+from .predict import STAND_INS, kernel_list, predict
 
 ALIGN = 64  # elements: tensor-core alignment of 16-bit GEMM dimensions (Anthony et al. 2024)
 TILE = 128  # a GEMM thread block's output tile edge (cuBLAS/CUTLASS Hopper bf16 kernels)
@@ -189,25 +189,28 @@ def advise(cfg: ModelConfig, workload: dict, spec, calibration, conf: AdviseConf
     Returns:
         ``{"design", "findings", "predicted": {stage: ms}, "alternatives": [{label, overrides,
         params_non_embedding, params_change_pct, prefill_pred_ms, decode_pred_ms,
-        prefill_gain_pct, decode_gain_pct, target_stage, gain_pct}], "rejected": [{label,
+        prefill_gain_pct, decode_gain_pct, target_stage, gain_pct, stand_ins}] (``stand_ins``:
+        its price or the design's rests on kernels priced by another's entry, ``prediction_basis``),
+        "rejected": [{label,
         reason}], "missing_shapes", "basis"}``; times in ms, gains in % of the design's time.
     """
     conf = conf or AdviseConf()
     B, T, N = workload["batch"], workload["prompt_len"], workload["new_tokens"]
 
-    def price(c):
+    def price(c):  # ({stage: ms}, whether a kernel of it was priced by a stand-in)
         r = predict(c, workload, spec, calibration, mode=conf.mode)
         kind = "calibrated" if calibration is not None else "roofline"
-        return {st: r[f"{st}_pred_ms_{kind}"] for st in ("prefill", "decode")}
+        return ({st: r[f"{st}_pred_ms_{kind}"] for st in ("prefill", "decode")},
+                STAND_INS in r.get("prediction_basis", ""))
 
     base = counts.summary(cfg, B, T, N)
     why_not = ""
     try:
-        t0 = price(cfg)
+        t0, stood0 = price(cfg)
     except KeyError as e:  # a calibration without the design's kind of entry (its dtype, say)
         why_not = f" ({str(e).strip(chr(39))}: the calibration does not price this design)"
         calibration = None
-        t0 = price(cfg)
+        t0, stood0 = price(cfg)
     alts, rejected = [], []
     found = findings(cfg, workload, spec.sm_count)
     fields = {f["field"] for f in found if not f["field"].startswith("prefill GEMM")}
@@ -226,7 +229,7 @@ def advise(cfg: ModelConfig, workload: dict, spec, calibration, conf: AdviseConf
         if s["kv_bytes_per_token"] != base["kv_bytes_per_token"]:
             rejected.append({"label": label, "reason": "KV bytes/token differ"})
             continue
-        t = price(c)
+        t, stood = price(c)
         gain = {st: 100 * (1 - t[st] / t0[st]) for st in t}
         stage = max(gain, key=gain.get)
         alts.append({"label": label, "overrides": over,
@@ -234,7 +237,9 @@ def advise(cfg: ModelConfig, workload: dict, spec, calibration, conf: AdviseConf
                      "params_change_pct": 100 * dp,
                      **{f"{st}_pred_ms": t[st] for st in t},
                      **{f"{st}_gain_pct": gain[st] for st in gain},
-                     "target_stage": stage, "gain_pct": gain[stage]})
+                     "target_stage": stage, "gain_pct": gain[stage],
+                     # its price or the design's rests on stand-ins: the gain may be theirs
+                     "stand_ins": stood or stood0})
     alts = sorted((a for a in alts if a["gain_pct"] > 0), key=lambda a: -a["gain_pct"])
     missing = []
     if calibration is not None:
@@ -251,6 +256,8 @@ def advise(cfg: ModelConfig, workload: dict, spec, calibration, conf: AdviseConf
             "alternatives": alts[:conf.top], "rejected": rejected,
             "missing_shapes": missing,
             "basis": ("calibrated: " + str((calibration.meta or {}).get("device"))
+                      + ("; the design's own price rests on stand-ins (kernels without "
+                         "entries of their own priced by another's)" if stood0 else "")
                       if calibration is not None else
                       "roofline (no alignment effects)" + why_not)}
 

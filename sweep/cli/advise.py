@@ -113,10 +113,14 @@ def markdown(r: dict) -> str:
               for f in r["findings"]] or ["- none: every rule holds"]
     lines += ["", "| alternative | params | TTFT gain | TPOT gain | targets |",
               "| --- | --- | --- | --- | --- |"]
-    lines += [f"| {a['label']} | {a['params_change_pct']:+.1f}% | {a['prefill_gain_pct']:+.1f}% | "
+    lines += [f"| {a['label']}{' (*)' if a.get('stand_ins') else ''} | "
+              f"{a['params_change_pct']:+.1f}% | {a['prefill_gain_pct']:+.1f}% | "
               f"{a['decode_gain_pct']:+.1f}% | {a['target_stage']} |" for a in r["alternatives"]]
     if not r["alternatives"]:
         lines.append("| none predicted faster within the band | | | | |")
+    if any(a.get("stand_ins") for a in r["alternatives"]):
+        lines += ["", "(*) its price or the design's rests on kernels priced by another's entry "
+                      "(a stand-in, `prediction_notes`): the gain may be the stand-in's"]
     if r.get("missing_shapes"):
         lines += ["", "GEMM shapes priced from the nearest calibrated shape (their own alignment "
                       "unseen; `--bench` measures them): "

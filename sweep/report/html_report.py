@@ -128,7 +128,8 @@ def advice(meta: dict, front: pd.DataFrame, cal_dir: Path | None = None) -> str:
     items = "".join(f"<li><code>{html.escape(f['field'])}</code> = {f['value']} "
                     f"({html.escape(f['rule'])}): {html.escape(f['detail'])}</li>"
                     for f in r["findings"]) or "<li>none: every alignment rule holds</li>"
-    alts = pd.DataFrame([{"alternative": a["label"],
+    alts = pd.DataFrame([{"alternative": a["label"] + (" (*: priced by stand-ins)"
+                                                       if a.get("stand_ins") else ""),
                           "params change %": round(a["params_change_pct"], 1),
                           "TTFT gain %": round(a["prefill_gain_pct"], 1),
                           "TPOT gain %": round(a["decode_gain_pct"], 1),
