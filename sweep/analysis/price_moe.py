@@ -2,15 +2,22 @@
 ``zoo.launches.Kernel`` whose shape names ``experts``): from the ``moe_gemm`` calibration
 entries of the same kernel, experts, top-k and weight shape, interpolated in log tokens
 (``sweep.measure.microbench_moe`` measures them as the model launches them); without such
-entries, from a like GEMM (``sweep.analysis.proxies``), noted.
+entries, from a like GEMM (``sweep.analysis.proxies``), noted, scaled by what the calibration's
+own entries of the kernel took against that stand-in (``stand_in_ratio``).
 """
 
 from __future__ import annotations
+
+import statistics
+
+from zoo.launches import Kernel
+from zoo.moe import expected_touched
 
 from .interp import interp_log
 from .proxies import proxy_price
 
 RIDGE = 100.0  # FLOP/byte where the calibration names no ceilings
+GROUPED = ("moe_up", "moe_down")  # the grouped GEMMs (stand_in_ratio's kernels)
 
 
 def moe_gemm_price(cal, k) -> tuple[float, str]:
@@ -23,7 +30,7 @@ def moe_gemm_price(cal, k) -> tuple[float, str]:
     the nearest entry's time (below) or extended along the last segment (above), noted; where
     that nearest entry is in the other regime (compute-bound for a memory-bound call, or the
     reverse: its ``2 tokens topk N K`` FLOPs against its bytes), the stand-in's price
-    (``proxies``), noted: an H200 predict-only study priced a decode step of 8 tokens from the
+    (``stand_in_price``), noted: an H200 predict-only study priced a decode step of 8 tokens from the
     only entry of its shape, a prefill's 8192 tokens, at twice its measured time (2026-11-28)."""
     s = k.shape
     t = cal.t
@@ -31,15 +38,12 @@ def moe_gemm_price(cal, k) -> tuple[float, str]:
     if "tokens" in s and "moe_gemm" in set(t.kind):
         sel = t[(t.kind == "moe_gemm") & (t.op == k.op) & (t.E == s["E"]) & (t.k == s["topk"])
                 & (t.N == s["N"]) & (t.K == s["K"]) & (t.dtype == s["dtype"])]
+    ridge = _ridge(cal, s["dtype"])
+    memory_bound = k.flops < ridge * k.bytes
     if sel.empty:
-        return proxy_price(cal, k)
+        return stand_in_price(cal, k, memory_bound)
     same = sel.groupby("M", as_index=False)[["time_s", "bytes"]].median() if "bytes" in sel \
         else sel.groupby("M", as_index=False).time_s.median()
-    ceil = cal.meta.get("ceilings") or {}
-    ridge = cal.scale.get("ridge") or (  # FLOP/byte: the calibrated device's, else a GPU's
-        ceil.get(f"gemm_flops_{s['dtype']}", 0.0) / ceil["copy_bytes_s"]
-        if ceil.get("copy_bytes_s") else RIDGE)
-    memory_bound = k.flops < ridge * k.bytes
     basis = f"moe_gemm {k.op} E={s['E']} k={s['topk']} N={s['N']} K={s['K']}"
     sec, inside = interp_log(s["tokens"], same.M.to_numpy(float), same.time_s.to_numpy(float))
     if not inside:
@@ -50,7 +54,7 @@ def moe_gemm_price(cal, k) -> tuple[float, str]:
             cal._note(f"{basis} at {s['tokens']} tokens: its nearest entry ({near.M:g} tokens) "
                       f"is {'compute' if memory_bound else 'memory'}-bound: priced by the "
                       "stand-in")
-            return proxy_price(cal, k)
+            return stand_in_price(cal, k, memory_bound)
         cal._note(f"{basis} at {s['tokens']} tokens: outside the calibrated "
                   f"[{int(same.M.min())}, {int(same.M.max())}]")
     if memory_bound and "bytes" in same and same["bytes"].notna().all():
@@ -60,3 +64,60 @@ def moe_gemm_price(cal, k) -> tuple[float, str]:
         sec *= k.bytes / got
     f = cal.scale["memory"] if memory_bound else cal.scale["compute"]
     return sec * f, basis
+
+
+def _ridge(cal, dtype: str) -> float:
+    """FLOP/byte: the calibrated device's ridge (its measured GEMM ceiling over its copy
+    bandwidth), else ``RIDGE``."""
+    ceil = cal.meta.get("ceilings") or {}
+    return cal.scale.get("ridge") or (ceil.get(f"gemm_flops_{dtype}", 0.0) / ceil["copy_bytes_s"]
+                                      if ceil.get("copy_bytes_s") else RIDGE)
+
+
+def stand_in_price(cal, k, memory_bound: bool) -> tuple[float, str]:
+    """``(time s, basis)`` of grouped GEMM ``k`` by the stand-in (``proxies``: one GEMM over the
+    touched experts' rows stacked), scaled by ``stand_in_ratio``: what this calibration's own
+    ``moe_gemm`` entries of the kernel, in the same regime, took against the stand-in's price of
+    them (the H100's and H200's shipped entries: compute-bound 1.3-2.4x, memory-bound
+    1.0-1.2x, medians by kernel; 2026-11-28). No such entries: the stand-in's price as it is."""
+    t, b = proxy_price(cal, k)
+    r, n = stand_in_ratio(cal, k.op, k.shape["dtype"], memory_bound)
+    if not n:
+        return t, b
+    return t * r, f"{b} x{r:.2f} (the median of {n} moe_gemm entries against it)"
+
+
+def stand_in_ratio(cal, op: str, dtype: str, memory_bound: bool) -> tuple[float, int]:
+    """``(ratio, entries)``: the median, over ``cal``'s ``moe_gemm`` entries of kernel ``op``
+    (``moe_up``, ``moe_down``) and ``dtype`` in the regime ``memory_bound`` (their FLOPs against
+    their bytes at the ridge), of the entry's time over the stand-in's price of its shape (the
+    experts it touched, else those expected under uniform routing; ``zoo.moe``'s rows per
+    expert); ``(1.0, 0)`` with none, and for a kernel that is no grouped GEMM (``router_route``:
+    its stand-in is the two launches it replaces). Cached per calibration; the stand-in's notes
+    are not the caller's."""
+    key = ("moe_stand_in", op, dtype, memory_bound)
+    if key in cal._fits:
+        return cal._fits[key]
+    t = cal.t
+    rows = t[(t.kind == "moe_gemm") & (t.op == op) & (t.dtype == dtype)] \
+        if "moe_gemm" in set(t.kind) and op in GROUPED else t.iloc[:0]
+    ridge, wb = _ridge(cal, dtype), 4 if dtype == "fp32" else 2
+    saved = list(cal.notes)
+    ratios = []
+    for e in rows.itertuples():
+        M, E, topk, N, K = int(e.M), int(e.E), int(e.k), int(e.N), int(e.K)
+        touched = getattr(e, "touched", float("nan"))
+        touched = touched if touched == touched and touched else expected_touched(E, topk, M, 0.0)
+        n, m = max(1, round(touched)), max(1, round(M * topk / touched))
+        flops, nbytes = 2 * m * n * N * K, n * N * K * wb + m * n * (N + K) * wb
+        if (flops < ridge * nbytes) != memory_bound:
+            continue
+        shape = {"M": m, "N": N, "K": K, "dtype": dtype, "experts": n, "tokens": M, "E": E,
+                 "topk": topk}
+        price, _ = proxy_price(cal, Kernel("ffn", "gemm", op, flops, nbytes, shape, 1, 1))
+        f = cal.scale["memory" if memory_bound else "compute"]
+        if price > 0:
+            ratios.append(e.time_s * f / price)
+    cal.notes[:] = saved
+    cal._fits[key] = (statistics.median(ratios), len(ratios)) if ratios else (1.0, 0)
+    return cal._fits[key]
