@@ -279,3 +279,40 @@ def test_the_cpu_ceilings_hold_a_bf16_gemm_rate():
     got = ceilings.measure("cpu")
     assert got["gemm_flops_bf16"] > 0 and got["gemm_flops_fp32"] > 0 and got["copy_bytes_s"] > 0
     assert "gemm_fp16" not in got["method"]
+
+
+def test_a_group_with_one_family_gone_stale_is_measured_again(tmp_path, monkeypatch):
+    """The elementwise group measures two families; with ``elementwise/triton`` dropped as stale
+    (the MoE kernels changed) and ``elementwise/torch`` kept, the group is measured again: it
+    was not, and a fresh H200 priced an MoE design roofline-only, its Triton norms unpriced
+    (2026-11-28). A family that was never there (a CPU's Triton entries) does not trigger it."""
+    from kernels.switches import Switches
+    from sweep.measure import calibration_run as run_cal
+
+    specs = []
+
+    def fake_run(spec, out, timeout_s, on_line=None):
+        specs.append(spec)
+        pd.DataFrame([dict(kind="launch", op=g, time_s=1e-6, time_s_min=1e-6, time_s_p90=1e-6)
+                      for g in spec["base"]]).to_parquet(out)
+        return 0, ""
+
+    table = pd.DataFrame([dict(kind="elementwise", op="rmsnorm", impl=i, family=f"elementwise/{i}",
+                               time_s=1e-6, bytes=1e3) for i in ("torch", "triton")]
+                         + [dict(kind="launch", op="graph_kernel", family="launch", time_s=1e-6)])
+    have = store.Calibration({"version": cal.VERSION, "fingerprints": {}}, table)
+    monkeypatch.setattr(run_cal, "run", fake_run)
+    monkeypatch.setattr(cal, "needs", lambda items, device_type: {})
+    monkeypatch.setattr(cal, "attn_grid", lambda *a, **k: [])
+    monkeypatch.setattr(cal, "load", lambda *a, **k: have)
+    for stale, want in ((["elementwise/triton"], ["elementwise"]), (["launch"], ["launch"])):
+        specs.clear()
+        monkeypatch.setattr(cal, "stale_families", lambda meta, current, s=stale: list(s))
+        cal.ensure({"type": "cpu", "name": "cpu"}, [], Switches(), cal_dir=tmp_path, quick=True)
+        assert [sp["base"] for sp in specs] == [want], stale
+    cpu = have.with_(table=table[table.family != "elementwise/triton"])
+    monkeypatch.setattr(cal, "load", lambda *a, **k: cpu)
+    monkeypatch.setattr(cal, "stale_families", lambda meta, current: [])
+    specs.clear()
+    cal.ensure({"type": "cpu", "name": "cpu"}, [], Switches(), cal_dir=tmp_path, quick=True)
+    assert specs == []

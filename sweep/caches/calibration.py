@@ -223,18 +223,22 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
     stale = stale_families(meta, current) if table is not None else []
     if table is not None and "family" not in table:
         table = None  # an old table: no family per row
+    dropped = []  # stale families dropped: a group measured as one (launch, elementwise) again
     if stale and policy == "auto":
         log(f"calibration: {', '.join(stale)} measured under other kernels, versions or on another "
             "host: measured again")
         table = table[~table.family.isin(stale)] if table is not None else None
-        stale = []
+        dropped, stale = stale, []
     want = needs(items, device["type"])
     if full:
         want = merge(want, grid_needs(items, device["type"]))
     todo = missing(table, want)
+    # (a group with one of its families dropped as stale is measured again whole: with only
+    # elementwise/torch left, the Triton path's norms went unpriced and its rows roofline-only)
     base = [g for g, fams in (("launch", ["launch"]),
                               ("elementwise", ["elementwise/torch", "elementwise/triton"]))
-            if table is None or not table.family.isin(fams).any()]
+            if table is None or not table.family.isin(fams).any()
+            or any(f in dropped for f in fams)]
     grid = attn_grid(table, todo, device["type"], quick, full)
     n_todo = sum(map(len, todo.values())) + len(grid) + len(base)
     if policy == "frozen" or n_todo == 0:
