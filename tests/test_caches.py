@@ -308,8 +308,11 @@ def test_a_group_with_one_family_gone_stale_is_measured_again(tmp_path, monkeypa
     for stale, want in ((["elementwise/triton"], ["elementwise"]), (["launch"], ["launch"])):
         specs.clear()
         monkeypatch.setattr(cal, "stale_families", lambda meta, current, s=stale: list(s))
-        cal.ensure({"type": "cpu", "name": "cpu"}, [], Switches(), cal_dir=tmp_path, quick=True)
+        got = cal.ensure({"type": "cpu", "name": "cpu"}, [], Switches(), cal_dir=tmp_path,
+                         quick=True)
         assert [sp["base"] for sp in specs] == [want], stale
+        if want == ["elementwise"]:  # the group's kept rows replaced, not doubled
+            assert not got.table.family.isin(["elementwise/torch", "elementwise/triton"]).any()
     cpu = have.with_(table=table[table.family != "elementwise/triton"])
     monkeypatch.setattr(cal, "load", lambda *a, **k: cpu)
     monkeypatch.setattr(cal, "stale_families", lambda meta, current: [])

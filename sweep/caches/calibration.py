@@ -233,12 +233,15 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
     if full:
         want = merge(want, grid_needs(items, device["type"]))
     todo = missing(table, want)
-    # (a group with one of its families dropped as stale is measured again whole: with only
-    # elementwise/torch left, the Triton path's norms went unpriced and its rows roofline-only)
-    base = [g for g, fams in (("launch", ["launch"]),
-                              ("elementwise", ["elementwise/torch", "elementwise/triton"]))
-            if table is None or not table.family.isin(fams).any()
-            or any(f in dropped for f in fams)]
+    base = []  # the groups measured as one: absent, or with one of their families gone stale
+    for g, fams in (("launch", ["launch"]),
+                    ("elementwise", ["elementwise/torch", "elementwise/triton"])):
+        if table is None or not table.family.isin(fams).any():
+            base.append(g)
+        elif any(f in dropped for f in fams):  # measured again whole, its rows replaced (with
+            # only elementwise/torch kept, the Triton path's norms went unpriced: roofline-only)
+            table = table[~table.family.isin(fams)]
+            base.append(g)
     grid = attn_grid(table, todo, device["type"], quick, full)
     n_todo = sum(map(len, todo.values())) + len(grid) + len(base)
     if policy == "frozen" or n_todo == 0:
