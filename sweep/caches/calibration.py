@@ -223,24 +223,22 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
     stale = stale_families(meta, current) if table is not None else []
     if table is not None and "family" not in table:
         table = None  # an old table: no family per row
-    dropped = []  # stale families dropped: a group measured as one (launch, elementwise) again
+    dropped = stale if policy == "auto" else []  # (a group with one of them: measured whole)
     if stale and policy == "auto":
         log(f"calibration: {', '.join(stale)} measured under other kernels, versions or on another "
             "host: measured again")
-        table = table[~table.family.isin(stale)] if table is not None else None
-        dropped, stale = stale, []
+        table, stale = table[~table.family.isin(stale)] if table is not None else None, []
     want = needs(items, device["type"])
     if full:
         want = merge(want, grid_needs(items, device["type"]))
     todo = missing(table, want)
-    base = []  # the groups measured as one: absent, or with one of their families gone stale
+    base = []  # groups measured as one: absent, or one of their families dropped, then whole,
+    # its kept rows replaced (with elementwise/torch kept, the Triton norms went unpriced)
     for g, fams in (("launch", ["launch"]),
                     ("elementwise", ["elementwise/torch", "elementwise/triton"])):
-        if table is None or not table.family.isin(fams).any():
-            base.append(g)
-        elif any(f in dropped for f in fams):  # measured again whole, its rows replaced (with
-            # only elementwise/torch kept, the Triton path's norms went unpriced: roofline-only)
+        if table is not None and table.family.isin(fams).any() and any(f in dropped for f in fams):
             table = table[~table.family.isin(fams)]
+        if table is None or not table.family.isin(fams).any():
             base.append(g)
     grid = attn_grid(table, todo, device["type"], quick, full)
     n_todo = sum(map(len, todo.values())) + len(grid) + len(base)
@@ -314,8 +312,7 @@ def _again(new, table, device, quick, switches, tuning_dir, out, timeout_s, on_l
 
 
 def _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings, wall):
-    """Add ``new`` rows to ``table`` and write the cache (table and meta); returns the
-    ``Calibration`` written."""
+    """Add ``new`` rows to ``table``, write the cache (table, meta); the ``Calibration`` written."""
     import pandas as pd
 
     if len(new):
@@ -377,8 +374,7 @@ def host_costs(device: dict, cal: Calibration, switches, tuning_dir: Path | None
 
 
 class CalibrationCut(RuntimeError):
-    """A calibration cut off by its time limit after measuring some entries, which are saved in
-    its cache: a later run measures only the rest."""
+    """A calibration cut off by its time limit: its entries so far saved, a later run the rest."""
 
 
 def calibrate(device: dict, designs, refresh: bool = False, quick: bool | None = None,
