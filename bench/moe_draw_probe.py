@@ -1,7 +1,8 @@
 """What a routing draw costs inside the fused routing kernels (``workload.routing=uniform`` or a
 ``routing_skew``): ``router_route`` (a decode step of at most 8 tokens) and ``route_align`` (more
 tokens, after cuBLAS's router GEMM), each with and without ``draw``, over OLMoE-1B-7B's router
-shape (d 2048, top 8) at 64 and 128 experts.
+shape (d 2048, top 8) at 64 and 128 experts, the top k's weights renormalised or not (Qwen3-MoE
+and Mixtral renormalise, OLMoE does not).
 
     python -m bench.moe_draw_probe OUT.csv
 
@@ -37,17 +38,17 @@ def main(out: str) -> None:
             if not moe.fused_route(M * k, E):  # past route_align's cells (64 x 8 over 128)
                 continue
             h = torch.randn(M, d, device=dev, dtype=dt, generator=g)
-            for draw in (None, (prior, seed)):
+            for draw, renorm in ((None, False), ((prior, seed), False), (None, True)):
                 if M <= moe_route.ROUTER_ROUTE_MAX_TOKENS:
-                    fn, kernel = functools.partial(moe_route.router_route, h, wr, k, False, 16,
+                    fn, kernel = functools.partial(moe_route.router_route, h, wr, k, renorm, 16,
                                                    draw=draw), "router_route"
                 else:
-                    def fn(h=h, wr=wr, draw=draw):
-                        return moe.route_align(F.linear(h, wr), k, False, 16, dt, draw=draw)
+                    def fn(h=h, wr=wr, draw=draw, renorm=renorm):
+                        return moe.route_align(F.linear(h, wr), k, renorm, 16, dt, draw=draw)
                     kernel = "F.linear + route_align"
                 us = time_ms(fn, cold=True) * 1e3
                 rows.append(dict(E=E, M=M, kernel=kernel, draw=draw is not None,
-                                 us=round(us, 2)))
+                                 renorm=renorm, us=round(us, 2)))
                 print(rows[-1], flush=True)
     write_rows(out, rows)
 

@@ -185,6 +185,27 @@ def test_the_predictor_holds_the_mirrors_of_the_kernels_limits():
             assert zoo_moe.sum_in_down(tokens, e, k) == moe.sum_in_down(tokens, e, k)
 
 
+@pytest.mark.parametrize("renorm", [False, True])
+def test_the_fused_top_k_breaks_ties_to_the_lowest_expert(renorm):
+    """Tied probabilities (logits of four values over 64 experts): ``route_align`` and
+    ``route_rows`` pick the k largest with ties to the lowest expert (a stable sort's order),
+    and each weight is the pick's probability (over the k picks' sum: renorm)."""
+    from kernels import moe_align
+
+    M, E, k = 6, 64, 8
+    logits = torch.randint(0, 4, (M, E), generator=torch.Generator().manual_seed(7)).float()
+    p = torch.softmax(logits, -1)
+    ridx = torch.sort(p, dim=-1, descending=True, stable=True).indices[:, :k]
+    rw = p.gather(-1, ridx)
+    if renorm:
+        rw = rw / rw.sum(-1, keepdim=True)
+    logits = logits.to(DEVICE)
+    for w, idx in (moe.route_align(logits, k, renorm, 16, torch.float32)[:2],
+                   moe_align.route_rows(logits, k, renorm, torch.float32)):
+        assert torch.equal(idx.cpu(), ridx)
+        torch.testing.assert_close(w.cpu(), rw, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("M,E,k,renorm", [(1, 8, 2, True), (3, 64, 8, False), (8, 128, 8, True),
                                           (64, 64, 8, False), (5, 6, 6, True)])
 def test_the_fused_routing_and_sort_match_torch(M, E, k, renorm):
