@@ -59,3 +59,20 @@ def test_prediction_check_counts_the_rows_it_did_not_price():
     assert got["prefill"]["not_predicted"] == {"no launch cost": 2}
     assert got["decode"]["not_predicted"] == {"no launch cost": 2, "mode=compile": 1}
     assert summary(df.drop(columns=["prefill_pred_error_pct"]))["prefill"]["not_predicted"] == {}
+
+
+def test_prediction_check_leaves_out_the_contended_rows():
+    """A row measured while another process used the device (``contended``) is left out of the
+    error statistics and counted, as ``compare`` leaves it out (a busy CPU's rows read 247%
+    median error against 23% measured alone)."""
+    import pandas as pd
+
+    from sweep.report.prediction_check import summary
+
+    df = pd.DataFrame({"state": ["COMPLETE"] * 3, "contended": [False, True, False],
+                       "decode_pred_error_pct": [2.0, 250.0, -4.0],
+                       "prefill_pred_error_pct": [1.0, 90.0, 1.0]})
+    got = summary(df)
+    assert got["decode"]["calibrated"]["n"] == 2 and got["decode"]["contended_left_out"] == 1
+    assert got["decode"]["calibrated"]["median_abs_pct"] == 3.0
+    assert summary(df.drop(columns=["contended"]))["decode"]["calibrated"]["n"] == 3

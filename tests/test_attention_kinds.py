@@ -297,8 +297,8 @@ def test_a_local_or_sink_layers_prefill_is_priced_by_its_own_kernel():
     from sweep.analysis import calibration_store as store
     from sweep.analysis import predict as perf
     from sweep.analysis import pricing
+    from sweep.analysis.fingerprints import family
     from sweep.analysis.needs import needs
-    from sweep.caches.calibration import family
 
     base = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
     wl = {"batch": 1, "prompt_len": 8192, "new_tokens": 64}

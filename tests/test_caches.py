@@ -114,16 +114,39 @@ def test_two_processes_saving_tile_choices_keep_both(tmp_path):
 
 def test_a_damaged_ceilings_cache_is_measured_again(tmp_path, monkeypatch):
     from sweep.caches import ceiling_cache as cached
-    from sweep.measure import ceilings
+    from sweep.measure import ceilings, contention
 
     (tmp_path / "cpu.json").write_text('{"copy_bytes_s": 1')  # cut off mid-write
     monkeypatch.setattr(ceilings, "run", lambda *a, **k: {"copy_bytes_s": 2.0e9})
+    monkeypatch.setattr(contention, "sample", lambda device: "")  # (CI's other worker)
     lines = []
     got = cached.measure_ceilings({"type": "cpu", "name": "cpu"}, cache_dir=tmp_path,
                                   on_line=lines.append)
     assert got == {"copy_bytes_s": 2.0e9}
     assert any("unreadable" in m and "cpu.json" in m for m in lines), lines
     assert json.loads((tmp_path / "cpu.json").read_text()) == got
+
+
+def test_ceilings_measured_beside_another_job_are_measured_again_next_time(tmp_path,
+                                                                           monkeypatch):
+    """Ceilings measured while another job used the device serve this study with the evidence
+    (``contended_evidence``), said, and the next study measures them again; once measured alone
+    they are cached as they are."""
+    from sweep.caches import ceiling_cache as cached
+    from sweep.measure import ceilings, contention
+
+    runs, busy = [], ["2.0 of 2 cores busy with other processes"]
+    monkeypatch.setattr(ceilings, "run", lambda *a, **k: runs.append(1) or {"copy_bytes_s": 9e9})
+    monkeypatch.setattr(contention, "sample", lambda device: busy[0])
+    dev, lines = {"type": "cpu", "name": "cpu"}, []
+    first = cached.measure_ceilings(dev, cache_dir=tmp_path, on_line=lines.append)
+    assert first["contended_evidence"] == f"before: {busy[0]}; after: {busy[0]}"
+    assert any("measured again next time" in m for m in lines), lines
+    busy[0] = ""
+    second = cached.measure_ceilings(dev, cache_dir=tmp_path, on_line=lines.append)
+    assert len(runs) == 2 and "contended_evidence" not in second
+    assert any("the cached ones were measured while" in m for m in lines), lines
+    assert cached.measure_ceilings(dev, cache_dir=tmp_path) == second and len(runs) == 2
 
 
 def test_a_long_group_keeps_what_it_measured_every_chunk(monkeypatch):

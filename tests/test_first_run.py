@@ -14,7 +14,7 @@ import yaml
 
 from kernels import switches, tuning
 from sweep.analysis import calibration_store as store
-from sweep.analysis import needs, pricing
+from sweep.analysis import fingerprints, needs, pricing
 from sweep.analysis import predict as perf
 from sweep.caches import calibration as cal
 from sweep.caches import grids
@@ -121,11 +121,11 @@ def test_a_changed_kernel_is_measured_again_or_flagged(cpu_cal, monkeypatch, tmp
 
 def test_the_fingerprint_follows_code_switches_and_versions(monkeypatch):
     dev = {"name": "NVIDIA H100 80GB HBM3", "driver": "580", "type": "cuda"}
-    a = cal.fingerprints(dev, switches.Switches())
-    b = cal.fingerprints(dev, switches.Switches(gemv_prefetch=False))
+    a = fingerprints.fingerprints(dev, switches.Switches())
+    b = fingerprints.fingerprints(dev, switches.Switches(gemv_prefetch=False))
     assert a["gemv"] != b["gemv"] and a["gemm"] == b["gemm"]
     assert a["decode_attn/triton"] == b["decode_attn/triton"]
-    c = cal.fingerprints(dict(dev, driver="581"), switches.Switches())
+    c = fingerprints.fingerprints(dict(dev, driver="581"), switches.Switches())
     assert all(a[f] != c[f] for f in a)
     # a comment or docstring is not the code; a statement is
     src = (REPO / "kernels/swiglu.py").read_text()
@@ -145,9 +145,9 @@ def test_fixed_costs_are_the_hosts(monkeypatch, tmp_path):
     dev = {"name": "NVIDIA H100 80GB HBM3", "driver": "580", "type": "cuda"}
     sw = switches.Switches()
     monkeypatch.setattr(cal.platform, "node", lambda: "host-a")
-    a = cal.fingerprints(dev, sw)
+    a = fingerprints.fingerprints(dev, sw)
     monkeypatch.setattr(cal.platform, "node", lambda: "host-b")
-    b = cal.fingerprints(dev, sw)
+    b = fingerprints.fingerprints(dev, sw)
     assert a["launch"] != b["launch"]
     assert all(a[f] == b[f] for f in a if f != "launch")
 

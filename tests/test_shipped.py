@@ -26,3 +26,58 @@ def test_shipped_tile_choices_match_the_code(path):
                    and sec["fingerprint"] != tuning.fingerprint(triton_version,
                                                                 modules=tuning.SOURCES[k]))
     assert stale == sorted(k for (dev, k) in STALE if dev == path.stem), stale
+
+
+# (shipped calibration, family): why its entries predate the code (a GPU kind not lent since the
+# change); priced from on another machine, the predictions say so (prediction_stale)
+STALE_CALIBRATION = {
+    ("nvidia_h100_80gb_hbm3", f): "no H100 lent since the MoE routing kernels and the elementwise "
+    "micro-benchmark changed (2026-11-28); results/reference/moe_h100.md, 'Not done yet'"
+    for f in ("elementwise/torch", "elementwise/triton", "launch", "moe_gemm")}
+
+
+@pytest.mark.parametrize("path", sorted(SHIPPED_DIR.glob("*.json")), ids=lambda p: p.stem)
+def test_shipped_calibrations_match_the_code(path):
+    """Each shipped calibration's families were measured under the tree's code (fingerprints
+    recomputed with the calibration's own device, versions and host), or are listed in
+    ``STALE_CALIBRATION`` with the reason."""
+    from sweep.analysis.fingerprints import code_stale
+
+    stale = code_stale(json.loads(path.read_text()))
+    assert stale == sorted(f for (dev, f) in STALE_CALIBRATION if dev == path.stem), stale
+
+
+def test_a_stale_shipped_calibration_says_so_in_every_prediction(monkeypatch):
+    """Priced from a shipped calibration whose kernels changed after it was shipped (a family's
+    fingerprint edited here), a design's row says ``prediction_stale`` and names the family and
+    why in ``prediction_notes``, and the predicted table printed says so; from a current one,
+    neither."""
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis.hardware import load_spec
+    from sweep.analysis.pricing import Calibrated
+    from sweep.analysis.targets import predict_on
+    from zoo.config import ModelConfig
+
+    spec = load_spec("h200")
+    cfg = ModelConfig.from_name("llama3_2_1b").replace(kernels="triton")
+    wl = {"batch": 8, "prompt_len": 512, "new_tokens": 64}
+    real = store.shipped
+    have = real("NVIDIA H200")
+    assert store.shipped_for(spec).meta.get("stale") is None  # current (the test above)
+    row = predict_on(cfg, wl, spec, Calibrated(store.shipped_for(spec)))
+    assert row["prediction_stale"] is False and "stale" not in row["prediction_notes"]
+    fps = dict(have.meta["fingerprints"], moe_gemm="0" * 12)
+    monkeypatch.setattr(store, "shipped", lambda name: have.with_(
+        meta=dict(have.meta, fingerprints=fps)))
+    got = store.shipped_for(spec)
+    assert got.meta["stale"] == ["moe_gemm"]
+    row = predict_on(cfg, wl, spec, Calibrated(got))
+    assert row["prediction_stale"] is True
+    assert "stale calibration: moe_gemm" in row["prediction_notes"]
+    assert "shipped before these kernels changed" in row["prediction_notes"]
+    import pandas as pd
+
+    from sweep.report.tables import predicted_summary
+
+    shown = predicted_summary(pd.DataFrame([dict(row, state="COMPLETE")]))
+    assert "1 of 1 priced from a stale calibration: moe_gemm" in shown

@@ -540,7 +540,7 @@ def test_triton_interpreter_is_in_the_row_the_identity_and_the_fingerprints(tmp_
     it ran, a study's identity and the calibration's fingerprints carry it when set, and leave
     both as they were when not (the shipped calibrations' fingerprints keep matching)."""
     from kernels.switches import Switches
-    from sweep.caches.calibration import fingerprints
+    from sweep.analysis.fingerprints import fingerprints
     from sweep.common.env import detect_device, environment
 
     dev = detect_device("cpu")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..common.atomic import write_atomic, write_json
 from ..common.env import WORK, slug
+from .fingerprints import code_stale
 
 CAL_DIR = WORK / "results" / "calibration"
 SHIPPED_DIR = Path(__file__).resolve().parent / "calibrations"
@@ -67,14 +68,27 @@ def shipped(device_name: str) -> Calibration | None:
 
 def shipped_for(spec) -> Calibration | None:
     """The shipped calibration of the GPU a hardware ``spec`` describes (one
-    whose device name the spec's ``match`` patterns match), or None."""
+    whose device name the spec's ``match`` patterns match), its families stale under today's
+    code named (``with_code_staleness``), or None."""
     import re
 
     for meta_p in sorted(SHIPPED_DIR.glob("*.json")):
         meta = json.loads(meta_p.read_text())
         if any(re.search(p, meta.get("device", "")) for p in spec.match or []):
-            return shipped(meta["device"])
+            return with_code_staleness(shipped(meta["device"]))
     return None
+
+
+def with_code_staleness(have: Calibration | None) -> Calibration | None:
+    """A shipped calibration priced from as it is (on another machine, nothing measured again):
+    ``meta["stale"]`` lists its families measured under other code than the tree's
+    (``fingerprints.code_stale``), ``meta["stale_why"]`` says so; every prediction from it
+    carries them (``prediction_stale``, ``prediction_notes``). None stays None."""
+    stale = code_stale(have.meta) if have is not None else []
+    if not stale:
+        return have
+    return have.with_(meta=dict(have.meta, stale=stale, stale_why=(
+        "shipped before these kernels changed, measured again on that GPU's first use")))
 
 
 def load(device_name: str, where: Path | None = None, cal_dir: Path | None = None,

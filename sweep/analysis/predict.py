@@ -310,7 +310,8 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
         row["prediction_stale"] = bool(stale)
         if stale:
             calibration.notes.insert(0, "stale calibration: " + ", ".join(stale) + " measured "
-                                     "under other kernels or versions (calibration_policy=frozen)")
+                                     "under other kernels or versions ("
+                                     + m.get("stale_why", "calibration_policy=frozen") + ")")
         row["prediction_notes"] = "; ".join(calibration.notes)
     return row
 

@@ -21,7 +21,8 @@ def study_calibration(meta: dict, given, study_dir: Path) -> Calibrated | None:
     (its cache beside the study, else the one shipped for it), or None."""
     dev = meta.get("device") or (meta.get("env") or {}).get("device", "")
     have = given if given is not None else (
-        store.load(dev, cal_dir=study_dir.parent / "calibration") or store.shipped(dev))
+        store.load(dev, cal_dir=study_dir.parent / "calibration")
+        or store.with_code_staleness(store.shipped(dev)))
     return None if have is None else Calibrated(have)
 
 

@@ -34,96 +34,28 @@ were measured on, so a calibration shipped from, or transferred from, another ma
 fixed costs measured on this one (``host_costs``). When a family's fingerprint no longer
 matches, its rows are stale: ``ensure`` measures them again
 (``policy='auto'``), or with ``policy='frozen'`` measures nothing and says ``stale`` in the meta,
-which every prediction from it carries (``prediction_stale``). A changed kernel is never priced by
+which every prediction from it carries (``prediction_stale``; the fingerprints: ``sweep.analysis.
+fingerprints``). A changed kernel is never priced by
 its old time unknowingly.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import platform
 import time
 from pathlib import Path
 
-from kernels.tuning import fingerprint
-
 from ..analysis import calibration_store as store
 from ..analysis.calibration_store import CAL_DIR, VERSION, Calibration, load, paths, shipped
+from ..analysis.fingerprints import family, fingerprints, stale_families
 from ..analysis.needs import KEYS, merge, missing, needs
-from ..common.env import REPO, environment, triton_interpret, versions
+from ..common.env import environment
 from ..common.locks import cache_lock, device_lock
 from .grids import attn_grid, grid_needs
 
 POLICIES = ("auto", "frozen")
-
-_KERNELS = REPO / "kernels"
-_FIXED_COSTS = REPO / "sweep" / "measure" / "fixed_costs.py"  # the launch group's own code
-_MICROBENCH = REPO / "sweep" / "measure" / "microbench.py"  # the elementwise group's
-_MICROBENCH_MOE = REPO / "sweep" / "measure" / "microbench_moe.py"
-_MICROBENCH_MLA = REPO / "sweep" / "measure" / "microbench_mla.py"
-_ZOO = REPO / "zoo"
-
-
-def family(kind: str, impl=None, band: bool = False) -> str:
-    """The fingerprint family of an entry: ``decode_attn`` and ``elementwise`` by implementation
-    (``decode_attn/triton``), a local or sink layer's prefill attention (``band``) apart from
-    SDPA's (``prefill_attn/band``), the others by kind."""
-    if kind in ("decode_attn", "elementwise") and isinstance(impl, str):
-        return f"{kind}/{impl}"
-    return "prefill_attn/band" if kind == "prefill_attn" and band else kind
-
-
-def fingerprints(device: dict, switches) -> dict:
-    """The current fingerprint of every family on ``device`` under ``switches`` (a
-    ``kernels.switches.Switches``): what its entries' times depend on (see the module's text)."""
-    v = versions()
-    base = (device.get("name"), device.get("driver"), v["torch"], v.get("cuda"))
-    if triton_interpret():  # only when set: the shipped files' fingerprints stay as they are
-        base += ("triton_interpret",)
-    tri = v.get("triton")
-    sw = switches.to_dict()
-    tune = (sw["autotune"], sw["cold_tune"])
-
-    def k(*names):
-        return tuple(str(_KERNELS / f"{n}.py") for n in names)
-
-    every_kernel = k("decode_attention", "split_merge", "gemv", "decode_linear", "graph_timing",
-                     "rmsnorm", "rope", "swiglu", "kv_quant", "argmax", "qk_norm", "moe_route",
-                     "moe_align")
-    zoo = tuple(str(_ZOO / f"{n}.py") for n in ("model", "attention", "generate", "cache", "gqa",
-                                                 "norms", "experts")) + k("moe_gemm")
-    return {
-        "gemm": fingerprint(*base),
-        "prefill_attn": fingerprint(*base),
-        "prefill_attn/band": fingerprint(*base, tri, modules=k("prefill_attention")
-                                         + (str(_ZOO / "gqa.py"),)),
-        "decode_attn/torch": fingerprint(*base, modules=(str(_ZOO / "gqa.py"),)),
-        "decode_attn/triton": fingerprint(*base, tri, *tune, sw["pdl"],
-                                          modules=k("decode_attention", "split_merge", "rope",
-                                                    "graph_timing")),
-        "decode_attn/mla": fingerprint(*base, tri, modules=k("mla_decode", "split_merge",
-                                                             "graph_timing")
-                                       + (str(_MICROBENCH_MLA),)),
-        "moe_gemm": fingerprint(*base, tri, modules=k("moe_gemm", "moe_route", "moe_align",
-                                                      "split_merge")
-                                + (str(_MICROBENCH_MOE),)),
-        "gemv": fingerprint(*base, tri, *tune, sw["gemv_prefetch"], sw["gemv_w_ahead"], sw["pdl"],
-                            modules=k("gemv", "decode_linear", "graph_timing", "rmsnorm",
-                                      "swiglu")),
-        "elementwise/torch": fingerprint(*base, modules=k("rmsnorm", "rope", "swiglu",
-                                                          "kv_quant") + (str(_MICROBENCH),)),
-        "elementwise/triton": fingerprint(*base, tri, modules=k("rmsnorm", "rope", "swiglu",
-                                                                "kv_quant", "moe_gemm", "moe_align",
-                                                                "argmax")
-                                          + (str(_MICROBENCH),)),
-        # the host's own costs: another machine's CPU issues ops at another rate (the eager
-        # decode of one design read 2.3x the shipped H100's per-layer cost on an H200 host)
-        "launch": fingerprint(*base, tri, json.dumps(sw, sort_keys=True), platform.node(),
-                              modules=every_kernel + zoo + (str(_FIXED_COSTS),)),
-    }
-
 
 def _spec(device_type: str, quick: bool, switches, want: dict, base: list, grid: list,
           tuning_dir) -> dict:
@@ -138,14 +70,6 @@ def _spec(device_type: str, quick: bool, switches, want: dict, base: list, grid:
             "prefill_attn": [dict(zip(KEYS["prefill_attn"], k)) for k in want.get("prefill_attn",
                                                                                    [])],
             "moe_gemm": [dict(zip(KEYS["moe_gemm"], k)) for k in want.get("moe_gemm", [])]}
-
-
-def stale_families(meta: dict, current: dict) -> list[str]:
-    """The families whose recorded fingerprint differs from ``current`` (``fingerprints``); every
-    family of a calibration without fingerprints (measured before they were kept)."""
-    have = meta.get("fingerprints") or {}
-    return sorted(f for f in current if f in have and have[f] != current[f]) if have else \
-        sorted(current)
 
 
 def ensure(device: dict, items, switches, ceilings: dict | None = None,

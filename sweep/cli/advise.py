@@ -60,7 +60,7 @@ def _calibration(plan, path: str | None, device: dict):
         have = store.load_file(path)
     elif _is_device(plan.spec, device.get("name")):
         have = store.load(device["name"], cal_dir=plan.cache("calibration")) or \
-            store.shipped(device["name"])
+            store.with_code_staleness(store.shipped(device["name"]))
     else:
         have = store.shipped_for(plan.spec) or store.load(device.get("name", ""),
                                                       cal_dir=plan.cache("calibration"))

@@ -11,7 +11,8 @@ did not price are counted apart with the reason: the stage's (``{stage}_pred_rea
 Where the rows were profiled per module (``profile=modules``), ``modules`` gives per stage each
 module kind's share error (points, predicted - measured share of the stage) and how many designs
 have every module within 5 points. A ``.csv`` argument is a ``--csv`` file of an earlier check
-(its rows join the new ones, e.g. studies measured in separate device calls).
+(its rows join the new ones, e.g. studies measured in separate device calls). Rows measured
+while another process used the device (``contended``) are left out and counted.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..common.row import TIME, error, pred
+from ..common.row import CONTENDED, TIME, error, pred
 from ..common.stats import percentile
 from .tables import design_label, load_study
 
@@ -33,11 +34,17 @@ STAGES = TIME  # stage -> its measured time column
 
 def summary(df: pd.DataFrame) -> dict:
     """``{stage: {kind: {median_abs_pct, p90_abs_pct, mean_signed_pct, n}}}`` over ``df``'s
-    COMPLETE rows, for kinds ``calibrated`` and ``roofline``."""
+    COMPLETE rows, for kinds ``calibrated`` and ``roofline``; rows measured while another
+    process used the device (``contended``) left out, counted (``contended_left_out``), as
+    ``compare`` and ``compare_fronts`` judge nothing on them."""
     done = df[df["state"] == "COMPLETE"] if "state" in df else df
+    shared = done[CONTENDED].fillna(False).astype(bool) if CONTENDED in done else None
+    n_shared = int(shared.sum()) if shared is not None else 0
+    if n_shared:
+        done = done[~shared]
     out = {}
     for st in STAGES:
-        out[st] = {}
+        out[st] = {"contended_left_out": n_shared}
         for kind, col in (("calibrated", f"{st}_pred_error_pct"),
                           ("roofline", f"{st}_pred_error_pct_roofline")):
             e = done[col].astype(float).dropna() if col in done else pd.Series(dtype=float)
@@ -120,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
            "prediction_basis": sorted(df.get("prediction_basis", pd.Series(dtype=str))
                                       .dropna().unique().tolist())}
     print(json.dumps(res["summary"], indent=1))
+    if n := next(iter(res["summary"].values()))["contended_left_out"]:
+        print(f"{n} row(s) measured while another process used the device (contended): left out; "
+              "measure them again alone", file=sys.stderr)
     if a.out:
         Path(a.out).write_text(json.dumps(res, indent=1))
     if a.csv:

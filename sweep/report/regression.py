@@ -106,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         ValueError: ``--threshold`` outside [0, 1). FileNotFoundError: a path that is no study.
     """
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("paths", nargs="+", metavar="OLD NEW", help="two study folders or files")
-    ap.add_argument("--threshold", type=float, default=0.05)
+    ap.add_argument("paths", nargs="+", metavar="PATH",
+                    help="OLD and NEW: two study folders or trials files")
+    ap.add_argument("--threshold", type=float, default=0.05,
+                    help="the relative change beyond the spread that is a regression (0.05: 5%%)")
     a = ap.parse_args(argv)
     if len(a.paths) != 2:  # a shell glob that matched several folders (a predicted study too)
         raise ValueError(f"two result sets to compare, OLD and NEW; got {len(a.paths)}: "
@@ -116,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"--threshold={a.threshold}: a relative change in [0, 1) (0.05: 5%)")
     res = compare(load(a.paths[0]), load(a.paths[1]), a.threshold)
     if res.empty:
-        print("no designs in common")
+        print(f"error: {a.paths[0]} and {a.paths[1]} share no design (the same model, workload, "
+              "kernels and switches): nothing to compare", file=sys.stderr)
         return 2
     print(res.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     bad = res[res.regression]

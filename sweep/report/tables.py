@@ -210,4 +210,9 @@ def predicted_summary(df: pd.DataFrame, objectives: list[str] | None = None,
         out.insert(0, "front", ["*" if i in front else "" for i in out.index])
     text = out.head(most).to_string(index=False, float_format=lambda v: f"{v:.4g}")
     more = len(df) - min(most, len(out))
-    return text + (f"\n({more} more in the file)" if more > 0 else "")
+    stale = done[done["prediction_stale"].fillna(False).astype(bool)] \
+        if "prediction_stale" in done else done.iloc[:0]
+    why = (str(stale["prediction_notes"].iloc[0]).split(";")[0]
+           if len(stale) and "prediction_notes" in stale else "")
+    return (text + (f"\n({more} more in the file)" if more > 0 else "")
+            + (f"\n({len(stale)} of {len(done)} priced from a {why})" if len(stale) else ""))
