@@ -132,7 +132,8 @@ def shadow_predictions(plan) -> list:
             print(f"\nthe real designs ({sh['base'].name}, "
                   + ", ".join(f"{k.replace('_len', '')} {'per design' if k in per else wl[k]}"
                               for k in ("batch", "prompt_len"))
-                  + f"), PREDICTED on {spec.display or spec.name} (no GPU here; {path.name}):",
+                  + f", kernels={sh['base'].kernels}, mode={sh['mode']}), PREDICTED on "
+                  f"{spec.display or spec.name} (no GPU here; {path.name}):",
                   flush=True)
             print(predicted_summary(df, plan.objectives, plan.directions), flush=True)
     return out

@@ -48,6 +48,21 @@ def test_a_design_on_each_target_says_its_basis():
         "snapdragon_8_gen3"))["fits_memory"]
 
 
+def test_a_stage_the_public_fit_does_not_cover_says_so():
+    """A spec fitted on public decode measurements only (Snapdragon X Elite's NPU): its prefill
+    is the roofline x stated efficiencies with no interval, and the row's notes say so, where a
+    stage that has its fit carries its interval and no such note."""
+    spec = load_spec("snapdragon_x_elite_npu")
+    assert spec.fitted.get("decode") and not spec.fitted.get("prefill")
+    r = predict_on(ModelConfig.from_name("llama3_2_1b"),
+                   {"batch": 8, "prompt_len": 4096, "new_tokens": 64}, spec)
+    assert r["basis_kind"] == "fitted" and r["prefill_pred_ms"] == r["prefill_pred_ms_roofline"]
+    assert "prefill: no public prefill measurements fitted" in r["prediction_notes"]
+    assert "decode:" not in r["prediction_notes"]
+    assert r["decode_pred_ms_lo"] < r["decode_pred_ms"] < r["decode_pred_ms_hi"]
+    assert math.isnan(r.get("prefill_pred_ms_lo", math.nan))
+
+
 def test_config_of_a_row_round_trips():
     from sweep.objective import design_columns
 

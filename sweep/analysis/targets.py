@@ -169,14 +169,17 @@ def _fitted(cfg: ModelConfig, workload: dict, spec, ceil: dict) -> dict:
     time from ``fitted_step`` (its modules the roofline's shares of it, the fixed part
     as ``launch_overhead``) and its interval ``[t / (1 + w), t x (1 + w)]``, re-centred on it,
     ``w`` the fit's leave-one-chip-out half-width (``loo_half_width_pct``; a stage without a
-    fit keeps the roofline x stated efficiencies)."""
+    fit keeps the roofline x stated efficiencies, said in ``prediction_notes``)."""
     B, T, N = workload["batch"], workload["prompt_len"], workload["new_tokens"]
     row = predict(cfg, workload, spec, None, ceilings=ceil)
     skew = workload.get("routing_skew", 0.0)
     for stage, st in (("prefill", counts.prefill(cfg, B, T, skew)),
                       ("decode", counts.decode_mean(cfg, B, T, N, skew))):
         f = spec.fitted.get(stage)
-        if not f:
+        if not f:  # said: the row's basis is the other stage's fit
+            row["prediction_notes"] = "; ".join(filter(None, [
+                row.get("prediction_notes"), f"{stage}: no public {stage} measurements fitted "
+                f"for {spec.name}: the roofline x its stated efficiencies, no interval"]))
             continue
         t = fitted_step(f, stage, cfg, st, spec.peak_bytes_s, _peak(spec, cfg.dtype)) * 1e3
         fixed = cfg.n_layers * f["per_layer_s"] * 1e3
