@@ -38,6 +38,7 @@ def test_a_design_on_each_target_says_its_basis():
         kind = "fitted" if load_spec(t).fitted else "roofline"
         assert r["basis_kind"] == kind and t in r["prediction_basis"], t
         assert r["decode_tpot_ms"] > 0 and r["decode_tok_s"] > 0 and r["fits_memory"], t
+        assert r["decode_bound"] in ("memory-bound", "compute-bound", "overhead-bound"), t
     # decode at batch 1 is bandwidth-bound: a faster memory is a faster decode
     assert rows["mi325x"]["decode_tpot_ms"] < rows["mi300x"]["decode_tpot_ms"]
     assert rows["m4_max"]["decode_tok_s"] > rows["m3_max"]["decode_tok_s"]

@@ -21,7 +21,8 @@ Figures (the results-row names a measured study has, so fronts compare): ``ttft_
 ``prefill_tok_s``, ``decode_j_per_token`` (TDP x TPOT / batch: an upper bound at the board's
 power limit; NaN where no TDP is stated),
 ``fits_memory`` (weights + the workload's static KV cache <= ``memory_gb``), ``decode_bound``
-(``compute``/``memory``/``overhead``: the largest of the roofline's terms), ``prediction_basis``.
+(``compute-bound``/``memory-bound``/``overhead-bound``, as a measured row says it: the largest of
+the roofline's terms), ``prediction_basis``.
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
            energy("decode"): (spec.tdp_w * tpot * 1e-3 / B if math.isfinite(spec.tdp_w)
                               else math.nan),
            "memory_needed_bytes": need, "fits_memory": bool(need <= spec.memory_gb * 1e9),
-           "decode_bound": bound, "prediction_basis": basis, "basis_kind": kind,
+           "decode_bound": f"{bound}-bound", "prediction_basis": basis, "basis_kind": kind,
            "prediction_notes": row.get("prediction_notes", ""),
            "prediction_stale": row.get("prediction_stale", False),
            # from the stages' intervals (calibrated, transferred, fitted); stated efficiencies: low

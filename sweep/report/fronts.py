@@ -33,7 +33,7 @@ from ..common.atomic import write_text
 from ..common.env import WORK, slug
 from ..common.row import CONTENDED
 from .labels import label as words
-from .plots import write_html
+from .plots import pyplot, write_html
 from .tables import design_label, front_rows, load_study
 
 
@@ -158,10 +158,7 @@ def plot(studies: list[tuple[str, dict, pd.DataFrame]], table: pd.DataFrame, obj
     """Overlay of every study's designs (small) and front (line) in the plane of the first two
     objectives: ``fronts.png`` and, with plotly, ``fronts.html``, both titled ``title`` (what is
     compared, the workload, measured or predicted; default: the studies' names)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     x, y = (objectives[1], objectives[0]) if len(objectives) > 1 else (objectives[0],) * 2
     every = pd.concat([df for _, _, df in studies], ignore_index=True)

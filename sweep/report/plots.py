@@ -20,6 +20,20 @@ from .labels import label, si, spread
 from .tables import design_label, pareto_mask
 
 
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend (files only), matplotlib's own INFO lines (a
+    fresh machine's font cache being built) kept off the study's console."""
+    import logging
+
+    import matplotlib
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def caption(df: pd.DataFrame) -> str:
     """``device; batch B, prompt T, N new tokens; kernels K, mode M, KV dtype`` of a study's rows
     (each value as the rows hold it; several values joined with ``/``); for predicted rows
@@ -71,10 +85,7 @@ def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], 
     points marked, not joined. Points are numbered with a key only up to ``LABELLED_MOST``;
     error bars (the spread of repeats) only for measured rows. Returns the paths.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out_dir.mkdir(parents=True, exist_ok=True)
     x_name = objectives[1] if len(objectives) > 1 else "params_non_embedding"
@@ -175,10 +186,7 @@ def roofline_plot(df: pd.DataFrame, out_dir: Path, title: str = "") -> Path | No
     bytes measured by Nsight Compute where the trial was profiled) and achieved FLOP/s, under the
     measured and datasheet ceilings (bandwidth slope, compute roof), numbered by trial with a key.
     Writes ``roofline.png``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     need = {"prefill_arith_intensity", "prefill_flop_s", "decode_arith_intensity", "decode_flop_s"}
