@@ -183,3 +183,17 @@ def no_process_left_behind(request):
         except ProcessLookupError:
             pass
     assert not left, f"processes of the project left behind: {left}"
+
+
+@pytest.fixture(scope="module")
+def device_free():
+    """Another job's use of the device not sampled (``sweep.measure.contention.sample`` says
+    none) for a module whose calibrations judge what is measured, cached and measured again:
+    under ``pytest -n 2`` the other worker's load would flag entries ``contended`` and a later
+    ensure measure them again when it finds the device free (tested on its own in
+    ``tests/test_caches.py``)."""
+    from sweep.measure import contention
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(contention, "sample", lambda device: "")
+        yield

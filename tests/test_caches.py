@@ -13,6 +13,7 @@ import pytest
 from sweep.analysis import calibration_store as store
 from sweep.caches import calibration as cal
 from sweep.common.env import REPO
+from sweep.common.row import CONTENDED
 
 # One process topping up the CPU calibration with its own five GEMM shapes: the measurement
 # child replaced by rows written after a pause, long enough for the other process to come in
@@ -41,6 +42,10 @@ TOP_UP = textwrap.dedent("""
     cal.attn_grid = lambda *a, **k: []
     cal.ensure({"type": "cpu", "name": "cpu"}, [], Switches(), cal_dir=d, quick=True)
 """)
+
+
+# the calibrations here judge what is measured, cached and measured again (conftest.device_free)
+pytestmark = pytest.mark.usefixtures("device_free")
 
 
 def test_two_processes_top_up_one_calibration_at_once(tmp_path):
@@ -342,3 +347,45 @@ def test_a_group_with_one_family_gone_stale_is_measured_again(tmp_path, monkeypa
     specs.clear()
     cal.ensure({"type": "cpu", "name": "cpu"}, [], Switches(), cal_dir=tmp_path, quick=True)
     assert specs == []
+
+
+def test_calibration_entries_measured_beside_another_job_are_measured_again(tmp_path,
+                                                                            monkeypatch):
+    """Entries measured while another job used the device are used and kept, flagged
+    ``contended``, and measured again by the next study that finds the device free (a busy
+    CPU's calibration read every later study's predictions 247% off); while it is still busy,
+    kept as they are."""
+    from kernels.switches import Switches
+    from sweep.measure import calibration_run as run_cal
+    from sweep.measure import contention
+
+    runs = []
+
+    def fake_run(spec, out, timeout_s, on_line=None):
+        runs.append(spec)
+        pd.DataFrame([dict(kind=g, op="rmsnorm" if g == "elementwise" else "graph_kernel",
+                           impl="torch" if g == "elementwise" else None, time_s=1e-6,
+                           time_s_min=1e-6, time_s_p90=1e-6) for g in spec["base"]]
+                     ).to_parquet(out)
+        return 0, ""
+
+    busy = ["2.0 of 2 cores busy with other processes"]
+    monkeypatch.setattr(run_cal, "run", fake_run)
+    monkeypatch.setattr(contention, "sample", lambda device: busy[0])
+    monkeypatch.setattr(cal, "needs", lambda items, device_type: {})
+    monkeypatch.setattr(cal, "attn_grid", lambda *a, **k: [])
+    dev, lines = {"type": "cpu", "name": "cpu"}, []
+    first = cal.ensure(dev, [], Switches(), cal_dir=tmp_path, quick=True, log=lines.append,
+                       from_shipped=False)
+    assert len(runs) == 1 and first.table[CONTENDED].all()
+    assert any("used now, measured again when it is free" in m for m in lines), lines
+    cal.ensure(dev, [], Switches(), cal_dir=tmp_path, quick=True, log=lines.append)
+    assert len(runs) == 1  # still busy: kept
+    busy[0] = ""
+    again = cal.ensure(dev, [], Switches(), cal_dir=tmp_path, quick=True, log=lines.append)
+    assert len(runs) == 2 and not again.table[CONTENDED].any()
+    assert len(again.table) == len(first.table)  # replaced, not doubled
+    assert any("measured while another job used the device: measured again" in m
+               for m in lines), lines
+    cal.ensure(dev, [], Switches(), cal_dir=tmp_path, quick=True, log=lines.append)
+    assert len(runs) == 2

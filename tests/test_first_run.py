@@ -48,8 +48,12 @@ def test_a_study_plans_its_calibration_in_bounded_time():
     assert todo == want and grid  # nothing cached: all of it, and a fit's grid
 
 
+# the calibrations here judge what is measured, cached and measured again (conftest.device_free)
+pytestmark = pytest.mark.usefixtures("device_free")
+
+
 @pytest.fixture(scope="module")
-def cpu_cal(tmp_path_factory):
+def cpu_cal(tmp_path_factory, device_free):
     """A quick CPU calibration of two tiny designs, in a folder of its own."""
     d = tmp_path_factory.mktemp("cal")
     items = [(TINY, WL, "eager")]

@@ -36,7 +36,9 @@ matches, its rows are stale: ``ensure`` measures them again
 (``policy='auto'``), or with ``policy='frozen'`` measures nothing and says ``stale`` in the meta,
 which every prediction from it carries (``prediction_stale``; the fingerprints: ``sweep.analysis.
 fingerprints``). A changed kernel is never priced by
-its old time unknowingly.
+its old time unknowingly. Entries measured while another job used the device
+(``sweep.measure.contention``) are used and kept, flagged ``contended``, and measured again by
+the next study that finds the device free.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ from ..analysis.fingerprints import family, fingerprints, stale_families
 from ..analysis.needs import KEYS, merge, missing, needs
 from ..common.env import environment
 from ..common.locks import cache_lock, device_lock
+from ..common.row import CONTENDED
+from ..measure import contention
 from .grids import attn_grid, grid_needs
 
 POLICIES = ("auto", "frozen")
@@ -152,6 +156,12 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
         log(f"calibration: {', '.join(stale)} measured under other kernels, versions or on another "
             "host: measured again")
         table, stale = table[~table.family.isin(stale)] if table is not None else None, []
+    if table is not None and policy == "auto" and CONTENDED in table \
+            and table[CONTENDED].any() and not contention.sample(device):
+        log(f"calibration: {int(table[CONTENDED].sum())} entries measured while another job used "
+            "the device: measured again")  # (while it is still busy: kept)
+        dropped = dropped + sorted(set(table.family[table[CONTENDED]]))
+        table = table[~table[CONTENDED]]
     want = needs(items, device["type"])
     if full:
         want = merge(want, grid_needs(items, device["type"]))
@@ -182,7 +192,8 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
     part = out.with_name(out.name + ".partial")
     failed, cut = None, False
     try:
-        with device_lock(device, log):  # no trial of another study measures meanwhile
+        # no trial of another study measures meanwhile; another job's use of the device seen
+        with contention.measuring(device, log) as use:
             rc, tail = run_cal.run(spec, out, timeout_s, on_line)
         if rc != 0 or not out.exists():
             failed = f"calibration failed: {tail}"
@@ -200,6 +211,10 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
         raise RuntimeError(failed)
     new = pd.read_parquet(out)
     out.unlink(missing_ok=True)
+    if use.get("contended"):  # used now, measured again once the device is free
+        log(f"calibration: measured while another job used the device "
+            f"({use['contended_evidence']}): used now, measured again when it is free")
+        new[CONTENDED] = True
     new = _again(new, table, device, quick, switches, tuning_dir, out, timeout_s, on_line, log)
     saved = _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings,
                   time.time() - t0)
@@ -245,6 +260,8 @@ def _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings, wal
         new["family"] = [family(k, i, b and k == "prefill_attn") for k, i, b in
                          zip(new.kind, new.get("impl", [None] * len(new)), band)]
     table = new if table is None else pd.concat([table, new], ignore_index=True)
+    if CONTENDED in table:  # (rows measured alone, or before it was kept: False)
+        table[CONTENDED] = table[CONTENDED].astype("boolean").fillna(False).astype(bool)
     wall = round(wall, 1)
     meta = {**{k: v for k, v in meta.items() if k not in ("stale", "measured_now")},
             "device": device["name"], "driver": device.get("driver"), **environment(device),
