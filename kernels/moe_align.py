@@ -148,8 +148,8 @@ def _topk_one_row(p, rows, rmask, cols, w_ptr, idx_ptr, TOPK: tl.constexpr,
     # whose max is the value and the lowest column holding it; under RENORM the weights stored
     # after the k picks, from the tile (a pick's column marked with its rank). Measured on an
     # H200 (2026-11-28, results/reference/moe_h100.md): OLMoE-1B-7B's and Qwen3-30B-A3B's
-    # batch-1 steps 0.6-0.7% and 0.8% shorter in two runs; in every row, at 8 to 64 rows the
-    # packed max and the tile's store took 1-7 us longer, so more rows keep the two passes
+    # batch-1 steps 0.6-0.7% and 0.8% shorter in two runs; taken by every tile, it made 8 to
+    # 64 rows 1-7 us slower (the packed max, the tile's store), so more rows keep two passes
     low = (2147483647 - cols)[None, :].to(tl.int64)  # 31 bits, decreasing in the column
     key = (p.to(tl.int32, bitcast=True).to(tl.int64) << 32) | low
     total = tl.zeros(rows.shape, dtype=tl.float32)

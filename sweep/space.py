@@ -176,8 +176,8 @@ def violations(constraints: dict, analytic: dict) -> list[str]:
         v = analytic[key]
         lo, hi = band.get("low"), band.get("high")
         if (lo is not None and v < lo) or (hi is not None and v > hi):
-            out.append(f"{key} = {v:.4g} outside [{lo if lo is not None else '-inf'}, "
-                       f"{hi if hi is not None else 'inf'}]")
+            out.append(f"{key} = {v:.4g} outside [{f'{lo:.4g}' if lo is not None else '-inf'}, "
+                       f"{f'{hi:.4g}' if hi is not None else 'inf'}]")
     return out
 
 

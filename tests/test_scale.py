@@ -27,7 +27,7 @@ def test_constraint_prunes_before_any_work(tmp_path):
     pruned = df[df.state == "PRUNED"]
     assert list(pruned.ffn_dim) == [704]
     assert pruned.fail_reason.iloc[0].startswith(
-        "pruned: params_non_embedding = 6.232e+05 outside [-inf, 600000.0]")
+        "pruned: params_non_embedding = 6.232e+05 outside [-inf, 6e+05]")
     n = int(pruned.number.iloc[0])
     assert not (plan.results / "trials" / f"{n:04d}").exists()  # no child was started
     assert (df[df.state == "COMPLETE"].params_non_embedding <= 6e5).all()

@@ -34,11 +34,10 @@ were measured on, so a calibration shipped from, or transferred from, another ma
 fixed costs measured on this one (``host_costs``). When a family's fingerprint no longer
 matches, its rows are stale: ``ensure`` measures them again
 (``policy='auto'``), or with ``policy='frozen'`` measures nothing and says ``stale`` in the meta,
-which every prediction from it carries (``prediction_stale``; the fingerprints: ``sweep.analysis.
-fingerprints``). A changed kernel is never priced by
-its old time unknowingly. Entries measured while another job used the device
-(``sweep.measure.contention``) are used and kept, flagged ``contended``, and measured again by
-the next study that finds the device free.
+which every prediction from it carries (``prediction_stale``; the fingerprints:
+``sweep.analysis.fingerprints``). A changed kernel is never priced by its old time unknowingly.
+Entries measured while another job used the device (``sweep.measure.contention``) are used and
+kept, flagged ``contended``, and measured again by the next study that finds the device free.
 """
 
 from __future__ import annotations

@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     for w in summary["warnings"]:
         print(f"warning: {w}")
     print(f"objectives: {', '.join(f'{o} ({d})' for o, d in zip(objectives, directions))}; "
-          f"reference point {summary['reference_point']}")
+          "reference point [" + ", ".join(f"{v:.4g}" for v in summary["reference_point"]) + "]")
     hv = pd.DataFrame([{"study": k, **v} for k, v in summary["studies"].items()])
     print(hv.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print()
