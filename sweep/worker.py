@@ -89,8 +89,8 @@ def work(plan, target: int) -> int:
     worker ran."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = open_study(plan)
-    objective = Objective(plan, measure_ceilings(plan.device, cache_dir=plan.cache("ceilings")),
-                          target)
+    objective = Objective(plan, measure_ceilings(plan.device, cache_dir=plan.cache("ceilings"),
+                                                 again_if_contended=False), target)
     return run_trials(study, objective, grid_of(plan.space, plan.base) if plan.queue_only else None,
                       target)
 

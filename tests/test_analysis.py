@@ -73,6 +73,6 @@ def test_prediction_check_leaves_out_the_contended_rows():
                        "decode_pred_error_pct": [2.0, 250.0, -4.0],
                        "prefill_pred_error_pct": [1.0, 90.0, 1.0]})
     got = summary(df)
-    assert got["decode"]["calibrated"]["n"] == 2 and got["decode"]["contended_left_out"] == 1
+    assert got["decode"]["calibrated"]["n"] == 2 and got["contended_left_out"] == 1
     assert got["decode"]["calibrated"]["median_abs_pct"] == 3.0
     assert summary(df.drop(columns=["contended"]))["decode"]["calibrated"]["n"] == 3

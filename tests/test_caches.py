@@ -37,6 +37,7 @@ TOP_UP = textwrap.dedent("""
         return 0, ""
 
     run_cal.run = fake_run
+    cal.contention.sample = lambda device: ""  # (this test: two processes at once, not a load)
     cal.needs = lambda items, device_type: {
         "gemm": [(100 * tag + i, 64, 64, "fp32") for i in range(5)]}
     cal.attn_grid = lambda *a, **k: []
@@ -147,6 +148,14 @@ def test_ceilings_measured_beside_another_job_are_measured_again_next_time(tmp_p
     first = cached.measure_ceilings(dev, cache_dir=tmp_path, on_line=lines.append)
     assert first["contended_evidence"] == f"before: {busy[0]}; after: {busy[0]}"
     assert any("measured again next time" in m for m in lines), lines
+    # a study's worker takes them as cached; a measurement that fails falls back to them
+    assert cached.measure_ceilings(dev, cache_dir=tmp_path, again_if_contended=False) == first
+    real = ceilings.run
+    monkeypatch.setattr(ceilings, "run", lambda *a, **k: (_ for _ in ()).throw(
+        RuntimeError("child died")))
+    assert cached.measure_ceilings(dev, cache_dir=tmp_path, on_line=lines.append) == first
+    monkeypatch.setattr(ceilings, "run", real)
+    assert len(runs) == 1
     busy[0] = ""
     second = cached.measure_ceilings(dev, cache_dir=tmp_path, on_line=lines.append)
     assert len(runs) == 2 and "contended_evidence" not in second
@@ -385,7 +394,47 @@ def test_calibration_entries_measured_beside_another_job_are_measured_again(tmp_
     again = cal.ensure(dev, [], Switches(), cal_dir=tmp_path, quick=True, log=lines.append)
     assert len(runs) == 2 and not again.table[CONTENDED].any()
     assert len(again.table) == len(first.table)  # replaced, not doubled
-    assert any("measured while another job used the device: measured again" in m
+    assert any("used the device: those this study needs are measured again" in m
                for m in lines), lines
     cal.ensure(dev, [], Switches(), cal_dir=tmp_path, quick=True, log=lines.append)
     assert len(runs) == 2
+
+
+def test_contended_entries_a_study_does_not_need_are_kept(tmp_path, monkeypatch):
+    """Finding the device free, a study measures again only the contended entries it needs:
+    the others stay, still flagged (a later study that needs them measures them), and none is
+    doubled; each measured-again entry replaces its contended row."""
+    from kernels.switches import Switches
+    from sweep.measure import calibration_run as run_cal
+    from sweep.measure import contention
+
+    runs = []
+
+    def fake_run(spec, out, timeout_s, on_line=None):
+        runs.append(spec)
+        rows = [dict(kind="gemm", M=m, N=n, K=k, dtype="fp32", time_s=1e-6, time_s_min=1e-6,
+                     time_s_p90=1e-6) for m, n, k in spec["gemm"]]
+        rows += [dict(kind=g, op="rmsnorm" if g == "elementwise" else "graph_kernel",
+                      impl="torch" if g == "elementwise" else None, time_s=1e-6)
+                 for g in spec["base"]]
+        pd.DataFrame(rows).to_parquet(out)
+        return 0, ""
+
+    a, b = (8, 64, 64, "fp32"), (8, 128, 64, "fp32")
+    want = [{"gemm": [a, b]}]
+    busy = ["2.0 of 2 cores busy with other processes"]
+    monkeypatch.setattr(run_cal, "run", fake_run)
+    monkeypatch.setattr(contention, "sample", lambda device: busy[0])
+    monkeypatch.setattr(cal, "needs", lambda items, device_type: want[0])
+    monkeypatch.setattr(cal, "attn_grid", lambda *a, **k: [])
+    dev = {"type": "cpu", "name": "cpu"}
+    first = cal.ensure(dev, [], Switches(), cal_dir=tmp_path, quick=True, from_shipped=False)
+    assert first.table[CONTENDED].all() and (first.table.kind == "gemm").sum() == 2
+    busy[0], want[0] = "", {"gemm": [a]}
+    got = cal.ensure(dev, [], Switches(), cal_dir=tmp_path, quick=True).table
+    assert [list(map(int, g)) for g in runs[-1]["gemm"]] == [list(a[:3])]
+    gemm = got[got.kind == "gemm"].set_index("N")[CONTENDED]
+    assert gemm.to_dict() == {64: False, 128: True}  # a measured again, b kept, none doubled
+    again = cal.ensure(dev, [], Switches(), cal_dir=tmp_path, quick=True)
+    assert len(runs) == 2  # a clean now, b not needed: nothing measured
+    assert len(again.table) == len(got)

@@ -37,7 +37,8 @@ matches, its rows are stale: ``ensure`` measures them again
 which every prediction from it carries (``prediction_stale``; the fingerprints:
 ``sweep.analysis.fingerprints``). A changed kernel is never priced by its old time unknowingly.
 Entries measured while another job used the device (``sweep.measure.contention``) are used and
-kept, flagged ``contended``, and measured again by the next study that finds the device free.
+kept, flagged ``contended``, and measured again by the next study that needs them and finds the
+device free (the others kept, still flagged).
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ from ..measure import contention
 from .grids import attn_grid, grid_needs
 
 POLICIES = ("auto", "frozen")
+# the families measured as groups (launch, elementwise): one of their rows measured again, the
+# group is measured whole
+GROUP_FAMILIES = {"launch", "elementwise/torch", "elementwise/triton"}
 
 def _spec(device_type: str, quick: bool, switches, want: dict, base: list, grid: list,
           tuning_dir) -> dict:
@@ -155,16 +159,16 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
         log(f"calibration: {', '.join(stale)} measured under other kernels, versions or on another "
             "host: measured again")
         table, stale = table[~table.family.isin(stale)] if table is not None else None, []
-    if table is not None and policy == "auto" and CONTENDED in table \
-            and table[CONTENDED].any() and not contention.sample(device):
-        log(f"calibration: {int(table[CONTENDED].sum())} entries measured while another job used "
-            "the device: measured again")  # (while it is still busy: kept)
-        dropped = dropped + sorted(set(table.family[table[CONTENDED]]))
-        table = table[~table[CONTENDED]]
+    redo = (table is not None and policy == "auto" and CONTENDED in table
+            and bool(table[CONTENDED].any()) and not contention.sample(device))
+    if redo:  # those this study needs measured again, the rest kept (while busy: all kept)
+        log(f"calibration: {int(table[CONTENDED].sum())} entries were measured while another job "
+            "used the device: those this study needs are measured again")
+        dropped = dropped + sorted(set(table.family[table[CONTENDED]]) & GROUP_FAMILIES)
     want = needs(items, device["type"])
     if full:
         want = merge(want, grid_needs(items, device["type"]))
-    todo = missing(table, want)
+    todo = missing(table[~table[CONTENDED]] if redo else table, want)
     base = []  # groups measured as one: absent, or one of their families dropped, then whole,
     # its kept rows replaced (with elementwise/torch kept, the Triton norms went unpriced)
     for g, fams in (("launch", ["launch"]),
@@ -203,8 +207,10 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
         new = pd.read_parquet(part) if part.exists() else None
         part.unlink(missing_ok=True)
         if new is not None and len(new):
-            _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings,
-                  time.time() - t0)
+            if use.get("contended"):
+                new[CONTENDED] = True
+            _save(meta_p, tab_p, meta, _kept(table, new) if redo else table, new, device, quick,
+                  current, ceilings, time.time() - t0)
             if cut:
                 raise CalibrationCut(f"{failed}; {len(new)} entries measured and saved")
         raise RuntimeError(failed)
@@ -215,9 +221,32 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
             f"({use['contended_evidence']}): used now, measured again when it is free")
         new[CONTENDED] = True
     new = _again(new, table, device, quick, switches, tuning_dir, out, timeout_s, on_line, log)
-    saved = _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings,
-                  time.time() - t0)
+    saved = _save(meta_p, tab_p, meta, _kept(table, new) if redo else table, new, device, quick,
+                  current, ceilings, time.time() - t0)
     return saved.with_(meta=dict(saved.meta, stale=[], measured_now=len(new)))
+
+
+def _kept(table, new):
+    """``table`` less its rows flagged ``contended`` whose entry ``new`` measured again."""
+    import pandas as pd
+
+    from ..analysis.needs import norm_value, with_defaults
+
+    def keys(df, kind):
+        df = with_defaults(df, kind)
+        cols = list(KEYS[kind])
+        if not all(c in df for c in cols):
+            return [None] * len(df)
+        return [tuple(norm_value(v) for v in r) for r in df[cols].itertuples(index=False)]
+
+    gone = pd.Series(False, index=table.index)
+    for kind in KEYS:
+        old = table[(table.kind == kind) & table[CONTENDED].astype(bool)]
+        fresh = new[new.kind == kind] if "kind" in new else new.iloc[:0]
+        if len(old) and len(fresh):
+            have = set(keys(fresh, kind))
+            gone[old.index] = [k is not None and k in have for k in keys(old, kind)]
+    return table[~gone]
 
 
 def _again(new, table, device, quick, switches, tuning_dir, out, timeout_s, on_line, log):
@@ -243,6 +272,8 @@ def _again(new, table, device, quick, switches, tuning_dir, out, timeout_s, on_l
         return new
     again = pd.read_parquet(out)
     out.unlink(missing_ok=True)
+    if CONTENDED in new:  # (measured right after: as the rows it replaces)
+        again[CONTENDED] = bool(new[CONTENDED].any())
     odd = set(odd)
     drop = [kind == "gemm" and (m, n, k, dt) in odd for kind, m, n, k, dt in
             zip(new.kind, new.M, new.N, new.K, new["dtype"])]
@@ -274,8 +305,8 @@ def _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings, wal
     cl = {k: v for k, v in (ceilings or {}).items()
           if k in ("copy_bytes_s", "gemm_flops_bf16", "gemm_flops_fp16", "gemm_flops_fp32",
                    "gemm_flops_bf16_sustained", "power_onset_s")}
-    if cl:
-        meta["ceilings"] = cl
+    if cl and not ceilings.get("contended_evidence"):  # (measured beside another job: the
+        meta["ceilings"] = cl  # ones kept before stay; transfers and ridges read them)
     cal = Calibration(meta, table)
     store.write(meta_p, tab_p, cal)
     return cal

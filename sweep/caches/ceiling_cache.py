@@ -20,7 +20,8 @@ CEILINGS_DIR = WORK / "results" / "ceilings"
 
 
 def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300,
-                     cache_dir: Path | None = None, on_line=None) -> dict:
+                     cache_dir: Path | None = None, on_line=None,
+                     again_if_contended: bool = True) -> dict:
     """Measured copy bandwidth (bytes/s) and GEMM rates (FLOP/s per dtype) of ``device``, cached.
 
     Measured the first time for a device in a child process (``sweep.measure.ceilings``: no CUDA
@@ -29,7 +30,9 @@ def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300
     (``gemm_flops_bf16_sustained``, ``power_onset_s``) is measured again. Measured while another
     job used the device (``sweep.measure.contention``: busy cores, another GPU process), they
     serve this study with ``contended_evidence`` and the cache is measured again next time (a
-    busy CPU's copy rate read 9.4 GB/s against 37.5 idle, and every later study's MBU with it).
+    busy CPU's copy rate read 9.4 GB/s against 37.5 idle, and every later study's MBU with it);
+    ``again_if_contended=False`` takes them as cached (a study's worker: the study measured them
+    once for all its workers). A measurement that fails falls back to such a cache.
 
     Returns:
         ``{"copy_bytes_s", "gemm_flops_<dtype>", ..., "env": {...}}`` (and
@@ -43,13 +46,14 @@ def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300
     path = cache_dir / f"{slug(device['name'])}.json"
     say = on_line or (lambda m: print(m, flush=True))
     with cache_lock(path, f"the ceilings of {device['name']}", say):  # one measurement at a time
+        have = None
         if path.exists() and not refresh:
             try:
                 have = json.loads(path.read_text())
             except ValueError as e:  # a truncated or empty file: measured again, saying so
                 say(f"ceilings: the cache {path} is unreadable ({e}): measured again")
                 have = None
-            if isinstance(have, dict) and have.get("contended_evidence"):
+            if isinstance(have, dict) and have.get("contended_evidence") and again_if_contended:
                 say(f"ceilings: the cached ones were measured while another job used the device "
                     f"({have['contended_evidence']}): measured again")
             elif isinstance(have, dict) and (device["type"] != "cuda" or "power_onset_s" in have):
@@ -58,7 +62,8 @@ def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300
             with contention.measuring(device, say) as use:  # holds the device's lock
                 res = ceilings.run(device["type"], timeout_s, on_line=on_line)
         except RuntimeError as e:
-            return {"error": str(e)}
+            return have if isinstance(have, dict) and have.get("contended_evidence") \
+                else {"error": str(e)}
         if use.get("contended"):  # kept for this study, with the evidence: measured again next
             res = dict(res, contended_evidence=use["contended_evidence"])
             say(f"ceilings: measured while another job used the device "

@@ -190,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             if here:
                 write_json(out / "anchors.json", here)
     elif a.measured:  # priced where it was measured: that device's cached calibration
-        have = store.load(dev["name"], cal_dir=root / "calibration") or store.shipped(dev["name"])
+        have = store.load(dev["name"], cal_dir=root / "calibration") or \
+            store.with_code_staleness(store.shipped(dev["name"]))
         if have is None:
             raise FileNotFoundError(f"no calibration of {dev['name']} under {root}")
         c = pricing.Calibrated(have)

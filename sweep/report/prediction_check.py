@@ -35,16 +35,16 @@ STAGES = TIME  # stage -> its measured time column
 def summary(df: pd.DataFrame) -> dict:
     """``{stage: {kind: {median_abs_pct, p90_abs_pct, mean_signed_pct, n}}}`` over ``df``'s
     COMPLETE rows, for kinds ``calibrated`` and ``roofline``; rows measured while another
-    process used the device (``contended``) left out, counted (``contended_left_out``), as
-    ``compare`` and ``compare_fronts`` judge nothing on them."""
+    process used the device (``contended``) left out, counted (``"contended_left_out"``, beside
+    the stages), as ``compare`` and ``compare_fronts`` judge nothing on them."""
     done = df[df["state"] == "COMPLETE"] if "state" in df else df
     shared = done[CONTENDED].fillna(False).astype(bool) if CONTENDED in done else None
     n_shared = int(shared.sum()) if shared is not None else 0
     if n_shared:
         done = done[~shared]
-    out = {}
+    out: dict = {"contended_left_out": n_shared}
     for st in STAGES:
-        out[st] = {"contended_left_out": n_shared}
+        out[st] = {}
         for kind, col in (("calibrated", f"{st}_pred_error_pct"),
                           ("roofline", f"{st}_pred_error_pct_roofline")):
             e = done[col].astype(float).dropna() if col in done else pd.Series(dtype=float)
@@ -74,8 +74,10 @@ def modules(df: pd.DataFrame, within_pts: float = 5.0) -> dict:
     """``{stage: {module: {median_abs_pts, max_abs_pts}, designs, designs_within}}`` over the
     COMPLETE rows with ``{stage}_share_err_pts_max`` (profiled per module); rows whose graph
     replay could not be matched to the eager run (eager kernel durations, not the graph's) are
-    counted under ``excluded``."""
+    counted under ``excluded``; contended rows left out (``summary``)."""
     done = df[df["state"] == "COMPLETE"] if "state" in df else df
+    if CONTENDED in done:
+        done = done[~done[CONTENDED].fillna(False).astype(bool)]
     out = {}
     for st in STAGES:
         col = f"{st}_share_err_pts_max"
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
            "prediction_basis": sorted(df.get("prediction_basis", pd.Series(dtype=str))
                                       .dropna().unique().tolist())}
     print(json.dumps(res["summary"], indent=1))
-    if n := next(iter(res["summary"].values()))["contended_left_out"]:
+    if n := res["summary"]["contended_left_out"]:
         print(f"{n} row(s) measured while another process used the device (contended): left out; "
               "measure them again alone", file=sys.stderr)
     if a.out:
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                                                            error(st), error(st, "roofline"),
                                                            f"{st}_pred_reason")],
                 *[c for c in df.columns if "_share_" in c or "_meas_ms_" in c
-                  or c.endswith("_modules_note") or c in ("prefill_mode", "git_sha")
+                  or c.endswith("_modules_note") or c in ("prefill_mode", "git_sha", CONTENDED)
                   or c.startswith(("prefill_pred_ms_", "decode_pred_ms_"))]]
         done = df[df["state"] == "COMPLETE"]
         done[list(dict.fromkeys(c for c in cols if c in done))].to_csv(a.csv, index=False)
