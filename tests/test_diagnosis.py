@@ -154,6 +154,21 @@ def test_tables_tell_apart_designs_that_differ_in_kernels_or_mode():
     assert "routing_skew" in summary_table(skewed).splitlines()[0].split()
 
 
+def test_a_figure_not_measured_reads_n_a_with_where_its_reason_is():
+    """A CPU run's ``peak_mem_bytes`` (NaN with ``peak_mem_bytes_reason``) reads ``n/a`` in the
+    console's table, with a line naming the reason's column (it read ``None``, as a figure)."""
+    from sweep.report.tables import summary_table
+
+    df = pd.DataFrame({"state": "COMPLETE", "n_kv_heads": [1, 2], "decode_tok_s": [3.0, 2.0],
+                       "peak_mem_bytes": [None, None],
+                       "peak_mem_bytes_reason": "CPU run: no allocator peak"})
+    text = summary_table(df)
+    assert "None" not in text and text.count("n/a") == 3  # two rows and the legend
+    assert "peak_mem_bytes_reason says why" in text
+    measured = summary_table(df.assign(peak_mem_bytes=[5e9, 6e9]))
+    assert "n/a" not in measured and "5e+09" in measured
+
+
 def test_compare_refuses_more_than_two_result_sets_by_name(tmp_path):
     # a shell glob matching a measured and a predicted study passes three paths: one error line
     # naming them, not argparse's "unrecognized arguments"

@@ -127,7 +127,12 @@ def summary_table(df: pd.DataFrame, objectives: tuple | list = ()) -> str:
     out = df[_before(cols, varying, "batch")].copy()
     if "fail_reason" in out:
         out["fail_reason"] = out["fail_reason"].fillna("").astype(str).str.slice(0, 40)
-    return out.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    unmeasured = [c for c in out.columns if f"{c}_reason" in df and out[c].isna().all()]
+    for c in unmeasured:  # (a CPU run's peak_mem_bytes: None read as a figure)
+        out[c] = "n/a"
+    return out.to_string(index=False, float_format=lambda v: f"{v:.4g}") + (
+        f"\n(n/a: not measured here; trials.csv's {unmeasured[0]}_reason says why)"
+        if unmeasured else "")
 
 
 def pareto_mask(values: pd.DataFrame, directions: list[str]) -> pd.Series:
