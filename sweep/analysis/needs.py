@@ -86,16 +86,24 @@ def with_defaults(sel, kind: str):
     return sel
 
 
+def entry_keys(sel, kind: str) -> list:
+    """Each row's key of ``sel`` (calibration rows of ``kind``) as the needs spell it (``KEYS``,
+    ``DEFAULTS`` filled, ``norm_value``); None for each row of a table without every key
+    column."""
+    sel = with_defaults(sel, kind)
+    cols = list(KEYS[kind])
+    if not all(c in sel for c in cols):
+        return [None] * len(sel)
+    return [tuple(norm_value(v) for v in r) for r in sel[cols].itertuples(index=False)]
+
+
 def missing(table, want: dict) -> dict:
     """The entries of ``want`` (``needs``) that ``table`` (a calibration, or None) lacks."""
     out = {}
     for kind, keys in want.items():
         have = set()
         if table is not None and len(table) and kind in set(table.kind):
-            sel = with_defaults(table[table.kind == kind], kind)
-            cols = [c for c in KEYS[kind] if c in sel]
-            if len(cols) == len(KEYS[kind]):
-                have = {tuple(norm_value(v) for v in r) for r in sel[cols].itertuples(index=False)}
+            have = set(entry_keys(table[table.kind == kind], kind)) - {None}
         n = len(KEYS[kind])
         out[kind] = [k for k in keys if tuple(norm_value(v) for v in k[:n]) not in have]
     return out

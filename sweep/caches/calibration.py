@@ -52,7 +52,7 @@ from pathlib import Path
 from ..analysis import calibration_store as store
 from ..analysis.calibration_store import CAL_DIR, VERSION, Calibration, load, paths, shipped
 from ..analysis.fingerprints import family, fingerprints, stale_families
-from ..analysis.needs import KEYS, merge, missing, needs
+from ..analysis.needs import KEYS, entry_keys, merge, missing, needs
 from ..common.env import environment
 from ..common.locks import cache_lock, device_lock
 from ..common.row import CONTENDED
@@ -230,22 +230,13 @@ def _kept(table, new):
     """``table`` less its rows flagged ``contended`` whose entry ``new`` measured again."""
     import pandas as pd
 
-    from ..analysis.needs import norm_value, with_defaults
-
-    def keys(df, kind):
-        df = with_defaults(df, kind)
-        cols = list(KEYS[kind])
-        if not all(c in df for c in cols):
-            return [None] * len(df)
-        return [tuple(norm_value(v) for v in r) for r in df[cols].itertuples(index=False)]
-
     gone = pd.Series(False, index=table.index)
     for kind in KEYS:
         old = table[(table.kind == kind) & table[CONTENDED].astype(bool)]
         fresh = new[new.kind == kind] if "kind" in new else new.iloc[:0]
         if len(old) and len(fresh):
-            have = set(keys(fresh, kind))
-            gone[old.index] = [k is not None and k in have for k in keys(old, kind)]
+            have = set(entry_keys(fresh, kind)) - {None}
+            gone[old.index] = [k in have for k in entry_keys(old, kind)]
     return table[~gone]
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 from ..common import row as R
 from ..common.atomic import write_atomic
 from .labels import label, si, spread
-from .tables import design_label, pareto_mask
+from .tables import design_label, flag, pareto_mask
 
 
 def pyplot():
@@ -43,7 +43,7 @@ def caption(df: pd.DataFrame) -> str:
             return "-"
         return "/".join(str(v) for v in pd.unique(df[col].dropna())) or "-"
 
-    predicted = "predicted" in df and df["predicted"].fillna(False).astype(bool).any()
+    predicted = flag(df, "predicted").any()
     where = f"PREDICTED on {vals('target')}" if predicted else vals("device")
     return (f"{where}; batch {vals('batch')}, prompt {vals('prompt_len')}, "
             f"{vals('new_tokens')} new tokens; kernels {vals('kernels')}, mode {vals('mode')}, "
@@ -53,8 +53,7 @@ def caption(df: pd.DataFrame) -> str:
 def _flagged(df: pd.DataFrame) -> pd.Series:
     out = pd.Series(False, index=df.index)
     for col in ("noisy", "decode_below_floor", "prefill_below_floor"):
-        if col in df:
-            out |= df[col].fillna(False).astype(bool)
+        out |= flag(df, col)
     return out
 
 

@@ -27,7 +27,7 @@ import pandas as pd
 
 from ..common.row import CONTENDED, TIME, error, pred
 from ..common.stats import percentile
-from .tables import design_label, load_study
+from .tables import design_label, flag, load_study
 
 STAGES = TIME  # stage -> its measured time column
 
@@ -38,10 +38,9 @@ def summary(df: pd.DataFrame) -> dict:
     process used the device (``contended``) left out, counted (``"contended_left_out"``, beside
     the stages), as ``compare`` and ``compare_fronts`` judge nothing on them."""
     done = df[df["state"] == "COMPLETE"] if "state" in df else df
-    shared = done[CONTENDED].fillna(False).astype(bool) if CONTENDED in done else None
-    n_shared = int(shared.sum()) if shared is not None else 0
-    if n_shared:
-        done = done[~shared]
+    shared = flag(done, CONTENDED)
+    n_shared = int(shared.sum())
+    done = done[~shared]
     out: dict = {"contended_left_out": n_shared}
     for st in STAGES:
         out[st] = {}
@@ -76,8 +75,7 @@ def modules(df: pd.DataFrame, within_pts: float = 5.0) -> dict:
     replay could not be matched to the eager run (eager kernel durations, not the graph's) are
     counted under ``excluded``; contended rows left out (``summary``)."""
     done = df[df["state"] == "COMPLETE"] if "state" in df else df
-    if CONTENDED in done:
-        done = done[~done[CONTENDED].fillna(False).astype(bool)]
+    done = done[~flag(done, CONTENDED)]
     out = {}
     for st in STAGES:
         col = f"{st}_share_err_pts_max"

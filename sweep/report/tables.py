@@ -181,6 +181,14 @@ def shows_windows(df: pd.DataFrame) -> bool:
     return "sliding_window" in df and bool(df["sliding_window"].notna().any())
 
 
+def flag(df: pd.DataFrame, column: str) -> pd.Series:
+    """``df``'s boolean ``column`` (``noisy``, ``contended``, ``prediction_stale``, ...) as bools:
+    a missing value False, and every row False where ``df`` has no such column."""
+    if column not in df:
+        return pd.Series(False, index=df.index)
+    return df[column].fillna(False).astype(bool)
+
+
 def shown(column: str, df: pd.DataFrame) -> bool:
     """Whether a table shows ``column``: always, but for the columns of a kind of design it does
     not hold (a mixture of experts' where it holds none, a window's where no layer is local)."""
@@ -215,8 +223,7 @@ def predicted_summary(df: pd.DataFrame, objectives: list[str] | None = None,
         out.insert(0, "front", ["*" if i in front else "" for i in out.index])
     text = out.head(most).to_string(index=False, float_format=lambda v: f"{v:.4g}")
     more = len(df) - min(most, len(out))
-    stale = done[done["prediction_stale"].fillna(False).astype(bool)] \
-        if "prediction_stale" in done else done.iloc[:0]
+    stale = done[flag(done, "prediction_stale")]
     why = (str(stale["prediction_notes"].iloc[0]).split(";")[0]
            if len(stale) and "prediction_notes" in stale else "")
     return (text + (f"\n({more} more in the file)" if more > 0 else "")
