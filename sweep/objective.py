@@ -163,8 +163,7 @@ class Objective:
         self.progress.start(label)
         with contention.measuring(plan.device, self.progress.line) as use:
             res = self._measure(spec, trial_dir, wl, rec, cfg)
-        rec.environment.update(use)  # the device's lock held; whether another process shared it
-        rec.environment.update(res.get("env") or {})
+        rec.environment.update(use, **(res.get("env") or {}))  # the device's lock; who else used it
         if res.get("status") != "ok":
             return self._fail(trial, child_failure(res), label, t0, rec.columns())
         rec.measured.update(res["measured"])
@@ -193,8 +192,9 @@ class Objective:
         flag = (f" NOISY ({row['noisy_stages']}: p90/min > {derived.NOISY_P90_OVER_MIN},"
                 " measured twice)" if noisy else "") + (  # the machine busy with other work
             f" CONTENDED ({row.get('contended_evidence')})" if row.get(R.CONTENDED) else "")
-        phases = ", ".join(f"{k.removesuffix('_s')} {row[k]:.0f} s" for k in
-                           ("build_s", "compile_s", "measure_s") if k in row)
+        took = {k.removesuffix("_s"): row[k] for k in ("build_s", "compile_s", "measure_s") if k in row}
+        phases = ", ".join(f"{k} {v:.0f} s" for k, v in (took | {"other": max(time.time() - t0 - sum(
+            took.values()), 0.0)}).items()) if took else ""  # other: the child's start, the store
         self.progress.line(
             f"[{self.k}/{self.total}] {label}: decode {row[R.RATE['decode']]:.1f} "
             f"tok/s (TPOT {row[R.TIME['decode']]:.2f} ms, MBU "
