@@ -7,7 +7,8 @@ CPU build comes first, so a bare ``torch`` requirement never pulls the several-G
 from PyTorch's CPU index (https://download.pytorch.org/whl/cpu), or, where that index cannot be
 reached, the pinned release from the configured index (a mirror that carries the CPU build).
 Without a GPU it ends by checking that no ``nvidia-*`` wheel was installed (exit 1, naming
-them). Standard library only: it runs before anything is installed.
+them); everywhere, that no other distribution takes one of our import names (``kernels``:
+``shadowed_imports``). Standard library only: it runs before anything is installed.
 """
 
 from __future__ import annotations
@@ -52,6 +53,23 @@ def nvidia_packages() -> list[str]:
             and not ln.lower().startswith("nvidia-ml-py")]
 
 
+def shadowed_imports() -> list[str]:
+    """Installed distributions whose import name is one of ours, as ``name==version``: Hugging
+    Face's ``kernels`` (transformers >= 5.25 requires it) is imported as ``kernels``, our
+    ``kernels/`` package, so ``import transformers``' hub-kernel integration finds ours and fails
+    (``cannot import name 'CUDAProperties' from 'kernels'``), and a non-editable install of both
+    writes one folder. pyproject.toml keeps transformers below 5.25."""
+    from importlib import metadata
+
+    found = []
+    for name in ("kernels", "zoo", "sweep"):
+        try:
+            found.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line (the module's text): 0 installed, 1 a pip step or the CPU check failed,
     2 outside a virtual environment."""
@@ -73,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
             if pip(f"torch=={TORCH}"):
                 return 1
     if pip("-e", ".[dev]"):
+        return 1
+    if clash := shadowed_imports():
+        print(f"sweep.cli.install: {clash} installed here: the same import name as designzoo's own "
+              "package; uninstall it (pip uninstall -y NAME) or use another environment",
+              file=sys.stderr)
         return 1
     if not gpu and (bad := nvidia_packages()):
         print(f"sweep.cli.install: CUDA wheels were installed on a machine without a GPU: {bad}",
