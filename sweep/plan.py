@@ -176,11 +176,12 @@ def plan_from_config(cfg) -> Plan:
                          "(or profile=ncu/full)")
     from zoo import counts as _counts
 
-    known = set(_counts.summary(base, 1, 1, 1))
-    bad = sorted(set(constraints) - known)
-    if bad:
-        raise ValueError(f"unknown constraint figure(s) {bad}; choose from {', '.join(sorted(known))}")
-    for key, band in constraints.items():
+    checked = [(constraints, base)] + ([(shadow["constraints"], shadow["base"])] if shadow else [])
+    for cons, cfg in checked:  # on the CPU fallback the predicted table's constraints too
+        known = set(_counts.summary(cfg, 1, 1, 1))
+        if bad := sorted(set(cons) - known):
+            raise ValueError(f"unknown constraint figure(s) {bad}; choose from {', '.join(sorted(known))}")
+    for key, band in [kv for cons, _ in checked for kv in cons.items()]:
         if not isinstance(band, dict) or not set(band) <= {"low", "high"} or not band:
             raise ValueError(f"constraint {key!r} must be a band {{low: ..., high: ...}}, got {band}")
     if c["study"]["sampler"] not in SAMPLERS:

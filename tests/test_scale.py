@@ -149,6 +149,9 @@ def test_two_workers_share_postgresql(tmp_path):
     (["+experiment.constraints.param_count={high: 1}"], "unknown constraint figure(s) "
                                                          "['param_count']"),
     (["sweep.workers=0"], "sweep.workers=0 must be at least 1"),
+    # on the CPU fallback the real designs' constraints are checked too (constraints_cpu set)
+    (["+experiment=gqa_vs_mha", "+experiment.constraints.param_non_embedding.low=1"],
+     "unknown constraint figure(s) ['param_non_embedding']"),
 ])
 def test_bad_input_is_refused_by_name(tmp_path, override, message):
     r = subprocess.run([sys.executable, "-m", "sweep", *tiny_overrides(tmp_path), *override],
