@@ -175,9 +175,10 @@ REGRESSION = (TIME["decode"], TIME["prefill"], RATE["decode"], RATE["prefill"], 
 
 
 def spread_of(col: str) -> tuple[str, str] | None:
-    """``(min, p90)`` columns of the measured time behind ``col`` (itself a time), or None."""
+    """``(min, p90)`` columns of the measured time behind ``col`` (a time, or a rate of it, whose
+    spread is its time's: a rate is worse exactly when its time is longer), or None."""
     c = COLUMNS.get(col)
-    return (spread(c.time, "min"), spread(c.time, "p90")) if c and c.time == col else None
+    return (spread(c.time, "min"), spread(c.time, "p90")) if c and c.time else None
 
 # names a record of an earlier day used, and today's name (add here first)
 RENAMES: dict[str, str] = {f"{st}_flops_attn": f"{st}_flops_attention"  # 2026-11-27: one spelling
