@@ -206,6 +206,19 @@ def test_hf_moe_features_the_zoo_does_not_run_are_refused_by_key(extra, message)
         ModelConfig.from_hf(dict(hf, **extra))
 
 
+@pytest.mark.parametrize("extra,message", [
+    ({"num_experts_per_tok": 200}, r"n_experts_active \(200\) must not exceed n_experts \(128\)"),
+    ({"num_key_value_heads": 5}, r"must be a multiple of n_kv_heads \(5\)"),
+    ({"num_attention_heads": "32"}, "n_heads must be a positive integer, got '32'"),
+])
+def test_an_impossible_hf_design_is_refused_by_field_on_reading(extra, message):
+    """``from_hf`` validates what it read (an active count above the total was returned, and
+    counted: 46.8B active of 30.5B)."""
+    hf = json.loads((__import__("zoo").config.CONFIG_DIR / "qwen3_30b_a3b.json").read_text())
+    with pytest.raises(DesignError, match=message):
+        ModelConfig.from_hf(dict(hf, **extra))
+
+
 @pytest.mark.parametrize("config,key", [("qwen3_30b_a3b", "moe_intermediate_size"),
                                         ("qwen3_30b_a3b", "num_experts_per_tok"),
                                         ("olmoe_1b_7b", "intermediate_size"),

@@ -318,13 +318,15 @@ class ModelConfig:
         one, or the parsed dict), ``overrides`` set after import (``zoo.hf_config``).
 
         Raises:
-            DesignError: another family, or a feature the zoo does not model, naming the key.
+            DesignError: another family, or a feature the zoo does not model, naming the key;
+                an impossible design (``validate``: more active experts than experts, heads not
+                a multiple of the KV heads, ...), naming the field.
         """
         from .hf_config import fields_from_hf
 
         fields, _ = fields_from_hf(path_or_dict)
         cfg = cls(**fields)
-        return cfg.replace(**overrides) if overrides else cfg
+        return (cfg.replace(**overrides) if overrides else cfg).validate()
 
     def to_hf(self) -> dict[str, Any]:
         """This design as its family's Hugging Face ``config.json`` dict:
