@@ -211,13 +211,14 @@ def _thin(values: list, k: int) -> list:
 
 
 def study_designs(space: dict, base: ModelConfig, workload: dict, mode: str,
-                  most: int = 256) -> list[tuple[ModelConfig, dict, str]]:
+                  most: int = 256, left_out: list[str] | None = None
+                  ) -> list[tuple[ModelConfig, dict, str]]:
     """The designs a study may run, as ``(ModelConfig, workload, mode)``, for its calibration
     (``sweep.analysis.needs.needs``): every point of a space of at most ``most``, else a
     lattice of at most ``most`` points (each entry's values thinned evenly, ends kept; a
     continuous range taken at its low, middle and high), never an enumeration of a large space.
-    Bundles are expanded, workload and mode keys applied, invalid designs left out; just the
-    base design for an empty space."""
+    Bundles are expanded, workload and mode keys applied, invalid designs left out (each one's
+    reason appended to ``left_out`` if given); just the base design for an empty space."""
     from itertools import product
 
     from zoo import DesignError
@@ -240,7 +241,9 @@ def study_designs(space: dict, base: ModelConfig, workload: dict, mode: str,
         try:
             cfg = base.replace(**{k: v for k, v in over.items()
                                   if k not in WORKLOAD_KEYS + RUN_KEYS}).validate()
-        except DesignError:
+        except DesignError as e:
+            if left_out is not None:
+                left_out.append(str(e))
             continue
         out.append((cfg, wl, m))
     return out

@@ -112,7 +112,8 @@ def shadow_predictions(plan) -> list:
     from .space import study_designs
 
     sh = plan.shadow
-    items = study_designs(sh["space"], sh["base"], sh["workload"], sh["mode"])
+    dropped: list[str] = []  # the space's designs the configured model cannot run, and why
+    items = study_designs(sh["space"], sh["base"], sh["workload"], sh["mode"], left_out=dropped)
     out = []
     for name in sh["targets"]:
         try:
@@ -136,5 +137,9 @@ def shadow_predictions(plan) -> list:
                   f"{spec.display or spec.name} (no GPU here; {path.name}):",
                   flush=True)
             print(predicted_summary(df, plan.objectives, plan.directions), flush=True)
+            if dropped:
+                why = "; ".join(dict.fromkeys(dropped))
+                print(f"({len(dropped)} of the space's {len(dropped) + len(items)} designs left out: "
+                      f"{why})", flush=True)
     return out
 
