@@ -135,6 +135,13 @@ ENTRIES = ["sweep.cli.calibrate", "sweep.cli.bench", "sweep.cli.compare", "sweep
            "sweep.caches.ceiling_cache"]
 
 
+@pytest.mark.parametrize("entry", ["sweep.cli.compare", "sweep.report.prediction_check"])
+def test_a_commands_usage_names_it_as_typed(entry):
+    r = subprocess.run([sys.executable, "-m", entry, "--help"], cwd=REPO, capture_output=True,
+                       text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert r.returncode == 0 and r.stdout.startswith(f"usage: python -m {entry} "), r.stdout[:200]
+
+
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_every_entry_answers_help_and_a_missing_path_without_a_traceback(entry, capsys,
                                                                          tmp_path):

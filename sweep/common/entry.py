@@ -60,7 +60,11 @@ def guard_stdout() -> None:
 def entry(main) -> int:
     """``main()``'s exit code, or 2 after ``OSError`` / ``ValueError`` (file errors: missing,
     truncated, not a study folder, no permission; bad values), 1 after ``RuntimeError``; each
-    printed as one ``error:`` line on stderr."""
+    printed as one ``error:`` line on stderr. Run as ``python -m NAME``, argparse's usage line
+    names the command as typed (``usage: python -m sweep.cli.compare``, not ``compare.py``)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and sys.argv:
+        sys.argv[0] = f"python -m {spec.name}"
     try:
         return main()
     except (OSError, ValueError) as e:
