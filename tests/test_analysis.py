@@ -76,3 +76,10 @@ def test_prediction_check_leaves_out_the_contended_rows():
     assert got["decode"]["calibrated"]["n"] == 2 and got["contended_left_out"] == 1
     assert got["decode"]["calibrated"]["median_abs_pct"] == 3.0
     assert summary(df.drop(columns=["contended"]))["decode"]["calibrated"]["n"] == 3
+
+
+def test_prediction_check_prints_four_significant_digits():
+    from sweep.report.prediction_check import _shown
+
+    assert _shown({"a": 1.23456789, "b": [0.000123456, {"n": 3}]}) == {"a": 1.235,
+                                                                    "b": [0.0001235, {"n": 3}]}
