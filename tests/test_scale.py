@@ -81,7 +81,11 @@ def test_hypervolume_and_dominance():
     assert row.loc[("a", "x=0"), "dominated_by"] == "b: x=0"  # 120 tok/s at the same kv
     assert not row.loc[("a", "x=0"), "on_combined_front"]
     assert row.loc[("a", "x=1"), "on_combined_front"]  # (80, 2): nothing in b beats it
-    assert summary["warnings"] == []
+    # x=0 in both studies is one design measured twice: said so, with how far apart
+    assert summary["warnings"] == ["a: x=0 is dominated by the same design in b (tok_s +20.0%, "
+                                   "kv +0.0%): one design measured twice, apart by run-to-run "
+                                   "spread or the machine's state, not by its design "
+                                   "(sweep.cli.compare judges the two against their spread)"]
 
 
 def test_compare_fronts_cli(tmp_path, measured_study):

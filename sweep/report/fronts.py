@@ -148,6 +148,15 @@ def compare(studies: list[tuple[str, dict, pd.DataFrame]], objectives: list[str]
                         "device (contended: their figures are another job's too; measure them "
                         "again): " + "; ".join(f"{r.study}: {r.design}"
                                                for r in shared.itertuples()))
+    for r in table.itertuples() if len(table) else ():  # one design, two measurements
+        for other in (d for d in r.dominated_by.split("; ") if d.endswith(f": {r.design}")):
+            o = union[(union.study == other.split(": ")[0]) & (union.design == r.design)].iloc[0]
+            apart = ", ".join(f"{c} {100 * (float(o[c]) / getattr(r, c) - 1):+.1f}%" for c in objectives
+                              if getattr(r, c))
+            warnings.append(f"{r.study}: {r.design} is dominated by the same design in "
+                            f"{other.split(': ')[0]} ({apart}): one design measured twice, apart "
+                            "by run-to-run spread or the machine's state, not by its design "
+                            "(sweep.cli.compare judges the two against their spread)")
     summary["warnings"] = warnings
     summary["devices"] = devices
     return table, summary
