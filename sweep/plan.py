@@ -143,8 +143,8 @@ def plan_from_config(cfg) -> Plan:
         wl = dict(c["cpu"]["workload"], **wl_over)
         if exp.get("space_cpu") is not None:
             space = exp["space_cpu"]
-        if exp.get("constraints_cpu") is not None:
-            constraints = exp["constraints_cpu"]
+        if exp.get("constraints_cpu") is not None:  # the figures the real designs still bound
+            constraints = {k: v for k, v in exp["constraints_cpu"].items() if k in constraints}
     base = ModelConfig.from_dict(model)
     base.validate(None if predict else device)
     check_space(space, base)

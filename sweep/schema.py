@@ -86,7 +86,8 @@ class ExperimentConf:
     fallback. ``constraints`` maps an analytic figure of the design (``zoo.counts.summary`` names:
     ``params_non_embedding``, ``kv_bytes_per_token``, ``weight_bytes``, ``kv_cache_bytes``, ...)
     to a band ``{low, high}``; a design outside it is pruned before any GPU work, the reason kept
-    (``constraints_cpu`` replaces it on the CPU fallback)."""
+    (``constraints_cpu`` replaces it on the CPU fallback: the same figures' bands for the tiny
+    model; a figure dropped from ``constraints`` is dropped there too)."""
 
     name: str = "baseline"
     description: str = ""

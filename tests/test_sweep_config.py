@@ -66,6 +66,16 @@ def test_gqa_space_is_divisors_of_n_heads():
     assert plan.workload["prompt_len"] == 4096 and plan.workload["batch"] == 8
 
 
+def test_a_dropped_constraint_is_dropped_on_the_cpu_fallback_too():
+    """ffn_width's budget has a tiny-model counterpart (``constraints_cpu``); dropping the budget
+    drops both (it pruned the CPU's designs after the user had removed it)."""
+    kept = plan_from_config(compose_cfg(["+experiment=ffn_width", "device=cpu", "quiet=true"]))
+    assert kept.constraints == {"params_non_embedding": {"high": 6.0e5}}
+    dropped = plan_from_config(compose_cfg(["+experiment=ffn_width", "device=cpu", "quiet=true",
+                                            "~experiment.constraints.params_non_embedding"]))
+    assert dropped.constraints == {} and dropped.shadow["constraints"] == {}
+
+
 def test_depth_vs_width_holds_params_near_constant():
     from zoo import counts
 
