@@ -318,10 +318,8 @@ class ModelConfig:
         one, or the parsed dict), ``overrides`` set after import (``zoo.hf_config``).
 
         Raises:
-            DesignError: another family, or a feature the zoo does not model, naming the key;
-                an impossible design (``validate``: more active experts than experts, heads not
-                a multiple of the KV heads, ...), naming the field.
-        """
+            DesignError: another family, a feature the zoo does not model (naming the key), or
+                an impossible design (``validate``, naming the field)."""
         from .hf_config import fields_from_hf
 
         fields, _ = fields_from_hf(path_or_dict)
