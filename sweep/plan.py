@@ -177,8 +177,8 @@ def plan_from_config(cfg) -> Plan:
     from zoo import counts as _counts
 
     checked = [(constraints, base)] + ([(shadow["constraints"], shadow["base"])] if shadow else [])
-    for cons, cfg in checked:  # on the CPU fallback the predicted table's constraints too
-        known = set(_counts.summary(cfg, 1, 1, 1))
+    for cons, design in checked:  # on the CPU fallback the predicted table's constraints too
+        known = set(_counts.summary(design, 1, 1, 1))
         if bad := sorted(set(cons) - known):
             raise ValueError(f"unknown constraint figure(s) {bad}; choose from {', '.join(sorted(known))}")
     for key, band in [kv for cons, _ in checked for kv in cons.items()]:
