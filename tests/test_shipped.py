@@ -30,10 +30,7 @@ def test_shipped_tile_choices_match_the_code(path):
 
 # (shipped calibration, family): why its entries predate the code (a GPU kind not lent since the
 # change); priced from on another machine, the predictions say so (prediction_stale)
-STALE_CALIBRATION = {
-    ("nvidia_h100_80gb_hbm3", f): "no H100 lent since the MoE routing kernels and the elementwise "
-    "micro-benchmark changed (2026-11-28); results/reference/moe_h100.md, 'Not done yet'"
-    for f in ("elementwise/torch", "elementwise/triton", "launch", "moe_gemm")}
+STALE_CALIBRATION: dict[tuple[str, str], str] = {}  # (device slug, family): why it is stale
 
 
 @pytest.mark.parametrize("path", sorted(SHIPPED_DIR.glob("*.json")), ids=lambda p: p.stem)
