@@ -95,6 +95,7 @@ def test_advice_only_what_runs_on_the_device():
     cpu = diagnose(_row(**slow, device="cpu"))["diagnosis"]
     gpu = diagnose(_row(**slow, device="NVIDIA H100 80GB HBM3"))["diagnosis"]
     assert "mode=cudagraph" not in cpu and "kernels=triton" not in cpu
+    assert "dominate; fewer launches cut them: fewer, wider layers" in cpu  # a whole sentence
     assert "mode=cudagraph and kernels=triton cut them" in gpu
 
 

@@ -82,6 +82,20 @@ def test_a_cpu_study_pricing_two_gpus_writes_its_report(tmp_path):
     # the study's answer, first: the real designs priced on both GPUs
     assert page.index("The real designs, predicted") < page.index("Pareto front")
     assert "h100_sxm (" in page and "h200 (" in page
+    # a figure the CPU does not measure (peak_mem_bytes, J/token) reads n/a, never None
+    assert ">None<" not in page and ">n/a</span>" in page
+
+
+def test_a_report_table_writes_a_missing_figure_as_n_a_and_rates_alike():
+    import pandas as pd
+
+    from sweep.report.html_report import _frame
+
+    cells = _frame(pd.DataFrame({"decode_tok_s": [3151.2, 75470.0],
+                                 "peak_mem_bytes": pd.Series([None, None], dtype=object),
+                                 "fail_reason": [None, "oom"]}))
+    assert "None" not in cells and cells.count(">n/a</span>") == 2
+    assert "3,151" in cells and "75,470" in cells and "e+04" not in cells
 
 
 @pytest.mark.slow

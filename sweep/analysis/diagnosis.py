@@ -117,8 +117,8 @@ def diagnose(row: dict) -> dict:
                  if not have and gpu]
         texts.append(f"decode takes {out['decode_time_over_floor']:.1f}x its roofline floor "
                      f"using neither ceiling{seen}: kernel launches and small kernels dominate; "
-                     + (" and ".join(fixes) + " cut them, and so do" if fixes else "so do")
-                     + " fewer, wider layers")
+                     + (" and ".join(fixes) + " cut them, and so do" if fixes else
+                        "fewer launches cut them:") + " fewer, wider layers")
     elif d == "compute-bound":
         texts.append("decode is compute-bound: large batch; FLOPs per token (width, ffn_dim) set it")
     over = num("decode_dram_bytes_over_min")

@@ -55,6 +55,9 @@ def _kv_table(d: dict) -> str:
     return f"<div class='scroll'><table>{rows}</table></div>"
 
 
+NOT_MEASURED = "@@NA@@"  # a missing figure's cell, before it is written as n/a with its hint
+
+
 def _frame(df: pd.DataFrame, most: int = 160) -> str:
     """A table in a box that scrolls sideways (never cut at the page's edge); a long text cell
     (notes, reasons) shown to ``most`` characters, the whole of it on hover, so no row grows tall
@@ -68,11 +71,16 @@ def _frame(df: pd.DataFrame, most: int = 160) -> str:
             return f"@@CUT{len(cut) - 1}@@"
         return v
 
+    figures = [c for c in df.columns if c in R.COLUMNS or df[c].dtype.kind in "fi"]
     for c in df.columns:
-        if df[c].dtype == object or pd.api.types.is_string_dtype(df[c]):
+        if c in figures and df[c].isna().any():  # a figure not measured: n/a, never "None" or 0
+            df[c] = df[c].map(lambda v: NOT_MEASURED if pd.isna(v) else v).astype(object)
+        elif df[c].dtype == object or pd.api.types.is_string_dtype(df[c]):
             df[c] = df[c].map(short).astype(object)
-    body = df.to_html(index=False, na_rep="", border=0, escape=True,
-                      formatters={c: fmt for c in df.columns if df[c].dtype.kind in "fi"})
+    body = df.to_html(index=False, na_rep="", border=0, escape=True, formatters={
+        c: (lambda v: v if v == NOT_MEASURED else fmt(v)) for c in figures})
+    body = body.replace(NOT_MEASURED, "<span title='not measured here: trials.csv's column "
+                                      "of the same name + _reason says why'>n/a</span>")
     for i, v in enumerate(cut):
         body = body.replace(f"@@CUT{i}@@", f"<span title='{html.escape(v, quote=True)}'>"
                                           f"{html.escape(v[:most])} ...</span>")

@@ -77,6 +77,8 @@ def fmt(v, digits: int = 4) -> str:
     if isinstance(v, (float, np.floating)):
         if not math.isfinite(v):
             return ""
+        if 1e4 <= abs(v) < 1e7:  # 75,470 tok/s beside 3,151 (not 7.547e+04)
+            return f"{v:,.0f}"
         return f"{v:,.{digits}g}" if abs(v) < 1e15 else f"{v:.3e}"
     return str(v)
 

@@ -128,8 +128,10 @@ def rank_changes(w: pd.DataFrame, targets: list[str], objective: str) -> pd.Data
     ``survives`` is NaN where a target's rows carry no interval (roofline only)."""
     st = _stage_of(objective)
     ref, out = targets[0], []
+    cols = ["target", "design_a", "design_b", f"rank_a_{ref}", f"rank_b_{ref}", "rank_a",
+            "rank_b", "basis", "survives"]  # the header kept when no pair changes order
     if st is None:
-        return pd.DataFrame()
+        return pd.DataFrame(columns=cols)
     lo, hi = pred(st, "lo"), pred(st, "hi")
     by = {t: w[(w.target == t) & w["rank"].notna()].drop_duplicates("design").set_index("design")
           for t in targets}
@@ -147,7 +149,7 @@ def rank_changes(w: pd.DataFrame, targets: list[str], objective: str) -> pd.Data
                             "basis": b.at[d1, "basis_kind"],
                             "survives": (sa and sb) if not (pd.isna(sa) or pd.isna(sb))
                             else math.nan})
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, columns=cols)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,13 +228,16 @@ def main(argv: list[str] | None = None) -> int:
                        left_out=left)
         write_text(out / "fronts.json", json.dumps(summary, indent=1, default=str))
         with pd.option_context("display.width", 200, "display.max_colwidth", 40):
+            print(f"ranks by {objectives[0]} ({directions[0]}) on each target:")
             print(ranks.to_string(index=False))
             print("\npredicted per design and target, with the interval (80% of public figures "
                   "held leave-one-chip-out, where the basis is a public fit):")
             print(figures_table(w, a.hardware).to_string(index=False))
         for t, why in left.items():
             print(f"not on the plots: {t} ({why})")
-        if not changes.empty:
+        if changes.empty:
+            print(f"rank changes against {a.hardware[0]}: none (every pair keeps its order)")
+        else:
             kept = changes[changes.survives == True]  # noqa: E712 - NaN: no interval
             print(f"rank changes against {a.hardware[0]}: {len(changes)} pairs, {len(kept)} "
                   "survive the intervals" + "".join(
