@@ -235,6 +235,9 @@ def plan_from_config(cfg) -> Plan:
     if workers < 1:
         raise ValueError(f"sweep.workers={workers} must be at least 1")
     gpus = c["sweep"]["gpus"]
+    if workers > 1 and device["type"] != "cuda" and not predict and not c.get("quiet"):
+        print(f"sweep.workers={workers} on the CPU: the workers share its cores, so each row is "
+              "measured beside another (contended): the mechanics, not figures to compare", flush=True)
     if workers > 1 and device["type"] == "cuda":
         import torch
 

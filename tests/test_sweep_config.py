@@ -156,3 +156,8 @@ def test_hardware_specs_are_complete():
     assert math.isnan(load_spec("cpu").peak_flops("fp32"))
     with pytest.raises(KeyError, match="no hardware spec matches device 'Tesla K80'"):
         load_spec("auto", "Tesla K80")
+
+
+def test_workers_on_the_cpu_are_said_to_measure_beside_each_other(capsys):
+    plan_from_config(compose_cfg(["+experiment=gqa_vs_mha", "device=cpu", "sweep.workers=2"]))
+    assert "sweep.workers=2 on the CPU: the workers share its cores" in capsys.readouterr().out
