@@ -74,6 +74,9 @@ def test_a_second_study_measures_only_what_it_adds(cpu_cal):
                       cal_dir=d, quick=True, log=lambda m: None)
     new = more.table.iloc[len(table):]
     assert 0 < more.meta["measured_now"] == len(new) < len(table)  # its own shapes, no groups again
+    # two calibration runs leave the table, its meta and one log of the last child, no more
+    hidden = sorted(p.name for p in d.iterdir() if p.name.startswith("."))
+    assert hidden == [".cpu.last.log"], hidden
     assert set(new.kind) <= {"gemm", "decode_attn", "prefill_attn"}
     assert ((new.kind == "gemm") & (new.K == 192)).any()
 

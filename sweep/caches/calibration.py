@@ -215,7 +215,10 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
                 raise CalibrationCut(f"{failed}; {len(new)} entries measured and saved")
         raise RuntimeError(failed)
     new = pd.read_parquet(out)
-    out.unlink(missing_ok=True)
+    out.unlink(missing_ok=True)  # the child's spec gone, its log kept as the last run's (one file)
+    out.with_name(out.name + ".spec.json").unlink(missing_ok=True)
+    if (child_log := out.with_name(out.name + ".log")).exists():
+        os.replace(child_log, tab_p.with_name(f".{tab_p.stem}.last.log"))
     if use.get("contended"):  # used now, measured again once the device is free
         log(f"calibration: measured while another job used the device "
             f"({use['contended_evidence']}): used now, measured again when it is free")
