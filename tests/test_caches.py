@@ -438,3 +438,20 @@ def test_contended_entries_a_study_does_not_need_are_kept(tmp_path, monkeypatch)
     again = cal.ensure(dev, [], Switches(), cal_dir=tmp_path, quick=True)
     assert len(runs) == 2  # a clean now, b not needed: nothing measured
     assert len(again.table) == len(got)
+
+
+def test_the_device_locks_folder_is_shared_whatever_the_umask(tmp_path, monkeypatch):
+    """Every user's studies on a machine meet at one lock per device: the folder is world
+    writable with the sticky bit even under a umask of 022 (it came out 1755 before)."""
+    import os
+    import tempfile
+
+    from sweep.common.locks import device_lock_path
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    old = os.umask(0o022)
+    try:
+        path = device_lock_path({"type": "cpu"})
+    finally:
+        os.umask(old)
+    assert path.parent.stat().st_mode & 0o7777 == 0o1777 and path.name == "cpu.lock"

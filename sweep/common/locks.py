@@ -10,6 +10,7 @@ over it. A lock also keeps two measurements of one device from running at once.
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -40,7 +41,9 @@ def device_lock_path(device: dict) -> Path:
 
     key = f"gpu{device.get('index', 0)}" if device.get("type") == "cuda" else "cpu"
     folder = Path(tempfile.gettempdir()) / "designzoo-locks"
-    folder.mkdir(mode=0o1777, exist_ok=True)
+    folder.mkdir(exist_ok=True)
+    if folder.stat().st_uid == os.getuid() and folder.stat().st_mode & 0o1777 != 0o1777:
+        folder.chmod(0o1777)  # every user's studies share it (mkdir's mode is cut by the umask)
     return folder / f"{key}.lock"
 
 
