@@ -98,3 +98,13 @@ def test_validate_command_end_to_end(measured):
     s = json.loads((out / "summary.json").read_text())
     assert s["set"] == "heldout_cpu" and s["summary"]["rows"] == 1
     assert (out / "heldout_cpu.csv").exists() and (out / "heldout_cpu.md").exists()
+
+
+def test_a_gpu_set_on_the_cpu_is_refused_before_any_work(tmp_path):
+    """``--set heldout`` on the CPU named its real-size designs and the CPU set, instead of
+    measuring 44 of them (8B models among them) for hours."""
+    import pytest
+
+    with pytest.raises(ValueError, match=r"real-size designs \(.*llama3_1_8b.*--set heldout_cpu"):
+        V.main(["--set", "heldout", "--device", "cpu", "--results-dir", str(tmp_path)])
+    assert not (tmp_path / "validate").exists()

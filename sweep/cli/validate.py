@@ -161,17 +161,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measured", metavar="JSONL",
                     help="price the pairs an earlier run measured (its measured.jsonl) instead "
                          "of measuring them again: e.g. another device's calibration on them")
-    ap.add_argument("--targets", default="held-out", choices=["held-out", "none"],
-                    help="exit 1 when the summary misses the held-out issue's targets")
+    ap.add_argument("--targets", choices=["held-out", "none"],
+                    help="held-out: exit 1 when the summary misses the held-out issue's targets "
+                         "(the default on a GPU; none on the CPU, whose tiny set they do not fit)")
     a = ap.parse_args(argv)
     s = load_set(a.set)
     dev = detect_device(a.device)
     # an unknown spec is refused before any work
     spec = load_spec(a.hardware, dev["name"]) if a.hardware == "auto" else load_spec(a.hardware)
     given = store.load_file(a.calibration) if a.calibration else None  # refused before any work
+    a.targets = a.targets or ("held-out" if dev["type"] == "cuda" else "none")
     chosen = items(s, dev["type"], a.only)
     if not chosen:
         raise ValueError(f"no pair of {s['name']} is named {a.only}")
+    real = sorted({p["model"] for p, *_ in chosen if p["model"] != "tiny"})
+    if dev["type"] == "cpu" and real and not a.measured:  # hours of 8B decode on the cores
+        raise ValueError(f"--set {a.set} measures real-size designs ({', '.join(real)}): a GPU's "
+                         "set; on the CPU, --set heldout_cpu (the same mechanics on the tiny "
+                         "model), or --measured JSONL to price a GPU run's measurements")
     root = work_path(a.results_dir)
     out = Path(a.out) if a.out else root / "validate" / f"{s['name']}-{slug(dev['name'])}"
     out.mkdir(parents=True, exist_ok=True)
