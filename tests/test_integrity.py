@@ -95,6 +95,7 @@ def test_a_report_table_writes_a_missing_figure_as_n_a_and_rates_alike():
                                  "peak_mem_bytes": pd.Series([None, None], dtype=object),
                                  "fail_reason": [None, "oom"]}))
     assert "None" not in cells and cells.count(">n/a</span>") == 2
+    assert cells.count('<span title="not measured here') == 2  # the hint a well-formed attribute
     assert "3,151" in cells and "75,470" in cells and "e+04" not in cells
 
 

@@ -79,8 +79,8 @@ def _frame(df: pd.DataFrame, most: int = 160) -> str:
             df[c] = df[c].map(short).astype(object)
     body = df.to_html(index=False, na_rep="", border=0, escape=True, formatters={
         c: (lambda v: v if v == NOT_MEASURED else fmt(v)) for c in figures})
-    body = body.replace(NOT_MEASURED, "<span title='not measured here: trials.csv's column "
-                                      "of the same name + _reason says why'>n/a</span>")
+    body = body.replace(NOT_MEASURED, '<span title="not measured here: the trials.csv column '
+                                      'of the same name + _reason says why">n/a</span>')
     for i, v in enumerate(cut):
         body = body.replace(f"@@CUT{i}@@", f"<span title='{html.escape(v, quote=True)}'>"
                                           f"{html.escape(v[:most])} ...</span>")
