@@ -193,8 +193,9 @@ class Objective:
                 " measured twice)" if noisy else "") + (  # the machine busy with other work
             f" CONTENDED ({row.get('contended_evidence')})" if row.get(R.CONTENDED) else "")
         took = {k.removesuffix("_s"): row[k] for k in ("build_s", "compile_s", "measure_s") if k in row}
-        phases = ", ".join(f"{k} {v:.0f} s" for k, v in (took | {"other": max(time.time() - t0 - sum(
-            took.values()), 0.0)}).items()) if took else ""  # other: the child's start, the store
+        other = "other with the noisy first run" if row.get("remeasured") else "other"  # start, store
+        phases = ", ".join(f"{k} {v:.0f} s" for k, v in (took | {other: max(time.time() - t0 - sum(
+            took.values()), 0.0)}).items()) if took else ""
         self.progress.line(
             f"[{self.k}/{self.total}] {label}: decode {row[R.RATE['decode']]:.1f} "
             f"tok/s (TPOT {row[R.TIME['decode']]:.2f} ms, MBU "
@@ -394,7 +395,6 @@ def _fault_for(fault: str | None, number: int) -> str | None:
 
 
 def _store_row(trial: optuna.Trial, row: dict) -> None:
-    """Store a trial's results row as one user attribute ``row`` (``common.trial_record.row_json``;
-    ``report.tables`` unpacks it into columns): one storage write, not one per column (about 200
-    columns a measured trial: 0.7 s of SQLite commits each, seen in a profile of a tiny study)."""
+    """Store a trial's row as one user attribute ``row`` (``common.trial_record.row_json``, unpacked
+    by ``report.tables``): one storage write, not ~200 (0.7 s of SQLite commits a trial)."""
     trial.set_user_attr("row", row_json(row))
