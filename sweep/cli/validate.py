@@ -226,8 +226,9 @@ def main(argv: list[str] | None = None) -> int:
                                 f"{c.meta.get('device')}"
                                 + (", transferred" if c.meta.get("transferred_to") else "") + ")")
     write_text(out / f"{s['name']}.md", text)
-    print(json.dumps(summ["all"], indent=1))
-    print(json.dumps(checks, indent=1))
+    print("\n\n".join(text.split("\n\n")[:2]))  # the title and the errors per stage, in %
+    if checks:
+        print(json.dumps(checks, indent=1))
     print(f"wrote {out}/{s['name']}.csv, {s['name']}.md, summary.json")
     return 0 if all(checks.values()) else 1
 
