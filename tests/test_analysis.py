@@ -79,7 +79,7 @@ def test_prediction_check_leaves_out_the_contended_rows():
 
 
 def test_prediction_check_prints_four_significant_digits():
-    from sweep.report.prediction_check import _shown
+    from sweep.report.labels import sig4
 
-    assert _shown({"a": 1.23456789, "b": [0.000123456, {"n": 3}]}) == {"a": 1.235,
-                                                                    "b": [0.0001235, {"n": 3}]}
+    assert sig4({"a": 1.23456789, "b": [0.000123456, {"n": 3}]}) == {"a": 1.235,
+                                                                  "b": [0.0001235, {"n": 3}]}

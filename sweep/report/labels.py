@@ -68,6 +68,16 @@ def spread(df: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray] | None:
     return np.nan_to_num(below), np.nan_to_num(above)
 
 
+def sig4(x):
+    """``x`` with each float to 4 significant digits, through dicts and lists (a printed summary,
+    a fitted figure as precise as it is); anything else as it is."""
+    if isinstance(x, dict):
+        return {k: sig4(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [sig4(v) for v in x]
+    return float(f"{x:.4g}") if isinstance(x, float) else x
+
+
 def fmt(v, digits: int = 4) -> str:
     """A number for a person: ``digits`` significant digits, thousands kept readable."""
     if isinstance(v, (bool, np.bool_)) or v is None:

@@ -27,6 +27,7 @@ import pandas as pd
 
 from ..common.row import CONTENDED, TIME, error, pred
 from ..common.stats import percentile
+from .labels import sig4
 from .tables import design_label, flag, load_study
 
 STAGES = TIME  # stage -> its measured time column
@@ -102,15 +103,6 @@ def modules(df: pd.DataFrame, within_pts: float = 5.0) -> dict:
     return out
 
 
-def _shown(x):
-    """``x`` (a summary's nested dicts and lists) with each float to 4 significant digits."""
-    if isinstance(x, dict):
-        return {k: _shown(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_shown(v) for v in x]
-    return float(f"{x:.4g}") if isinstance(x, float) else x
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("studies", nargs="+", help="study folders (results/<study>/) or the CSV of "
@@ -135,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     res = {"studies": [str(s) for s in a.studies], "summary": summary(df), "modules": modules(df),
            "prediction_basis": sorted(df.get("prediction_basis", pd.Series(dtype=str))
                                       .dropna().unique().tolist())}
-    print(json.dumps(_shown(res["summary"]), indent=1))  # --out keeps every digit
+    print(json.dumps(sig4(res["summary"]), indent=1))  # --out keeps every digit
     if n := res["summary"]["contended_left_out"]:
         print(f"{n} row(s) measured while another process used the device (contended): left out; "
               "measure them again alone", file=sys.stderr)

@@ -27,6 +27,7 @@ from ..analysis.hardware import HW_DIR, available, load_spec
 from ..analysis.validation import abs_stats
 from ..common.atomic import write_atomic, write_text
 from ..common.env import REPO, WORK
+from .labels import sig4
 
 KIND_WORDS = {"loo": "fitted, leave-one-chip-out", "newest": "fitted on older generations",
               "roofline": "datasheet roofline", "assumed": "today's stated efficiencies"}
@@ -109,13 +110,6 @@ def markdown(df: pd.DataFrame, s: dict) -> str:
 MARK = "# written by python -m sweep.cli.whatif --fit-public"
 
 
-def _g(v):
-    """Four significant digits (a fitted figure's precision), through lists."""
-    if isinstance(v, list):
-        return [_g(x) for x in v]
-    return float(f"{v:.4g}") if isinstance(v, float) else v
-
-
 def spec_families(chips: dict, rows: list) -> dict:
     """``{spec: family key}`` for every non-NVIDIA spec: the family with the most rows of the
     spec's own chip (chips.csv ``spec``), else the commonest family of its vendor and kind, else
@@ -147,7 +141,7 @@ def fitted_blocks(data: Path | None = None) -> dict:
             for key in (fam, fam.split("/")[0], "*-" + fam.split("/")[0].split("-")[-1]):
                 f = fits.get((key, st))
                 if f and f["rows"] >= 3 and len(f["chips"]) >= 2:
-                    block[st] = {"family": key, **{k: _g(f[k]) for k in (
+                    block[st] = {"family": key, **{k: sig4(f[k]) for k in (
                         "per_layer_s", "fraction", "dequant_bytes_per_weight", "rows",
                         "loo_error_pct", "loo_half_width_pct")}, "chips": f["chips"]}
                     block.setdefault("sources", set()).update(f["sources"])
