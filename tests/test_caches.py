@@ -27,7 +27,7 @@ TOP_UP = textwrap.dedent("""
 
     tag, d = int(sys.argv[1]), Path(sys.argv[2])
 
-    def fake_run(spec, out, timeout_s, on_line=None):
+    def fake_run(spec, out, timeout_s, on_line=None, keep_log=None):
         rows = [dict(kind="gemm", M=m, N=n, K=k, dtype="fp32", time_s=1e-6, time_s_min=1e-6,
                      time_s_p90=1e-6) for m, n, k in spec["gemm"]]
         rows += [dict(kind="launch", op=g, time_s=1e-6, time_s_min=1e-6, time_s_p90=1e-6)
@@ -77,7 +77,7 @@ def test_a_damaged_calibration_cache_is_measured_again_saying_so(tmp_path, monke
     tab_p.write_bytes(b"PAR1 truncated")
     measured = []
 
-    def fake_run(spec, out, timeout_s, on_line=None):
+    def fake_run(spec, out, timeout_s, on_line=None, keep_log=None):
         measured.append(spec)
         pd.DataFrame([dict(kind="gemm", M=1, N=64, K=64, dtype="fp32", time_s=1e-6,
                            time_s_min=1e-6, time_s_p90=1e-6)]).to_parquet(out)
@@ -218,7 +218,7 @@ def test_a_gemm_entry_far_slower_than_its_neighbours_is_measured_again(tmp_path,
     shapes = [(2, n, 128) for n in (128, 256, 384, 512, 640, 768)]
     specs = []
 
-    def fake_run(spec, out, timeout_s, on_line=None):
+    def fake_run(spec, out, timeout_s, on_line=None, keep_log=None):
         specs.append(spec)
         rows = [dict(kind="gemm", M=m, N=n, K=k, dtype="fp32", flops=2.0 * m * n * k,
                      time_s=(2e-2 if (n == 512 and len(specs) == 1) else 9e-6 + n * 1e-8),
@@ -244,7 +244,7 @@ def test_a_gemm_entry_far_slower_than_its_neighbours_is_measured_again(tmp_path,
     # the second measurement running out of time: the first one kept, said so
     specs.clear()
 
-    def late(spec, out, timeout_s, on_line=None):
+    def late(spec, out, timeout_s, on_line=None, keep_log=None):
         if specs:
             raise run_cal.ChildTimeout("exceeded 1 s and was killed")
         return fake_run(spec, out, timeout_s, on_line)
@@ -272,7 +272,7 @@ def test_a_calibration_cut_off_saves_and_ships_what_it_measured(tmp_path, monkey
 
     shapes = [(2, n, 128) for n in (128, 256, 384)]
 
-    def cut_run(spec, out, timeout_s, on_line=None):  # two entries done, then killed
+    def cut_run(spec, out, timeout_s, on_line=None, keep_log=None):  # two entries done, then killed
         rows = [dict(kind="gemm", M=m, N=n, K=k, dtype="fp32", flops=2.0 * m * n * k,
                      time_s=1e-5, time_s_min=1e-5, time_s_p90=1e-5) for m, n, k in spec["gemm"][:2]]
         pd.DataFrame(rows).to_parquet(out.with_name(out.name + ".partial"))
@@ -328,7 +328,7 @@ def test_a_group_with_one_family_gone_stale_is_measured_again(tmp_path, monkeypa
 
     specs = []
 
-    def fake_run(spec, out, timeout_s, on_line=None):
+    def fake_run(spec, out, timeout_s, on_line=None, keep_log=None):
         specs.append(spec)
         pd.DataFrame([dict(kind="launch", op=g, time_s=1e-6, time_s_min=1e-6, time_s_p90=1e-6)
                       for g in spec["base"]]).to_parquet(out)
@@ -370,7 +370,7 @@ def test_calibration_entries_measured_beside_another_job_are_measured_again(tmp_
 
     runs = []
 
-    def fake_run(spec, out, timeout_s, on_line=None):
+    def fake_run(spec, out, timeout_s, on_line=None, keep_log=None):
         runs.append(spec)
         pd.DataFrame([dict(kind=g, op="rmsnorm" if g == "elementwise" else "graph_kernel",
                            impl="torch" if g == "elementwise" else None, time_s=1e-6,
@@ -410,7 +410,7 @@ def test_contended_entries_a_study_does_not_need_are_kept(tmp_path, monkeypatch)
 
     runs = []
 
-    def fake_run(spec, out, timeout_s, on_line=None):
+    def fake_run(spec, out, timeout_s, on_line=None, keep_log=None):
         runs.append(spec)
         rows = [dict(kind="gemm", M=m, N=n, K=k, dtype="fp32", time_s=1e-6, time_s_min=1e-6,
                      time_s_p90=1e-6) for m, n, k in spec["gemm"]]

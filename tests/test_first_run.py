@@ -165,7 +165,7 @@ def test_fixed_costs_are_the_hosts(monkeypatch, tmp_path):
     meta = {"device": dev["name"], "fingerprints": dict(a)}
     runs = []
 
-    def fake_run(spec, out, timeout_s=900.0, on_line=None):
+    def fake_run(spec, out, timeout_s=900.0, on_line=None, keep_log=None):
         runs.append(spec)
         pd.DataFrame([{"kind": "launch", "op": "eager_layer_torch", "time_s": 9e-4},
                       {"kind": "launch", "op": "graph_kernel", "time_s": 2e-6}]).to_parquet(out)

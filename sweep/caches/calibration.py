@@ -192,12 +192,13 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
     log(f"calibration: measuring {n_todo} entries on {device['name']} ({', '.join(what)})")
     t0 = time.time()
     out = tab_p.with_name(f".{tab_p.stem}.{os.getpid()}.new.parquet")  # one per process
+    last_log = tab_p.with_name(f".{tab_p.stem}.last.log")  # a child that succeeded leaves its log here
     part = out.with_name(out.name + ".partial")
     failed, cut = None, False
     try:
         # no trial of another study measures meanwhile; another job's use of the device seen
         with contention.measuring(device, log) as use:
-            rc, tail = run_cal.run(spec, out, timeout_s, on_line)
+            rc, tail = run_cal.run(spec, out, timeout_s, on_line, keep_log=last_log)
         if rc != 0 or not out.exists():
             failed = f"calibration failed: {tail}"
     except run_cal.ChildTimeout as e:
@@ -215,15 +216,13 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
                 raise CalibrationCut(f"{failed}; {len(new)} entries measured and saved")
         raise RuntimeError(failed)
     new = pd.read_parquet(out)
-    out.unlink(missing_ok=True)  # the child's spec gone, its log kept as the last run's (one file)
-    out.with_name(out.name + ".spec.json").unlink(missing_ok=True)
-    if (child_log := out.with_name(out.name + ".log")).exists():
-        os.replace(child_log, tab_p.with_name(f".{tab_p.stem}.last.log"))
+    out.unlink(missing_ok=True)
     if use.get("contended"):  # used now, measured again once the device is free
         log(f"calibration: measured while another job used the device "
             f"({use['contended_evidence']}): used now, measured again when it is free")
         new[CONTENDED] = True
-    new = _again(new, table, device, quick, switches, tuning_dir, out, timeout_s, on_line, log)
+    new = _again(new, table, device, quick, switches, tuning_dir, out, last_log, timeout_s,
+                 on_line, log)
     saved = _save(meta_p, tab_p, meta, _kept(table, new) if redo else table, new, device, quick,
                   current, ceilings, time.time() - t0)
     return saved.with_(meta=dict(saved.meta, stale=[], measured_now=len(new)))
@@ -243,7 +242,8 @@ def _kept(table, new):
     return table[~gone]
 
 
-def _again(new, table, device, quick, switches, tuning_dir, out, timeout_s, on_line, log):
+def _again(new, table, device, quick, switches, tuning_dir, out, last_log, timeout_s, on_line,
+           log):
     """``new`` with its GEMM outliers (``gemm_outliers``) measured once more and the second
     timings in their place; as it was, said, when that measurement fails or runs out of time."""
     import pandas as pd
@@ -258,7 +258,7 @@ def _again(new, table, device, quick, switches, tuning_dir, out, timeout_s, on_l
     try:
         with device_lock(device, log):
             rc, tail = run_cal.run(_spec(device["type"], quick, switches, {"gemm": odd}, [], [],
-                                         tuning_dir), out, timeout_s, on_line)
+                                         tuning_dir), out, timeout_s, on_line, keep_log=last_log)
     except run_cal.ChildTimeout as e:
         rc, tail = 1, str(e)
     if rc != 0 or not out.exists():

@@ -20,6 +20,7 @@ kernels time slower). Progress markers (``@progress``) on stdout for the parent'
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -102,10 +103,12 @@ def measure(spec: dict, log=print, partial=None) -> list[dict]:
     return rows
 
 
-def run(spec: dict, out_path: Path, timeout_s: float = 900.0, on_line=None) -> tuple[int, str]:
+def run(spec: dict, out_path: Path, timeout_s: float = 900.0, on_line=None,
+        keep_log: Path | None = None) -> tuple[int, str]:
     """Measure ``spec`` in a child process (``sweep.measure.child.launch``) into ``out_path``
     (parquet; a child that ends early leaves the groups it finished in ``<out_path>.partial``).
-    Returns ``(exit code, the child's log tail)``.
+    Returns ``(exit code, the child's log tail)``. A child that succeeded leaves no spec beside
+    ``out_path``, and its log moved to ``keep_log`` where given (a failed one's are kept there).
 
     Raises:
         ChildTimeout: the child ran past ``timeout_s`` (s) and was killed.
@@ -119,7 +122,12 @@ def run(spec: dict, out_path: Path, timeout_s: float = 900.0, on_line=None) -> t
     out_path.with_name(out_path.name + ".partial").unlink(missing_ok=True)
     rc = launch([sys.executable, "-m", "sweep.measure.calibration_run", str(spec_path), str(out_path)],
                 log_path, timeout_s, on_line=on_line)
-    return rc, log_tail(log_path, 800)
+    tail = log_tail(log_path, 800)
+    if rc == 0:
+        spec_path.unlink(missing_ok=True)
+        if keep_log is not None:
+            os.replace(log_path, keep_log)
+    return rc, tail
 
 
 def measure_in_child(spec: dict, what: str, timeout_s: float = 300.0):
