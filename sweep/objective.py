@@ -194,8 +194,8 @@ class Objective:
             f" CONTENDED ({row.get('contended_evidence')})" if row.get(R.CONTENDED) else "")
         took = {k.removesuffix("_s"): row[k] for k in ("build_s", "compile_s", "measure_s") if k in row}
         other = "other with the noisy first run" if row.get("remeasured") else "other"  # start, store
-        phases = ", ".join(f"{k} {v:.0f} s" for k, v in (took | {other: max(time.time() - t0 - sum(
-            took.values()), 0.0)}).items()) if took else ""
+        took = took and took | {other: max(time.time() - t0 - sum(took.values()), 0.0)}
+        phases = ", ".join(f"{k} {v:.0f} s" for k, v in took.items())
         self.progress.line(
             f"[{self.k}/{self.total}] {label}: decode {row[R.RATE['decode']]:.1f} "
             f"tok/s (TPOT {row[R.TIME['decode']]:.2f} ms, MBU "

@@ -118,9 +118,11 @@ def compare(studies: list[tuple[str, dict, pd.DataFrame]], objectives: list[str]
     union = pd.concat([f.assign(study=lab) for lab, f in fronts.items() if len(f)],
                       ignore_index=True)
     uv = union[objectives].to_numpy(float) * sign
+    itself = []  # (i, j): front design i dominated by the same design j of another study
     for i, r in union.iterrows():
         dom = [j for j in range(len(union)) if union.at[j, "study"] != r["study"]
                and (uv[j] <= uv[i]).all() and (uv[j] < uv[i]).any()]
+        itself += [(i, j) for j in dom if union.at[j, "design"] == r["design"]]
         on_combined = not any((uv[j] <= uv[i]).all() and (uv[j] < uv[i]).any()
                               for j in range(len(union)) if j != i)
         rows.append({"study": r["study"], "design": r["design"],
@@ -148,15 +150,14 @@ def compare(studies: list[tuple[str, dict, pd.DataFrame]], objectives: list[str]
                         "device (contended: their figures are another job's too; measure them "
                         "again): " + "; ".join(f"{r.study}: {r.design}"
                                                for r in shared.itertuples()))
-    for r in table.itertuples() if len(table) else ():  # one design, two measurements
-        for other in (d for d in r.dominated_by.split("; ") if d.endswith(f": {r.design}")):
-            o = union[(union.study == other.split(": ")[0]) & (union.design == r.design)].iloc[0]
-            apart = ", ".join(f"{c} {100 * (float(o[c]) / getattr(r, c) - 1):+.1f}%" for c in objectives
-                              if getattr(r, c))
-            warnings.append(f"{r.study}: {r.design} is dominated by the same design in "
-                            f"{other.split(': ')[0]} ({apart}): one design measured twice, apart "
-                            "by run-to-run spread or the machine's state, not by its design "
-                            "(sweep.cli.compare judges the two against their spread)")
+    for i, j in itself:  # one design, two measurements
+        a, b = union.loc[i], union.loc[j]
+        apart = ", ".join(f"{c} {100 * (float(b[c]) / float(a[c]) - 1):+.1f}%" for c in objectives
+                          if a[c])
+        warnings.append(f"{a.study}: {a.design} is dominated by the same design in {b.study} "
+                        f"({apart}): one design measured twice, apart by run-to-run spread or the "
+                        "machine's state, not by its design (sweep.cli.compare judges the two "
+                        "against their spread)")
     summary["warnings"] = warnings
     summary["devices"] = devices
     return table, summary
