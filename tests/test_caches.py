@@ -133,6 +133,28 @@ def test_a_damaged_ceilings_cache_is_measured_again(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "cpu.json").read_text()) == got
 
 
+def test_a_gpus_ceilings_without_the_power_limits_duties_are_measured_again(tmp_path,
+                                                                             monkeypatch):
+    """A GPU's cache from before ``power_slowdown_by_duty`` (2026-12-06) is measured again;
+    one with it is taken as cached; a CPU's never needs it."""
+    from sweep.caches import ceiling_cache as cached
+    from sweep.measure import ceilings, contention
+
+    runs = []
+    new = {"copy_bytes_s": 3e12, "power_onset_s": 0.03, "power_slowdown_by_duty": [[0.5, 1.02]]}
+    monkeypatch.setattr(ceilings, "run", lambda *a, **k: runs.append(1) or new)
+    monkeypatch.setattr(contention, "sample", lambda device: "")
+    gpu = {"type": "cuda", "name": "NVIDIA H100 80GB HBM3"}
+    (tmp_path / "nvidia_h100_80gb_hbm3.json").write_text(
+        json.dumps({"copy_bytes_s": 2.9e12, "power_onset_s": 0.03}))
+    assert cached.measure_ceilings(gpu, cache_dir=tmp_path) == new and len(runs) == 1
+    assert cached.measure_ceilings(gpu, cache_dir=tmp_path) == new and len(runs) == 1
+    (tmp_path / "cpu.json").write_text(json.dumps({"copy_bytes_s": 2e10}))
+    assert cached.measure_ceilings({"type": "cpu", "name": "cpu"},
+                                   cache_dir=tmp_path) == {"copy_bytes_s": 2e10}
+    assert len(runs) == 1
+
+
 def test_ceilings_measured_beside_another_job_are_measured_again_next_time(tmp_path,
                                                                            monkeypatch):
     """Ceilings measured while another job used the device serve this study with the evidence

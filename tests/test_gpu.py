@@ -92,6 +92,17 @@ def test_ceilings_are_plausible():
     assert _gemm_rate(t, 4096, "bf16", "cuda")["gemm_flops_bf16"] > 5e13
 
 
+def test_the_gemm_between_copies_reports_its_duty_and_slow_down():
+    """``ceilings._mixed``: an 8192^3 bf16 GEMM alternating with copies for about half the busy
+    time reports the duty its copies gave (near 0.5) and a slow-down of at least 1 (never a
+    speed-up), well under the 1.5 a GEMM back to back reaches."""
+    from sweep.measure.ceilings import _mixed
+
+    gemm_s = 2 * 8192**3 / 6e14  # a burst rate of 600 TFLOP/s
+    duty, slow = _mixed(8192, gemm_s, 0.5)
+    assert 0.3 < duty < 0.7 and 1.0 <= slow < 1.5
+
+
 def _gpu_study(tmp_path, *extra):
     from sweep.plan import plan_from_config
     from sweep.study import run

@@ -483,7 +483,9 @@ def test_power_limit_slows_a_long_stages_compute_bound_kernels_only():
     hw = load_spec("h100_sxm")
     cfg = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
     assert power.power_limit(ceil) is None
-    assert power.power_limit(hot) == pytest.approx((1.11, 0.075))
+    profile, onset = power.power_limit(hot)  # no duties measured: the GEMM's at every duty
+    assert onset == pytest.approx(0.075) and [power.slowdown_at(profile, d)
+                                              for d in (0.0, 0.5, 1.0)] == pytest.approx([1.11] * 3)
     for B, T, slower in [(8, 4096, True), (1, 512, False)]:
         wl = dict(batch=B, prompt_len=T, new_tokens=64, warmup=2, repeats=5)
         cold, warm = perf.predict(cfg, wl, hw, c, ceilings=ceil), perf.predict(cfg, wl, hw, c,
@@ -501,6 +503,39 @@ def test_power_limit_slows_a_long_stages_compute_bound_kernels_only():
     assert power.sustained_fraction(0.1, 0.0, 0.075) == pytest.approx(0.25)
     assert power.sustained_fraction(0.01, 0.02, 0.075) == 0.0
     assert power.sustained_fraction(0.05, 0.3, 0.075) == 1.0
+
+
+def test_a_stage_slows_at_the_power_limits_slow_down_of_its_own_duty():
+    """With the GEMM's slow-down measured between copies (``power_slowdown_by_duty``, the H100's
+    of 2026-12-06: 1.02 at duty 0.49, 1.10 at 0.72, 1.11 at 1), ``slowdown_at`` interpolates
+    between the points (1 at duty 0); a stage's duty is its compute-bound FLOPs at the measured
+    GEMM ceiling over its time: the 1B shape's long prefill (cuBLAS GEMMs near the ceiling, duty
+    ~0.8) slows about as with the GEMM's full ratio, an OLMoE-1B-7B prefill (Triton grouped GEMMs
+    at about half the ceiling, duty ~0.5) far less, and each basis says its duty."""
+    import json
+
+    c = pricing.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
+    ceil = json.loads((REF / "heldout_h100/ceilings.json").read_text())
+    flat = dict(ceil, gemm_flops_bf16_sustained=ceil["gemm_flops_bf16"] / 1.11, power_onset_s=0.075)
+    mixed = dict(flat, power_slowdown_by_duty=[[0.72, 1.105], [0.49, 1.023], [1.5, 9.0]])
+    profile, _ = power.power_limit(mixed)
+    assert [x for point in profile for x in point] == pytest.approx(
+        [0, 1, 0.49, 1.023, 0.72, 1.105, 1, 1.11])  # sorted; a duty outside (0, 1) left out
+    assert power.slowdown_at(profile, 0.0) == 1.0 and power.slowdown_at(profile, 2.0) == 1.11
+    assert power.slowdown_at(profile, 0.245) == pytest.approx(1.0115)
+    assert power.slowdown_at(profile, 0.86) == pytest.approx(1.1075)
+    hw = load_spec("h100_sxm")
+    added = {}
+    for name, B, T in (("llama3_2_1b", 8, 4096), ("olmoe_1b_7b", 16, 512)):
+        cfg = ModelConfig.from_name(name).resolved("cuda")
+        wl = dict(batch=B, prompt_len=T, new_tokens=64, warmup=2, repeats=5)
+        cold, f, m = (perf.predict(cfg, wl, hw, c, ceilings=x) for x in (ceil, flat, mixed))
+        added[name] = [(x["prefill_pred_ms"] / cold["prefill_pred_ms"] - 1) for x in (f, m)]
+        assert "duty" in m["prefill_pred_basis"]
+        assert m["decode_pred_ms"] == pytest.approx(cold["decode_pred_ms"], rel=1e-9)
+    dense, moe = added["llama3_2_1b"], added["olmoe_1b_7b"]
+    assert dense[1] > 0.9 * dense[0] > 0.04  # near the ceiling: nearly the whole slow-down
+    assert 0 < moe[1] < 0.5 * moe[0]  # about half the ceiling: a fifth of it or less
 
 
 def test_a_graphed_decode_step_is_never_below_the_hosts_floor():

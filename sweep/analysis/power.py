@@ -13,6 +13,11 @@ from __future__ import annotations
 # back to back already). The workload's own warm-up and repeats, else sweep.schema's defaults.
 DEFAULT_WARMUP, DEFAULT_REPEATS = 3, 10
 POWER_UNCERTAINTY = 0.5  # of the added time: the GEMM's slow-down stands in for a stage's mix
+# A stage that is not all compute-bound draws less power, so its compute-bound kernels slow less:
+# the ceilings measure the GEMM's slow-down with copies between its calls at a few duties (the
+# GEMM's share of the busy time, ``power_slowdown_by_duty``; H100 SXM, bench.power_mix_probe
+# 2026-12-06: 1.16 at duty 1, 1.15 at 0.88, 1.10 at 0.72, 1.02 at 0.49, 1.01 at 0.30), and a
+# stage's kernels take the slow-down at the stage's own duty, interpolated between them
 
 
 def sustained_fraction(run_s: float, busy_before_s: float, onset_s: float) -> float:
@@ -23,11 +28,29 @@ def sustained_fraction(run_s: float, busy_before_s: float, onset_s: float) -> fl
     return min(max((busy_before_s + run_s - onset_s) / run_s, 0.0), 1.0)
 
 
-def power_limit(ceilings: dict) -> tuple[float, float] | None:
-    """``(slow-down, onset s)`` of compute-bound kernels under sustained load from the measured
-    ceilings (``gemm_flops_bf16`` / ``gemm_flops_bf16_sustained``, ``power_onset_s``), or None
-    where they were not measured (a CPU, an older ceilings cache, a datasheet target)."""
+def power_limit(ceilings: dict) -> tuple[tuple[tuple[float, float], ...], float] | None:
+    """``(profile, onset s)`` of compute-bound kernels under sustained load from the measured
+    ceilings, or None where they were not measured (a CPU, an older ceilings cache, a datasheet
+    target). ``profile``: ``(duty, slow-down)`` points, duty 0 .. 1 the compute-bound kernels'
+    share of the stage's time (``slowdown_at``): at duty 1 ``gemm_flops_bf16`` /
+    ``gemm_flops_bf16_sustained``, at the duties of ``power_slowdown_by_duty`` their measured
+    slow-downs, at duty 0 none; ceilings without the duties (measured before 2026-12-06) give the
+    GEMM's slow-down at every duty, as priced before."""
     burst, slow = ceilings.get("gemm_flops_bf16"), ceilings.get("gemm_flops_bf16_sustained")
     if not burst or not slow or "power_onset_s" not in ceilings:
         return None
-    return max(burst / slow, 1.0), float(ceilings["power_onset_s"])
+    full = max(burst / slow, 1.0)
+    mixed = [(float(d), max(float(r), 1.0)) for d, r in ceilings.get("power_slowdown_by_duty")
+             or () if 0.0 < float(d) < 1.0]
+    profile = ((0.0, 1.0), *sorted(mixed), (1.0, full)) if mixed else ((0.0, full), (1.0, full))
+    return profile, float(ceilings["power_onset_s"])
+
+
+def slowdown_at(profile: tuple[tuple[float, float], ...], duty: float) -> float:
+    """The slow-down (>= 1) of a stage's compute-bound kernels at ``duty`` (their share of the
+    stage's time, 0 .. 1), linear between the ``power_limit`` profile's measured points."""
+    duty = min(max(duty, 0.0), 1.0)
+    for (d0, r0), (d1, r1) in zip(profile, profile[1:]):
+        if duty <= d1:
+            return r0 + (r1 - r0) * ((duty - d0) / (d1 - d0) if d1 > d0 else 1.0)
+    return profile[-1][1]

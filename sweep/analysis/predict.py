@@ -38,7 +38,14 @@ from zoo.generate import PREFILL_GRAPH_MAX_TOKENS
 from zoo.launches import NORM_LAUNCHES, Kernel, Stage
 
 from ..common.row import MODULES, STAGES, TIME, error, pred, pred_module
-from .power import DEFAULT_REPEATS, DEFAULT_WARMUP, POWER_UNCERTAINTY, power_limit, sustained_fraction
+from .power import (
+    DEFAULT_REPEATS,
+    DEFAULT_WARMUP,
+    POWER_UNCERTAINTY,
+    power_limit,
+    slowdown_at,
+    sustained_fraction,
+)
 from .pricing import Calibrated, stand_in
 
 STEP_EAGER_OPS = 2  # per decode step beside the graph: token copy, position fill (the logits'
@@ -130,12 +137,16 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
            stage: str = "decode", power: tuple | None = None, skew: float = 0.0,
            draw: bool = False) -> dict:
     """Predicted times (s) of one stage: per module kind for both kinds, with bases and notes.
-    ``power``: ``(slow-down, onset s, runs before the timed one, steps per run)`` of the power
-    limit (``power_limit``), applied to the compute-bound kernels."""
+    ``power``: ``(profile, onset s, runs before the timed one, steps per run)`` of the power
+    limit (``power_limit``), applied to the compute-bound kernels (GEMMs, the grouped MoE ones
+    among them, at or past the ridge; prefill attention) at the slow-down of the stage's duty
+    (``slowdown_at``): its compute-bound FLOPs over the measured GEMM ceiling times its time,
+    as the ceilings' mixed runs define it (a GEMM at its ceiling for that share of the time)."""
     ks = kernel_list(cfg, batch, new, context, kernels, fold, skew, draw)
     roof = dict.fromkeys(MODULES, 0.0)
     calib = dict.fromkeys(MODULES, 0.0)
     hot = dict.fromkeys(MODULES, 0.0)  # compute-bound kernels' calibrated time
+    hot_flop = 0.0  # and their FLOPs
     ridge = peaks[0] / peaks[1]  # FLOP/byte
     basis = {}
     spread2 = 0.0  # the stage's uncertainty (s^2): a kernel's terms add up over its layers
@@ -147,6 +158,7 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
             calib[k.module] += k.repeat * t
             if k.kind == "prefill_attn" or (k.kind == "gemm" and k.flops >= ridge * k.bytes):
                 hot[k.module] += k.repeat * t
+                hot_flop += k.repeat * k.flops
             basis.setdefault(k.module, set()).add(b)
             spread2 += (k.repeat * t * cal.uncertainty(b, noted=len(cal.notes) > seen)) ** 2
     out = {"roofline": roof, "roofline_total": sum(roof.values())}
@@ -154,17 +166,23 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
         return out
     launches = sum(k.repeat * k.launches for k in ks)
     if power is not None and sum(hot.values()) > 0:
-        ratio, onset, runs_before, steps = power
+        profile, onset, runs_before, steps = power
         run_s = steps * sum(calib.values())
         phi = sustained_fraction(run_s, runs_before * run_s, onset)
-        if phi > 0:
+        # the power a stage draws follows its tensor-core work: its duty is its FLOP rate over the
+        # measured GEMM ceiling's (the mixed runs': the GEMM at its ceiling for that share)
+        duty = hot_flop / (peaks[0] * sum(calib.values()))
+        ratio = slowdown_at(profile, duty)
+        if phi > 0 and ratio > 1:
             for m in MODULES:
                 calib[m] += hot[m] * (ratio - 1) * phi
             added = sum(hot.values()) * (ratio - 1) * phi
             spread2 += (POWER_UNCERTAINTY * added) ** 2
             basis.setdefault("power_limit", set()).add(
-                f"compute-bound kernels x{ratio:.3f} for {100 * phi:.0f}% of the run (power "
-                f"limit past {1e3 * onset:.0f} ms of load: measured sustained GEMM)")
+                f"compute-bound kernels (duty {duty:.2f}: their FLOPs at the GEMM ceiling over "
+                f"the stage's time) x{ratio:.3f} for "
+                f"{100 * phi:.0f}% of the run (power limit past {1e3 * onset:.0f} ms of load: "
+                "measured sustained GEMM at that duty)")
     gpu = sum(calib.values())
     # every calibrated time holds one inter-kernel gap per launch (timed back to back in a
     # graph): booked as launch overhead, so each module's time is its kernels' own

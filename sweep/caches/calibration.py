@@ -298,7 +298,7 @@ def _save(meta_p, tab_p, meta, table, new, device, quick, current, ceilings, wal
             "wall_s": wall}
     cl = {k: v for k, v in (ceilings or {}).items()
           if k in ("copy_bytes_s", "gemm_flops_bf16", "gemm_flops_fp16", "gemm_flops_fp32",
-                   "gemm_flops_bf16_sustained", "power_onset_s")}
+                   "gemm_flops_bf16_sustained", "power_onset_s", "power_slowdown_by_duty")}
     if cl and not ceilings.get("contended_evidence"):  # (measured beside another job: the
         meta["ceilings"] = cl  # ones kept before stay; transfers and ridges read them)
     cal = Calibration(meta, table)

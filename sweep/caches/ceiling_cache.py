@@ -26,8 +26,9 @@ def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300
 
     Measured the first time for a device in a child process (``sweep.measure.ceilings``: no CUDA
     context in the caller) and cached as ``<cache_dir>/<device>.json`` (default
-    ``results/ceilings``); a GPU's cache from before the sustained GEMM rate
-    (``gemm_flops_bf16_sustained``, ``power_onset_s``) is measured again. Measured while another
+    ``results/ceilings``); a GPU's cache from before the sustained GEMM rate and its slow-down at
+    lower duties (``gemm_flops_bf16_sustained``, ``power_onset_s``, ``power_slowdown_by_duty``) is
+    measured again. Measured while another
     job used the device (``sweep.measure.contention``: busy cores, another GPU process), they
     serve this study with ``contended_evidence`` and the cache is measured again next time (a
     busy CPU's copy rate read 9.4 GB/s against 37.5 idle, and every later study's MBU with it);
@@ -56,7 +57,8 @@ def measure_ceilings(device: dict, refresh: bool = False, timeout_s: float = 300
             if isinstance(have, dict) and have.get("contended_evidence") and again_if_contended:
                 say(f"ceilings: the cached ones were measured while another job used the device "
                     f"({have['contended_evidence']}): measured again")
-            elif isinstance(have, dict) and (device["type"] != "cuda" or "power_onset_s" in have):
+            elif isinstance(have, dict) and (device["type"] != "cuda"
+                                                 or "power_slowdown_by_duty" in have):
                 return have
         try:
             with contention.measuring(device, say) as use:  # holds the device's lock

@@ -8,7 +8,9 @@ drop (H100 SXM, 700 W: SM clock 1980 -> ~1400 MHz after ~0.1 s, NVML clock-event
 "SW power cap"; ``results/reference/power_probe.md``), so a compute-bound kernel timed in a short
 burst runs slower inside a long stage. ``gemm_flops_bf16_sustained`` is the rate over a run's
 second half, ``power_onset_s`` the busy time after which the calls slow down, each the median of
-``SUSTAIN_RUNS`` runs.
+``SUSTAIN_RUNS`` runs. A stage that is part memory-bound draws less power and slows its GEMMs
+less: ``power_slowdown_by_duty`` holds ``[duty, slow-down]`` of the same GEMM alternating with
+copies at ``POWER_DUTIES`` (the GEMM's share of the busy time, from their burst times).
 ``sweep.caches.ceiling_cache.measure_ceilings`` caches what this measures and gives every
 MFU and MBU its "measured" peak.
 """
@@ -60,6 +62,15 @@ def measure(device: str) -> dict:
             f"{IDLE_S:g} s idle, {SUSTAIN_RUNS} runs; rate: median call over each run's second "
             "half; onset: busy time when the median of 9 calls first passes half the slow-down; "
             "each the median over the runs")
+        progress_line("phase", f"measuring the GEMM's slow-down between copies ({len(POWER_DUTIES)}"
+                               f" x {SUSTAIN_S:g} s)")
+        gemm_s = 2 * gemm["bf16"] ** 3 / out["gemm_flops_bf16"]
+        out["power_slowdown_by_duty"] = [_mixed(gemm["bf16"], gemm_s, d) for d in POWER_DUTIES]
+        out["method"]["power_slowdown_by_duty"] = (
+            f"the sustained GEMM's graph alternating with copy_ graphs of {MIX_COPY_BYTES} bytes, "
+            f"as many as give the GEMM the duty (its share of the burst times), back to back "
+            f"for {SUSTAIN_S:g} s after {IDLE_S:g} s idle; slow-down: the GEMM's median call over "
+            "the second half against its burst time")
     return out
 
 
@@ -74,6 +85,10 @@ SUSTAIN_RUNS = 3
 # and one reading of its copy 3.85-4.21 TB/s between machines; the transfer of a calibration to
 # another device is a ratio of these (``sweep.analysis.predict.transfer``)
 READINGS, PAUSE_S = 5, 0.2
+# Duties of the mixed runs: on an H100 SXM the GEMM slowed 1.16 / 1.15 / 1.10 / 1.02 / 1.01 at
+# duties 1 / 0.88 / 0.72 / 0.49 / 0.30 (bench.power_mix_probe, 2026-12-06,
+# results/reference/power_probe.md): the bend lies between 0.5 and 0.9
+POWER_DUTIES, MIX_COPY_BYTES = (0.5, 0.75), 256 << 20
 
 
 def _ramp(n: int) -> None:
@@ -107,23 +122,64 @@ def _sustained(n: int, burst_flops: float) -> dict:
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     c = torch.empty_like(a)
-    torch.mm(a, b, out=c)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        torch.mm(a, b, out=c)
+    g = _graph(lambda: torch.mm(a, b, out=c))
     time.sleep(IDLE_S)
     calls, t_end = [], time.perf_counter() + SUSTAIN_S
     while time.perf_counter() < t_end:
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(9)]
-        ev[0].record()
-        for e in ev[1:]:
-            g.replay()
-            e.record()
-        ev[-1].synchronize()
-        calls += [x.elapsed_time(y) / 1e3 for x, y in zip(ev, ev[1:])]
+        calls += _replays([g] * 8)
     del g
     return sustained_profile(calls, 2 * n**3, burst_flops)
+
+
+def _mixed(n: int, gemm_s: float, duty: float) -> list[float]:
+    """``[duty, slow-down]``: an ``n``-cubed bf16 GEMM (burst time ``gemm_s``, s) alternating with
+    ``k`` copies of ``MIX_COPY_BYTES`` (``k`` for ``duty``, the GEMM's share of the burst times;
+    the duty returned is the one ``k`` gives), back to back for ``SUSTAIN_S`` from ``IDLE_S`` of
+    idle; the slow-down is the GEMM's median call over the second half against ``gemm_s``."""
+    import time
+
+    import torch
+
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty_like(a)
+    src = torch.randn(MIX_COPY_BYTES // 4, device="cuda")
+    dst = torch.empty_like(src)
+    gemm, copy = _graph(lambda: torch.mm(a, b, out=c)), _graph(lambda: dst.copy_(src))
+    copy_s = statistics.median(_replays([copy] * 20))
+    k = max(1, round(gemm_s * (1 - duty) / (duty * copy_s)))
+    time.sleep(IDLE_S)
+    calls, t_end = [], time.perf_counter() + SUSTAIN_S
+    while time.perf_counter() < t_end:
+        calls += _replays(([gemm] + [copy] * k) * 4)[::k + 1]
+    del gemm, copy
+    late = calls[len(calls) // 2:]
+    return [gemm_s / (gemm_s + k * copy_s), max(statistics.median(late) / gemm_s, 1.0)]
+
+
+def _graph(fn):
+    """``fn`` run once, then captured in a CUDA graph (returned)."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g
+
+
+def _replays(graphs: list) -> list[float]:
+    """Each graph of ``graphs`` replayed back to back, its time (s) from CUDA events."""
+    import torch
+
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(len(graphs) + 1)]
+    ev[0].record()
+    for g, e in zip(graphs, ev[1:]):
+        g.replay()
+        e.record()
+    ev[-1].synchronize()
+    return [x.elapsed_time(y) / 1e3 for x, y in zip(ev, ev[1:])]
 
 
 def median_profile(runs: list[dict]) -> dict:
