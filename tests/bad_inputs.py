@@ -119,6 +119,8 @@ OTHER = [
     # record
     ("sweep.cli.record", "bad"), ("sweep.cli.record {R}/rec.json /nonexistent --command x", "bad"),
     ("sweep.cli.record {X}/rec.json {S} --command x", "bad"),
+    ("sweep.cli.record {R}/rec.txt {S} --command x", "bad"),
+    ("sweep.cli.record {S}/study.json {S} --command x", "bad"),
     ("sweep.cli.record {R}/rec.json {S} --command x", "ok"),
     # report pages
     ("sweep.report.html_report", "bad"), ("sweep.report.html_report /nonexistent", "bad"),

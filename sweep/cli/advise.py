@@ -143,12 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calibration", help="a calibration .json (default: the target device's)")
     ap.add_argument("--band", type=float, default=AdviseConf.band,
                     help="non-embedding parameter band of the alternatives (fraction)")
-    ap.add_argument("--top", type=int, default=AdviseConf.top)
+    ap.add_argument("--top", type=int, default=AdviseConf.top,
+                    help="how many alternatives to show, fastest predicted first")
     ap.add_argument("--bench", action="store_true",
                     help="micro-benchmark the GEMM shapes the calibration lacks first (GPU)")
     ap.add_argument("--measure", action="store_true",
                     help="measure the design and the first suggestion (GPU)")
-    ap.add_argument("--out")
+    ap.add_argument("--out", help="the folder for the advice and any measured rows "
+                    "(default: results/advise/<design>)")
     a = ap.parse_args(argv)
     AdviseConf(band=a.band, top=a.top)  # the options refused before any work
     from zoo.config import DesignError

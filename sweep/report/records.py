@@ -77,11 +77,16 @@ def main(argv: list[str] | None = None) -> int:
             print(d)
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("out")
-    ap.add_argument("studies", nargs="+")
+    ap.add_argument("out", help="the record to write, a .json file (refused if it exists: a "
+                    "record is never overwritten)")
+    ap.add_argument("studies", nargs="+", help="finished study directories")
     ap.add_argument("--command", required=True, help="the command that produced the studies")
     ap.add_argument("--note", default="")
     a = ap.parse_args(argv)
+    if not a.out.endswith(".json"):
+        ap.error(f"out: {a.out!r} is not a .json file (a record is JSON: RECORD.json)")
+    if Path(a.out).exists():
+        ap.error(f"out: {a.out} exists; a record is never overwritten (name a new one)")
     studies = [study_record(Path(s)) for s in a.studies]
     env = studies[0]["meta"]["env"]
     rec = {"device": env["device"], "versions": {k: env.get(k) for k in
