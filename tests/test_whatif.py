@@ -44,6 +44,7 @@ def test_a_design_on_each_target_says_its_basis():
     assert rows["m4_max"]["decode_tok_s"] > rows["m3_max"]["decode_tok_s"]
     assert math.isnan(rows["m4_max"]["decode_j_per_token"])  # no TDP stated
     assert "no TDP" in rows["m4_max"]["decode_j_per_token_reason"]
+    assert rows["mi300x"]["decode_j_per_token_basis"].startswith("upper bound")  # not measured
     big = ModelConfig.from_name("llama3_1_8b")
     assert not predict_on(big, dict(wl, batch=64, prompt_len=8192), load_spec(
         "snapdragon_8_gen3"))["fits_memory"]

@@ -145,6 +145,9 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
            "prediction_confidence": row.get("prediction_confidence") or confidence(row, kind=None)}
     if not math.isfinite(spec.tdp_w):
         out[energy("decode") + "_reason"] = f"{spec.name}: no TDP stated"
+    else:  # said beside the figure: not a measurement, the most the board can draw
+        out[energy("decode") + "_basis"] = (f"upper bound: {spec.name}'s TDP {spec.tdp_w:g} W x "
+                                            "TPOT / batch (the board at its power limit)")
     out.update({k: v for k, v in row.items() if k.startswith(("prefill_pred_", "decode_pred_"))})
     return out
 
