@@ -7,6 +7,9 @@ idle between them. Writes ``$OUT/power_probe.json`` (per-call times with their s
 the samples, phase marks). Development designs only: the held-out set is never looked at here.
 
     python3 bench/reference/power_probe.py
+    SKIP_GEMM=1 PREFILLS=name:preset:batch:prompt,... python3 bench/reference/power_probe.py
+
+``PREFILLS`` names other designs' prefills; keep the frozen held-out pairs out of it.
 """
 
 from __future__ import annotations
@@ -81,8 +84,8 @@ result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
           "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(H, pynvml.NVML_CLOCK_SM),
           "date": time.strftime("%Y-%m-%d %H:%M:%S"), "runs": {}}
 
-# (1) a large GEMM, the 8B FFN up projection at 32k tokens' tile of 8192 rows
-M, N, K = 8192, 14336, 4096
+# (1) a large GEMM, the 8B FFN up projection at 32k tokens' tile of 8192 rows (SKIP_GEMM=1: not)
+M, N, K = (8192, 14336, 4096) if not os.environ.get("SKIP_GEMM") else (64, 64, 64)
 a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
 w = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
 c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
@@ -106,8 +109,13 @@ del a, w, c, g
 torch.cuda.empty_cache()
 
 # (2) the development set's long prefills (design, batch, prompt)
-for name, preset, B, T, mode in [("l1b_b8_p4096", "llama3_2_1b", 8, 4096, "cudagraph"),
-                                 ("l8b_b8_p4096", "llama3_1_8b", 8, 4096, "cudagraph")]:
+# PREFILLS="name:preset:batch:prompt,...": other designs (cudagraph mode)
+DESIGNS = ([(n, p, int(b), int(t), "cudagraph") for n, p, b, t in
+            (x.split(":") for x in os.environ["PREFILLS"].split(","))]
+           if os.environ.get("PREFILLS") else
+           [("l1b_b8_p4096", "llama3_2_1b", 8, 4096, "cudagraph"),
+            ("l8b_b8_p4096", "llama3_1_8b", 8, 4096, "cudagraph")])
+for name, preset, B, T, mode in DESIGNS:
     cfg = ModelConfig.from_name(preset).resolved("cuda")
     model = Transformer.build(cfg, "cuda", seed=0)
     gen = Generator(model, B, T + 1, mode)
