@@ -61,6 +61,9 @@ def test_a_stage_the_public_fit_does_not_cover_says_so():
     assert r["basis_kind"] == "fitted" and r["prefill_pred_ms"] == r["prefill_pred_ms_roofline"]
     assert "prefill: no public prefill measurements fitted" in r["prediction_notes"]
     assert "decode:" not in r["prediction_notes"]
+    assert "prefill: the roofline x stated efficiencies" in r["prediction_basis"]  # not notes only
+    assert r["prefill_pred_basis"].startswith("roofline x")
+    assert r["decode_pred_basis"] == "fitted on public decode measurements"
     assert r["decode_pred_ms_lo"] < r["decode_pred_ms"] < r["decode_pred_ms_hi"]
     assert math.isnan(r.get("prefill_pred_ms_lo", math.nan))
 

@@ -35,7 +35,7 @@ from kernels.switches import Switches
 from zoo import ModelConfig, counts
 from zoo.config import DESIGN_FIELDS
 
-from ..common.row import MODULES, RATE, TIME, energy, pred, pred_module
+from ..common.row import MODULES, RATE, STAGES, TIME, energy, pred, pred_module
 from .anchors import transfer
 from .predict import STAND_INS, confidence, kernel_list, predict
 from .pricing import Calibrated
@@ -104,6 +104,9 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
     elif spec.fitted.get("decode"):
         row = _fitted(cfg, workload, spec, ceil)
         basis = f"fitted on public measurements, {spec.name}: {spec.fitted.get('basis', '')}"
+        if bare := [st for st in STAGES if not spec.fitted.get(st)]:  # said in the basis too
+            basis += (f"; {' and '.join(bare)}: the roofline x stated efficiencies (no public "
+                      "measurements of it fitted)")
     else:
         row = predict(cfg, workload, spec, None, ceilings=ceil, switches=switches)
         launch = spec.assumptions.get("launch_us", 0.0) * 1e-3  # ms
@@ -184,7 +187,9 @@ def _fitted(cfg: ModelConfig, workload: dict, spec, ceil: dict) -> dict:
             row["prediction_notes"] = "; ".join(filter(None, [
                 row.get("prediction_notes"), f"{stage}: no public {stage} measurements fitted "
                 f"for {spec.name}: the roofline x its stated efficiencies, no interval"]))
+            row[f"{stage}_pred_basis"] = f"roofline x {spec.name}'s stated efficiencies"
             continue
+        row[f"{stage}_pred_basis"] = f"fitted on public {stage} measurements"
         t = fitted_step(f, stage, cfg, st, spec.peak_bytes_s, _peak(spec, cfg.dtype)) * 1e3
         fixed = cfg.n_layers * f["per_layer_s"] * 1e3
         mods = {m: row.get(pred_module(stage, m), 0.0) for m in MODULES}
