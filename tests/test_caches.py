@@ -135,8 +135,8 @@ def test_a_damaged_ceilings_cache_is_measured_again(tmp_path, monkeypatch):
 
 def test_a_gpus_ceilings_without_the_power_limits_duties_are_measured_again(tmp_path,
                                                                              monkeypatch):
-    """A GPU's cache from before ``power_slowdown_by_duty`` (2026-12-06) is measured again;
-    one with it is taken as cached; a CPU's never needs it."""
+    """A GPU's cache from before ``power_slowdown_by_duty`` (2026-12-06) is measured again (and
+    serves, said, when that fails); one with it is taken as cached; a CPU's never needs it."""
     from sweep.caches import ceiling_cache as cached
     from sweep.measure import ceilings, contention
 
@@ -153,6 +153,14 @@ def test_a_gpus_ceilings_without_the_power_limits_duties_are_measured_again(tmp_
     assert cached.measure_ceilings({"type": "cpu", "name": "cpu"},
                                    cache_dir=tmp_path) == {"copy_bytes_s": 2e10}
     assert len(runs) == 1
+    # measured again and failing (a timeout, a busy GPU): the old cache serves, said
+    old = {"copy_bytes_s": 2.9e12, "power_onset_s": 0.03}
+    (tmp_path / "nvidia_h100_80gb_hbm3.json").write_text(json.dumps(old))
+    monkeypatch.setattr(ceilings, "run", lambda *a, **k: (_ for _ in ()).throw(
+        RuntimeError("ceilings measurement timed out")))
+    lines = []
+    assert cached.measure_ceilings(gpu, cache_dir=tmp_path, on_line=lines.append) == old
+    assert any("the cached ones serve" in m for m in lines), lines
 
 
 def test_ceilings_measured_beside_another_job_are_measured_again_next_time(tmp_path,

@@ -93,14 +93,15 @@ def test_ceilings_are_plausible():
 
 
 def test_the_gemm_between_copies_reports_its_duty_and_slow_down():
-    """``ceilings._mixed``: an 8192^3 bf16 GEMM alternating with copies for about half the busy
-    time reports the duty its copies gave (near 0.5) and a slow-down of at least 1 (never a
-    speed-up), well under the 1.5 a GEMM back to back reaches."""
-    from sweep.measure.ceilings import _mixed
+    """``ceilings._mixed`` against the GEMM's burst time measured here: alternating with copies
+    for about half the busy time, it reports the duty its copies gave (near 0.5) and a slow-down
+    near 1 (H100: 1.01 at duty 0.49; a broken timing of the GEMM calls reads far from it)."""
+    from sweep.measure.ceilings import _gemm_rate, _mixed
+    from sweep.measure.timing import Timer
 
-    gemm_s = 2 * 8192**3 / 6e14  # a burst rate of 600 TFLOP/s
+    gemm_s = 2 * 8192**3 / _gemm_rate(Timer("cuda"), 8192, "bf16", "cuda")["gemm_flops_bf16"]
     duty, slow = _mixed(8192, gemm_s, 0.5)
-    assert 0.3 < duty < 0.7 and 1.0 <= slow < 1.5
+    assert 0.35 < duty < 0.65 and 1.0 <= slow < 1.15
 
 
 def _gpu_study(tmp_path, *extra):

@@ -511,7 +511,8 @@ def test_a_stage_slows_at_the_power_limits_slow_down_of_its_own_duty():
     between the points (1 at duty 0); a stage's duty is its compute-bound FLOPs at the measured
     GEMM ceiling over its time: the 1B shape's long prefill (cuBLAS GEMMs near the ceiling, duty
     ~0.8) slows about as with the GEMM's full ratio, an OLMoE-1B-7B prefill (Triton grouped GEMMs
-    at about half the ceiling, duty ~0.5) far less, and each basis says its duty."""
+    at about half the ceiling, duty ~0.5) a third as much or less, and each basis says its duty; a
+    slow-down that is not a number is left out of the profile."""
     import json
 
     c = pricing.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
@@ -524,6 +525,8 @@ def test_a_stage_slows_at_the_power_limits_slow_down_of_its_own_duty():
     assert power.slowdown_at(profile, 0.0) == 1.0 and power.slowdown_at(profile, 2.0) == 1.11
     assert power.slowdown_at(profile, 0.245) == pytest.approx(1.0115)
     assert power.slowdown_at(profile, 0.86) == pytest.approx(1.1075)
+    bad, _ = power.power_limit(dict(flat, power_slowdown_by_duty=[[0.5, float("nan")]]))
+    assert [power.slowdown_at(bad, d) for d in (0.0, 0.5)] == pytest.approx([1.11, 1.11])
     hw = load_spec("h100_sxm")
     added = {}
     for name, B, T in (("llama3_2_1b", 8, 4096), ("olmoe_1b_7b", 16, 512)):
@@ -535,7 +538,7 @@ def test_a_stage_slows_at_the_power_limits_slow_down_of_its_own_duty():
         assert m["decode_pred_ms"] == pytest.approx(cold["decode_pred_ms"], rel=1e-9)
     dense, moe = added["llama3_2_1b"], added["olmoe_1b_7b"]
     assert dense[1] > 0.9 * dense[0] > 0.04  # near the ceiling: nearly the whole slow-down
-    assert 0 < moe[1] < 0.5 * moe[0]  # about half the ceiling: a fifth of it or less
+    assert 0 < moe[1] < moe[0] / 3  # about half the ceiling: a third of it or less
 
 
 def test_a_graphed_decode_step_is_never_below_the_hosts_floor():

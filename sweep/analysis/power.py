@@ -4,6 +4,8 @@ and for what share of a timed run (``sustained_fraction``). Times in s."""
 
 from __future__ import annotations
 
+import math
+
 # A stage timed as a trial times it (``sweep.measure.trial``: ``warmup`` runs, then ``repeats``
 # back to back) holds the GPU busy; past ``power_onset_s`` of load the board reaches its power
 # limit and lowers its clocks, and the compute-bound kernels (timed by the calibration in short
@@ -41,7 +43,7 @@ def power_limit(ceilings: dict) -> tuple[tuple[tuple[float, float], ...], float]
         return None
     full = max(burst / slow, 1.0)
     mixed = [(float(d), max(float(r), 1.0)) for d, r in ceilings.get("power_slowdown_by_duty")
-             or () if 0.0 < float(d) < 1.0]
+             or () if 0.0 < float(d) < 1.0 and math.isfinite(float(r))]
     profile = ((0.0, 1.0), *sorted(mixed), (1.0, full)) if mixed else ((0.0, full), (1.0, full))
     return profile, float(ceilings["power_onset_s"])
 

@@ -171,7 +171,8 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
         phi = sustained_fraction(run_s, runs_before * run_s, onset)
         # the power a stage draws follows its tensor-core work: its duty is its FLOP rate over the
         # measured GEMM ceiling's (the mixed runs': the GEMM at its ceiling for that share)
-        duty = hot_flop / (peaks[0] * sum(calib.values()))
+        duty = min(hot_flop / (peaks[0] * sum(calib.values())), 1.0)  # (peaks[0]: the
+        # design dtype's GEMM ceiling; another machine's calibration can read a little over 1)
         ratio = slowdown_at(profile, duty)
         if phi > 0 and ratio > 1:
             for m in MODULES:
