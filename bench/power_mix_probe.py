@@ -25,19 +25,12 @@ from pathlib import Path
 
 import torch
 
+from sweep.measure.ceilings import capture, replay_times
+
 N = 8192
 COPY_BYTES = 256 << 20
 SUSTAIN_S, IDLE_S, RUNS = 1.5, 1.0, 2
 DUTIES = (1.0, 0.85, 0.7, 0.5, 0.3)
-
-
-def _graph(fn):
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g
 
 
 def _burst(g, n=5, reads=5, pause=0.2) -> float:
@@ -45,14 +38,8 @@ def _burst(g, n=5, reads=5, pause=0.2) -> float:
     med = []
     for _ in range(reads):
         time.sleep(pause)
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
         g.replay()
-        ev[0].record()
-        for e in ev[1:]:
-            g.replay()
-            e.record()
-        torch.cuda.synchronize()
-        med.append(statistics.median(a.elapsed_time(b) / 1e3 for a, b in zip(ev, ev[1:])))
+        med.append(statistics.median(replay_times([g] * n)))
     return statistics.median(med)
 
 
@@ -64,14 +51,8 @@ def _run(gemm, copy, k: int, sampler) -> dict:
     with sampler.region(f"k{k}"):
         while time.perf_counter() < t_end:
             seq = ([gemm] + [copy] * k) * 4
-            ev = [torch.cuda.Event(enable_timing=True) for _ in range(len(seq) + 1)]
-            ev[0].record()
-            for g, e in zip(seq, ev[1:]):
-                g.replay()
-                e.record()
-            ev[-1].synchronize()
-            for g, a, b in zip(seq, ev, ev[1:]):
-                (tg if g is gemm else tc).append(a.elapsed_time(b) / 1e3)
+            for g, t in zip(seq, replay_times(seq)):
+                (tg if g is gemm else tc).append(t)
     late = lambda t: t[len(t) // 2:]  # noqa: E731
     return {"gemm_late_s": statistics.median(late(tg)),
             "copy_late_s": statistics.median(late(tc)) if tc else float("nan"),
@@ -88,8 +69,8 @@ def main(argv=None) -> int:
     c = torch.empty_like(a)
     src = torch.randn(COPY_BYTES // 4, device="cuda")
     dst = torch.empty_like(src)
-    gemm = _graph(lambda: torch.mm(a, b, out=c))
-    copy = _graph(lambda: dst.copy_(src))
+    gemm = capture(lambda: torch.mm(a, b, out=c))
+    copy = capture(lambda: dst.copy_(src))
     t_g, t_c = _burst(gemm), _burst(copy)
     rows = []
     for h in DUTIES:

@@ -122,11 +122,11 @@ def _sustained(n: int, burst_flops: float) -> dict:
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     c = torch.empty_like(a)
-    g = _graph(lambda: torch.mm(a, b, out=c))
+    g = capture(lambda: torch.mm(a, b, out=c))
     time.sleep(IDLE_S)
     calls, t_end = [], time.perf_counter() + SUSTAIN_S
     while time.perf_counter() < t_end:
-        calls += _replays([g] * 8)
+        calls += replay_times([g] * 8)
     del g
     return sustained_profile(calls, 2 * n**3, burst_flops)
 
@@ -145,19 +145,19 @@ def _mixed(n: int, gemm_s: float, duty: float) -> list[float]:
     c = torch.empty_like(a)
     src = torch.randn(MIX_COPY_BYTES // 4, device="cuda")
     dst = torch.empty_like(src)
-    gemm, copy = _graph(lambda: torch.mm(a, b, out=c)), _graph(lambda: dst.copy_(src))
-    copy_s = statistics.median(_replays([copy] * 20))
+    gemm, copy = capture(lambda: torch.mm(a, b, out=c)), capture(lambda: dst.copy_(src))
+    copy_s = statistics.median(replay_times([copy] * 20))
     k = max(1, round(gemm_s * (1 - duty) / (duty * copy_s)))
     time.sleep(IDLE_S)
     calls, t_end = [], time.perf_counter() + SUSTAIN_S
     while time.perf_counter() < t_end:
-        calls += _replays(([gemm] + [copy] * k) * 4)[::k + 1]
+        calls += replay_times(([gemm] + [copy] * k) * 4)[::k + 1]
     del gemm, copy
     late = calls[len(calls) // 2:]
     return [gemm_s / (gemm_s + k * copy_s), max(statistics.median(late) / gemm_s, 1.0)]
 
 
-def _graph(fn):
+def capture(fn):
     """``fn`` run once, then captured in a CUDA graph (returned)."""
     import torch
 
@@ -169,7 +169,7 @@ def _graph(fn):
     return g
 
 
-def _replays(graphs: list) -> list[float]:
+def replay_times(graphs: list) -> list[float]:
     """Each graph of ``graphs`` replayed back to back, its time (s) from CUDA events."""
     import torch
 
