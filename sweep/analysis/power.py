@@ -19,7 +19,9 @@ POWER_UNCERTAINTY = 0.5  # of the added time: the GEMM's slow-down stands in for
 # the ceilings measure the GEMM's slow-down with copies between its calls at a few duties (the
 # GEMM's share of the busy time, ``power_slowdown_by_duty``; H100 SXM, bench.power_mix_probe
 # 2026-12-06: 1.16 at duty 1, 1.15 at 0.88, 1.10 at 0.72, 1.02 at 0.49, 1.01 at 0.30), and a
-# stage's kernels take the slow-down at the stage's own duty, interpolated between them
+# stage's kernels take the slow-down at the stage's own duty, interpolated between them: its
+# compute-bound FLOPs at the measured GEMM ceiling over its time (``predict._stage``; the mixed
+# runs' GEMM at its ceiling for a share h of the time is duty h)
 
 
 def sustained_fraction(run_s: float, busy_before_s: float, onset_s: float) -> float:
@@ -33,10 +35,9 @@ def sustained_fraction(run_s: float, busy_before_s: float, onset_s: float) -> fl
 def power_limit(ceilings: dict) -> tuple[tuple[tuple[float, float], ...], float] | None:
     """``(profile, onset s)`` of compute-bound kernels under sustained load from the measured
     ceilings, or None where they were not measured (a CPU, an older ceilings cache, a datasheet
-    target). ``profile``: ``(duty, slow-down)`` points, duty 0 .. 1 the compute-bound kernels'
-    share of the stage's time (``slowdown_at``): at duty 1 ``gemm_flops_bf16`` /
-    ``gemm_flops_bf16_sustained``, at the duties of ``power_slowdown_by_duty`` their measured
-    slow-downs, at duty 0 none; ceilings without the duties (measured before 2026-12-06) give the
+    target). ``profile``: ``(duty, slow-down)`` points, duty 0 .. 1 (``slowdown_at``): at duty 1
+    ``gemm_flops_bf16`` / ``gemm_flops_bf16_sustained``, at the duties of
+    ``power_slowdown_by_duty`` their measured slow-downs, at duty 0 none; ceilings without the duties (measured before 2026-12-06) give the
     GEMM's slow-down at every duty, as priced before."""
     burst, slow = ceilings.get("gemm_flops_bf16"), ceilings.get("gemm_flops_bf16_sustained")
     if not burst or not slow or "power_onset_s" not in ceilings:
@@ -49,8 +50,9 @@ def power_limit(ceilings: dict) -> tuple[tuple[tuple[float, float], ...], float]
 
 
 def slowdown_at(profile: tuple[tuple[float, float], ...], duty: float) -> float:
-    """The slow-down (>= 1) of a stage's compute-bound kernels at ``duty`` (their share of the
-    stage's time, 0 .. 1), linear between the ``power_limit`` profile's measured points."""
+    """The slow-down (>= 1) of a stage's compute-bound kernels at ``duty`` (0 .. 1: the stage's
+    compute-bound FLOPs at the measured GEMM ceiling over its time), linear between the
+    ``power_limit`` profile's measured points."""
     duty = min(max(duty, 0.0), 1.0)
     for (d0, r0), (d1, r1) in zip(profile, profile[1:]):
         if duty <= d1:
