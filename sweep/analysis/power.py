@@ -37,8 +37,9 @@ def power_limit(ceilings: dict) -> tuple[tuple[tuple[float, float], ...], float]
     ceilings, or None where they were not measured (a CPU, an older ceilings cache, a datasheet
     target). ``profile``: ``(duty, slow-down)`` points, duty 0 .. 1 (``slowdown_at``): at duty 1
     ``gemm_flops_bf16`` / ``gemm_flops_bf16_sustained``, at the duties of
-    ``power_slowdown_by_duty`` their measured slow-downs, at duty 0 none; ceilings without the duties (measured before 2026-12-06) give the
-    GEMM's slow-down at every duty, as priced before."""
+    ``power_slowdown_by_duty`` their measured slow-downs, at duty 0 none; ceilings without the
+    duties (measured before 2026-12-06) give the GEMM's slow-down at every duty, as priced
+    before."""
     burst, slow = ceilings.get("gemm_flops_bf16"), ceilings.get("gemm_flops_bf16_sustained")
     if not burst or not slow or "power_onset_s" not in ceilings:
         return None
