@@ -4,11 +4,11 @@ compute-bound kernel slowed by the sustained GEMM's full ratio).
 
 For each duty ``h`` (the share of busy time in the GEMM), an 8192^3 bf16 GEMM (``sweep.measure.
 ceilings``' sustained GEMM) and ``k`` device-to-device copies of ``COPY_BYTES`` (memory-bound,
-lower power), each a CUDA graph, replayed alternately back to back for ``SUSTAIN_S`` from
-``IDLE_S`` of idle, every replay timed (CUDA events). Per duty: the GEMM's median time over the
-run's second half against its burst time (short readings, as the ceilings time it) = the
-slow-down ``r(h)``; the copies' likewise; the SM clock and board power sampled by NVML
-(``sweep.measure.nvml``). ``h = 1`` is the ceilings' own measurement.
+lower power), each a CUDA graph, replayed alternately back to back for ``ceilings.SUSTAIN_S``
+from ``ceilings.IDLE_S`` of idle (``ceilings.alternate``), every replay timed (CUDA events).
+Per duty: the GEMM's median time over the run's second half against its burst time (short
+readings, as the ceilings time it) = the slow-down ``r(h)``; the copies' likewise; the SM clock
+and board power sampled by NVML (``sweep.measure.nvml``). ``h = 1`` is the ceilings' own measurement.
 
     python -m bench.power_mix_probe OUT_DIR      # OUT_DIR/power_mix.json, power_mix.md
 
@@ -25,11 +25,11 @@ from pathlib import Path
 
 import torch
 
-from sweep.measure.ceilings import capture, replay_times
+from sweep.measure.ceilings import alternate, capture, replay_times
 
 N = 8192
 COPY_BYTES = 256 << 20
-SUSTAIN_S, IDLE_S, RUNS = 1.5, 1.0, 2
+RUNS = 2  # per duty; each run ceilings.SUSTAIN_S long after ceilings.IDLE_S of idle
 DUTIES = (1.0, 0.85, 0.7, 0.5, 0.3)
 
 
@@ -44,15 +44,9 @@ def _burst(g, n=5, reads=5, pause=0.2) -> float:
 
 
 def _run(gemm, copy, k: int, sampler) -> dict:
-    """GEMM then ``k`` copies, back to back for ``SUSTAIN_S`` from ``IDLE_S`` idle."""
-    time.sleep(IDLE_S)
-    tg, tc = [], []
-    t_end = time.perf_counter() + SUSTAIN_S
+    """GEMM then ``k`` copies, back to back (``ceilings.alternate``), NVML sampling."""
     with sampler.region(f"k{k}"):
-        while time.perf_counter() < t_end:
-            seq = ([gemm] + [copy] * k) * 4
-            for g, t in zip(seq, replay_times(seq)):
-                (tg if g is gemm else tc).append(t)
+        tg, tc = alternate(gemm, copy, k)
     late = lambda t: t[len(t) // 2:]  # noqa: E731
     return {"gemm_late_s": statistics.median(late(tg)),
             "copy_late_s": statistics.median(late(tc)) if tc else float("nan"),

@@ -115,7 +115,6 @@ def _ramp(n: int) -> None:
 def _sustained(n: int, burst_flops: float) -> dict:
     """``gemm_flops_bf16_sustained`` (FLOP/s) and ``power_onset_s`` (s) of an ``n``-cubed bf16
     GEMM run back to back for ``SUSTAIN_S`` from ``IDLE_S`` of idle (``sustained_profile``)."""
-    import time
 
     import torch
 
@@ -123,10 +122,7 @@ def _sustained(n: int, burst_flops: float) -> dict:
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     c = torch.empty_like(a)
     g = capture(lambda: torch.mm(a, b, out=c))
-    time.sleep(IDLE_S)
-    calls, t_end = [], time.perf_counter() + SUSTAIN_S
-    while time.perf_counter() < t_end:
-        calls += replay_times([g] * 8)
+    calls, _ = alternate(g, None, 0, rounds=8)
     del g
     return sustained_profile(calls, 2 * n**3, burst_flops)
 
@@ -136,7 +132,6 @@ def _mixed(n: int, gemm_s: float, duty: float) -> list[float]:
     ``k`` copies of ``MIX_COPY_BYTES`` (``k`` for ``duty``, the GEMM's share of the burst times;
     the duty returned is the one ``k`` gives), back to back for ``SUSTAIN_S`` from ``IDLE_S`` of
     idle; the slow-down is the GEMM's median call over the second half against ``gemm_s``."""
-    import time
 
     import torch
 
@@ -148,13 +143,25 @@ def _mixed(n: int, gemm_s: float, duty: float) -> list[float]:
     gemm, copy = capture(lambda: torch.mm(a, b, out=c)), capture(lambda: dst.copy_(src))
     copy_s = statistics.median(replay_times([copy] * 20))
     k = max(1, round(gemm_s * (1 - duty) / (duty * copy_s)))
-    time.sleep(IDLE_S)
-    calls, t_end = [], time.perf_counter() + SUSTAIN_S
-    while time.perf_counter() < t_end:
-        calls += replay_times(([gemm] + [copy] * k) * 4)[::k + 1]
+    calls, _ = alternate(gemm, copy, k)
     del gemm, copy
     late = calls[len(calls) // 2:]
     return [gemm_s / (gemm_s + k * copy_s), max(statistics.median(late) / gemm_s, 1.0)]
+
+
+def alternate(gemm, copy, k: int, rounds: int = 4) -> tuple[list[float], list[float]]:
+    """The times (s) of graph ``gemm``'s calls and of graph ``copy``'s, replayed ``gemm`` then
+    ``k`` x ``copy``, ``rounds`` times between syncs, back to back for ``SUSTAIN_S`` after
+    ``IDLE_S`` of idle (``k = 0``: the GEMM alone)."""
+    import time
+
+    time.sleep(IDLE_S)
+    tg, tc, t_end = [], [], time.perf_counter() + SUSTAIN_S
+    while time.perf_counter() < t_end:
+        seq = ([gemm] + [copy] * k) * rounds
+        for g, t in zip(seq, replay_times(seq)):
+            (tg if g is gemm else tc).append(t)
+    return tg, tc
 
 
 def capture(fn):
