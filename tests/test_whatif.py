@@ -340,3 +340,37 @@ def test_the_grouped_gemm_stand_in_is_scaled_by_the_calibrations_own_entries():
     t, basis = cal.price(k)
     assert t == pytest.approx(proxy_price(cal, k)[0] * r)
     assert "rows stacked" in basis and f"x{r:.2f}" in basis and pricing.stand_in(basis)
+
+
+def test_a_prompt_that_reached_fewer_experts_is_priced_over_those_it_reached():
+    """A random router sends a 512-token prompt to about 30 of Qwen3-30B-A3B's 128 experts a
+    layer, measured (``moe_prefill_experts_touched``); priced over all 128 it read +100% on the
+    H100 (``heldout_moe_h100.md``). Over the measured experts, each with its rows
+    (``equal_rows_tokens``), the prefill costs less, the basis says so, and the uniform
+    routing's own count changes nothing."""
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis import pricing
+    from sweep.analysis.predict import row_predictions
+    from sweep.analysis.price_moe import equal_rows_tokens
+    from zoo.routing import expected_touched
+
+    assert equal_rows_tokens(128, 8, 512, None) == 512
+    assert equal_rows_tokens(128, 8, 512, expected_touched(128, 8, 512)) == 512
+    m = equal_rows_tokens(128, 8, 512, 30.0)  # 4096 slots over 30 experts: 136.5 rows each
+    assert m * 8 / expected_touched(128, 8, m) == pytest.approx(4096 / 30.0, rel=1e-6)
+    cfg = ModelConfig.from_name("qwen3_30b_a3b").resolved("cuda")
+    wl = {"batch": 1, "prompt_len": 512, "new_tokens": 64}
+    cal = pricing.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
+
+    def priced(**measured):
+        return row_predictions(cfg, wl, load_spec("h100_sxm"), cal, "cudagraph", {},
+                               {"ttft_ms": 13.6, "decode_tpot_ms": 3.4, **measured})
+
+    plain = priced()
+    same = priced(moe_prefill_experts_touched=expected_touched(128, 8, 512))
+    few = priced(moe_prefill_experts_touched=29.75, moe_decode_experts_touched=8.0)
+    assert same["prefill_pred_ms"] == pytest.approx(plain["prefill_pred_ms"], rel=1e-9)
+    assert few["prefill_pred_ms"] < 0.7 * plain["prefill_pred_ms"]
+    assert few["decode_pred_ms"] == pytest.approx(plain["decode_pred_ms"], rel=1e-3)
+    assert "measured touched (prefill 29.8, decode 8.0 of 128" in few["prediction_basis"]
+    assert "measured touched" not in plain["prediction_basis"]

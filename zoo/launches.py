@@ -65,6 +65,9 @@ class Stage:
     kernels: str
     skew: float = 0.0  # the workload's routing_skew (an MoE layer's touched experts: zoo.routing)
     draw: bool = False  # workload.routing=uniform: each token's experts drawn at routing_skew 0
+    # the distinct experts an MoE layer's tokens reached in this stage, as a trial measured them
+    # (its moe_{stage}_experts_touched, a layer's mean); NaN: those expected under the routing
+    touched: float = float("nan")
 
     @property
     def draws(self) -> bool:

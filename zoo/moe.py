@@ -46,6 +46,16 @@ ROUTER_ROUTE_MAX_TOKENS = 8
 SUM_IN_DOWN_MAX_TOKENS = 8
 
 
+def stage_touched(st: Stage) -> float:
+    """The distinct experts an MoE layer of stage ``st`` reads: those a trial measured
+    (``st.touched``) where given, else the expectation under the workload's routing
+    (``expected_touched``: uniform, or ``routing_skew``'s Zipf prior)."""
+    cfg = st.cfg
+    if st.touched > 0:  # NaN (not measured) is not
+        return min(float(st.touched), cfg.n_experts)
+    return expected_touched(cfg.n_experts, cfg.n_experts_active, st.M, st.skew)
+
+
 def _pow2(n: int) -> int:
     """The power of two at or above ``n``, at least 16 (``triton.next_power_of_2``, floored)."""
     return max(16, 1 << (n - 1).bit_length())
@@ -176,13 +186,13 @@ class MoEFFN:
         cfg, M, wb = st.cfg, st.M, st.wb
         d, E, k, Fe, S = (cfg.d_model, cfg.n_experts, cfg.n_experts_active, cfg.expert_ffn_dim,
                           cfg.n_shared_experts)
-        touched = expected_touched(E, k, M, st.skew)
+        touched = stage_touched(st)
         n_exp = max(1, round(touched))
         m = max(1, round(M * k / touched))  # tokens per touched expert, on average
         # the router's logits to float32 (not a drawn routing's: float32 already) and back
         casts = 0 if cfg.dtype == "fp32" else 2 - st.draws
         if st.fused:
-            return self._fused_kernels(st, rep, n_exp, m, casts)
+            return self._fused_kernels(st, rep, n_exp, m, casts, touched)
         out = [st.gemm("ffn", "router", E, d, rep=rep),
                st.elem("router", 4 * M * E * 4, rep=rep, launches=SKEW_LAUNCHES)
                if st.draws else None,
@@ -200,7 +210,7 @@ class MoEFFN:
                     st.elem("residual", 3 * M * d * wb, rep=rep)]
         return [x for x in out if x is not None]
 
-    def _fused_kernels(self, st: Stage, rep: int, n_exp: int, m: int, casts: int
+    def _fused_kernels(self, st: Stage, rep: int, n_exp: int, m: int, casts: int, touched: float
                        ) -> list[Kernel]:
         """``kernels`` on the Triton path (``kernels.moe_gemm``): on the decode GEMV path the FFN
         norm with the residual add (a kernel of its own: no GEMV prologue takes it); the
@@ -226,15 +236,18 @@ class MoEFFN:
 
         def gemm(op, N, K, rows, experts=None):
             shape = {"M": rows, "N": N, "K": K, "dtype": cfg.dtype}
-            n = experts or 1
+            n, slots = experts or 1, rows * (experts or 1)
             if experts:  # a grouped GEMM: its own calibration entry is keyed by the step's
                 # tokens, experts and top-k (``sweep.analysis.needs``: ``moe_gemm``)
                 shape.update(experts=experts, tokens=M, E=E, topk=k)
+            if experts and op != "router_route":  # the expected (or measured) experts and the
+                n, slots = touched, M * k  # slots, unrounded: a tenth of an expert's bytes
+                shape["touched"] = touched  # counts (a batch-4 step's 10.4 or 10.9 of 16)
             wbits = cfg.weight_bits  # a quantized weight format (predicted only) reads fewer
             if wbits != 8 * wb:
                 shape["weight_bits"] = wbits
-            return Kernel("ffn", "gemm", op, 2 * rows * n * N * K,
-                          n * N * K * wbits / 8 + rows * n * (N + K) * wb, shape, 1, rep)
+            return Kernel("ffn", "gemm", op, 2 * slots * N * K,
+                          n * N * K * wbits / 8 + slots * (N + K) * wb, shape, 1, rep)
 
         def op(name, nbytes, launches=1, impl="torch"):  # the small ops around the GEMMs
             return st.elem(name, nbytes, rep=rep, launches=launches, impl=impl)

@@ -34,6 +34,7 @@ def moe_gemm_price(cal, k) -> tuple[float, str]:
     only entry of its shape, a prefill's 8192 tokens, at twice its measured time (2026-11-28)."""
     s = k.shape
     t = cal.t
+    tokens = equal_rows_tokens(s["E"], s["topk"], s["tokens"], s.get("touched"))
     sel = t.iloc[:0]
     if "tokens" in s and "moe_gemm" in set(t.kind):
         sel = t[(t.kind == "moe_gemm") & (t.op == k.op) & (t.E == s["E"]) & (t.k == s["topk"])
@@ -45,25 +46,54 @@ def moe_gemm_price(cal, k) -> tuple[float, str]:
     same = sel.groupby("M", as_index=False)[["time_s", "bytes"]].median() if "bytes" in sel \
         else sel.groupby("M", as_index=False).time_s.median()
     basis = f"moe_gemm {k.op} E={s['E']} k={s['topk']} N={s['N']} K={s['K']}"
-    sec, inside = interp_log(s["tokens"], same.M.to_numpy(float), same.time_s.to_numpy(float))
+    sec, inside = interp_log(tokens, same.M.to_numpy(float), same.time_s.to_numpy(float))
+    top = same.M.max()
+    if not memory_bound and tokens > top >= s["tokens"]:  # moved past the entries only by the
+        # rows per expert (equal_rows_tokens): past the ridge the time grows as the work does
+        sec = float(same.time_s[same.M == top].iloc[0]) * tokens / top
+        inside = True
     if not inside:
-        near = same.iloc[(same.M - s["tokens"]).abs().argmin()]
+        near = same.iloc[(same.M - tokens).abs().argmin()]
         nb = near.get("bytes")
         if nb == nb and nb and (2 * near.M * s["topk"] * s["N"] * s["K"] < ridge * nb) \
                 != memory_bound:
-            cal._note(f"{basis} at {s['tokens']} tokens: its nearest entry ({near.M:g} tokens) "
+            cal._note(f"{basis} at {tokens:.0f} tokens: its nearest entry ({near.M:g} tokens) "
                       f"is {'compute' if memory_bound else 'memory'}-bound: priced by the "
                       "stand-in")
             return stand_in_price(cal, k, memory_bound)
-        cal._note(f"{basis} at {s['tokens']} tokens: outside the calibrated "
+        cal._note(f"{basis} at {tokens:.0f} tokens: outside the calibrated "
                   f"[{int(same.M.min())}, {int(same.M.max())}]")
     if memory_bound and "bytes" in same and same["bytes"].notna().all():
         # the entry's routing touched its own draw of experts; this step touches the number
         # expected under the workload's routing (zoo.routing): the same rate on its bytes
-        got, _ = interp_log(s["tokens"], same.M.to_numpy(float), same["bytes"].to_numpy(float))
+        got, _ = interp_log(tokens, same.M.to_numpy(float), same["bytes"].to_numpy(float))
         sec *= k.bytes / got
+    elif s.get("touched"):  # the entries' experts, each with the call's rows: the call's number
+        sec *= s["touched"] / expected_touched(s["E"], s["topk"], tokens, 0.0)
     f = cal.scale["memory"] if memory_bound else cal.scale["compute"]
     return sec * f, basis
+
+
+def equal_rows_tokens(E: int, topk: int, tokens: int, touched: float | None) -> float:
+    """The tokens whose uniform routing (the calibration entries', ``sweep.measure.microbench_moe``)
+    gives each touched expert the rows a call of ``tokens`` tokens over ``touched`` experts gives
+    it, ``tokens topk / touched``: ``tokens`` itself where ``touched`` is None or the uniform
+    expectation. A grouped GEMM's time is about its touched experts' count times one expert's
+    time at its rows, so a routing that reaches fewer experts (a skew; a random router's prompt,
+    measured: 30 of 128 at 512 tokens, each with 4x the rows) is priced as the entries at the
+    same rows per expert, scaled to its experts (``moe_gemm_price``). Bisection in log tokens
+    on ``tokens topk / expected_touched``, which grows with the tokens from 1 (at one token)."""
+    uniform = expected_touched(E, topk, tokens, 0.0)
+    if not touched or abs(touched - uniform) <= 1e-9 * uniform:
+        return float(tokens)
+    rows = tokens * topk / touched
+    if rows <= 1.0:
+        return 1.0
+    lo, hi = 1.0, 2.0 * rows * E / topk + 1.0  # rows per expert there >= rows
+    for _ in range(64):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if mid * topk / expected_touched(E, topk, mid, 0.0) < rows else (lo, mid)
+    return (lo * hi) ** 0.5
 
 
 def _ridge(cal, dtype: str) -> float:
