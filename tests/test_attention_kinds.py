@@ -140,7 +140,8 @@ def test_blocked_prefill_equals_one_block(window, sinks, monkeypatch):
 
 
 @pytest.mark.parametrize("name,kind", [
-    ("heldout_attention", lambda c: c.windowed or c.attn_sinks), ("heldout_moe", lambda c: c.moe)])
+    ("heldout_attention", lambda c: c.windowed or c.attn_sinks), ("heldout_moe", lambda c: c.moe),
+    ("heldout_moe_routing", lambda c: c.moe)])
 def test_frozen_sets_of_the_new_kinds_load(name, kind):
     """Issues 38 / 39, item 4: the frozen held-out sets hold >= 10 designs of the new kinds, each
     a valid design whose workload fits its max_seq_len (``python -m sweep.cli.validate --set``)."""
