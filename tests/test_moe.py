@@ -10,6 +10,7 @@ import torch
 from tests.helpers import assert_decodes_like, hf_random_model
 from zoo import DesignError, ModelConfig, Transformer, counts
 from zoo.moe import SKEW_LAUNCHES, expected_touched
+from zoo.routing import expected_blocks
 from zoo.weights import load_hf_weights
 
 transformers = pytest.importorskip("transformers")
@@ -438,6 +439,12 @@ def test_a_trial_records_how_its_tokens_were_routed():
             expected_touched(8, 2, 4, skew))
         assert got["moe_prefill_experts_touched_expected"] == pytest.approx(
             expected_touched(8, 2, 4 * 32, skew))
+        # 256 slots (block of 16 rows, zoo.moe.block_rows) over 8 experts: at least 16 blocks,
+        # one more per expert at most; a decode step's 8 slots: one block per touched expert
+        assert 16 <= got["moe_prefill_blocks"] <= 16 + 8
+        assert got["moe_decode_blocks"] == got["moe_decode_experts_touched"]
+        assert got["moe_prefill_blocks_expected"] == pytest.approx(
+            expected_blocks(8, 2, 4 * 32, 16, skew))
         if skew:  # the head of the prior takes most of the 256 slots
             assert got["moe_prefill_load_max_over_mean"] > 2
     dense = Transformer.build(ModelConfig.from_name("tiny", kernels="torch", dtype="fp32"), "cpu")

@@ -13,7 +13,11 @@ the most popular), as the top ``k`` of ``log p_e + Gumbel noise`` (Plackett-Luce
   ``sum_e 1 - (1 - q_e)^tokens`` (tokens independent): the experts whose weights a decode step
   reads;
 - ``load_max_over_mean(E, k, s)``: the busiest expert's tokens over the mean's in a long prefill,
-  ``E max_e q_e / k`` (1 when uniform).
+  ``E max_e q_e / k`` (1 when uniform);
+- ``expected_blocks(E, k, tokens, block_m, s)``: the blocks of ``block_m`` rows the grouped GEMMs
+  run over, ``sum_e E[ceil(X_e / block_m)]`` with ``X_e ~ Binomial(tokens, q_e)`` the rows of
+  expert ``e`` (``kernels.moe_gemm.align`` pads each expert's rows to whole blocks; each block
+  streams its expert's weights and runs ``block_m`` rows through them).
 """
 
 from __future__ import annotations
@@ -72,3 +76,35 @@ def load_max_over_mean(n_experts: int, k: int, skew: float = 0.0) -> float:
     """The busiest expert's share of a long prefill's tokens over the mean expert's:
     ``E max_e q_e / k`` (1 when uniform)."""
     return n_experts * max(inclusion(n_experts, k, skew)) / k
+
+
+def expected_blocks(n_experts: int, k: int, tokens: int, block_m: int, skew: float = 0.0) -> float:
+    """The expected blocks of ``block_m`` rows over the experts of a step of ``tokens`` tokens
+    (module doc): ``sum_e E[ceil(X_e / block_m)]``, ``X_e ~ Binomial(tokens, q_e)``
+    (``inclusion``). Exact over the binomial's mass where its variance is at most 400 rows,
+    else by its normal approximation (continuity-corrected); 0 for no tokens."""
+    if tokens <= 0:
+        return 0.0
+    counts: dict[float, int] = {}
+    for q in inclusion(n_experts, k, skew):
+        counts[q] = counts.get(q, 0) + 1
+    return sum(n * _blocks_of(int(tokens), q, int(block_m)) for q, n in counts.items())
+
+
+@lru_cache(maxsize=4096)
+def _blocks_of(n: int, q: float, b: int) -> float:
+    """``E[ceil(X / b)]`` for ``X ~ Binomial(n, q)``: ``sum_{j >= 0} P(X > j b)``."""
+    if q <= 0.0:
+        return 0.0
+    if q >= 1.0:
+        return float(-(-n // b))
+    mu, var = n * q, n * q * (1.0 - q)
+    hi = min(n, int(mu + 12.0 * math.sqrt(var) + 1))
+    if var > 400.0:  # P(X > x) by the normal law, x + 0.5 for the continuity
+        sd = math.sqrt(var)
+        return sum(0.5 * math.erfc((j * b + 0.5 - mu) / (sd * math.sqrt(2.0)))
+                   for j in range(0, hi // b + 1))
+    lq, l1q = math.log(q), math.log1p(-q)
+    lg = math.lgamma(n + 1)
+    return sum(math.exp(lg - math.lgamma(x + 1) - math.lgamma(n - x + 1) + x * lq + (n - x) * l1q)
+               * -(-x // b) for x in range(1, hi + 1))

@@ -17,6 +17,10 @@ def routing_stats(gen, prompt, token, skew: float = 0.0) -> dict:
     - ``moe_prefill_experts_touched``, ``moe_decode_experts_touched``: distinct experts the
       prefill's ``B T`` tokens, and the step's ``B``, reach, per MoE layer, averaged (their
       weights are what the stage reads: ``sweep.analysis.derived`` prices its bytes by them);
+    - ``moe_prefill_blocks``, ``moe_decode_blocks``: the blocks of ``zoo.moe.block_rows`` rows
+      (``kernels.moe_gemm.tiles``' ``BLOCK_M``) the grouped GEMMs run over, each expert's rows
+      padded to whole blocks, per MoE layer, averaged (``sweep.analysis.price_moe`` prices a
+      grouped GEMM by them: a prompt routed to few experts runs them in more blocks each);
     - ``..._expected``: ``zoo.routing``'s figures for the design and ``skew`` (the prefill's over
       many tokens: a finite prompt's busiest expert sits above it).
 
@@ -25,7 +29,8 @@ def routing_stats(gen, prompt, token, skew: float = 0.0) -> dict:
     import torch
 
     from zoo.experts import MoEFeedForward
-    from zoo.routing import expected_touched, load_max_over_mean
+    from zoo.moe import block_rows
+    from zoo.routing import expected_blocks, expected_touched, load_max_over_mean
 
     layers = [m for m in gen.model.modules() if isinstance(m, MoEFeedForward)]
     if not layers:
@@ -44,7 +49,17 @@ def routing_stats(gen, prompt, token, skew: float = 0.0) -> dict:
         for m in layers:
             m.record = None
     load = [torch.bincount(i.reshape(-1), minlength=E).float() for i in pre]
+    bm_pre, bm_dec = block_rows(B * T * k, E), block_rows(B * k, E)
+
+    def blocks(ids, bm):  # the grouped GEMMs' blocks over the layers, averaged
+        return sum(float(torch.ceil(torch.bincount(i.reshape(-1), minlength=E) / bm).sum())
+                   for i in ids) / len(ids)
+
     return {
+        "moe_prefill_blocks": blocks(pre, bm_pre),
+        "moe_decode_blocks": blocks(dec, bm_dec),
+        "moe_prefill_blocks_expected": expected_blocks(E, k, B * T, bm_pre, skew),
+        "moe_decode_blocks_expected": expected_blocks(E, k, B, bm_dec, skew),
         "moe_prefill_load_max_over_mean": sum((c.max() / c.mean()).item() for c in load)
         / len(load),
         "moe_prefill_experts_touched": sum(int((c > 0).sum()) for c in load) / len(load),

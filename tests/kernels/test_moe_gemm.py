@@ -183,6 +183,9 @@ def test_the_predictor_holds_the_mirrors_of_the_kernels_limits():
         for e, k in ((8, 2), (64, 8), (128, 8), (257, 8)):
             assert zoo_moe.fused_router(tokens, e, k) == moe_route.fused_router(tokens, e, k)
             assert zoo_moe.sum_in_down(tokens, e, k) == moe.sum_in_down(tokens, e, k)
+    for slots in (1, 1024, 1025, 4096, 16383, 16384, 65536):
+        for e in (8, 64, 128):
+            assert zoo_moe.block_rows(slots, e) == moe.tiles(slots, e)[0], (slots, e)
 
 
 @pytest.mark.parametrize("renorm", [False, True])
