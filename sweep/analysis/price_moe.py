@@ -29,8 +29,9 @@ def moe_gemm_price(cal, k) -> tuple[float, str]:
     (``zoo.routing.expected_blocks``; the tile is the tokens', so each block costs alike), where
     its tokens lie inside the entries'. Else a memory-bound call (a decode step's) is priced at
     the entries' rate on its own bytes: the experts expected touched under the workload's
-    routing. A transfer to another device scales the time by the compute ratio when the call's arithmetic intensity (``k.flops / k.bytes``, FLOP/byte) is at
-    or past the source's ridge, else by the memory ratio. Tokens outside the calibrated range:
+    routing. A transfer to another device scales the time by the compute ratio when the call's
+    arithmetic intensity (``k.flops / k.bytes``, FLOP/byte) is at or past the source's ridge,
+    else by the memory ratio. Tokens outside the calibrated range:
     the nearest entry's time (below) or extended along the last segment (above), noted; where
     that nearest entry is in the other regime (compute-bound for a memory-bound call, or the
     reverse: its ``2 tokens topk N K`` FLOPs against its bytes), the stand-in's price
