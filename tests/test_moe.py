@@ -289,7 +289,8 @@ def test_the_grouped_gemms_are_priced_by_their_own_entries():
     wl = {"batch": 8, "prompt_len": 512, "new_tokens": 64}
     want = needs([(cfg, wl, "cudagraph")], "cuda")["moe_gemm"]
     E, k, d, Fe = (cfg.n_experts, cfg.n_experts_active, cfg.d_model, cfg.expert_ffn_dim)
-    assert set(want) == {(op, M, E, k, N, K, "bf16") for M in (8, 8 * 512)
+    # the decode step's 8 tokens, the prefill's 4096 and its bracket (needs.moe_bracket)
+    assert set(want) == {(op, M, E, k, N, K, "bf16") for M in (8, 8 * 512, 8 * 512 * E // k)
                          for op, N, K in (("moe_up", 2 * Fe, d), ("moe_down", d, Fe))} | {
         ("router_route", 8, E, k, E, d, "bf16")}  # a decode step of 8: the router in one launch
     assert KEYS["moe_gemm"] == ("op", "M", "E", "k", "N", "K", "dtype")
@@ -684,3 +685,21 @@ def test_the_routers_small_ops_are_priced_without_a_cuda_graph():
     t, basis = c.price(router)
     assert "eager_op" in basis and t == pytest.approx(router.launches * c.launch("eager_op"))
     assert "graph_kernel" in pricing.Calibrated(base).price(router)[1]
+
+
+def test_a_prefills_grouped_gemms_ask_for_the_entries_a_measured_routing_needs():
+    """A prompt's grouped GEMMs need, beside the entry of their tokens, the entry where each
+    expert holds the rows of a routing to only ``k`` experts (``needs.moe_bracket``): a
+    measured routing is priced at its rows per expert (``equal_rows_tokens``), which lie in
+    between; a decode step asks for its own tokens only."""
+    from sweep.analysis.needs import moe_bracket, needs
+    from sweep.analysis.price_moe import equal_rows_tokens
+
+    cfg = ModelConfig.from_name("qwen3_30b_a3b").resolved("cuda")
+    got = needs([(cfg, {"batch": 1, "prompt_len": 512, "new_tokens": 64}, "cudagraph")], "cuda")
+    tokens = {(op, m) for op, m, *_ in got["moe_gemm"]}
+    assert {("moe_up", 512), ("moe_up", 8192), ("moe_down", 512), ("moe_down", 8192)} <= tokens
+    assert moe_bracket(512, 128, 8) == 8192 and moe_bracket(8192, 128, 8) == 65536
+    for touched in (8.0, 29.75, 100.0, 128.0):
+        assert 512 <= equal_rows_tokens(128, 8, 512, touched) <= 8192 * (1 + 1e-6)
+    assert not any(m == 16 for op, m in tokens if op == "router_route")

@@ -345,35 +345,32 @@ def test_the_grouped_gemm_stand_in_is_scaled_by_the_calibrations_own_entries():
 def test_a_prompt_that_reached_fewer_experts_is_priced_on_the_routing_measured():
     """A random router sends a 512-token prompt to about 30 of Qwen3-30B-A3B's 128 experts a
     layer, measured (``moe_prefill_experts_touched``); priced over all 128 it read +100% on the
-    H100 (``heldout_moe_h100.md``). On the measured routing (the touched experts' bytes, the
-    grouped GEMMs' blocks of rows: ``moe_prefill_blocks``) the prefill costs less, in step with
-    the blocks, the basis says so, and the uniform routing's own figures change nothing."""
+    H100 (``heldout_moe_h100.md``). Over the measured experts, each with its rows
+    (``equal_rows_tokens``), the prefill costs less, the basis says so, and the uniform
+    routing's own count changes nothing."""
     from sweep.analysis import calibration_store as store
     from sweep.analysis import pricing
     from sweep.analysis.predict import row_predictions
-    from zoo.moe import block_rows
-    from zoo.routing import expected_blocks, expected_touched
+    from sweep.analysis.price_moe import equal_rows_tokens
+    from zoo.routing import expected_touched
 
+    assert equal_rows_tokens(128, 8, 512, None) == 512
+    assert equal_rows_tokens(128, 8, 512, expected_touched(128, 8, 512)) == 512
+    m = equal_rows_tokens(128, 8, 512, 30.0)  # 4096 slots over 30 experts: 136.5 rows each
+    assert m * 8 / expected_touched(128, 8, m) == pytest.approx(4096 / 30.0, rel=1e-6)
     cfg = ModelConfig.from_name("qwen3_30b_a3b").resolved("cuda")
     wl = {"batch": 1, "prompt_len": 512, "new_tokens": 64}
     cal = pricing.Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
-    uniform = expected_blocks(128, 8, 512, block_rows(4096, 128))
 
     def priced(**measured):
         return row_predictions(cfg, wl, load_spec("h100_sxm"), cal, "cudagraph", {},
                                {"ttft_ms": 13.6, "decode_tpot_ms": 3.4, **measured})
 
     plain = priced()
-    same = priced(moe_prefill_experts_touched=expected_touched(128, 8, 512),
-                  moe_prefill_blocks=uniform)
-    few = priced(moe_prefill_experts_touched=29.75, moe_prefill_blocks=0.5 * uniform,
-                 moe_decode_experts_touched=8.0, moe_decode_blocks=8.0)
-    fewer = priced(moe_prefill_experts_touched=29.75, moe_prefill_blocks=0.25 * uniform)
-    # (the uniform figures through the blocks' path: the entries' time as it is, where the
-    # bytes' path scales it by the zoo's count of the bytes over the entry's, 1.3% apart here)
-    assert same["prefill_pred_ms"] == pytest.approx(plain["prefill_pred_ms"], rel=0.02)
-    assert few["prefill_pred_ms"] < 0.8 * plain["prefill_pred_ms"]
-    assert fewer["prefill_pred_ms"] < few["prefill_pred_ms"]
+    same = priced(moe_prefill_experts_touched=expected_touched(128, 8, 512))
+    few = priced(moe_prefill_experts_touched=29.75, moe_decode_experts_touched=8.0)
+    assert same["prefill_pred_ms"] == pytest.approx(plain["prefill_pred_ms"], rel=1e-9)
+    assert few["prefill_pred_ms"] < 0.7 * plain["prefill_pred_ms"]
     assert few["decode_pred_ms"] == pytest.approx(plain["decode_pred_ms"], rel=1e-3)
     assert "routing the trial measured (experts touched: prefill 29.8, decode 8.0 of 128" \
         in few["prediction_basis"]

@@ -68,8 +68,6 @@ class Stage:
     # the distinct experts an MoE layer's tokens reached in this stage, as a trial measured them
     # (its moe_{stage}_experts_touched, a layer's mean); NaN: those expected under the routing
     touched: float = float("nan")
-    # and the blocks of rows its grouped GEMMs ran over (moe_{stage}_blocks; zoo.routing)
-    blocks: float = float("nan")
 
     @property
     def draws(self) -> bool:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from .config import ModelConfig
 from .kinds import module_class
 from .launches import Kernel, Stage
-from .routing import expected_blocks, expected_touched  # (uniform or skewed routing)
+from .routing import expected_touched  # the experts a step touches (uniform or skewed routing)
 
 # the slots' device-side sort by expert past the fused routing's limits: a counting sort of two
 # launches (``kernels.moe_align.align``: the count, then the places; before 2026-11-28's
@@ -49,23 +49,11 @@ SUM_IN_DOWN_MAX_TOKENS = 8
 def block_rows(slots: int, n_experts: int) -> int:
     """The grouped GEMMs' ``BLOCK_M`` for ``slots`` routed (token, expert) pairs over
     ``n_experts`` (mirror of ``kernels.moe_gemm.tiles``' first figure): each expert's rows are
-    padded to whole blocks of it (``zoo.routing.expected_blocks``)."""
+    padded to whole blocks of it (``zoo.routing.expected_blocks``; ``sweep.measure.moe_routing``
+    counts a trial's)."""
     if slots <= 1024:
         return 16
     return 64 if slots / max(1, n_experts) < 128 else 128
-
-
-def stage_blocks(st: Stage) -> float:
-    """The blocks of ``block_rows`` rows the grouped GEMMs of stage ``st`` run over: those a
-    trial measured (``st.blocks``) where given; NaN under the uniform routing the calibration's
-    entries were timed with; else the expectation under the workload's ``routing_skew``."""
-    cfg = st.cfg
-    if st.blocks > 0:
-        return float(st.blocks)
-    if not st.skew:
-        return float("nan")
-    E, k = cfg.n_experts, cfg.n_experts_active
-    return expected_blocks(E, k, st.M, block_rows(st.M * k, E), st.skew)
 
 
 def stage_touched(st: Stage) -> float:
@@ -255,7 +243,6 @@ class MoEFFN:
         cfg, M, wb = st.cfg, st.M, st.wb
         d, E, k, Fe, S = (cfg.d_model, cfg.n_experts, cfg.n_experts_active, cfg.expert_ffn_dim,
                           cfg.n_shared_experts)
-        blocks = stage_blocks(st)
 
         def gemm(op, N, K, rows, experts=None):
             shape = {"M": rows, "N": N, "K": K, "dtype": cfg.dtype}
@@ -266,8 +253,6 @@ class MoEFFN:
             if experts and op != "router_route":  # the expected (or measured) experts and the
                 n, slots = touched, M * k  # slots, unrounded: a tenth of an expert's bytes
                 shape["touched"] = touched  # counts (a batch-4 step's 10.4 or 10.9 of 16)
-                if blocks == blocks:  # the routing's blocks, where not the entries' uniform one
-                    shape.update(blocks=blocks, block_m=block_rows(M * k, E))
             wbits = cfg.weight_bits  # a quantized weight format (predicted only) reads fewer
             if wbits != 8 * wb:
                 shape["weight_bits"] = wbits

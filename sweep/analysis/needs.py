@@ -24,7 +24,8 @@ KEYS = {"gemm": ("M", "N", "K", "dtype"), "gemv": ("M", "N", "K", "prologue", "d
 # RoPE key of its own; a prefill attention's: full causal SDPA, no window, no sinks)
 DEFAULTS = {"ring": 0, "R": 0, "W": 0, "sink": 0}
 # a study's needs are bounded: beyond these the lattice is thinned (priced from neighbours)
-MOST = {"gemm": 600, "gemv": 400, "decode_attn": 96, "prefill_attn": 64, "moe_gemm": 64}
+MOST = {"gemm": 600, "gemv": 400, "decode_attn": 96, "prefill_attn": 64, "moe_gemm": 128}
+MOE_BRACKET_MAX = 65536  # tokens: the largest grouped-GEMM entry a prefill's bracket asks for
 
 
 def needs(items, device_type: str) -> dict:
@@ -53,8 +54,12 @@ def needs(items, device_type: str) -> dict:
                 s = k.shape
                 if k.kind in ("gemm", "gemv") and "experts" in s:
                     if "tokens" in s:  # an MoE grouped GEMM of the Triton path: its own entry
-                        out["moe_gemm"].add((k.op, s["tokens"], s["E"], s["topk"], s["N"],
-                                             s["K"], s["dtype"]))
+                        key = (k.op, s["E"], s["topk"], s["N"], s["K"], s["dtype"])
+                        out["moe_gemm"].add((key[0], s["tokens"], *key[1:]))
+                        if new > 1 and k.op != "router_route":  # and a prompt routed to its
+                            # fewest experts: the bracket of a measured routing's equal rows
+                            out["moe_gemm"].add((key[0], moe_bracket(s["tokens"], s["E"],
+                                                                     s["topk"]), *key[1:]))
                     continue
                 if k.kind in ("gemm", "gemv"):
                     out[k.kind].add(tuple(s[c] for c in KEYS[k.kind]))
@@ -68,6 +73,15 @@ def needs(items, device_type: str) -> dict:
                     out["prefill_attn"].add((s["impl"], s["T"], s["D"], s["G"],
                                              s["B"] * s["H"], s.get("W", 0), s.get("sink", 0)))
     return {kind: _thin(sorted(v, key=str), MOST[kind]) for kind, v in out.items()}
+
+
+def moe_bracket(tokens: int, n_experts: int, k: int) -> int:
+    """The tokens whose uniform routing gives each expert the rows of a prompt of ``tokens``
+    tokens routed to only ``k`` experts, ``tokens n_experts / k`` (at most ``MOE_BRACKET_MAX``):
+    a trial's measured routing (a random router's prompt reaches 30 of 128 experts) is priced at
+    the entries of its rows per expert (``sweep.analysis.price_moe.equal_rows_tokens``), which
+    lie between ``tokens`` and this; without an entry there they were extended past the last."""
+    return min(tokens * n_experts // k, max(MOE_BRACKET_MAX, tokens))
 
 
 def _thin(xs: list, most: int) -> list:

@@ -79,7 +79,7 @@ def confidence(row: dict, kind: str = "calibrated") -> str:
 
 def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: str,
                 fold: bool = True, skew: float = 0.0, draw: bool = False,
-                touched: float = math.nan, blocks: float = math.nan) -> list[Kernel]:
+                touched: float = math.nan) -> list[Kernel]:
     """The kernels of one forward of ``new`` tokens per sequence over ``context`` positions
     (prefill: ``new == context``; a decode step: ``new == 1``), in the zoo's order. ``fold``
     (``switches.rope_in_attention``, as the model reads it) folds a Triton decode step's RoPE and
@@ -87,10 +87,9 @@ def kernel_list(cfg: ModelConfig, batch: int, new: int, context: int, kernels: s
     ``kernels.gemv.MAX_M`` sequences runs its linear layers as ``gemv`` kernels (the norm or
     activation in their prologue: ``kernels.decode_linear``); the attention's and the FFN's
     kernels are their kinds' (``zoo.attn``, ``zoo.ffn``). ``skew``, ``draw``: the workload's
-    ``routing_skew`` and ``routing=uniform``; ``touched``, ``blocks``: the experts an MoE layer
-    reached and the blocks of rows its grouped GEMMs ran over, as a trial measured them (NaN:
-    expected under that routing; ``zoo.launches.Stage``)."""
-    st = Stage(cfg, batch, new, context, kernels, skew, draw, touched, blocks)
+    ``routing_skew`` and ``routing=uniform``; ``touched``: the experts an MoE layer reached as a
+    trial measured them (NaN: expected under that routing; ``zoo.launches.Stage``)."""
+    st = Stage(cfg, batch, new, context, kernels, skew, draw, touched)
     d, V, wb, M, fused = cfg.d_model, cfg.vocab_size, st.wb, st.M, st.fused
     norm_bytes = (4 if fused else 2) * M * d * wb  # fused: residual read and written too
     nl = None if cfg.norm == "rmsnorm" else NORM_LAUNCHES[cfg.norm]  # (priced as RMSNorm)
@@ -138,14 +137,14 @@ def graphed(mode: str, batch: int, new: int, prefill: bool | None = None) -> boo
 
 def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
            stage: str = "decode", power: tuple | None = None, skew: float = 0.0,
-           draw: bool = False, touched: float = math.nan, blocks: float = math.nan) -> dict:
+           draw: bool = False, touched: float = math.nan) -> dict:
     """Predicted times (s) of one stage: per module kind for both kinds, with bases and notes.
     ``power``: ``(profile, onset s, runs before the timed one, steps per run)`` of the power
     limit (``power_limit``), applied to the compute-bound kernels (GEMMs, the grouped MoE ones
     among them, at or past the ridge; prefill attention) at the slow-down of the stage's duty
     (``slowdown_at``): its compute-bound FLOPs over the measured GEMM ceiling times its time,
     as the ceilings' mixed runs define it (a GEMM at its ceiling for that share of the time)."""
-    ks = kernel_list(cfg, batch, new, context, kernels, fold, skew, draw, touched, blocks)
+    ks = kernel_list(cfg, batch, new, context, kernels, fold, skew, draw, touched)
     roof = dict.fromkeys(MODULES, 0.0)
     calib = dict.fromkeys(MODULES, 0.0)
     hot = dict.fromkeys(MODULES, 0.0)  # compute-bound kernels' calibrated time
@@ -230,7 +229,7 @@ def _stage(cfg, batch, new, context, kernels, mode, cal, peaks, fold=True,
             # the per-layer costs are a plain layer's: experts and QK-norm issue more ops
             plain = cfg.replace(**LATER_FIELDS)
             extra = launches - sum(k.repeat * k.launches for k in kernel_list(
-                plain, batch, new, context, kernels, fold, skew, draw, touched, blocks))
+                plain, batch, new, context, kernels, fold, skew, draw, touched))
             host += max(extra, 0) * cal.launch("eager_op")
             basis.setdefault("launch_overhead", set()).add(
                 f"{extra} MoE / QK-norm launches beyond a plain layer's at eager_op each")
@@ -259,12 +258,11 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
             (``copy_bytes_s``, ``gemm_flops_<dtype>``) for the roofline, else the datasheet's;
             switches: the ``kernels.switches`` the design runs under (default: the defaults);
             routing: a trial's measured routing (``sweep.measure.moe_routing``): per stage the
-            distinct experts an MoE layer's tokens reached, ``moe_{stage}_experts_touched``, and
-            the blocks of rows its grouped GEMMs ran over, ``moe_{stage}_blocks``: the stage's
-            MoE kernels priced on those (``sweep.analysis.price_moe``), said in
-            ``prediction_basis``; absent or NaN, on those expected under the workload's routing
-            (``zoo.routing``: a random router's prompt may reach a quarter of the experts, its
-            busiest holding 15x the mean's rows).
+            distinct experts an MoE layer's tokens reached, ``moe_{stage}_experts_touched``: the
+            stage's MoE kernels priced over those, each with its rows
+            (``sweep.analysis.price_moe``), said in ``prediction_basis``; absent or NaN, over those
+            expected under the workload's routing (``zoo.routing``: a random router's prompt may
+            reach a quarter of the experts).
 
     Returns:
         Results-row columns (``sweep.common.row``): ``{stage}_pred_ms`` (the calibrated one where
@@ -302,8 +300,7 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
         power = None if limit is None else (*limit, before, steps)
         st = _stage(cfg, B, new, context, kernels, mode, cal, (pf, pb), fold, stage, power,
                     workload.get("routing_skew", 0.0), workload.get("routing") == "uniform",
-                    *((routing or {}).get(f"moe_{stage}_{f}", math.nan)
-                      for f in ("experts_touched", "blocks")))
+                    (routing or {}).get(f"moe_{stage}_experts_touched", math.nan))
         row[pred(stage, "roofline")] = 1e3 * st["roofline_total"]
         src = st.get("calibrated", st["roofline"])
         row[pred(stage, "calibrated")] = 1e3 * st["calibrated_total"] if cal else math.nan
@@ -359,12 +356,12 @@ def row_predictions(cfg: ModelConfig, workload: dict, hardware, calibration: Cal
     """``predict``'s columns for a results row and, with ``measured`` times, the signed errors
     ``{stage}_pred_error_pct`` (calibrated vs measured, %) and ``{stage}_pred_error_pct_roofline``.
     An MoE design's stages are priced on the routing ``measured`` holds (the experts its tokens
-    reached and its grouped GEMMs' blocks: the routing is the workload's, measured like its
-    lengths; ``predict``'s ``routing``), where it holds it.
+    reached: the routing is the workload's, measured like its lengths; ``predict``'s
+    ``routing``), where it holds it.
     A calibration that cannot price the design leaves the calibrated columns NaN with
     ``prediction_reason``; the trial goes on."""
     routing = {c: v for c, v in (measured or {}).items()
-               if c.startswith("moe_") and c.endswith(("_experts_touched", "_blocks"))}
+               if c.startswith("moe_") and c.endswith("_experts_touched")}
     try:
         row = predict(cfg, workload, hardware, calibration, mode=mode, ceilings=ceilings,
                       switches=switches, routing=routing)

@@ -12,7 +12,6 @@ import statistics
 
 from zoo.launches import Kernel
 from zoo.moe import expected_touched
-from zoo.routing import expected_blocks
 
 from .interp import interp_log
 from .proxies import proxy_price
@@ -23,15 +22,11 @@ GROUPED = ("moe_up", "moe_down")  # the grouped GEMMs (stand_in_ratio's kernels)
 
 def moe_gemm_price(cal, k) -> tuple[float, str]:
     """``(time s, basis)`` of one launch of grouped GEMM ``k`` priced by ``cal`` (a
-    ``pricing.Calibrated``). The entries were timed under uniform routing. A call under another
-    routing (a trial's measured one, a ``routing_skew``: ``k.shape["blocks"]``) is priced as the
-    entry of its tokens times its blocks of ``block_m`` rows over the uniform routing's
-    (``zoo.routing.expected_blocks``; the tile is the tokens', so each block costs alike), where
-    its tokens lie inside the entries'. Else a memory-bound call (a decode step's) is priced at
-    the entries' rate on its own bytes: the experts expected touched under the workload's
-    routing. A transfer to another device scales the time by the compute ratio when the call's
-    arithmetic intensity (``k.flops / k.bytes``, FLOP/byte) is at or past the source's ridge,
-    else by the memory ratio. Tokens outside the calibrated range:
+    ``pricing.Calibrated``). A memory-bound call (a decode step's) is priced at the entries'
+    rate on its own bytes: the experts expected touched under the workload's routing (the
+    entries were timed with uniform routing). A transfer to another device scales the time by the
+    compute ratio when the call's arithmetic intensity (``k.flops / k.bytes``, FLOP/byte) is at
+    or past the source's ridge, else by the memory ratio. Tokens outside the calibrated range:
     the nearest entry's time (below) or extended along the last segment (above), noted; where
     that nearest entry is in the other regime (compute-bound for a memory-bound call, or the
     reverse: its ``2 tokens topk N K`` FLOPs against its bytes), the stand-in's price
@@ -39,7 +34,7 @@ def moe_gemm_price(cal, k) -> tuple[float, str]:
     only entry of its shape, a prefill's 8192 tokens, at twice its measured time (2026-11-28)."""
     s = k.shape
     t = cal.t
-    tokens = s.get("tokens")
+    tokens = equal_rows_tokens(s["E"], s["topk"], s["tokens"], s.get("touched"))
     sel = t.iloc[:0]
     if "tokens" in s and "moe_gemm" in set(t.kind):
         sel = t[(t.kind == "moe_gemm") & (t.op == k.op) & (t.E == s["E"]) & (t.k == s["topk"])
@@ -52,28 +47,53 @@ def moe_gemm_price(cal, k) -> tuple[float, str]:
         else sel.groupby("M", as_index=False).time_s.median()
     basis = f"moe_gemm {k.op} E={s['E']} k={s['topk']} N={s['N']} K={s['K']}"
     sec, inside = interp_log(tokens, same.M.to_numpy(float), same.time_s.to_numpy(float))
+    top = same.M.max()
+    if not memory_bound and tokens > top >= s["tokens"]:  # moved past the entries only by the
+        # rows per expert (equal_rows_tokens): past the ridge the time grows as the work does
+        sec = float(same.time_s[same.M == top].iloc[0]) * tokens / top
+        inside = True
     if not inside:
         near = same.iloc[(same.M - tokens).abs().argmin()]
         nb = near.get("bytes")
         if nb == nb and nb and (2 * near.M * s["topk"] * s["N"] * s["K"] < ridge * nb) \
                 != memory_bound:
-            cal._note(f"{basis} at {tokens} tokens: its nearest entry ({near.M:g} tokens) "
+            cal._note(f"{basis} at {tokens:.0f} tokens: its nearest entry ({near.M:g} tokens) "
                       f"is {'compute' if memory_bound else 'memory'}-bound: priced by the "
                       "stand-in")
             return stand_in_price(cal, k, memory_bound)
-        cal._note(f"{basis} at {tokens} tokens: outside the calibrated "
+        cal._note(f"{basis} at {tokens:.0f} tokens: outside the calibrated "
                   f"[{int(same.M.min())}, {int(same.M.max())}]")
-    if s.get("blocks") and inside:  # a routing other than the entries' uniform one: each
-        # block of block_m rows streams its expert's weights and runs its rows (padding
-        # included), so at the tokens' tile the time goes as the blocks (zoo.routing)
-        sec *= s["blocks"] / expected_blocks(s["E"], s["topk"], tokens, s["block_m"], 0.0)
-    elif memory_bound and "bytes" in same and same["bytes"].notna().all():
+    if memory_bound and "bytes" in same and same["bytes"].notna().all():
         # the entry's routing touched its own draw of experts; this step touches the number
         # expected under the workload's routing (zoo.routing): the same rate on its bytes
         got, _ = interp_log(tokens, same.M.to_numpy(float), same["bytes"].to_numpy(float))
         sec *= k.bytes / got
+    elif s.get("touched"):  # the entries' experts, each with the call's rows: the call's number
+        sec *= s["touched"] / expected_touched(s["E"], s["topk"], tokens, 0.0)
     f = cal.scale["memory"] if memory_bound else cal.scale["compute"]
     return sec * f, basis
+
+
+def equal_rows_tokens(E: int, topk: int, tokens: int, touched: float | None) -> float:
+    """The tokens whose uniform routing (the calibration entries', ``sweep.measure.microbench_moe``)
+    gives each touched expert the rows a call of ``tokens`` tokens over ``touched`` experts gives
+    it, ``tokens topk / touched``: ``tokens`` itself where ``touched`` is None or the uniform
+    expectation. A grouped GEMM's time is about its touched experts' count times one expert's
+    time at its rows, so a routing that reaches fewer experts (a skew; a random router's prompt,
+    measured: 30 of 128 at 512 tokens, each with 4x the rows) is priced as the entries at the
+    same rows per expert, scaled to its experts (``moe_gemm_price``). Bisection in log tokens
+    on ``tokens topk / expected_touched``, which grows with the tokens from 1 (at one token)."""
+    uniform = expected_touched(E, topk, tokens, 0.0)
+    if not touched or abs(touched - uniform) <= 1e-9 * uniform:
+        return float(tokens)
+    rows = tokens * topk / touched
+    if rows <= 1.0:
+        return 1.0
+    lo, hi = 1.0, 2.0 * rows * E / topk + 1.0  # rows per expert there >= rows
+    for _ in range(64):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if mid * topk / expected_touched(E, topk, mid, 0.0) < rows else (lo, mid)
+    return (lo * hi) ** 0.5
 
 
 def _ridge(cal, dtype: str) -> float:
