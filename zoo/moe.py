@@ -187,11 +187,11 @@ class MoEFFN:
         """The MoE FFN's kernels in stage ``st`` over ``rep`` MoE layers, as the torch path
         (``zoo.experts``) launches them: the router GEMM; its softmax and top-k with the tokens'
         sort by expert (``router``: float32 casts, softmax, top-k, the renormalisation, the
-        output zeroed, the sort and the count); then per touched expert (their expected number,
-        ``expected_touched``) its tokens and weights gathered (``moe_gather``), the ``w13`` GEMM
-        over them, SwiGLU, ``w2``, and its output weighted and added into theirs
-        (``moe_combine``); the shared experts as one dense FFN added in. Ops without a
-        calibration entry of their own are priced by a like one, noted
+        output zeroed, the sort and the count); then per touched expert (their number measured
+        by the trial, else expected: ``stage_touched``) its tokens and weights gathered
+        (``moe_gather``), the ``w13`` GEMM over them, SwiGLU, ``w2``, and its output weighted
+        and added into theirs (``moe_combine``); the shared experts as one dense FFN added in.
+        Ops without a calibration entry of their own are priced by a like one, noted
         (``sweep.analysis.proxies.PROXIES``)."""
         cfg, M, wb = st.cfg, st.M, st.wb
         d, E, k, Fe, S = (cfg.d_model, cfg.n_experts, cfg.n_experts_active, cfg.expert_ffn_dim,

@@ -3,7 +3,7 @@
 # was committed before it was first measured) measured and priced in one empty results directory
 # (its own ceilings, measured once; the calibration's missing entries measured first), to judge
 # the pricing of an MoE stage on the routing the trial measured (the experts its tokens reached,
-# the grouped GEMMs' blocks of rows) on heldout_moe and on pairs it was not built from.
+# each with its rows) on heldout_moe and on pairs it was not built from.
 #   OUT=DIR [SETS="heldout_moe_routing"] bash bench/reference/run_heldout_routing.sh  # $OUT/routing.tgz
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -13,7 +13,8 @@ t0=$(date +%s)
 gpu_card "$OUT/routing/card.txt"
 F=$(mktemp -d)
 for s in ${SETS:-heldout_moe heldout_moe_routing}; do
-  timeout "$(( 580 - ($(date +%s) - t0) ))" python3 -m sweep.cli.validate --set "$s" \
+  left=$(( 580 - ($(date +%s) - t0) )); [ "$left" -gt 10 ] || break
+  timeout "$left" python3 -m sweep.cli.validate --set "$s" \
     --results-dir "$F" --out "$OUT/routing/$s" > "$OUT/routing/$s.log" 2>&1
   echo "$s rc=$? wall_s=$(( $(date +%s) - t0 ))"; grep -A8 "^| stage" "$OUT/routing/$s.log"
 done

@@ -77,7 +77,8 @@ def needs(items, device_type: str) -> dict:
 
 def moe_bracket(tokens: int, n_experts: int, k: int) -> int:
     """The tokens whose uniform routing gives each expert the rows of a prompt of ``tokens``
-    tokens routed to only ``k`` experts, ``tokens n_experts / k`` (at most ``MOE_BRACKET_MAX``):
+    tokens routed to only ``k`` experts, ``tokens n_experts / k`` (at most ``MOE_BRACKET_MAX``
+    or ``tokens``, the larger):
     a trial's measured routing (a random router's prompt reaches 30 of 128 experts) is priced at
     the entries of its rows per expert (``sweep.analysis.price_moe.equal_rows_tokens``), which
     lie between ``tokens`` and this; without an entry there they were extended past the last."""

@@ -341,12 +341,10 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
                                      "under other kernels or versions ("
                                      + m.get("stale_why", "calibration_policy=frozen") + ")")
         row["prediction_notes"] = "; ".join(calibration.notes)
-    got = {st: (routing or {}).get(f"moe_{st}_experts_touched", math.nan) for st in STAGES}
-    got = {st: v for st, v in got.items() if v == v and v}
-    if cfg.n_experts and got:
-        row["prediction_basis"] += ("; MoE layers on the routing the trial measured (experts "
-                                    "touched: " + ", ".join(f"{st} {v:.1f}" for st, v in got.items())
-                                    + f" of {cfg.n_experts} a layer)")
+    got = [st for st in STAGES if (routing or {}).get(f"moe_{st}_experts_touched", 0) > 0]
+    if cfg.n_experts and got:  # (NaN is not > 0; the counts are the row's own columns)
+        row["prediction_basis"] += ("; MoE layers on the routing the trial measured ("
+                                    + ", ".join(f"moe_{st}_experts_touched" for st in got) + ")")
     return row
 
 

@@ -22,11 +22,16 @@ GROUPED = ("moe_up", "moe_down")  # the grouped GEMMs (stand_in_ratio's kernels)
 
 def moe_gemm_price(cal, k) -> tuple[float, str]:
     """``(time s, basis)`` of one launch of grouped GEMM ``k`` priced by ``cal`` (a
-    ``pricing.Calibrated``). A memory-bound call (a decode step's) is priced at the entries'
-    rate on its own bytes: the experts expected touched under the workload's routing (the
-    entries were timed with uniform routing). A transfer to another device scales the time by the
-    compute ratio when the call's arithmetic intensity (``k.flops / k.bytes``, FLOP/byte) is at
-    or past the source's ridge, else by the memory ratio. Tokens outside the calibrated range:
+    ``pricing.Calibrated``). The entries were timed under uniform routing. A call whose
+    experts (``k.shape["touched"]``: measured by the trial, or expected under a
+    ``routing_skew``) hold more rows each than the uniform routing's is looked up at
+    ``equal_rows_tokens``, the tokens whose uniform routing gives each expert those rows; past
+    the last entry, from a compute-bound one, its time times the work (noted). A memory-bound
+    call (a decode step's) is then priced at the entries' rate on its own bytes (the touched
+    experts'), a compute-bound one times its experts over the entry's. A transfer to another
+    device scales the time by the compute ratio when the call's arithmetic intensity
+    (``k.flops / k.bytes``, FLOP/byte) is at or past the source's ridge, else by the memory
+    ratio. Tokens outside the calibrated range:
     the nearest entry's time (below) or extended along the last segment (above), noted; where
     that nearest entry is in the other regime (compute-bound for a memory-bound call, or the
     reverse: its ``2 tokens topk N K`` FLOPs against its bytes), the stand-in's price
@@ -47,11 +52,16 @@ def moe_gemm_price(cal, k) -> tuple[float, str]:
         else sel.groupby("M", as_index=False).time_s.median()
     basis = f"moe_gemm {k.op} E={s['E']} k={s['topk']} N={s['N']} K={s['K']}"
     sec, inside = interp_log(tokens, same.M.to_numpy(float), same.time_s.to_numpy(float))
-    top = same.M.max()
-    if not memory_bound and tokens > top >= s["tokens"]:  # moved past the entries only by the
-        # rows per expert (equal_rows_tokens): past the ridge the time grows as the work does
-        sec = float(same.time_s[same.M == top].iloc[0]) * tokens / top
-        inside = True
+    top = same.iloc[same.M.argmax()]
+    nb = top.get("bytes")
+    if (not memory_bound and tokens > top.M >= s["tokens"] and nb == nb and nb
+            and 2 * top.M * s["topk"] * s["N"] * s["K"] >= ridge * nb):  # moved past the
+        # entries only by the rows per expert (equal_rows_tokens), from a compute-bound entry:
+        # past the ridge the time grows as the work does
+        sec, inside = float(top.time_s) * tokens / top.M, True
+        cal._note(f"moe_gemm {k.op} E={s['E']} k={s['topk']} N={s['N']} K={s['K']} at "
+                  f"{tokens:.0f} tokens (the measured routing's rows per expert): the "
+                  f"{top.M:g}-token entry's time times the work")
     if not inside:
         near = same.iloc[(same.M - tokens).abs().argmin()]
         nb = near.get("bytes")

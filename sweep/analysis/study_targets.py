@@ -44,7 +44,8 @@ def predict_designs(meta: dict, df, targets: list[str], calibration: Calibrated 
     """One row per (completed design of ``df``, target) with ``predict_on``'s figures, the
     design's ``label(row)`` (``design``), the measured objectives (``measured_<name>``) and the
     design's rank per target (``rank``, by the study's first objective among the designs that
-    fit the target's memory).
+    fit the target's memory). An MoE row is priced on the routing its trial measured
+    (``predict``'s ``routing``): the same weights route alike on any chip.
 
     Args:
         meta: the study's ``study.json`` (its workload, objectives, directions, mode).
@@ -68,10 +69,12 @@ def predict_designs(meta: dict, df, targets: list[str], calibration: Calibrated 
     for _, r in done.iterrows():
         cfg = config_of(r)
         sw = switches_of(r)
+        routing = {c: r[c] for c in r.index  # an MoE row's measured routing: alike on any chip
+                   if c.startswith("moe_") and c.endswith("_experts_touched")}
         for t in targets:
             try:
                 p = predict_on(cfg, wl, specs[t], cals[t], mode=meta.get("mode", "cudagraph"),
-                               switches=sw)
+                               switches=sw, routing=routing)
             except (ValueError, KeyError) as e:  # the spec lacks a figure: said, never guessed
                 p = {"target": t, "fits_memory": math.nan, "prediction_basis": "not predicted",
                      "basis_kind": "not predicted", "prediction_reason": str(e)}

@@ -75,7 +75,7 @@ def _is_device(spec, device_name: str | None) -> bool:
 
 def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated | None = None,
                mode: str = "cudagraph", analytic: dict | None = None,
-               switches: Switches | None = None) -> dict:
+               switches: Switches | None = None, routing: dict | None = None) -> dict:
     """One design on one target: the row figures above (times in ms, rates in tokens/s, J).
 
     Args:
@@ -84,7 +84,9 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
             device and its measured ceilings), or None; mode: decode mode where calibrated;
             analytic: ``zoo.counts.summary`` of the design and workload, when the caller has it;
             switches: the ``kernels.switches.Switches`` the design runs under (default: the
-            defaults).
+            defaults); routing: a measured row's MoE routing (``predict``'s ``routing``: the
+            same weights route alike on any chip), priced on calibrated, transferred and
+            roofline bases (a public fit prices the workload's expected routing).
 
     Raises:
         ValueError: the spec lacks a peak the design needs (see ``target_ceilings``).
@@ -94,13 +96,13 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
     src = (calibration.meta if calibration is not None else {}) or {}
     if calibration is not None and _is_device(spec, src.get("device")):
         basis, cal = f"calibrated on {src.get('device')}", calibration
-        row = predict(cfg, workload, spec, cal, mode=mode, switches=switches)
+        row = predict(cfg, workload, spec, cal, mode=mode, switches=switches, routing=routing)
     elif (calibration is not None and spec.vendor == "NVIDIA" and spec.kind == "gpu"
           and src.get("ceilings")):
         cal = transfer(calibration, src["ceilings"], ceil, cfg.dtype)
         basis = (f"transferred from {src.get('device')} ({src.get('date', '')[:10]}) by "
                  f"{spec.name}'s datasheet peaks x stated efficiencies")
-        row = predict(cfg, workload, spec, cal, mode=mode, switches=switches)
+        row = predict(cfg, workload, spec, cal, mode=mode, switches=switches, routing=routing)
     elif spec.fitted.get("decode"):
         row = _fitted(cfg, workload, spec, ceil)
         basis = f"fitted on public measurements, {spec.name}: {spec.fitted.get('basis', '')}"
@@ -108,7 +110,8 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
             basis += (f"; {' and '.join(bare)}: the roofline x stated efficiencies (no public "
                       "measurements of it fitted)")
     else:
-        row = predict(cfg, workload, spec, None, ceilings=ceil, switches=switches)
+        row = predict(cfg, workload, spec, None, ceilings=ceil, switches=switches,
+                      routing=routing)
         launch = spec.assumptions.get("launch_us", 0.0) * 1e-3  # ms
         fold = (switches or Switches()).rope_in_attention
         for stage, (new, ctx) in (("prefill", (T, T)),

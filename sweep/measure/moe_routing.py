@@ -19,8 +19,8 @@ def routing_stats(gen, prompt, token, skew: float = 0.0) -> dict:
       weights are what the stage reads: ``sweep.analysis.derived`` prices its bytes by them);
     - ``moe_prefill_blocks``, ``moe_decode_blocks``: the blocks of ``zoo.moe.block_rows`` rows
       (``kernels.moe_gemm.tiles``' ``BLOCK_M``) the grouped GEMMs run over, each expert's rows
-      padded to whole blocks, per MoE layer, averaged (``sweep.analysis.price_moe`` prices a
-      grouped GEMM by them: a prompt routed to few experts runs them in more blocks each);
+      padded to whole blocks, per MoE layer, averaged (a routing figure: pricing by them
+      was measured worse than by the experts' rows, ``results/reference/heldout_moe_h100.md``);
     - ``..._expected``: ``zoo.routing``'s figures for the design and ``skew`` (the prefill's over
       many tokens: a finite prompt's busiest expert sits above it).
 
