@@ -406,3 +406,32 @@ def test_expected_blocks_count_each_experts_rows_in_whole_blocks():
     assert expected_blocks(64, 8, 8, 16) == pytest.approx(expected_touched(64, 8, 8), rel=1e-3)
     assert expected_blocks(128, 8, 65536, 128) == pytest.approx(65536 * 8 / 128 + 64, rel=0.02)
     assert expected_blocks(64, 8, 4096, 64, skew=1.0) > expected_blocks(64, 8, 4096, 64)
+
+
+def test_a_measured_moe_row_is_priced_on_its_routing_on_every_target():
+    """``study_targets.predict_designs`` prices a measured MoE row on the routing its trial
+    measured on a target it prices from a calibration, as the row itself was (the same weights
+    route alike on any chip): on the H200's own calibration the prefill of a prompt that reached
+    30 of 128 experts costs less than under the expected routing, and the basis says so; a
+    target priced by a public fit (MI300X) prices the expected routing and does not say so."""
+    import dataclasses
+
+    import pandas as pd
+
+    from sweep.analysis.study_targets import predict_designs
+
+    cfg = ModelConfig.from_name("qwen3_30b_a3b").resolved("cuda")
+    row = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    meta = {"workload": {"batch": 1, "prompt_len": 512, "new_tokens": 64},
+            "objectives": ["decode_tok_s"], "directions": ["maximize"], "mode": "cudagraph"}
+    rows = pd.DataFrame([dict(row, state="COMPLETE", number=0),
+                         dict(row, state="COMPLETE", number=1, moe_prefill_experts_touched=29.75,
+                              moe_decode_experts_touched=8.0)])
+    got = predict_designs(meta, rows, ["h200", "mi300x"], None)
+    plain, measured, fit_plain, fit = (got[(got.target == t) & (got.design == f"trial {n}")]
+                                       .iloc[0] for t in ("h200", "mi300x") for n in (0, 1))
+    assert measured.prefill_pred_ms < 0.8 * plain.prefill_pred_ms
+    assert "routing the trial measured" in measured.prediction_basis
+    assert "routing the trial measured" not in plain.prediction_basis
+    assert fit.prefill_pred_ms == fit_plain.prefill_pred_ms
+    assert "routing the trial measured" not in fit.prediction_basis

@@ -58,6 +58,7 @@ STEP_EAGER_OPS = 2  # per decode step beside the graph: token copy, position fil
 # held-out one.
 # said in a calibrated row's prediction_basis where a kernel is priced by another's entry
 STAND_INS = "; some kernels priced by stand-ins (prediction_notes)"
+ROUTED = "; MoE layers on the routing the trial measured"  # (its columns follow: predict)
 EAGER_HOST_UNCERTAINTY = 0.4  # the host's eager cost varies run to run: the development set's
 # eager rows -22 .. -60% (one design measured 18.2 and 9.3 ms per step on two H100s)
 # how far a whole stage's measurement strays from the sum of its kernels, tuned on the development
@@ -343,7 +344,7 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
         row["prediction_notes"] = "; ".join(calibration.notes)
     got = [st for st in STAGES if (routing or {}).get(f"moe_{st}_experts_touched", 0) > 0]
     if cfg.n_experts and got:  # (NaN is not > 0; the counts are the row's own columns)
-        row["prediction_basis"] += ("; MoE layers on the routing the trial measured ("
+        row["prediction_basis"] += (ROUTED + " ("
                                     + ", ".join(f"moe_{st}_experts_touched" for st in got) + ")")
     return row
 

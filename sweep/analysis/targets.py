@@ -37,7 +37,7 @@ from zoo.config import DESIGN_FIELDS
 
 from ..common.row import MODULES, RATE, STAGES, TIME, energy, pred, pred_module
 from .anchors import transfer
-from .predict import STAND_INS, confidence, kernel_list, predict
+from .predict import ROUTED, STAND_INS, confidence, kernel_list, predict
 from .pricing import Calibrated
 
 BASES = ("calibrated", "transferred", "fitted", "roofline")
@@ -127,6 +127,8 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
     kind = basis.split(" ")[0]
     if STAND_INS in row.get("prediction_basis", ""):  # (calibrated or transferred)
         basis += STAND_INS
+    if (at := row.get("prediction_basis", "").find(ROUTED)) >= 0:  # a measured MoE routing
+        basis += row["prediction_basis"][at:]
     ttft, tpot = row[pred("prefill")], row[pred("decode")]
     skew = workload.get("routing_skew", 0.0)
     s = analytic or counts.summary(cfg, B, T, N, skew)
