@@ -39,7 +39,8 @@ def moe_gemm_price(cal, k) -> tuple[float, str]:
     only entry of its shape, a prefill's 8192 tokens, at twice its measured time (2026-11-28)."""
     s = k.shape
     t = cal.t
-    tokens = equal_rows_tokens(s["E"], s["topk"], s["tokens"], s.get("touched"))
+    tokens = (equal_rows_tokens(s["E"], s["topk"], s["tokens"], s.get("touched"))
+              if "tokens" in s else None)  # (without: the stand-in's price, below)
     sel = t.iloc[:0]
     if "tokens" in s and "moe_gemm" in set(t.kind):
         sel = t[(t.kind == "moe_gemm") & (t.op == k.op) & (t.E == s["E"]) & (t.k == s["topk"])
