@@ -54,12 +54,12 @@ def needs(items, device_type: str) -> dict:
                 s = k.shape
                 if k.kind in ("gemm", "gemv") and "experts" in s:
                     if "tokens" in s:  # an MoE grouped GEMM of the Triton path: its own entry
-                        key = (k.op, s["E"], s["topk"], s["N"], s["K"], s["dtype"])
-                        out["moe_gemm"].add((key[0], s["tokens"], *key[1:]))
+                        shape = (s["E"], s["topk"], s["N"], s["K"], s["dtype"])
+                        out["moe_gemm"].add((k.op, s["tokens"], *shape))
                         if new > 1 and k.op != "router_route":  # and a prompt routed to its
                             # fewest experts: the bracket of a measured routing's equal rows
-                            out["moe_gemm"].add((key[0], moe_bracket(s["tokens"], s["E"],
-                                                                     s["topk"]), *key[1:]))
+                            out["moe_gemm"].add((k.op, moe_bracket(s["tokens"], s["E"],
+                                                                   s["topk"]), *shape))
                     continue
                 if k.kind in ("gemm", "gemv"):
                     out[k.kind].add(tuple(s[c] for c in KEYS[k.kind]))

@@ -349,6 +349,13 @@ def predict(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated 
     return row
 
 
+def measured_routing(row) -> dict:
+    """A results row's measured MoE routing, as ``predict``'s ``routing`` takes it: its
+    ``moe_{stage}_experts_touched`` columns (a dict or a pandas row; none for a dense row)."""
+    return {c: row[c] for c in (row.index if hasattr(row, "index") else row)
+            if c.startswith("moe_") and c.endswith("_experts_touched")}
+
+
 def row_predictions(cfg: ModelConfig, workload: dict, hardware, calibration: Calibrated | None,
                     mode: str, ceilings: dict, measured: dict | None = None,
                     why_uncalibrated: str = "", switches: Switches | None = None) -> dict:
@@ -359,8 +366,7 @@ def row_predictions(cfg: ModelConfig, workload: dict, hardware, calibration: Cal
     ``routing``), where it holds it.
     A calibration that cannot price the design leaves the calibrated columns NaN with
     ``prediction_reason``; the trial goes on."""
-    routing = {c: v for c, v in (measured or {}).items()
-               if c.startswith("moe_") and c.endswith("_experts_touched")}
+    routing = measured_routing(measured or {})
     try:
         row = predict(cfg, workload, hardware, calibration, mode=mode, ceilings=ceilings,
                       switches=switches, routing=routing)

@@ -60,8 +60,7 @@ def moe_gemm_price(cal, k) -> tuple[float, str]:
         # entries only by the rows per expert (equal_rows_tokens), from a compute-bound entry:
         # past the ridge the time grows as the work does
         sec, inside = float(top.time_s) * tokens / top.M, True
-        cal._note(f"moe_gemm {k.op} E={s['E']} k={s['topk']} N={s['N']} K={s['K']} at "
-                  f"{tokens:.0f} tokens (the measured routing's rows per expert): the "
+        cal._note(f"{basis} at {tokens:.0f} tokens (the measured routing's rows per expert): the "
                   f"{top.M:g}-token entry's time times the work")
     if not inside:
         near = same.iloc[(same.M - tokens).abs().argmin()]

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..common.row import COLUMNS
 from . import calibration_store as store
 from .hardware import load_spec
+from .predict import measured_routing
 from .pricing import Calibrated
 from .targets import config_of, predict_on, switches_of
 
@@ -69,8 +70,7 @@ def predict_designs(meta: dict, df, targets: list[str], calibration: Calibrated 
     for _, r in done.iterrows():
         cfg = config_of(r)
         sw = switches_of(r)
-        routing = {c: r[c] for c in r.index  # an MoE row's measured routing: alike on any chip
-                   if c.startswith("moe_") and c.endswith("_experts_touched")}
+        routing = measured_routing(r)  # an MoE row's measured routing: alike on any chip
         for t in targets:
             try:
                 p = predict_on(cfg, wl, specs[t], cals[t], mode=meta.get("mode", "cudagraph"),

@@ -51,13 +51,13 @@ def routing_stats(gen, prompt, token, skew: float = 0.0) -> dict:
     load = [torch.bincount(i.reshape(-1), minlength=E).float() for i in pre]
     bm_pre, bm_dec = block_rows(B * T * k, E), block_rows(B * k, E)
 
-    def blocks(ids, bm):  # the grouped GEMMs' blocks over the layers, averaged
-        return sum(float(torch.ceil(torch.bincount(i.reshape(-1), minlength=E) / bm).sum())
-                   for i in ids) / len(ids)
+    def blocks(counts, bm):  # the grouped GEMMs' blocks over the layers, averaged
+        return sum(float(torch.ceil(c / bm).sum()) for c in counts) / len(counts)
 
     return {
-        "moe_prefill_blocks": blocks(pre, bm_pre),
-        "moe_decode_blocks": blocks(dec, bm_dec),
+        "moe_prefill_blocks": blocks(load, bm_pre),
+        "moe_decode_blocks": blocks([torch.bincount(i.reshape(-1), minlength=E) for i in dec],
+                                    bm_dec),
         "moe_prefill_blocks_expected": expected_blocks(E, k, B * T, bm_pre, skew),
         "moe_decode_blocks_expected": expected_blocks(E, k, B, bm_dec, skew),
         "moe_prefill_load_max_over_mean": sum((c.max() / c.mean()).item() for c in load)
