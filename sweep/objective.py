@@ -30,7 +30,7 @@ from .common import row as R
 from .common.env import REPO
 from .common.trial_record import TrialRecord, row_json
 from .measure import contention
-from .measure.child import child_failure, interrupts_allowed, run_child, trial_spec
+from .measure.child import child_failure, run_child, trial_spec
 from .plan import check_mode
 from .report.tables import cut_off
 from .space import WORKLOAD_KEYS, suggest, violations
@@ -75,9 +75,8 @@ class Objective:
                                                                           self.progress)
 
     def __call__(self, trial: optuna.Trial):
-        try:
-            with interrupts_allowed():  # one held while Optuna's ask ran is raised here
-                return self._run(trial)
+        try:  # Ctrl-C and SIGTERM come while a child runs (``Child.wait``; ``common.interrupts``)
+            return self._run(trial)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM (``run_trials``): the design is queued again
             trial.set_user_attr("interrupted", True)
             trial.set_user_attr("fail_reason", "interrupted: the study was stopped (Ctrl-C or "

@@ -1,6 +1,7 @@
 """The loops that run an ``Objective`` over a study: ``run_trials`` (measured designs, one at a
 time, one worker or many) and ``run_predicted`` (predict-only studies, thousands of designs).
-SIGTERM ends either like Ctrl-C, so an interrupted design is recorded and queued again."""
+SIGTERM ends either like Ctrl-C, so an interrupted design is recorded and queued again; the
+signal is raised only where no storage operation can be cut (``common.interrupts``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import optuna
 from optuna.trial import TrialState
 
 from .common.entry import STDOUT_CLOSED, stdout_gone
-from .measure.child import deferred_interrupts
+from .common.interrupts import deferred_interrupts, raise_held, sigterm_interrupts
 from .objective import Objective, TrialFailed
 from .storage import enqueue_next, finished, queued
 
@@ -22,25 +23,29 @@ def run_trials(study: optuna.Study, objective: Objective, grid: dict | None, tar
     taken from the queue (``enqueue_next``; a design held COMPLETE or RUNNING is never taken
     again, ``duplicate_of``). ``after()`` runs after each trial. Returns the trials this process
     ran.
+
+    Ctrl-C and SIGTERM are held through each turn of the loop (its storage operations) and
+    raised while the trial waits on its child process (``measure.child.Child.wait``), or when
+    the turn ends: never a RUNNING trial without its worker, never a storage write cut in two.
     """
     n = 0
     restore = sigterm_interrupts()
     twins = 0  # proposals in a row of a design already run: an exhausted space ends the loop
     try:
         while True:
-            stop_if_stdout_gone()
-            running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
-            if finished(study) + running >= target or twins >= 200:
-                break
-            if grid is not None and not queued(study) and not enqueue_next(study, grid):
-                break
-            before = finished(study)
-            with deferred_interrupts():  # never a RUNNING trial without its worker
+            with deferred_interrupts():
+                stop_if_stdout_gone()
+                running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+                if finished(study) + running >= target or twins >= 200:
+                    break
+                if grid is not None and not queued(study) and not enqueue_next(study, grid):
+                    break
+                before = finished(study)
                 study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=True)
-            twins = twins + 1 if finished(study) == before else 0
-            n += 1
-            if after:
-                after()
+                twins = twins + 1 if finished(study) == before else 0
+                n += 1
+                if after:
+                    after()
     finally:
         restore()
     return n
@@ -68,6 +73,10 @@ def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, 
     ends or is interrupted (``Study.add_trials``: one transaction per trial instead of one per
     suggested parameter and attribute). A trial running at the interrupt is not kept: it is a
     prediction of milliseconds, made again on resume; only a SIGKILL loses the unflushed ones.
+
+    Ctrl-C and SIGTERM never cut a write to the study's storage (``common.interrupts``): on a
+    grid they are held until the running trial is told, then raised; the flushes hold them
+    until they end.
     """
     todo = target - finished(study)
     if grid is not None:
@@ -81,8 +90,11 @@ def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, 
     restore = sigterm_interrupts()
     if grid is not None:
         try:
-            study.optimize(objective, n_trials=todo, catch=(TrialFailed,), gc_after_trial=False,
-                           callbacks=[lambda s, t: next(count) % every or (after and after())])
+            with deferred_interrupts():
+                study.optimize(objective, n_trials=todo, catch=(TrialFailed,),
+                               gc_after_trial=False,
+                               callbacks=[lambda s, t: next(count) % every or (after and after()),
+                                          lambda s, t: raise_held()])
         finally:
             restore()
         return todo
@@ -93,9 +105,10 @@ def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, 
     done = [len(held)]
 
     def flush():
-        new = [t for t in mem.get_trials(deepcopy=False)[done[0]:] if t.state.is_finished()]
-        study.add_trials(new)
-        done[0] += len(new)
+        with deferred_interrupts():
+            new = [t for t in mem.get_trials(deepcopy=False)[done[0]:] if t.state.is_finished()]
+            study.add_trials(new)
+            done[0] += len(new)
 
     def every_n(s, t):
         if next(count) % every == 0:
@@ -110,19 +123,3 @@ def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, 
         flush()
         restore()
     return todo
-
-
-def sigterm_interrupts():
-    """Make SIGTERM end the study like Ctrl-C (``KeyboardInterrupt``) in the main thread, so an
-    interrupted trial is recorded and queued again; both through
-    ``sweep.measure.child.interrupt_handler``, which also ends a trial whose start swallowed the
-    interrupt. Returns the function restoring the old handlers."""
-    import signal
-    import threading
-
-    from .measure.child import interrupt_handler
-
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    old = {s: signal.signal(s, interrupt_handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    return lambda: [signal.signal(s, h) for s, h in old.items()]

@@ -20,9 +20,10 @@ import optuna
 
 from .caches.ceiling_cache import measure_ceilings
 from .common.atomic import write_atomic
+from .common.interrupts import interrupt_count, raise_if_swallowed, sigterm_interrupts
 from .measure.child import ChildTimeout, start, watch_parent
 from .objective import Objective
-from .runs import run_trials, sigterm_interrupts, stop_if_stdout_gone
+from .runs import run_trials, stop_if_stdout_gone
 from .space import grid_of
 from .storage import open_study
 
@@ -48,11 +49,12 @@ def run_workers(plan, target: int) -> dict:
         children.append(start([sys.executable, "-m", "sweep.worker", str(pkl), str(i), str(target)],
                               log, env, echo))
         logs.append(log)
-    restore = sigterm_interrupts()
+    restore, seen = sigterm_interrupts(), interrupt_count()
     try:
         while any(c.poll() is None for c in children):
             stop_if_stdout_gone()  # the reader went away: the workers stopped as after Ctrl-C
             time.sleep(0.5)
+            raise_if_swallowed(seen)  # a signal whose exception Python lost
     except BaseException:  # Ctrl-C, SIGTERM: each worker records and re-queues its trial
         stop_workers(children)
         raise
@@ -71,15 +73,17 @@ STOP_WAIT_S = 30.0
 
 
 def stop_workers(children: list, wait_s: float = STOP_WAIT_S) -> None:
-    """SIGTERM to each worker (``sweep.measure.child.Child``), then up to ``wait_s`` (s) each to
-    record and re-queue its running design; one still running then is killed with its process
-    group (its trial, left RUNNING by a dead process, is re-queued on resume:
-    ``storage.recover_interrupted``), so a stopped study ends in bounded time, no process left."""
+    """SIGTERM to each worker (``sweep.measure.child.Child``), then up to ``wait_s`` (s) in all
+    for them to record and re-queue their running designs; one still running then is killed
+    with its process group (its trial, left RUNNING by a dead process, is re-queued on resume:
+    ``storage.recover_interrupted``), so a stopped study ends within ``wait_s``, no process
+    left."""
     for c in children:
         c.terminate()
+    deadline = time.monotonic() + wait_s
     for c in children:
         try:
-            c.wait(wait_s)
+            c.wait(max(0.0, deadline - time.monotonic()))
         except ChildTimeout:  # killed by wait
             pass
 

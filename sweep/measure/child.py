@@ -7,79 +7,19 @@ touches one trial only). Every profiler that needs another run of the trial (``n
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from ..common.atomic import write_json
 from ..common.env import REPO
+from ..common.interrupts import interrupt_count, interrupts_allowed, raise_if_swallowed
 
 PARENT_PID = "DESIGNZOO_PARENT_PID"  # the process a child must not outlive
-_INTERRUPTS = [0]  # SIGINT / SIGTERM seen by interrupt_handler in this process
-_DEFERRED = [False, None]  # [inside deferred_interrupts, the held signal's message or None]
-
-
-def interrupt_handler(signum, frame) -> None:
-    """The study's SIGINT and SIGTERM handler (``sweep.runs.sigterm_interrupts``): count the
-    signal, then raise ``KeyboardInterrupt`` in the main thread. Counted because Python can
-    swallow the exception: a signal that lands while ``subprocess.Popen`` forks is raised inside
-    an at-fork hook (logging's ``_releaseLock``) and only printed ("Exception ignored"), and the
-    study would then wait forever on a hanging trial; ``start`` raises it again.
-
-    Raises:
-        KeyboardInterrupt: always.
-    """
-    _INTERRUPTS[0] += 1
-    why = "" if signum == signal.SIGINT else f"signal {signal.Signals(signum).name}"
-    if _DEFERRED[0] and _DEFERRED[1] is None:  # inside Optuna's ask/tell: raised once it is done
-        _DEFERRED[1] = why
-        return
-    _DEFERRED[1] = None
-    raise KeyboardInterrupt(why)
-
-
-@contextlib.contextmanager
-def deferred_interrupts():
-    """Hold a SIGINT / SIGTERM that lands in this block until it ends (then ``KeyboardInterrupt``
-    is raised), except inside ``interrupts_allowed``, where it is raised at once. ``run_trials``
-    wraps ``study.optimize`` in it: a signal landing inside Optuna's ``ask`` (the trial already
-    RUNNING, before the objective has written its worker) or ``tell`` would leave a RUNNING trial
-    no one owns, its design held and never measured (seen with two workers stopped together). A
-    second signal while one is held is raised at once (a storage that hangs can still be left).
-
-    Raises:
-        KeyboardInterrupt: on leaving the block, when a signal was held."""
-    old = _DEFERRED[0]
-    _DEFERRED[0] = True
-    try:
-        yield
-    finally:
-        _DEFERRED[0] = old
-    if not old and _DEFERRED[1] is not None:
-        why, _DEFERRED[1] = _DEFERRED[1], None
-        raise KeyboardInterrupt(why)
-
-
-@contextlib.contextmanager
-def interrupts_allowed():
-    """Inside ``deferred_interrupts``: raise a held signal now and any new one at once (the
-    objective's body, which records an interrupted trial and queues its design again).
-
-    Raises:
-        KeyboardInterrupt: on entry, when a signal was held."""
-    old = _DEFERRED[0]
-    _DEFERRED[0] = False
-    try:
-        if _DEFERRED[1] is not None:
-            why, _DEFERRED[1] = _DEFERRED[1], None
-            raise KeyboardInterrupt(why)
-        yield
-    finally:
-        _DEFERRED[0] = old
 
 
 def child_env() -> dict:
@@ -170,17 +110,29 @@ class Child:
         self._close(5)
 
     def wait(self, timeout_s: float | None = None) -> int:
-        """Wait for the child's exit (``timeout_s`` s; None: no limit) and return its code.
+        """Wait for the child's exit (``timeout_s`` s; None: no limit) and return its code. The
+        one place a study's trial loop takes Ctrl-C or SIGTERM (``common.interrupts``): a signal
+        held since the trial began is raised on entry, one that lands now at once, and one whose
+        exception Python swallowed within half a second.
 
         Raises:
             ChildTimeout: past ``timeout_s``; the child is killed first.
+            KeyboardInterrupt: a signal; the child is killed first.
         """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        seen = interrupt_count()
         try:
-            rc = self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise ChildTimeout(f"exceeded {timeout_s:.0f} s and was killed") from None
-        except BaseException:  # Ctrl-C, SIGTERM: the child must not outlive us
+            with interrupts_allowed():
+                while True:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise ChildTimeout(f"exceeded {timeout_s:.0f} s and was killed")
+                    try:
+                        rc = self.proc.wait(timeout=0.5 if left is None else min(0.5, left))
+                        break
+                    except subprocess.TimeoutExpired:
+                        raise_if_swallowed(seen)
+        except BaseException:  # past its time, Ctrl-C, SIGTERM: the child must not outlive us
             self.kill()
             raise
         self._close(30)
@@ -211,7 +163,7 @@ def start(cmd: list[str], log_path: Path, env: dict | None = None, on_line=None)
     full.update(env or {})
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "w")  # closed by Child once the output ends
-    interrupts = _INTERRUPTS[0]
+    seen = interrupt_count()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=full, start_new_session=True, preexec_fn=die_with_parent,
                             text=True, bufsize=1)
@@ -227,8 +179,7 @@ def start(cmd: list[str], log_path: Path, env: dict | None = None, on_line=None)
                     pass
 
     try:
-        if _INTERRUPTS[0] != interrupts:  # the signal's exception was swallowed in the fork
-            raise KeyboardInterrupt("signal received while a child started")
+        raise_if_swallowed(seen)  # a signal's exception swallowed in the fork's at-fork hook
         reader = threading.Thread(target=pump, name="child-output", daemon=True)
         reader.start()
     except BaseException:  # interrupted before the caller holds the child: end it here

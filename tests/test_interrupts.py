@@ -1,0 +1,161 @@
+"""Ctrl-C and SIGTERM inside a study's process (``sweep.common.interrupts``): raised only where no
+storage operation can be cut, never lost. The whole study stopped by a signal, with one worker
+and two: tests/test_trust.py."""
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from sweep.common import interrupts
+from sweep.measure import child
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+
+@pytest.fixture(autouse=True)
+def _no_held_signal():
+    """Each test starts and ends with no signal held and none deferred."""
+    interrupts._DEFERRED[:] = [False, None]
+    yield
+    assert interrupts._DEFERRED == [False, None]
+
+
+def test_an_interrupt_swallowed_while_a_child_starts_still_ends_it(tmp_path, monkeypatch):
+    """A signal that lands while ``subprocess.Popen`` forks is raised in an at-fork hook and only
+    printed (seen: a study waiting forever on its hanging trial after SIGINT): the handler counts
+    it, and ``start`` raises it once the fork returns, the child killed."""
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.interrupt_handler(signal.SIGTERM, None)
+    started, popen = [], subprocess.Popen
+
+    def popen_interrupted(*a, **kw):  # the handler ran inside the fork, its exception swallowed
+        started.append(popen(*a, **kw))
+        interrupts._INTERRUPTS[0] += 1
+        return started[-1]
+
+    monkeypatch.setattr(child.subprocess, "Popen", popen_interrupted)
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        child.start(SLEEPER, tmp_path / "log.txt")
+    assert started and started[0].poll() is not None  # killed, not left running
+
+
+def test_an_interrupt_swallowed_while_waiting_on_a_child_still_ends_it(tmp_path):
+    """A signal whose exception Python swallowed in one of its own callbacks (a garbage
+    collector's) while a trial waits on its child: the wait raises it within a second and kills
+    the child, instead of waiting out the trial's time limit."""
+    c = child.start(SLEEPER, tmp_path / "log.txt")
+
+    def swallowed():  # what the handler leaves when its exception never arrives
+        interrupts._INTERRUPTS[0] += 1
+        interrupts._INTERRUPTS[1] = "signal SIGTERM"
+
+    threading.Timer(0.3, swallowed).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        c.wait(30)
+    assert time.monotonic() - t0 < 5
+    assert c.poll() is not None  # killed, not left running
+
+
+def test_a_signal_inside_a_storage_write_is_raised_at_the_childs_wait(tmp_path):
+    """A SIGTERM landing while a trial writes to the study's storage is held: the write ends
+    whole (seen on CI: an exception cut into SQLAlchemy left this process's SQLite write lock
+    held, and the interrupted trial's own record then waited out the 60 s busy timeout). It is
+    raised when the trial waits on its child process, which is killed; the objective records the
+    interrupted trial and queues its design again, and nothing is left RUNNING."""
+    from sweep.runs import run_trials
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db",
+                                         engine_kwargs={"connect_args": {"timeout": 2}})
+    study = optuna.create_study(storage=storage, study_name="s")
+    study.enqueue_trial({"x": 1.0})
+    seen = []
+
+    def objective(trial):
+        try:
+            x = trial.suggest_float("x", 0, 2)
+            interrupts.interrupt_handler(signal.SIGTERM, None)  # lands in the trial's writes
+            trial.set_user_attr("written after the signal", True)
+            seen.append("written")
+            t0 = time.monotonic()
+            try:
+                child.launch(SLEEPER, tmp_path / "log.txt", timeout_s=60)
+            finally:
+                seen.append(time.monotonic() - t0)
+            return x
+        except KeyboardInterrupt:
+            trial.set_user_attr("interrupted", True)
+            study.enqueue_trial(trial.params)
+            raise
+
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        run_trials(study, objective, grid=None, target=1)
+    assert seen[0] == "written" and seen[1] < 5  # raised on the wait's entry, not after 60 s
+    trials = study.trials
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
+    assert trials[0].user_attrs == {"written after the signal": True, "interrupted": True}
+
+
+def test_a_signal_inside_optunas_ask_leaves_no_trial_running():
+    """A SIGTERM landing inside ``study.ask`` (the queued trial already RUNNING, the objective not
+    yet started) is held until the objective waits on a child, which records it and queues the
+    design again; no trial is left RUNNING with no worker (seen on CI: a design held by such a
+    trial was lost). A second signal while one is held is raised at once."""
+    study = optuna.create_study()
+    study.enqueue_trial({"x": 1.0})
+    ask, seen = study.ask, []
+
+    def ask_then_signal(*a, **kw):
+        trial = ask(*a, **kw)
+        interrupts.interrupt_handler(signal.SIGTERM, None)  # lands before the objective starts
+        return trial
+
+    def objective(trial):
+        try:
+            with interrupts.interrupts_allowed():
+                seen.append("ran")
+                return trial.suggest_float("x", 0, 2)
+        except KeyboardInterrupt:
+            seen.append("recorded")
+            study.enqueue_trial(trial.params or {"x": 1.0})
+            raise
+
+    study.ask = ask_then_signal
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        with interrupts.deferred_interrupts():
+            study.optimize(objective, n_trials=1)
+    assert seen == ["recorded"]  # raised on entry, before the body
+    states = [t.state for t in study.trials]
+    assert states == [TrialState.FAIL, TrialState.WAITING]
+    with pytest.raises(KeyboardInterrupt):  # two signals: the second is not held
+        with interrupts.deferred_interrupts():
+            interrupts.interrupt_handler(signal.SIGINT, None)
+            interrupts.interrupt_handler(signal.SIGINT, None)
+
+
+def test_a_predicted_grid_is_stopped_after_the_running_trial_is_told(tmp_path):
+    """A predict-only grid (``run_predicted``): a signal landing inside a trial is held until
+    Optuna has told the trial (a finished prediction kept), then raised; no trial is left
+    RUNNING and the grid's other designs stay queued."""
+    from sweep.runs import run_predicted
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db")
+    study = optuna.create_study(storage=storage, study_name="s")
+    grid = {"x": [1.0, 2.0, 3.0]}
+
+    def objective(trial):
+        x = trial.suggest_categorical("x", grid["x"])
+        if trial.number == 0:
+            interrupts.interrupt_handler(signal.SIGTERM, None)
+        return x
+
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        run_predicted(study, objective, grid, target=3)
+    states = [t.state for t in study.trials]
+    assert states == [TrialState.COMPLETE, TrialState.WAITING, TrialState.WAITING]
