@@ -71,12 +71,12 @@ def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, 
     ``InMemoryStorage``, holding every trial the storage has, so the sampler sees the whole
     history) and the finished trials go to the study's storage ``every`` trials and when the run
     ends or is interrupted (``Study.add_trials``: one transaction per trial instead of one per
-    suggested parameter and attribute). A trial running at the interrupt is not kept: it is a
-    prediction of milliseconds, made again on resume; only a SIGKILL loses the unflushed ones.
+    suggested parameter and attribute); only a SIGKILL loses the unflushed ones.
 
-    Ctrl-C and SIGTERM never cut a write to the study's storage (``common.interrupts``): on a
-    grid they are held until the running trial is told, then raised; the flushes hold them
-    until they end.
+    Ctrl-C and SIGTERM never cut a trial or a write to the study's storage
+    (``common.interrupts``): they are held until the running trial (a prediction of
+    milliseconds) is told, then raised, and the finished trials are flushed; a trial cut in
+    the middle would have been kept as a FAIL that holds its design on resume.
     """
     todo = target - finished(study)
     if grid is not None:
@@ -117,8 +117,9 @@ def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, 
                 after()
 
     try:
-        mem.optimize(objective, n_trials=todo, catch=(TrialFailed,), gc_after_trial=False,
-                     callbacks=[every_n])
+        with deferred_interrupts():
+            mem.optimize(objective, n_trials=todo, catch=(TrialFailed,), gc_after_trial=False,
+                         callbacks=[every_n, lambda s, t: raise_held()])
     finally:
         flush()
         restore()

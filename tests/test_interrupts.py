@@ -159,3 +159,23 @@ def test_a_predicted_grid_is_stopped_after_the_running_trial_is_told(tmp_path):
         run_predicted(study, objective, grid, target=3)
     states = [t.state for t in study.trials]
     assert states == [TrialState.COMPLETE, TrialState.WAITING, TrialState.WAITING]
+
+
+def test_a_sampled_predicted_study_keeps_the_trial_running_at_the_signal(tmp_path):
+    """A predict-only study with a sampler (``run_predicted`` on an in-memory copy): the trial
+    running at a SIGTERM is finished and flushed with the others, not kept as a FAIL (one had
+    held its design on resume: ``storage.duplicate_of``)."""
+    from sweep.runs import run_predicted
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/s.db")
+    study = optuna.create_study(storage=storage, study_name="s")
+
+    def objective(trial):
+        x = trial.suggest_float("x", 0, 1)
+        if trial.number == 3:
+            interrupts.interrupt_handler(signal.SIGTERM, None)
+        return x
+
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        run_predicted(study, objective, None, target=10, every=2)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 4
