@@ -78,26 +78,33 @@ def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, 
     milliseconds) is told, then raised, and the finished trials are flushed; a trial cut in
     the middle would have been kept as a FAIL that holds its design on resume.
     """
-    todo = target - finished(study)
-    if grid is not None:
-        while enqueue_next(study, grid):
-            pass
-        waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-        todo = min(todo, len(waiting))
-    if todo <= 0:
-        return 0
-    count = iter(range(1, todo + 1))
     restore = sigterm_interrupts()
-    if grid is not None:
-        try:
-            with deferred_interrupts():
+    try:
+        with deferred_interrupts():  # a signal is raised between two writes, never inside one
+            todo = target - finished(study)
+            if grid is not None:
+                while enqueue_next(study, grid):
+                    raise_held()
+                waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+                todo = min(todo, len(waiting))
+            if todo <= 0:
+                return 0
+            count = iter(range(1, todo + 1))
+            if grid is not None:
                 study.optimize(objective, n_trials=todo, catch=(TrialFailed,),
                                gc_after_trial=False,
                                callbacks=[lambda s, t: next(count) % every or (after and after()),
                                           lambda s, t: raise_held()])
-        finally:
-            restore()
-        return todo
+                return todo
+            return _predict_in_memory(study, objective, todo, count, after, every)
+    finally:
+        restore()
+
+
+def _predict_in_memory(study, objective, todo: int, count, after, every: int) -> int:
+    """``run_predicted`` with a sampler, inside its ``deferred_interrupts``: the sampler runs on
+    an in-memory copy of the study; finished trials are flushed every ``every`` trials and at
+    the end, a held signal raised once the running trial is told."""
     mem = optuna.create_study(storage=optuna.storages.InMemoryStorage(), sampler=study.sampler,
                               directions=study.directions, study_name=study.study_name)
     held = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
@@ -105,22 +112,20 @@ def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, 
     done = [len(held)]
 
     def flush():
-        with deferred_interrupts():
-            new = [t for t in mem.get_trials(deepcopy=False)[done[0]:] if t.state.is_finished()]
-            study.add_trials(new)
-            done[0] += len(new)
+        new = [t for t in mem.get_trials(deepcopy=False)[done[0]:] if t.state.is_finished()]
+        study.add_trials(new)
+        done[0] += len(new)
 
     def every_n(s, t):
         if next(count) % every == 0:
             flush()
             if after:
                 after()
+        raise_held()
 
     try:
-        with deferred_interrupts():
-            mem.optimize(objective, n_trials=todo, catch=(TrialFailed,), gc_after_trial=False,
-                         callbacks=[every_n, lambda s, t: raise_held()])
+        mem.optimize(objective, n_trials=todo, catch=(TrialFailed,), gc_after_trial=False,
+                     callbacks=[every_n])
     finally:
         flush()
-        restore()
     return todo

@@ -45,17 +45,26 @@ def test_an_interrupt_swallowed_while_a_child_starts_still_ends_it(tmp_path, mon
     assert started and started[0].poll() is not None  # killed, not left running
 
 
-def test_an_interrupt_swallowed_while_waiting_on_a_child_still_ends_it(tmp_path):
+def test_an_interrupt_swallowed_while_waiting_on_a_child_still_ends_it(tmp_path, monkeypatch):
     """A signal whose exception Python swallowed in one of its own callbacks (a garbage
     collector's) while a trial waits on its child: the wait raises it within a second and kills
     the child, instead of waiting out the trial's time limit."""
     c = child.start(SLEEPER, tmp_path / "log.txt")
+    waiting, count = threading.Event(), child.interrupt_count
+
+    def count_then_say():  # the wait has taken its count: a signal from now on is its own
+        n = count()
+        waiting.set()
+        return n
+
+    monkeypatch.setattr(child, "interrupt_count", count_then_say)
 
     def swallowed():  # what the handler leaves when its exception never arrives
+        waiting.wait(30)
         interrupts._INTERRUPTS[0] += 1
         interrupts._INTERRUPTS[1] = "signal SIGTERM"
 
-    threading.Timer(0.3, swallowed).start()
+    threading.Thread(target=swallowed, daemon=True).start()
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
         c.wait(30)
@@ -63,8 +72,21 @@ def test_an_interrupt_swallowed_while_waiting_on_a_child_still_ends_it(tmp_path)
     assert c.poll() is not None  # killed, not left running
 
 
+def test_a_wait_past_its_deadline_still_returns_the_code_of_a_child_that_exited(tmp_path):
+    """``Child.wait(0)`` on a child that has exited returns its code; it is not killed as past
+    its time (``sweep.worker.stop_workers`` reaches later workers with no time left)."""
+    c = child.start([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "log.txt")
+    while c.poll() is None:
+        time.sleep(0.05)
+    assert c.wait(0) == 3
+    running = child.start(SLEEPER, tmp_path / "log2.txt")
+    with pytest.raises(child.ChildTimeout):
+        running.wait(0)
+    assert running.poll() is not None
+
+
 def test_a_signal_inside_a_storage_write_is_raised_at_the_childs_wait(tmp_path):
-    """A SIGTERM landing while a trial writes to the study's storage is held: the write ends
+    """A SIGTERM landing inside a trial's write to the study's storage is held: the write ends
     whole (seen on CI: an exception cut into SQLAlchemy left this process's SQLite write lock
     held, and the interrupted trial's own record then waited out the 60 s busy timeout). It is
     raised when the trial waits on its child process, which is killed; the objective records the
@@ -75,13 +97,19 @@ def test_a_signal_inside_a_storage_write_is_raised_at_the_childs_wait(tmp_path):
                                          engine_kwargs={"connect_args": {"timeout": 2}})
     study = optuna.create_study(storage=storage, study_name="s")
     study.enqueue_trial({"x": 1.0})
-    seen = []
+    write, seen = study._storage.set_trial_user_attr, []
+
+    def write_signalled(trial_id, key, value):
+        if key == "worker_pid":
+            interrupts.interrupt_handler(signal.SIGTERM, None)  # lands inside the write
+        return write(trial_id, key, value)
+
+    study._storage.set_trial_user_attr = write_signalled
 
     def objective(trial):
         try:
             x = trial.suggest_float("x", 0, 2)
-            interrupts.interrupt_handler(signal.SIGTERM, None)  # lands in the trial's writes
-            trial.set_user_attr("written after the signal", True)
+            trial.set_user_attr("worker_pid", 1)
             seen.append("written")
             t0 = time.monotonic()
             try:
@@ -99,10 +127,60 @@ def test_a_signal_inside_a_storage_write_is_raised_at_the_childs_wait(tmp_path):
     assert seen[0] == "written" and seen[1] < 5  # raised on the wait's entry, not after 60 s
     trials = study.trials
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
-    assert trials[0].user_attrs == {"written after the signal": True, "interrupted": True}
+    assert trials[0].user_attrs == {"worker_pid": 1, "interrupted": True}
 
 
-def test_a_signal_inside_optunas_ask_leaves_no_trial_running():
+def test_a_signal_while_waiting_for_a_lock_is_raised_at_once(tmp_path):
+    """Inside a trial's turn (signals held), a wait for the device or a cache lock that another
+    process holds is a wait like a child's: a SIGTERM ends it at once."""
+    from sweep.common.locks import cache_lock
+
+    path = tmp_path / "cache.json"
+    holder = child.start([sys.executable, "-c", "import sys, time; from filelock import FileLock; "
+                          f"l = FileLock({str(path) + '.lock'!r}); l.acquire(); "
+                          "print('held', flush=True); time.sleep(60)"], tmp_path / "holder.log")
+    try:
+        deadline = time.time() + 30
+        while "held" not in (tmp_path / "holder.log").read_text():
+            assert time.time() < deadline
+            time.sleep(0.05)
+        old = signal.signal(signal.SIGALRM, interrupts.interrupt_handler)
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(KeyboardInterrupt, match="SIGALRM"):
+                with interrupts.deferred_interrupts(), cache_lock(path, "a test", log=lambda m: 0):
+                    pass
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        assert time.monotonic() - t0 < 5
+    finally:
+        holder.kill()
+
+
+def test_a_held_signal_never_outlives_its_block():
+    """A signal held when the outermost block ends by an exception is let go (the study is
+    ending already), not left to strike the next wait; a second signal whose exception is
+    swallowed leaves the first held, raised when the block ends."""
+    with pytest.raises(ValueError):
+        with interrupts.deferred_interrupts():
+            interrupts.interrupt_handler(signal.SIGINT, None)
+            raise ValueError("the turn ended by an error")
+    assert interrupts._DEFERRED == [False, None]
+    with interrupts.interrupts_allowed():
+        pass  # nothing held: nothing raised
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        with interrupts.deferred_interrupts():
+            interrupts.interrupt_handler(signal.SIGTERM, None)
+            try:
+                interrupts.interrupt_handler(signal.SIGTERM, None)  # raised at once...
+            except KeyboardInterrupt:
+                pass  # ...and swallowed
+            assert interrupts._DEFERRED[1] == "signal SIGTERM"  # the first is still held
+
+
+def test_a_signal_inside_optunas_ask_leaves_no_trial_running(tmp_path):
     """A SIGTERM landing inside ``study.ask`` (the queued trial already RUNNING, the objective not
     yet started) is held until the objective waits on a child, which records it and queues the
     design again; no trial is left RUNNING with no worker (seen on CI: a design held by such a
@@ -118,9 +196,9 @@ def test_a_signal_inside_optunas_ask_leaves_no_trial_running():
 
     def objective(trial):
         try:
-            with interrupts.interrupts_allowed():
-                seen.append("ran")
-                return trial.suggest_float("x", 0, 2)
+            seen.append("ran")
+            child.launch(SLEEPER, tmp_path / "log.txt", timeout_s=60)
+            return trial.suggest_float("x", 0, 2)
         except KeyboardInterrupt:
             seen.append("recorded")
             study.enqueue_trial(trial.params or {"x": 1.0})
@@ -130,7 +208,7 @@ def test_a_signal_inside_optunas_ask_leaves_no_trial_running():
     with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
         with interrupts.deferred_interrupts():
             study.optimize(objective, n_trials=1)
-    assert seen == ["recorded"]  # raised on entry, before the body
+    assert seen == ["ran", "recorded"]  # raised on the wait's entry
     states = [t.state for t in study.trials]
     assert states == [TrialState.FAIL, TrialState.WAITING]
     with pytest.raises(KeyboardInterrupt):  # two signals: the second is not held

@@ -45,8 +45,7 @@ def interrupt_handler(signum, frame) -> None:
     if _DEFERRED[0] and _DEFERRED[1] is None:
         _DEFERRED[1] = why
         return
-    _DEFERRED[1] = None
-    raise KeyboardInterrupt(why)
+    raise KeyboardInterrupt(why)  # a held one stays held: raised at the block's end if this is lost
 
 
 def interrupt_count() -> int:
@@ -75,16 +74,22 @@ def deferred_interrupts():
     (Optuna's ``ask`` or ``tell``, a user attribute, a re-queue) would leave a RUNNING trial no
     one owns, or a SQLite write lock held (module docstring).
 
+    The outermost block lets go of a held signal however it ends: raised when the block ends
+    normally, dropped when it ends by an exception (the study is ending already), never left
+    to strike a later wait.
+
     Raises:
-        KeyboardInterrupt: on leaving the block, when a signal was held."""
+        KeyboardInterrupt: on leaving the block normally, when a signal was held."""
     old = _DEFERRED[0]
     _DEFERRED[0] = True
+    why = None
     try:
         yield
     finally:
         _DEFERRED[0] = old
-    if not old and _DEFERRED[1] is not None:
-        why, _DEFERRED[1] = _DEFERRED[1], None
+        if not old:
+            why, _DEFERRED[1] = _DEFERRED[1], None
+    if why is not None:
         raise KeyboardInterrupt(why)
 
 

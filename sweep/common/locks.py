@@ -15,6 +15,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from .interrupts import interrupts_allowed
+
 
 @contextlib.contextmanager
 def cache_lock(path: str | Path, what: str, log=print):
@@ -27,7 +29,8 @@ def cache_lock(path: str | Path, what: str, log=print):
         lock.acquire(timeout=0)
     except Timeout:
         log(f"waiting for another process that measures {what} ({lock.lock_file})")
-        lock.acquire()
+        with interrupts_allowed():  # a wait, no storage write: Ctrl-C ends it at once
+            lock.acquire()
     try:
         yield
     finally:
@@ -59,7 +62,8 @@ def device_lock(device: dict, log=print):
     except Timeout:
         log(f"waiting for the {device.get('name', device.get('type'))}: another process "
             f"measures on it ({path})")
-        lock.acquire()
+        with interrupts_allowed():  # a wait, no storage write: Ctrl-C ends it at once
+            lock.acquire()
     try:
         yield
     finally:

@@ -110,10 +110,10 @@ class Child:
         self._close(5)
 
     def wait(self, timeout_s: float | None = None) -> int:
-        """Wait for the child's exit (``timeout_s`` s; None: no limit) and return its code. The
-        one place a study's trial loop takes Ctrl-C or SIGTERM (``common.interrupts``): a signal
-        held since the trial began is raised on entry, one that lands now at once, and one whose
-        exception Python swallowed within half a second.
+        """Wait for the child's exit (``timeout_s`` s; None: no limit) and return its code. Where
+        a study's trial loop takes Ctrl-C or SIGTERM (``common.interrupts``; a lock's wait is the
+        other place): a signal held since the trial began is raised on entry, one that lands now
+        at once, and one whose exception Python swallowed within half a second.
 
         Raises:
             ChildTimeout: past ``timeout_s``; the child is killed first.
@@ -124,14 +124,15 @@ class Child:
         try:
             with interrupts_allowed():
                 while True:
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        raise ChildTimeout(f"exceeded {timeout_s:.0f} s and was killed")
+                    left = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
                     try:
-                        rc = self.proc.wait(timeout=0.5 if left is None else min(0.5, left))
+                        rc = self.proc.wait(timeout=max(0.0, left))  # 0: one that has exited
                         break
                     except subprocess.TimeoutExpired:
                         raise_if_swallowed(seen)
+                        if deadline is not None and time.monotonic() >= deadline:
+                            raise ChildTimeout(
+                                f"exceeded {timeout_s:.0f} s and was killed") from None
         except BaseException:  # past its time, Ctrl-C, SIGTERM: the child must not outlive us
             self.kill()
             raise
