@@ -179,3 +179,25 @@ def test_compare_refuses_more_than_two_result_sets_by_name(tmp_path):
 
     with pytest.raises(ValueError, match="two result sets to compare, OLD and NEW; got 3"):
         main([str(tmp_path)] * 3)
+
+
+def test_compare_counts_a_design_that_no_longer_completes_as_a_regression(tmp_path, capsys):
+    """A design COMPLETE in OLD and FAIL (or absent) in NEW is a regression of its own, named
+    with NEW's state and reason; the gate had matched COMPLETE rows only and passed it."""
+    from sweep.report.regression import main
+
+    old = pd.DataFrame({"state": "COMPLETE", "n_kv_heads": [1, 2, 4],
+                        "decode_tok_s": [6000.0, 5000.0, 4000.0]})
+    new = pd.DataFrame({"state": ["COMPLETE", "FAIL"], "n_kv_heads": [1, 2],
+                        "decode_tok_s": [6000.0, float("nan")],
+                        "fail_reason": ["", "OutOfMemoryError: CUDA out of memory"]})
+    old.to_csv(tmp_path / "old.csv", index=False)
+    new.to_csv(tmp_path / "new.csv", index=False)
+    assert main([str(tmp_path / "old.csv"), str(tmp_path / "new.csv")]) == 1
+    out = capsys.readouterr().out
+    assert "0 regression(s) beyond 5% and the spread" in out
+    assert "1 of OLD's 3 completed designs completed in NEW" in out
+    lines = out.splitlines()
+    assert any("n_kv_heads=2" in x and "FAIL" in x and "out of memory" in x for x in lines)
+    assert any("n_kv_heads=4" in x and "absent" in x for x in lines)
+    assert main([str(tmp_path / "old.csv"), str(tmp_path / "old.csv")]) == 0

@@ -4,8 +4,10 @@ OLD and NEW are study folders (holding ``trials.parquet``), parquet files or CSV
 ``trials.csv``, as ``results/reference/main_job/`` keeps the main job's rows per GPU). Trials are matched on
 their design and workload fields; for each metric a regression is flagged when NEW is worse than
 OLD by more than ``--threshold`` (relative, default 5%) **and** outside OLD's spread: for times,
-NEW's fastest repeat is slower than OLD's p90 (the spreads do not overlap). Exit code 1 if any
-metric regressed, so CI or a person can gate on it.
+NEW's fastest repeat is slower than OLD's p90 (the spreads do not overlap). A design COMPLETE in
+OLD that NEW did not complete (FAIL, PRUNED, still queued, or absent) is a regression too, named
+with NEW's state and reason (``missing``). Exit code 1 if any metric regressed or any design went
+missing, so CI or a person can gate on it.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from .tables import row_keys
 METRICS = {c: (COLUMNS[c].direction == "max", spread_of(c)) for c in REGRESSION}
 
 
-def load(path: str | Path) -> pd.DataFrame:
-    """Completed trials of a study folder, a parquet file or a CSV file.
+def load(path: str | Path, every_state: bool = False) -> pd.DataFrame:
+    """Completed trials (``every_state``: every trial) of a study folder, a parquet file or a
+    CSV file.
 
     Raises:
         FileNotFoundError: neither a study folder nor a trials file (named)."""
@@ -36,7 +39,7 @@ def load(path: str | Path) -> pd.DataFrame:
                                 "or CSV file there")
     df = pd.read_csv(f) if f.suffix == ".csv" else pd.read_parquet(f)
     df = df.rename(columns=R.renamed(df.columns))
-    return df[df["state"] == "COMPLETE"] if "state" in df else df
+    return df[df["state"] == "COMPLETE"] if "state" in df and not every_state else df
 
 
 def _contended(v) -> bool:
@@ -99,6 +102,31 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> pd
     return pd.DataFrame(rows)
 
 
+def missing(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """The designs of ``old`` (completed trials) that no completed trial of ``new`` (every
+    state) matches on ``report.tables.row_keys``: one row each, ``design`` (its label) and what
+    NEW holds of it, ``new_state`` (``FAIL``, ``PRUNED``, ``WAITING``, ..., or ``absent``) with
+    its ``fail_reason``. Each is a regression of ``main``: a design that completed before and
+    does not now."""
+    keys = row_keys(old, new)
+    old, new = (d.assign(**{k: d[k].map(_key_text) for k in keys}) for d in (old, new))
+    done = new[new["state"] == "COMPLETE"] if "state" in new else new
+    have = {tuple(r[k] for k in keys) for r in done.to_dict(orient="records")}
+    held = {tuple(r[k] for k in keys): r for r in new.to_dict(orient="records")}  # its last trial
+    shown = [k for k in keys if k in LABEL or old[k].nunique(dropna=False) > 1]
+    rows = []
+    for r in old.drop_duplicates(keys).to_dict(orient="records"):
+        key = tuple(r[k] for k in keys)
+        if key in have:
+            continue
+        h = held.get(key, {})
+        reason = h.get("fail_reason")
+        rows.append({"design": ", ".join(f"{k}={r[k]}" for k in shown),
+                     "new_state": h.get("state", "absent"),
+                     "fail_reason": "" if reason is None or reason != reason else str(reason)})
+    return pd.DataFrame(rows, columns=["design", "new_state", "fail_reason"])
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line: 0 without a regression, 1 with some, 2 when the two share no design.
 
@@ -116,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
                          + ", ".join(a.paths) + " (name each folder)")
     if not 0 <= a.threshold < 1:
         raise ValueError(f"--threshold={a.threshold}: a relative change in [0, 1) (0.05: 5%)")
-    res = compare(load(a.paths[0]), load(a.paths[1]), a.threshold)
+    old, new_all = load(a.paths[0]), load(a.paths[1], every_state=True)
+    new = new_all[new_all["state"] == "COMPLETE"] if "state" in new_all else new_all
+    res = compare(old, new, a.threshold)
     if res.empty:
         print(f"error: {a.paths[0]} and {a.paths[1]} share no design (the same model, workload, "
               "kernels and switches): nothing to compare", file=sys.stderr)
@@ -128,7 +158,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{shared.design.nunique()} design(s) measured while another process used the "
               "device (contended): not judged; measure them again alone")
     print(f"\n{len(bad)} regression(s) beyond {a.threshold:.0%} and the spread")
-    return 1 if len(bad) else 0
+    gone = missing(old, new_all)
+    n_old = len(old.drop_duplicates(row_keys(old, new_all)))
+    print(f"{n_old - len(gone)} of OLD's {n_old} completed designs completed in NEW")
+    if len(gone):
+        print(f"{len(gone)} design(s) of OLD not completed in NEW (a regression each):")
+        print(gone.to_string(index=False))
+    return 1 if len(bad) or len(gone) else 0
 
 
 if __name__ == "__main__":
