@@ -5,6 +5,8 @@ signal is raised only where no storage operation can be cut (``common.interrupts
 
 from __future__ import annotations
 
+import itertools
+
 import optuna
 from optuna.trial import TrialState
 
@@ -65,13 +67,18 @@ def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, 
                   after=None, every: int = 250) -> int:
     """``run_trials`` for a predict-only study (one process; a trial takes milliseconds): a grid's
     designs not yet held are queued at once, then one ``study.optimize`` call runs until
-    ``target`` designs are finished; ``after()`` every ``every`` trials. Returns the trials run.
+    ``target`` designs are finished; ``after()`` every ``every`` trials. Returns the designs
+    finished by this call.
 
     Without a grid the sampler runs on an in-memory copy of the study (Optuna's
     ``InMemoryStorage``, holding every trial the storage has, so the sampler sees the whole
     history) and the finished trials go to the study's storage ``every`` trials and when the run
     ends or is interrupted (``Study.add_trials``: one transaction per trial instead of one per
-    suggested parameter and attribute); only a SIGKILL loses the unflushed ones.
+    suggested parameter and attribute); only a SIGKILL loses the unflushed ones. It runs until
+    ``target`` designs are finished, a sampler's second proposal of a design not counted (a
+    seeded sampler replays its first proposals when a study is resumed or extended), or 200
+    proposals in a row were designs already held (the space is exhausted, as in
+    ``run_trials``).
 
     Ctrl-C and SIGTERM never cut a trial or a write to the study's storage
     (``common.interrupts``): they are held until the running trial (a prediction of
@@ -89,7 +96,7 @@ def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, 
                 todo = min(todo, len(waiting))
             if todo <= 0:
                 return 0
-            count = iter(range(1, todo + 1))
+            count = itertools.count(1)
             if grid is not None:
                 study.optimize(objective, n_trials=todo, catch=(TrialFailed,),
                                gc_after_trial=False,
@@ -104,7 +111,9 @@ def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, 
 def _predict_in_memory(study, objective, todo: int, count, after, every: int) -> int:
     """``run_predicted`` with a sampler, inside its ``deferred_interrupts``: the sampler runs on
     an in-memory copy of the study; finished trials are flushed every ``every`` trials and at
-    the end, a held signal raised once the running trial is told."""
+    the end, a held signal raised once the running trial is told; it stops once ``todo`` new
+    designs are finished or 200 proposals in a row were designs already held. Returns the new
+    designs finished."""
     mem = optuna.create_study(storage=optuna.storages.InMemoryStorage(), sampler=study.sampler,
                               directions=study.directions, study_name=study.study_name)
     held = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
@@ -116,16 +125,24 @@ def _predict_in_memory(study, objective, todo: int, count, after, every: int) ->
         study.add_trials(new)
         done[0] += len(new)
 
+    new, twins = [0], [0]  # new designs finished; proposals in a row of a design already held
+
     def every_n(s, t):
+        if t.user_attrs.get("duplicate_of") is None:
+            new[0], twins[0] = new[0] + 1, 0
+        else:
+            twins[0] += 1
         if next(count) % every == 0:
             flush()
             if after:
                 after()
+        if new[0] >= todo or twins[0] >= 200:
+            s.stop()
         raise_held()
 
     try:
-        mem.optimize(objective, n_trials=todo, catch=(TrialFailed,), gc_after_trial=False,
+        mem.optimize(objective, n_trials=None, catch=(TrialFailed,), gc_after_trial=False,
                      callbacks=[every_n])
     finally:
         flush()
-    return todo
+    return new[0]

@@ -435,3 +435,17 @@ def test_a_measured_moe_row_is_priced_on_its_routing_on_every_target():
     assert "routing the trial measured" not in plain.prediction_basis
     assert fit.prefill_pred_ms == fit_plain.prefill_pred_ms
     assert "routing the trial measured" not in fit.prediction_basis
+
+
+@pytest.mark.slow
+def test_a_predicted_study_extended_runs_new_designs(tmp_path):
+    """A predict-only study with a seeded sampler, run again with more trials: the new trials
+    are new designs, not the sampler's first proposals replayed (a newcomer's 5 -> 12 ended
+    with 7 designs, every new trial a ``duplicate_of``)."""
+    over = ("+experiment=design_space", "study.predict=true", "hardware=h200")
+    run_tiny(tmp_path, *over, "study.n_trials=5")
+    _, study, df = run_tiny(tmp_path, *over, "study.n_trials=12")
+    designs = df[df.duplicate_of.isna()] if "duplicate_of" in df else df
+    assert len(designs) == 12
+    params = [c for c in df.columns if c.startswith("param_")]
+    assert not designs.duplicated(params).any()
