@@ -201,3 +201,26 @@ def test_compare_counts_a_design_that_no_longer_completes_as_a_regression(tmp_pa
     assert any("n_kv_heads=2" in x and "FAIL" in x and "out of memory" in x for x in lines)
     assert any("n_kv_heads=4" in x and "absent" in x for x in lines)
     assert main([str(tmp_path / "old.csv"), str(tmp_path / "old.csv")]) == 0
+
+
+def test_the_reports_advice_is_for_the_fronts_best_design(monkeypatch):
+    """report.html's "Design advice" names the front's best design in the first objective (it
+    took the front's first row, in trial order: on an M4 Max the 13.5 tok/s design, where the
+    front held one at 94.7)."""
+    import sweep.analysis.advice as adv
+    from sweep.report.html_report import advice, best_on_front
+
+    front = pd.DataFrame({"state": "COMPLETE", "number": [0, 1, 2],
+                          "param_d_model": [4864, 2048, 3072],
+                          "decode_tok_s": [13.5, 94.7, 40.0], "kv_bytes": [3.0, 1.0, 2.0]})
+    assert best_on_front(front, "decode_tok_s", "maximize").param_d_model == 2048
+    assert best_on_front(front, "kv_bytes", "minimize").param_d_model == 2048
+    assert best_on_front(front.assign(decode_tok_s=float("nan")), "decode_tok_s",
+                         "maximize").param_d_model == 4864  # no figure: any row
+    seen = []
+    monkeypatch.setattr(adv, "advise_study_row", lambda meta, row, cal_dir: seen.append(row)
+                        or {"findings": [], "alternatives": [], "target": "m4_max",
+                            "basis": "roofline"})
+    page = advice({"objectives": ["decode_tok_s"], "directions": ["maximize"],
+                   "hardware_spec": {"kind": "gpu"}}, front)
+    assert seen[0].param_d_model == 2048 and "For d_model=2048 " in page

@@ -113,6 +113,17 @@ def peaks_table(spec: dict, ceil: dict) -> str:
             f"<p class='note'>datasheet source: {src}</p>")
 
 
+def best_on_front(front: pd.DataFrame, objective: str, direction: str) -> pd.Series:
+    """The row of ``front`` best in ``objective`` (``direction``: ``maximize`` or
+    ``minimize``); a row without the figure comes last. The front is in trial order, so its
+    first row is any design of it."""
+    if objective not in front:
+        return front.iloc[0]
+    v = pd.to_numeric(front[objective], errors="coerce")
+    return front.loc[(v.idxmax() if direction == "maximize" else v.idxmin())
+                     if v.notna().any() else front.index[0]]
+
+
 def advice(meta: dict, front: pd.DataFrame, cal_dir: Path | None = None) -> str:
     """The design advisor's section (``sweep.analysis.advice``) for the front's first design (best
     in the first objective) on the study's hardware spec, priced from the study device's
@@ -129,7 +140,7 @@ def advice(meta: dict, front: pd.DataFrame, cal_dir: Path | None = None) -> str:
                 "<code>python -m sweep.cli.advise ... hardware=h100_sxm</code> applies them to a "
                 "design on a GPU.</p>")
     try:
-        row = front.iloc[0]
+        row = best_on_front(front, meta["objectives"][0], meta["directions"][0])
         r = advise_study_row(meta, row, cal_dir)
     except Exception as e:  # the report is written whatever the advisor makes of the row
         return f"<p>no advice: {html.escape(f'{type(e).__name__}: {e}')}</p>"
