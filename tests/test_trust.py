@@ -498,7 +498,7 @@ def test_command_lines_refuse_bad_options_before_any_work(tmp_path, capsys):
     a traceback, a silent fallback or a wrong answer: an unknown spec for ``validate`` (before its
     output folder exists), a named calibration file that is missing or not a calibration (advise,
     whatif, validate and a study), a negative regression threshold, an advisor band outside
-    [0, 1) or ``--top 0``, a calibration timeout that is not positive."""
+    [0, 1), ``--top 0`` or a target that is not a GPU, a calibration timeout that is not positive."""
     from sweep.cli.advise import main as advise
     from sweep.cli.calibrate import main as calibrate
     from sweep.cli.validate import main as validate
@@ -522,6 +522,9 @@ def test_command_lines_refuse_bad_options_before_any_work(tmp_path, capsys):
          "not a calibration's .json"),
         (lambda: advise(["hardware=h100_sxm", "--band", "-1", f"--out={out}"]), "band=-1.0"),
         (lambda: advise(["hardware=h100_sxm", "--top", "0", f"--out={out}"]), "top=0"),
+        # an NPU's spec has no bf16 tensor-core peak: its advice read "TPOT nan ms", exit 0
+        (lambda: advise(["hardware=snapdragon_x_elite_npu", f"--out={out}"]),
+         "hardware=snapdragon_x_elite_npu is not a GPU (kind npu)"),
         (lambda: whatif([str(tmp_path), "--hardware", "h100_sxm", "--calibration", str(missing)]),
          "no calibration here"),
         (lambda: compare([str(tmp_path), str(tmp_path), "--threshold", "-1"]), "--threshold=-1"),

@@ -132,7 +132,8 @@ def markdown(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line (the module's text): 0 once ``advise.{json,md}`` are written, 2 on a
-    bad design, override or option (one ``error:`` line), 1 when ``--bench`` fails.
+    bad design, override or option, or a target that is not a GPU (one ``error:`` line), 1
+    when ``--bench`` fails.
 
     Raises:
         ValueError: ``--band`` outside [0, 1), ``--top`` below 1, an unknown spec, a file that
@@ -169,6 +170,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Exception as e:  # Hydra's composition errors name the override
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    if plan.spec.kind != "gpu":  # as report.html says on such a study
+        print(f"error: hardware={plan.spec.name} is not a GPU (kind {plan.spec.kind}): the "
+              "advisor's rules are a GPU's (tensor-core alignment, tile and wave quantization); name a GPU "
+              "(hardware=h100_sxm), or predict the design there with a predict-only study "
+              f"(python -m sweep ... study.predict=true hardware={plan.spec.name})",
+              file=sys.stderr)
         return 2
     if (a.bench or a.measure) and device["type"] != "cuda":
         print("error: --bench and --measure need a CUDA GPU", file=sys.stderr)
