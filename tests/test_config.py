@@ -103,6 +103,29 @@ def test_from_hf_rejects_other_families(tmp_path):
     assert ModelConfig.from_hf(tmp_path).d_model == 4096
 
 
+def test_a_malformed_config_json_is_refused_naming_the_file_and_key(tmp_path):
+    """A config.json that is not JSON, not one object, or holds a key of the wrong type is
+    refused by name (a newcomer met a traceback for ``[1, 2, 3]``, "could not convert string
+    to float" for ``rope_theta``, ``d_model`` for ``hidden_size``, and a ``rope_scaling`` list
+    read silently as no scaling)."""
+    hf = json.loads((CONFIG_DIR / "llama3_1_8b.json").read_text())
+    f = tmp_path / "config.json"
+    cases = [("[1, 2, 3]", f"{f}: a config.json holds one JSON object of keys, not a list"),
+             (json.dumps(hf)[:44], f"{f}: not a JSON file"),
+             (json.dumps(dict(hf, rope_theta="abc")), "rope_theta='abc' must be a number"),
+             (json.dumps(dict(hf, hidden_size="big")), "hidden_size='big' must be an integer"),
+             (json.dumps(dict(hf, num_hidden_layers=True)), "num_hidden_layers=True must be an "
+                                                            "integer"),
+             (json.dumps(dict(hf, rope_scaling=[1, 2])), "rope_scaling=[1, 2] must be an object")]
+    for text, message in cases:
+        f.write_text(text)
+        with pytest.raises(DesignError) as e:
+            ModelConfig.from_hf(f)
+        assert message in str(e.value), (text[:60], str(e.value))
+    with pytest.raises(DesignError, match="config.json: hidden_size='big'"):
+        ModelConfig.from_hf(dict(hf, hidden_size="big"))
+
+
 def test_kernels_auto_is_the_devices_fastest_path():
     cfg = ModelConfig.from_name("tiny")
     assert cfg.kernels == "auto"

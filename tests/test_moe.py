@@ -210,7 +210,8 @@ def test_hf_moe_features_the_zoo_does_not_run_are_refused_by_key(extra, message)
 @pytest.mark.parametrize("extra,message", [
     ({"num_experts_per_tok": 200}, r"n_experts_active \(200\) must not exceed n_experts \(128\)"),
     ({"num_key_value_heads": 5}, r"must be a multiple of n_kv_heads \(5\)"),
-    ({"num_attention_heads": "32"}, "n_heads must be a positive integer, got '32'"),
+    # named by the file's key, before it is read as n_heads
+    ({"num_attention_heads": "32"}, "config.json: num_attention_heads='32' must be an integer"),
 ])
 def test_an_impossible_hf_design_is_refused_by_field_on_reading(extra, message):
     """``from_hf`` validates what it read (an active count above the total was returned, and

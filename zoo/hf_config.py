@@ -32,6 +32,16 @@ HF_DEFAULTS = {"llama": {"max_position_embeddings": 2048},
                "gemma3_text": {"max_position_embeddings": 131072},  # the rest: zoo.hf_gemma
                "deepseek_v2": {"max_position_embeddings": 2048}}  # the rest: zoo.hf_deepseek
 MODEL_TYPES = tuple(HF_DEFAULTS)
+# the keys read as counts and as real numbers, checked before they are read (``_check_types``)
+INT_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings",
+            "original_max_position_embeddings", "sliding_window", "max_window_layers",
+            "num_local_experts", "num_experts", "n_routed_experts", "n_shared_experts",
+            "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step",
+            "first_k_dense_replace", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
+            "qk_rope_head_dim", "v_head_dim", "sliding_window_pattern")
+FLOAT_KEYS = ("rope_theta", "rms_norm_eps", "rope_local_base_freq", "routed_scaling_factor",
+              "query_pre_attn_scalar")
 MOE_TYPES = ("mixtral", "qwen3_moe", "olmoe")
 # RMSNorm of queries and keys: Qwen3's per head, OLMoE's over the projections
 QK_NORM = {"qwen3": "head", "qwen3_moe": "head", "olmoe": "full", "gemma3_text": "head"}
@@ -132,7 +142,8 @@ def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dic
     read as transformers 5 reads it (``HF_DEFAULTS``, ``_rope``, ``_windows``).
 
     Raises:
-        DesignError: for another ``model_type``, or a config that uses features the zoo does
+        DesignError: a file that is not JSON or not one object, a key of the wrong type
+            (``_check_types``), another ``model_type``, or a config that uses features the zoo does
             not model (sliding-window attention within the design's ``max_seq_len``, checked
             after the overrides; a rope type other than default and llama3; Llama/Mistral
             ``attention_bias`` or ``mlp_bias``; non-SiLU activation), naming the key; a key
@@ -140,19 +151,48 @@ def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dic
             ``moe_intermediate_size``, ...) missing, naming it.
     """
     if isinstance(path_or_dict, dict):
-        hf = path_or_dict
+        hf, where = path_or_dict, "config.json"
         name = hf.get("_name_or_path") or hf.get("model_type", "hf")
     else:
         p = Path(path_or_dict)
         if p.is_dir():
             p = p / "config.json"
-        hf = json.loads(p.read_text())
-        name = hf.get("_name_or_path") or p.parent.name
+        try:
+            hf = json.loads(p.read_text())
+        except json.JSONDecodeError as e:
+            raise DesignError(f"{p}: not a JSON file ({e})") from None
+        if not isinstance(hf, dict):
+            raise DesignError(f"{p}: a config.json holds one JSON object of keys, not a "
+                              f"{type(hf).__name__}")
+        name, where = hf.get("_name_or_path") or p.parent.name, str(p)
+    _check_types(hf, where)
     try:
         return _fields(hf, name)
     except KeyError as e:  # a key every file of its family holds, missing: named
         raise DesignError(f"config.json (model_type={hf.get('model_type')}) has no "
                           f"{e.args[0]!r}, which its family always writes") from None
+
+
+def _check_types(hf: dict, where: str) -> None:
+    """Refuse, naming the key, a config whose counts (``INT_KEYS``) are not integers, whose
+    real numbers (``FLOAT_KEYS``) are not numbers, or whose ``rope_scaling`` /
+    ``rope_parameters`` is not an object (a list was read as no scaling at all); ``where``
+    names the file.
+
+    Raises:
+        DesignError: the first such key, with its value."""
+    for k in INT_KEYS:
+        v = hf.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise DesignError(f"{where}: {k}={v!r} must be an integer")
+    for k in FLOAT_KEYS:
+        v = hf.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise DesignError(f"{where}: {k}={v!r} must be a number")
+    for k in ("rope_scaling", "rope_parameters"):
+        if hf.get(k) is not None and not isinstance(hf[k], dict):
+            raise DesignError(f"{where}: {k}={hf[k]!r} must be an object "
+                              "({\"rope_type\": ..., \"factor\": ...}) or null")
 
 
 def _fields(hf: dict, name: str) -> tuple[dict[str, Any], dict]:
