@@ -382,19 +382,13 @@ def check_workload(wl: dict, base: ModelConfig, space: dict, whose: str = "") ->
 
 
 def check_weights(weights: str | None) -> None:
-    """Refuse a ``weights`` path that is not a safetensors checkpoint, before the first trial.
+    """Refuse a ``weights`` path that is not a readable safetensors checkpoint, before the first
+    trial (``zoo.checkpoint.check_checkpoint``; nothing when ``weights`` is unset).
 
     Raises:
-        ValueError: the path does not exist, or is neither a ``.safetensors`` file nor a folder
-            holding ``model.safetensors`` or ``model.safetensors.index.json``.
+        ValueError: naming the path and what is wrong with it.
     """
-    if not weights:
-        return
-    p = Path(weights)
-    if not p.exists():
-        raise ValueError(f"weights={weights}: no such file or folder")
-    ok = (p.is_file() and p.suffix == ".safetensors") or (p.is_dir() and any(
-        (p / f).exists() for f in ("model.safetensors", "model.safetensors.index.json")))
-    if not ok:
-        raise ValueError(f"weights={weights}: not a safetensors checkpoint (a .safetensors file, "
-                         "or a folder with model.safetensors or model.safetensors.index.json)")
+    if weights:
+        from zoo.checkpoint import check_checkpoint
+
+        check_checkpoint(weights)

@@ -197,6 +197,15 @@ def finished(study: optuna.Study) -> int:
 
 
 
+def failed_designs(study: optuna.Study) -> int:
+    """Of ``finished``'s designs, those that FAILED (an OOM, a crash, a bad checkpoint): kept as
+    results, so a resumed study does not measure them again."""
+    trials = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+    gone = cut_off(study.get_trials(deepcopy=False))
+    return sum(1 for t in trials if t.number not in gone and not t.user_attrs.get("spare")
+               and t.user_attrs.get("duplicate_of") is None)
+
+
 def queued(study: optuna.Study) -> bool:
     """Whether the study has a queued (WAITING) design."""
     return any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))

@@ -25,7 +25,7 @@ from .report import html_report, plots, tables
 from .report.progress import StudyProgress, TaskProgress
 from .runs import run_predicted, run_trials
 from .space import distinct_designs, study_grid
-from .storage import claim_results, finished, open_study, recover_interrupted, shown
+from .storage import claim_results, failed_designs, finished, open_study, recover_interrupted, shown
 from .worker import run_workers
 
 
@@ -61,6 +61,10 @@ def run(plan):
               f"{todo} to run" + (f", {recovered} interrupted trial(s) queued again"
                                   if recovered else "")
               + (f", {plan.workers} workers" if plan.workers > 1 else ""), flush=True)
+        if failed := failed_designs(study):
+            print(f"  {failed} of them FAILED and are kept as results, not measured again; a "
+                  "new study.name measures them afresh (after a fix to a weights file, say)",
+                  flush=True)
     t0 = time.time()
     if grid:  # designs are queued and taken once (``run_trials``), however many processes run
         plan = replace(plan, queue_only=True)

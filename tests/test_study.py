@@ -40,6 +40,10 @@ def test_failures_are_recorded_and_the_study_goes_on(tmp_path):
     assert list(disk["state"]) == list(df["state"])
     assert disk.loc[disk.number == 3, "n_kv_heads"].item() == by_n.loc[3, "n_kv_heads"]
     assert (plan.results / "pareto.png").stat().st_size > 0
+    # a resumed study keeps them as results, and says how many and how to measure them again
+    from sweep.storage import failed_designs
+
+    assert failed_designs(study) == 4
 
 
 def test_timeout_is_recorded(tmp_path):

@@ -191,6 +191,29 @@ def test_weights_must_be_safetensors(tmp_path):
         plan_from_config(compose_cfg(tiny_overrides(tmp_path, f"weights={tmp_path}/model.bin")))
 
 
+def test_a_damaged_checkpoint_is_refused_before_any_trial(tmp_path):
+    """Each safetensors header is read up front: an empty file, or an index naming a shard that
+    is not there, is refused naming the file (an empty model.safetensors failed only inside the
+    trial, as a SafetensorError, and the FAIL was then kept on resume)."""
+    import torch
+    from safetensors.torch import save_file
+
+    empty, sharded = tmp_path / "empty", tmp_path / "sharded"
+    empty.mkdir()
+    (empty / "model.safetensors").write_bytes(b"")
+    sharded.mkdir()
+    save_file({"norm.weight": torch.ones(4)}, str(sharded / "a.safetensors"))
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"norm.weight": "a.safetensors", "lm_head.weight": "b.safetensors"}}))
+    for ckpt, message in [(empty, "model.safetensors is not a readable safetensors file"),
+                          (sharded, "b.safetensors is not a readable safetensors file")]:
+        with pytest.raises(ValueError, match=message):
+            plan_from_config(compose_cfg(tiny_overrides(tmp_path, f"weights={ckpt}")))
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"norm.weight": "a.safetensors"}}))
+    plan_from_config(compose_cfg(tiny_overrides(tmp_path, f"weights={sharded}")))  # readable
+
+
 # ---- no stale resumes, no overwritten outputs -----------------------------------------------
 
 def test_changed_command_never_resumes_an_old_study(tmp_path):

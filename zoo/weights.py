@@ -10,7 +10,6 @@ state dict.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -143,21 +142,15 @@ def read_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
     """
     from safetensors.torch import load_file
 
-    p = Path(path)
-    if p.is_file() and p.suffix == ".safetensors":
-        return load_file(p)
-    if p.is_file():
-        return torch.load(p, map_location="cpu", weights_only=True)
-    if (p / "model.safetensors").exists():
-        return load_file(p / "model.safetensors")
-    index = p / "model.safetensors.index.json"
-    if index.exists():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        out: dict[str, torch.Tensor] = {}
-        for s in shards:
-            out.update(load_file(p / s))
-        return out
-    raise FileNotFoundError(f"no safetensors checkpoint at {p}")
+    from .checkpoint import checkpoint_files
+
+    files = checkpoint_files(path)
+    if files[0].suffix != ".safetensors":
+        return torch.load(files[0], map_location="cpu", weights_only=True)
+    out: dict[str, torch.Tensor] = {}
+    for f in files:
+        out.update(load_file(f))
+    return out
 
 
 def load_hf_weights(model: Transformer, source: str | Path | dict[str, torch.Tensor]) -> Transformer:
