@@ -224,3 +224,14 @@ def test_the_reports_advice_is_for_the_fronts_best_design(monkeypatch):
     page = advice({"objectives": ["decode_tok_s"], "directions": ["maximize"],
                    "hardware_spec": {"kind": "gpu"}}, front)
     assert seen[0].param_d_model == 2048 and "For d_model=2048 " in page
+
+
+def test_the_console_table_of_a_large_study_is_cut_and_says_so():
+    """A predict-only study of 2400 designs printed 2400 rows at its end: the console's table
+    stops at ``most`` rows and counts the rest."""
+    from sweep.report.tables import summary_table
+
+    df = pd.DataFrame({"state": "COMPLETE", "n_kv_heads": range(100), "decode_tok_s": 1.0})
+    text = summary_table(df, most=60)
+    assert len(text.splitlines()) == 1 + 60 + 1 and "40 more rows in trials.csv" in text
+    assert "more rows" not in summary_table(df.head(60), most=60)

@@ -113,10 +113,11 @@ def _before(cols: list, extra: list, column: str) -> list:
     return cols[:at] + extra + cols[at:]
 
 
-def summary_table(df: pd.DataFrame, objectives: tuple | list = ()) -> str:
+def summary_table(df: pd.DataFrame, objectives: tuple | list = (), most: int = 60) -> str:
     """A short text table of the key columns (those present; the KV format, kernels and mode
     where they vary) and the study's ``objectives`` (before the failure reason: a front's ``*``
-    can be checked against them)."""
+    can be checked against them); at most ``most`` rows in trial order, the count of the rest
+    said (a predict-only study of 2400 designs printed every one)."""
     if df.empty:
         return "(no trials)"
     cols = [c for c in SUMMARY_COLUMNS
@@ -130,7 +131,9 @@ def summary_table(df: pd.DataFrame, objectives: tuple | list = ()) -> str:
     unmeasured = [c for c in out.columns if f"{c}_reason" in df and out[c].isna().all()]
     for c in unmeasured:  # (a CPU run's peak_mem_bytes: None read as a figure)
         out[c] = "n/a"
-    return out.to_string(index=False, float_format=lambda v: f"{v:.4g}") + (
+    more = len(out) - most
+    return out.head(most).to_string(index=False, float_format=lambda v: f"{v:.4g}") + (
+        f"\n({more} more rows in trials.csv; report.html shows the front)" if more > 0 else "") + (
         f"\n(n/a: not measured here; trials.csv's {unmeasured[0]}_reason says why)"
         if unmeasured else "")
 
