@@ -89,7 +89,8 @@ def run(plan):
         "study": plan.name, "storage": shown(plan.storage), "experiment": plan.experiment,
         "objectives": plan.objectives, "directions": plan.directions, "workload": plan.workload,
         "base_model": plan.base.to_dict(), "space": plan.space, "constraints": plan.constraints,
-        "mode": plan.mode, "workers": plan.workers, "run_wall_s": time.time() - t0,
+        "mode": plan.mode, "workers": plan.workers, "predict": plan.predict,
+        "run_wall_s": time.time() - t0,
         "hardware_spec": plan.spec.__dict__, "ceilings": ceilings,
         "env": environment(plan.device)})
     if plan.shadow:

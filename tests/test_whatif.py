@@ -85,6 +85,11 @@ def test_predict_only_study_builds_no_model(tmp_path):
     assert done.decode_tok_s.gt(0).all() and "trial_dir" not in done.columns
     assert done.switch_rope_in_attention.eq(True).all()  # the switches it was priced under
     assert not list(tmp_path.glob("**/trials/*"))  # no trial child ran
+    # its report says the figures are predictions (it showed "Predicted and measured", errors
+    # vs a measurement, and the predicted TTFT in the measured column)
+    page = next(tmp_path.glob("**/report.html")).read_text()
+    assert "Predicted (nothing measured)" in page and "Predicted and measured" not in page
+    assert "measured on this device" not in page
 
 
 def test_predictions_follow_the_switches_on_every_basis():

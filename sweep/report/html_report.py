@@ -108,8 +108,9 @@ def peaks_table(spec: dict, ceil: dict) -> str:
     body = "".join(f"<tr><th>{html.escape(a)}</th><td>{html.escape(b)}</td><td>{html.escape(c)}"
                    f"</td><td class='note'>{html.escape(d)}</td></tr>" for a, b, c, d in rows)
     src, name = html.escape(str(spec.get("source", ""))), html.escape(str(spec.get("name", "")))
+    measured = "measured on this device" if ceil else "measured (none: nothing was measured)"
     return (f"<div class='scroll'><table><tr><th></th><th>datasheet ({name})"
-            f"</th><th>measured on this device</th><th>how measured</th></tr>{body}</table></div>"
+            f"</th><th>{measured}</th><th>how measured</th></tr>{body}</table></div>"
             f"<p class='note'>datasheet source: {src}</p>")
 
 
@@ -164,6 +165,20 @@ def advice(meta: dict, front: pd.DataFrame, cal_dir: Path | None = None) -> str:
                "<p>no alternative predicted faster within the band</p>"))
 
 
+def predicted_only(done: pd.DataFrame, params: list[str], spec: dict) -> list[str]:
+    """A predict-only study's section: its designs' predicted figures and their basis, said to
+    be predictions (no "measured" column and no error against a measurement that was never
+    made)."""
+    cols = ["number", *params, R.TIME["prefill"], R.TIME["decode"], R.RATE["decode"],
+            "basis_kind", "prediction_basis"]
+    return ["<h2>Predicted (nothing measured)</h2>",
+            f"<p class='note'>Every figure of this study is the performance model's "
+            f"(sweep.analysis.predict) on {html.escape(str(spec.get('name', '')))}; its basis "
+            "says what it rests on.</p>",
+            _frame(done[[c for c in cols if c in done.columns]]) if not done.empty
+            else "<p>no designs priced</p>"]
+
+
 def write_report(study_dir: str | Path) -> Path:
     """Write ``<study_dir>/report.html`` from ``study.json``, ``trials.parquet`` and the plots
     beside them; returns its path.
@@ -206,13 +221,14 @@ def write_report(study_dir: str | Path) -> Path:
         _frame(front[[c for c in cols if c in front.columns]]) if not front.empty
         else "<p>no completed trials</p>",
         "<h2>Roofline</h2>", _img(d / "roofline.png"),
-        "<h2>Predicted and measured</h2>",
-        "<p class='note'>The performance model (sweep.analysis.predict): calibrated on kernel "
-        "micro-benchmarks, never on these measurements; roofline-only beside it. Errors are "
-        "signed, prediction vs measurement.</p>",
-        _frame(done[[c for c in ["number"] + params + PRED_COLUMNS if c in done.columns]])
-        if not done.empty and R.pred("decode", "calibrated") in done else
-        "<p>no predictions in this study</p>",
+        *(predicted_only(done, params, spec) if meta.get("predict") else [
+            "<h2>Predicted and measured</h2>",
+            "<p class='note'>The performance model (sweep.analysis.predict): calibrated on "
+            "kernel micro-benchmarks, never on these measurements; roofline-only beside it. "
+            "Errors are signed, prediction vs measurement.</p>",
+            _frame(done[[c for c in ["number"] + params + PRED_COLUMNS if c in done.columns]])
+            if not done.empty and R.pred("decode", "calibrated") in done else
+            "<p>no predictions in this study</p>"]),
         "<h2>Bottlenecks and diagnosis</h2>",
         _frame(done[[c for c in diag_cols if c in done.columns]]) if not done.empty else "",
         "<h2>Design advice</h2>", advice(meta, front, Path(study_dir).parent / "calibration"),
