@@ -127,7 +127,7 @@ def summary_table(df: pd.DataFrame, objectives: tuple | list = (), most: int = 6
     varying = [c for c in R.SUMMARY_VARYING if c in df.columns and df[c].nunique() > 1]
     out = df[_before(cols, varying, "batch")].copy()
     if "fail_reason" in out:
-        out["fail_reason"] = out["fail_reason"].fillna("").astype(str).str.slice(0, 40)
+        out["fail_reason"] = out["fail_reason"].fillna("").astype(str).str.slice(0, 100)
     unmeasured = [c for c in out.columns if f"{c}_reason" in df and out[c].isna().all()]
     for c in unmeasured:  # (a CPU run's peak_mem_bytes: None read as a figure)
         out[c] = "n/a"
