@@ -1,6 +1,7 @@
 """Bottleneck classifier, diagnosis text, roofline plot and the regression check on constructed rows."""
 
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -235,3 +236,15 @@ def test_the_console_table_of_a_large_study_is_cut_and_says_so():
     text = summary_table(df, most=60)
     assert len(text.splitlines()) == 1 + 60 + 1 and "40 more rows in trials.csv" in text
     assert "more rows" not in summary_table(df.head(60), most=60)
+
+
+def test_a_design_field_left_unset_reads_none_not_n_a():
+    """In report.html a design without a sliding window reads ``none`` in ``sliding_window``
+    (it read ``n/a``, "not measured here", as a figure would); a figure not measured still
+    reads ``n/a``."""
+    from sweep.report.html_report import _frame
+
+    page = _frame(pd.DataFrame({"param_sliding_window": [4096.0, float("nan")],
+                                "decode_tok_s": [1.0, float("nan")]}))
+    cells = re.findall(r"<td>(.*?)</td>", page)
+    assert cells[0] == "4096" and cells[2] == "none" and "n/a" in cells[3]

@@ -71,7 +71,15 @@ def _frame(df: pd.DataFrame, most: int = 160) -> str:
             return f"@@CUT{len(cut) - 1}@@"
         return v
 
-    figures = [c for c in df.columns if c in R.COLUMNS or df[c].dtype.kind in "fi"]
+    from zoo.config import DESIGN_FIELDS
+
+    design = [c for c in df.columns if c.removeprefix("param_") in DESIGN_FIELDS]
+    figures = [c for c in df.columns if (c in R.COLUMNS or df[c].dtype.kind in "fi")
+               and c not in design]
+    for c in design:  # a design field unset (no sliding window, no MoE): "none", not "n/a"
+        if df[c].isna().any():
+            df[c] = df[c].map(lambda v: "none" if v is None or v != v else int(v)
+                              if isinstance(v, float) and v.is_integer() else v).astype(object)
     for c in df.columns:
         if c in figures and df[c].isna().any():  # a figure not measured: n/a, never "None" or 0
             df[c] = df[c].map(lambda v: NOT_MEASURED if pd.isna(v) else v).astype(object)
