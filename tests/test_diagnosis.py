@@ -248,3 +248,16 @@ def test_a_design_field_left_unset_reads_none_not_n_a():
                                 "decode_tok_s": [1.0, float("nan")]}))
     cells = re.findall(r"<td>(.*?)</td>", page)
     assert cells[0] == "4096" and cells[2] == "none" and "n/a" in cells[3]
+
+
+def test_the_predicted_table_names_the_attention_kind_that_sets_designs_apart():
+    """attention_kind's predicted table: the latent-attention design is told apart by its
+    ``kv_lora_rank`` (its row read like a plain GQA design's), QK-norm and sinks likewise;
+    columns that do not vary stay out."""
+    from sweep.report.tables import predicted_summary
+
+    df = pd.DataFrame({"state": "COMPLETE", "n_kv_heads": 8, "decode_tok_s": [900.0, 800.0],
+                       "kv_lora_rank": [0, 512], "qk_norm": ["none", "none"],
+                       "basis_kind": "calibrated"})
+    head = predicted_summary(df).splitlines()[0].split()
+    assert "kv_lora_rank" in head and "qk_norm" not in head

@@ -149,7 +149,8 @@ SUMMARY = ("number", "state", "n_kv_heads", "n_heads", "head_dim", "d_model", "n
 # the design and workload columns of the predicted table (shown where they vary), then its figures
 PREDICTED_DESIGN = ("n_heads", "n_kv_heads", "head_dim", "d_model", "n_layers", "ffn_dim",
                     "n_experts", "n_experts_active", "expert_ffn_dim", "sliding_window",
-                    "layer_types", "kv_dtype", "kernels", "mode", *WORKLOAD)
+                    "layer_types", "kv_lora_rank", "qk_norm", "attn_sinks", "kv_dtype", "kernels",
+                    "mode", *WORKLOAD)
 # the measured table's columns shown only where they vary (a study over kernels, modes or routing)
 SUMMARY_VARYING = ("kv_dtype", "kernels", "mode", "routing_skew", "routing")
 PREDICTED_SUMMARY = (*PREDICTED_DESIGN, TIME["prefill"], TIME["decode"], RATE["decode"],
