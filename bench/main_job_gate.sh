@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job's regression gate on a GPU: the README's main job with every cache removed
 # (bench/reference/run_fresh.sh fresh_main), then its rows against this GPU's record,
-# results/reference/main_job/<device>.csv, by `python -m sweep.cli.compare`: exit 1 when a design
-# is more than 5% worse (and outside the record's spread), 3 when this GPU has no record.
+# results/reference/main_job/<device>.csv, by `python -m sweep.cli.compare --require-all`: exit 1
+# when a design is more than 5% worse (and outside the record's spread) or one of the record's
+# designs did not complete, 3 when this GPU has no record.
 # A record is replaced (the new rows copied over it) only with the reason written in
 # results/reference/main_job/README.md.
 #   bash bench/main_job_gate.sh        # on the GPU machine; $OUT: logs, new rows, the comparison
@@ -17,7 +18,7 @@ rec=results/reference/main_job/$slug.csv
 if [ ! -f "$rec" ]; then
   echo "gate: no record for $slug ($rec)"; exit 3
 fi
-python3 -m sweep.cli.compare "$rec" "$new" | tee "$OUT/gate_compare.txt"
+python3 -m sweep.cli.compare "$rec" "$new" --require-all | tee "$OUT/gate_compare.txt"
 rc=${PIPESTATUS[0]}
 echo "gate: $rec against $new: rc=$rc"
 exit "$rc"

@@ -275,11 +275,10 @@ class Objective:
             return self._prune(trial, why, label, t0, row)
         _store_row(trial, row)
         if trial.number < 10 or trial.number % 500 == 0:  # the rest: the bar, then the tables
+            more = " (one line in 500 from here on)" if trial.number == 9 < self.total - 1 else ""
             self.progress.line(f"[{self.k}/{self.total}] {label}: predicted decode "
                                f"{row[R.RATE['decode']]:.1f} tok/s, TTFT {row[R.TIME['prefill']]:.1f} ms on "
-                               f"{plan.spec.name} ({row['basis_kind']})"
-                               + (" (one line in 500 from here on)"
-                                  if trial.number == 9 and self.total > 10 else ""))
+                               f"{plan.spec.name} ({row['basis_kind']}){more}")
         values = self._values(trial, row, label, t0, "predicted")
         self.progress.done(f"{row[R.RATE['decode']]:.0f} tok/s predicted")
         return values

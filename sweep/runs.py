@@ -76,9 +76,9 @@ def run_predicted(study: optuna.Study, objective: Objective, grid: dict | None, 
     ends or is interrupted (``Study.add_trials``: one transaction per trial instead of one per
     suggested parameter and attribute); only a SIGKILL loses the unflushed ones. It runs until
     ``target`` designs are finished, a sampler's second proposal of a design not counted (a
-    seeded sampler replays its first proposals when a study is resumed or extended), or 200
-    proposals in a row were designs already held (the space is exhausted, as in
-    ``run_trials``).
+    seeded sampler replays its first proposals when a study is resumed or extended), or, past
+    that replay, 200 proposals in a row were designs already held (the space is exhausted, as
+    in ``run_trials``).
 
     Ctrl-C and SIGTERM never cut a trial or a write to the study's storage
     (``common.interrupts``): they are held until the running trial (a prediction of
@@ -112,8 +112,9 @@ def _predict_in_memory(study, objective, todo: int, count, after, every: int) ->
     """``run_predicted`` with a sampler, inside its ``deferred_interrupts``: the sampler runs on
     an in-memory copy of the study; finished trials are flushed every ``every`` trials and at
     the end, a held signal raised once the running trial is told; it stops once ``todo`` new
-    designs are finished or 200 proposals in a row were designs already held. Returns the new
-    designs finished."""
+    designs are finished or, past the ones a seeded sampler replays (as many as the study
+    held), 200 proposals in a row were designs already held (said). Returns the new designs
+    finished."""
     mem = optuna.create_study(storage=optuna.storages.InMemoryStorage(), sampler=study.sampler,
                               directions=study.directions, study_name=study.study_name)
     held = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
@@ -136,7 +137,7 @@ def _predict_in_memory(study, objective, todo: int, count, after, every: int) ->
             flush()
             if after:
                 after()
-        if new[0] >= todo or twins[0] >= 200:
+        if new[0] >= todo or twins[0] >= len(held) + 200:
             s.stop()
         raise_held()
 
@@ -145,4 +146,7 @@ def _predict_in_memory(study, objective, todo: int, count, after, every: int) ->
                      callbacks=[every_n])
     finally:
         flush()
+    if new[0] < todo:
+        print(f"the sampler proposed {twins[0]} designs in a row that the study already holds: "
+              f"its space looks exhausted after {new[0]} new design(s) of {todo}", flush=True)
     return new[0]

@@ -183,9 +183,12 @@ def test_compare_refuses_more_than_two_result_sets_by_name(tmp_path):
 
 
 def test_compare_counts_a_design_that_no_longer_completes_as_a_regression(tmp_path, capsys):
-    """A design COMPLETE in OLD and FAIL (or absent) in NEW is a regression of its own, named
-    with NEW's state and reason; the gate had matched COMPLETE rows only and passed it."""
+    """A design COMPLETE in OLD and FAIL in NEW is a regression of its own, named with NEW's
+    state and reason (the gate had matched COMPLETE rows only and passed it); one NEW lacks is
+    listed, and judged only with ``--require-all`` (NEW may be a subset); a NEW whose every
+    design FAILED is not "no design in common"."""
     from sweep.report.regression import main
+    from sweep.report.tables import write_table
 
     old = pd.DataFrame({"state": "COMPLETE", "n_kv_heads": [1, 2, 4],
                         "decode_tok_s": [6000.0, 5000.0, 4000.0]})
@@ -193,14 +196,23 @@ def test_compare_counts_a_design_that_no_longer_completes_as_a_regression(tmp_pa
                         "decode_tok_s": [6000.0, float("nan")],
                         "fail_reason": ["", "OutOfMemoryError: CUDA out of memory"]})
     old.to_csv(tmp_path / "old.csv", index=False)
-    new.to_csv(tmp_path / "new.csv", index=False)
-    assert main([str(tmp_path / "old.csv"), str(tmp_path / "new.csv")]) == 1
+    write_table(new, tmp_path)  # a study folder: trials.parquet, as the gate reads NEW
+    assert main([str(tmp_path / "old.csv"), str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "0 regression(s) beyond 5% and the spread" in out
     assert "1 of OLD's 3 completed designs completed in NEW" in out
     lines = out.splitlines()
     assert any("n_kv_heads=2" in x and "FAIL" in x and "out of memory" in x for x in lines)
-    assert any("n_kv_heads=4" in x and "absent" in x for x in lines)
+    assert any("n_kv_heads=4" in x for x in lines) and "not judged: NEW may be a subset" in out
+    subset = old.head(1)
+    subset.to_csv(tmp_path / "subset.csv", index=False)
+    assert main([str(tmp_path / "old.csv"), str(tmp_path / "subset.csv")]) == 0  # a subset
+    assert main([str(tmp_path / "old.csv"), str(tmp_path / "subset.csv"), "--require-all"]) == 1
+    every_fail = new.assign(state="FAIL")
+    every_fail.to_csv(tmp_path / "fail.csv", index=False)
+    capsys.readouterr()
+    assert main([str(tmp_path / "old.csv"), str(tmp_path / "fail.csv")]) == 1
+    assert "2 design(s) of OLD that NEW holds but did not complete" in capsys.readouterr().out
     assert main([str(tmp_path / "old.csv"), str(tmp_path / "old.csv")]) == 0
 
 

@@ -5,6 +5,7 @@ import json
 import math
 from pathlib import Path
 
+import optuna
 import pytest
 
 from sweep.analysis.hardware import available, load_spec
@@ -442,7 +443,6 @@ def test_a_measured_moe_row_is_priced_on_its_routing_on_every_target():
     assert "routing the trial measured" not in fit.prediction_basis
 
 
-@pytest.mark.slow
 def test_a_predicted_study_extended_runs_new_designs(tmp_path):
     """A predict-only study with a seeded sampler, run again with more trials: the new trials
     are new designs, not the sampler's first proposals replayed (a newcomer's 5 -> 12 ended
@@ -454,3 +454,30 @@ def test_a_predicted_study_extended_runs_new_designs(tmp_path):
     assert len(designs) == 12
     params = [c for c in df.columns if c.startswith("param_")]
     assert not designs.duplicated(params).any()
+
+
+def test_a_seeded_sampler_extended_past_200_designs_still_finds_new_ones(tmp_path):
+    """``run_predicted`` on a study already holding 250 designs: a seeded sampler replays its
+    250 first proposals (each a ``duplicate_of``) before new ones come; the replay is not taken
+    for an exhausted space (200 duplicates in a row had ended the run with 0 new designs)."""
+    from optuna.samplers import RandomSampler
+    from optuna.trial import TrialState
+
+    from sweep.runs import run_predicted
+
+    url = f"sqlite:///{tmp_path}/s.db"
+
+    def objective(trial):  # Objective's rule: a design already held is not priced again
+        x = trial.suggest_int("x", 0, 10**6)
+        for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if t.params.get("x") == x and t.user_attrs.get("duplicate_of") is None:
+                trial.set_user_attr("duplicate_of", t.number)
+                return t.value
+        return float(x)
+
+    study = optuna.create_study(storage=url, study_name="s", sampler=RandomSampler(seed=0))
+    assert run_predicted(study, objective, None, target=250) == 250
+    again = optuna.load_study(study_name="s", storage=url, sampler=RandomSampler(seed=0))
+    assert run_predicted(again, objective, None, target=260) == 10
+    new = [t for t in again.trials if t.user_attrs.get("duplicate_of") is None]
+    assert len(new) == 260 and len({t.params["x"] for t in new}) == 260

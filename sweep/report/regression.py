@@ -5,9 +5,11 @@ OLD and NEW are study folders (holding ``trials.parquet``), parquet files or CSV
 their design and workload fields; for each metric a regression is flagged when NEW is worse than
 OLD by more than ``--threshold`` (relative, default 5%) **and** outside OLD's spread: for times,
 NEW's fastest repeat is slower than OLD's p90 (the spreads do not overlap). A design COMPLETE in
-OLD that NEW did not complete (FAIL, PRUNED, still queued, or absent) is a regression too, named
-with NEW's state and reason (``missing``). Exit code 1 if any metric regressed or any design went
-missing, so CI or a person can gate on it.
+OLD that NEW holds but did not complete (FAIL, PRUNED, still queued) is a regression too, named
+with NEW's state and reason (``missing``); one NEW lacks altogether is listed, and is a regression
+only with ``--require-all`` (a gate on a whole study: ``bench/main_job_gate.sh``), so NEW may be a
+subset. Exit code 1 if any metric regressed or any such design went missing, so CI or a person
+can gate on it.
 """
 
 from __future__ import annotations
@@ -106,8 +108,8 @@ def missing(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     """The designs of ``old`` (completed trials) that no completed trial of ``new`` (every
     state) matches on ``report.tables.row_keys``: one row each, ``design`` (its label) and what
     NEW holds of it, ``new_state`` (``FAIL``, ``PRUNED``, ``WAITING``, ..., or ``absent``) with
-    its ``fail_reason``. Each is a regression of ``main``: a design that completed before and
-    does not now."""
+    its ``fail_reason``: a design that completed before and does not now (``main`` judges
+    them)."""
     keys = row_keys(old, new)
     old, new = (d.assign(**{k: d[k].map(_key_text) for k in keys}) for d in (old, new))
     done = new[new["state"] == "COMPLETE"] if "state" in new else new
@@ -128,7 +130,8 @@ def missing(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line: 0 without a regression, 1 with some, 2 when the two share no design.
+    """The command line: 0 without a regression, 1 with some (a design NEW did not complete
+    among them), 2 when NEW holds none of OLD's designs.
 
     Raises:
         ValueError: ``--threshold`` outside [0, 1). FileNotFoundError: a path that is no study.
@@ -138,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="OLD and NEW: two study folders or trials files")
     ap.add_argument("--threshold", type=float, default=0.05,
                     help="the relative change beyond the spread that is a regression (0.05: 5%%)")
+    ap.add_argument("--require-all", action="store_true",
+                    help="a design of OLD that NEW lacks altogether is a regression too (a gate "
+                    "on a whole study; without it NEW may be a subset)")
     a = ap.parse_args(argv)
     if len(a.paths) != 2:  # a shell glob that matched several folders (a predicted study too)
         raise ValueError(f"two result sets to compare, OLD and NEW; got {len(a.paths)}: "
@@ -147,24 +153,32 @@ def main(argv: list[str] | None = None) -> int:
     old, new_all = load(a.paths[0]), load(a.paths[1], every_state=True)
     new = new_all[new_all["state"] == "COMPLETE"] if "state" in new_all else new_all
     res = compare(old, new, a.threshold)
-    if res.empty:
+    gone = missing(old, new_all)
+    keys = row_keys(old, new_all)
+    n_old = len(old.assign(**{k: old[k].map(_key_text) for k in keys}).drop_duplicates(keys))
+    failed, absent = gone[gone.new_state != "absent"], gone[gone.new_state == "absent"]
+    if res.empty and failed.empty:
         print(f"error: {a.paths[0]} and {a.paths[1]} share no design (the same model, workload, "
               "kernels and switches): nothing to compare", file=sys.stderr)
         return 2
-    print(res.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    bad = res[res.regression]
-    shared = res[res[CONTENDED] != ""]
+    if len(res):
+        print(res.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    bad = res[res.regression] if len(res) else res
+    shared = res[res[CONTENDED] != ""] if len(res) else res
     if len(shared):
         print(f"\n{shared.design.nunique()} design(s) measured while another process used the "
               "device (contended): not judged; measure them again alone")
     print(f"\n{len(bad)} regression(s) beyond {a.threshold:.0%} and the spread")
-    gone = missing(old, new_all)
-    n_old = len(old.drop_duplicates(row_keys(old, new_all)))
     print(f"{n_old - len(gone)} of OLD's {n_old} completed designs completed in NEW")
-    if len(gone):
-        print(f"{len(gone)} design(s) of OLD not completed in NEW (a regression each):")
-        print(gone.to_string(index=False))
-    return 1 if len(bad) or len(gone) else 0
+    if len(failed):
+        print(f"{len(failed)} design(s) of OLD that NEW holds but did not complete (a regression "
+              "each):\n" + failed.to_string(index=False))
+    if len(absent):
+        print(f"{len(absent)} design(s) of OLD that NEW does not hold"
+              + (" (a regression each: --require-all):" if a.require_all else
+                 " (not judged: NEW may be a subset; --require-all judges them):")
+              + "\n" + absent.design.to_string(index=False))
+    return 1 if len(bad) or len(failed) or (a.require_all and len(absent)) else 0
 
 
 if __name__ == "__main__":
