@@ -158,14 +158,15 @@ def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dic
         if p.is_dir():
             p = p / "config.json"
         try:
-            hf = json.loads(p.read_text())
-        except json.JSONDecodeError as e:
+            hf = json.loads(p.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise DesignError(f"{p}: not a JSON file ({e})") from None
         if not isinstance(hf, dict):
             raise DesignError(f"{p}: a config.json holds one JSON object of keys, not a "
                               f"{type(hf).__name__}")
         name, where = hf.get("_name_or_path") or p.parent.name, str(p)
-    _check_types(hf, where)
+    if hf.get("model_type") in MODEL_TYPES:  # another family is refused as such (_fields)
+        _check_types(hf, where)
     try:
         return _fields(hf, name)
     except KeyError as e:  # a key every file of its family holds, missing: named

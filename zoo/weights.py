@@ -139,6 +139,7 @@ def read_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
 
     Raises:
         FileNotFoundError: if no checkpoint is found at ``path``.
+        ValueError: a shard index that is not one (``zoo.checkpoint.checkpoint_files``).
     """
     from safetensors.torch import load_file
 

@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
 
     device = detect_device("auto")
     try:
-        # the target: hardware=, else this machine's device (its spec, CPU included)
+        # the target: hardware=, else this machine's device (a CPU's refused below)
         here = [] if any(o.startswith("hardware=") for o in a.overrides) else \
             [f"hardware={load_spec('auto', device['name']).name}"]
         plan = _plan(list(a.overrides) + ["study.predict=true"] + here)
@@ -171,17 +171,19 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # Hydra's composition errors name the override
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    if plan.spec.kind != "gpu":  # as report.html says on such a study
-        print(f"error: hardware={plan.spec.name} is not a GPU (kind {plan.spec.kind}): the "
-              "advisor's rules are a GPU's (tensor-core alignment, tile and wave quantization); name a GPU "
-              "(hardware=h100_sxm), or predict the design there with a predict-only study "
-              f"(python -m sweep ... study.predict=true hardware={plan.spec.name})",
-              file=sys.stderr)
-        return 2
     if (a.bench or a.measure) and device["type"] != "cuda":
         print("error: --bench and --measure need a CUDA GPU", file=sys.stderr)
         return 2
     cal = _calibration(plan, a.calibration, device)
+    if plan.spec.kind != "gpu":  # as report.html says on such a study
+        what = (f"hardware={plan.spec.name} is" if not here else
+                f"this machine ({plan.spec.name}, the target without hardware=) is")
+        print(f"error: {what} not a GPU (kind {plan.spec.kind}): the advisor's rules are a "
+              "GPU's (tensor-core alignment, tile and wave quantization); name a GPU "
+              "(hardware=h100_sxm), or predict the design there with a predict-only study "
+              f"(python -m sweep ... study.predict=true hardware={plan.spec.name})",
+              file=sys.stderr)
+        return 2
     conf = AdviseConf(band=a.band, top=a.top, mode=plan.mode)
     r = advise(plan.base, plan.workload, plan.spec, cal, conf)
     if a.bench and cal is not None and r["missing_shapes"]:

@@ -76,10 +76,15 @@ def _frame(df: pd.DataFrame, most: int = 160) -> str:
     design = [c for c in df.columns if c.removeprefix("param_") in DESIGN_FIELDS]
     figures = [c for c in df.columns if (c in R.COLUMNS or df[c].dtype.kind in "fi")
                and c not in design]
-    for c in design:  # a design field unset (no sliding window, no MoE): "none", not "n/a"
-        if df[c].isna().any():
-            df[c] = df[c].map(lambda v: "none" if v is None or v != v else int(v)
-                              if isinstance(v, float) and v.is_integer() else v).astype(object)
+    def design_value(v):  # a design field unset (no sliding window, no MoE): "none", not "n/a"
+        if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+            return "none"
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)  # a whole count read back as a float beside a missing value
+        return fmt(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+    for c in design:
+        df[c] = df[c].map(design_value).astype(object)
     for c in df.columns:
         if c in figures and df[c].isna().any():  # a figure not measured: n/a, never "None" or 0
             df[c] = df[c].map(lambda v: NOT_MEASURED if pd.isna(v) else v).astype(object)
@@ -134,8 +139,8 @@ def best_on_front(front: pd.DataFrame, objective: str, direction: str) -> pd.Ser
 
 
 def advice(meta: dict, front: pd.DataFrame, cal_dir: Path | None = None) -> str:
-    """The design advisor's section (``sweep.analysis.advice``) for the front's first design (best
-    in the first objective) on the study's hardware spec, priced from the study device's
+    """The design advisor's section (``sweep.analysis.advice``) for the front's design best in
+    the first objective (``best_on_front``) on the study's hardware spec, priced from the study device's
     calibration where one is cached in ``cal_dir`` (else roofline prices, said so). Its rules are
     the GPU's (tensor cores, tiles, waves): a study on a CPU spec gets none."""
     from ..analysis.advice import advise_study_row
