@@ -481,3 +481,21 @@ def test_a_seeded_sampler_extended_past_200_designs_still_finds_new_ones(tmp_pat
     assert run_predicted(again, objective, None, target=260) == 10
     new = [t for t in again.trials if t.user_attrs.get("duplicate_of") is None]
     assert len(new) == 260 and len({t.params["x"] for t in new}) == 260
+
+
+def test_the_advisor_prices_a_target_without_calibration_as_the_what_if_does():
+    """``advise`` on an M4 Max (no calibration) takes the what-if's price of the design
+    (``targets.predict_on``: its fit of public measurements) and says so; it had priced the bare
+    roofline (TPOT 4.53 ms against the what-if's 7.79 for the same design)."""
+    from sweep.analysis.advice import advise
+    from sweep.analysis.hardware import load_spec
+    from sweep.analysis.targets import predict_on
+
+    cfg = ModelConfig.from_name("llama3_2_1b").replace(ffn_dim=8100).resolved("cuda")
+    wl = dict(batch=1, prompt_len=512, new_tokens=64)
+    spec = load_spec("m4_max")
+    r = advise(cfg, wl, spec, None)
+    want = predict_on(cfg, wl, spec, None)
+    assert r["predicted"]["decode_pred_ms"] == pytest.approx(want["decode_tpot_ms"])
+    assert r["predicted"]["prefill_pred_ms"] == pytest.approx(want["ttft_ms"])
+    assert r["basis"].startswith("fitted on public measurements, m4_max")

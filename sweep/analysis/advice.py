@@ -37,6 +37,7 @@ from pathlib import Path
 from zoo import counts
 from zoo.config import DESIGN_FIELDS, DesignError, ModelConfig
 
+from ..common.row import TIME
 from .predict import STAND_INS, kernel_list, predict
 
 ALIGN = 64  # elements: tensor-core alignment of 16-bit GEMM dimensions (Anthony et al. 2024)
@@ -183,8 +184,10 @@ def advise(cfg: ModelConfig, workload: dict, spec, calibration, conf: AdviseConf
 
     Args:
         cfg: the design; workload: ``batch``, ``prompt_len``, ``new_tokens``; spec: the target's
-            ``HardwareSpec``; calibration: a ``Calibrated`` for the target (or None: roofline
-            prices, which see no alignment); conf: ``AdviseConf``.
+            ``HardwareSpec``; calibration: a ``Calibrated`` for the target (or None: the
+            what-if's prices, ``targets.predict_on``: the spec's fit of public measurements, or
+            the roofline x its stated efficiencies and launch cost; none sees alignment); conf:
+            ``AdviseConf``.
 
     Returns:
         ``{"design", "findings", "predicted": {stage: ms}, "alternatives": [{label, overrides,
@@ -197,10 +200,17 @@ def advise(cfg: ModelConfig, workload: dict, spec, calibration, conf: AdviseConf
     conf = conf or AdviseConf()
     B, T, N = workload["batch"], workload["prompt_len"], workload["new_tokens"]
 
+    bare = []  # without a calibration: the what-if's basis (fitted, or the roofline x stated)
+
     def price(c):  # ({stage: ms}, whether a kernel of it was priced by a stand-in)
+        if calibration is None:  # as sweep.cli.whatif prices the target (targets.predict_on)
+            from .targets import predict_on
+
+            r = predict_on(c, workload, spec, None, mode=conf.mode)
+            bare[:] = [r["prediction_basis"]]
+            return ({st: r[TIME[st]] for st in ("prefill", "decode")}, False)
         r = predict(c, workload, spec, calibration, mode=conf.mode)
-        kind = "calibrated" if calibration is not None else "roofline"
-        return ({st: r[f"{st}_pred_ms_{kind}"] for st in ("prefill", "decode")},
+        return ({st: r[f"{st}_pred_ms_calibrated"] for st in ("prefill", "decode")},
                 STAND_INS in r.get("prediction_basis", ""))
 
     base = counts.summary(cfg, B, T, N)
@@ -259,13 +269,13 @@ def advise(cfg: ModelConfig, workload: dict, spec, calibration, conf: AdviseConf
                       + ("; the design's own price rests on stand-ins (kernels without "
                          "entries of their own priced by another's)" if stood0 else "")
                       if calibration is not None else
-                      "roofline (no alignment effects)" + why_not)}
+                      (bare[0] if bare else "roofline") + " (no alignment effects)" + why_not)}
 
 
 def advise_study_row(meta: dict, row, cal_dir: Path | None = None) -> dict:
     """``advise`` for one completed trial ``row`` of a study (its ``study.json`` ``meta``: the
     workload, mode and hardware spec), priced from the study device's calibration cached in
-    ``cal_dir`` (else roofline prices, said in the result's ``basis``).
+    ``cal_dir`` (else the what-if's prices, said in the result's ``basis``).
 
     Raises:
         KeyError, ValueError: the row or the meta lacks what the design needs.

@@ -4,7 +4,8 @@
 The design and workload are composed as ``python -m sweep`` composes them (Hydra overrides); the
 target is ``hardware=`` (default: this machine's device). The calibration is the target's own
 (``results/calibration/``, or ``--calibration FILE``), transferred to another NVIDIA GPU from
-``--calibration``'s device; with neither, roofline prices (which see no alignment) and it says so.
+``--calibration``'s device; with neither, the what-if's prices (a fit of public measurements, or the
+roofline x stated efficiencies: neither sees alignment) and it says so.
 
 - ``--bench`` (on the calibration's own GPU): the GEMM shapes of the design and its alternatives
   that the calibration lacks are micro-benchmarked first (``sweep.measure.calibration_run``: the

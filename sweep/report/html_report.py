@@ -140,9 +140,9 @@ def best_on_front(front: pd.DataFrame, objective: str, direction: str) -> pd.Ser
 
 def advice(meta: dict, front: pd.DataFrame, cal_dir: Path | None = None) -> str:
     """The design advisor's section (``sweep.analysis.advice``) for the front's design best in
-    the first objective (``best_on_front``) on the study's hardware spec, priced from the study device's
-    calibration where one is cached in ``cal_dir`` (else roofline prices, said so). Its rules are
-    the GPU's (tensor cores, tiles, waves): a study on a CPU spec gets none."""
+    the first objective (``best_on_front``) on the study's hardware spec, priced from the study
+    device's calibration where one is cached in ``cal_dir`` (else the what-if's prices, said
+    so). Its rules are the GPU's (tensor cores, tiles, waves): a study on a CPU spec gets none."""
     from ..analysis.advice import advise_study_row
 
     if front.empty:
