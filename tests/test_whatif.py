@@ -149,6 +149,9 @@ def test_whatif_over_a_measured_study(tmp_path, measured_study):
     h100 = w[w.target == "h100_sxm"].decode_tpot_ms.to_numpy()
     assert h100 == pytest.approx(same.decode_tpot_ms.to_numpy(), rel=1e-9)
     assert main([str(plan.results), "--hardware", "no_such_chip"]) == 2
+    # without --out: beside the study, in its results_dir (it went to ./results/whatif/)
+    assert main([str(plan.results), "--hardware", "m4_max"]) == 0
+    assert (plan.results.parent / "whatif" / plan.results.name / "whatif.csv").exists()
     # the rank changes keep their header when no pair changes order (a 1-byte file before)
     from sweep.report.other_hardware import rank_changes
 

@@ -12,8 +12,9 @@ study must have as columns) and compared three ways:
 - a dominance table: every front design with the designs of *other* studies that dominate it,
   and whether it is on the combined front of all studies.
 
-Outputs go to ``--out`` (default ``results/fronts/<experiments>``): ``fronts.png``,
-``fronts.html``, ``fronts.csv`` (the dominance table) and ``fronts.json`` (hypervolumes,
+Outputs go to ``--out`` (default ``fronts/<experiments>`` beside the first study, in its
+``results_dir``): ``fronts.png``, ``fronts.html``, ``fronts.csv`` (the dominance table) and
+``fronts.json`` (hypervolumes,
 reference point, studies, devices, workloads). A warning is printed (and kept in the JSON) when
 the studies ran on different devices or workloads.
 """
@@ -30,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ..common.atomic import write_text
-from ..common.env import WORK, slug
+from ..common.env import slug
 from ..common.row import CONTENDED
 from .labels import label as words
 from .plots import pyplot, write_html
@@ -221,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("studies", nargs="+", help="study folders (results/<study>)")
     ap.add_argument("--objectives", nargs="+", metavar="NAME:max|min",
                     help="common objectives (default: the first study's)")
-    ap.add_argument("--out", help="output folder (default results/fronts/<experiments>)")
+    ap.add_argument("--out", help="output folder (default fronts/<experiments> beside the first "
+                    "study)")
     a = ap.parse_args(argv)
     try:
         loaded = [(Path(s), *load_study(s)) for s in a.studies]
@@ -256,8 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     inputs = {"study_dirs": [str(p.resolve()) for p, _, _ in loaded], "objectives": objectives,
               "directions": directions}
     key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:8]
-    out = Path(a.out) if a.out else \
-        WORK / "results" / "fronts" / f"{slug('-vs-'.join(labels))[:80]}-{key}"
+    out = Path(a.out) if a.out else (  # beside the first study, in its results_dir
+        loaded[0][0].resolve().parent / "fronts" / f"{slug('-vs-'.join(labels))[:80]}-{key}")
     prev = out / "fronts.json"
     if prev.exists():  # another comparison's outputs are never overwritten
         old = json.loads(prev.read_text())

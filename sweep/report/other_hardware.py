@@ -34,7 +34,7 @@ from ..analysis.hardware import available
 from ..analysis.study_targets import predict_designs, study_calibration
 from ..common import row as R
 from ..common.atomic import write_atomic, write_text
-from ..common.env import WORK, slug
+from ..common.env import slug
 from ..common.row import RATE, STAGES, TIME, pred
 from .fronts import compare, plot
 from .tables import design_label, load_study
@@ -166,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hardware", nargs="+", required=True, metavar="SPEC",
                     help=f"targets, of: {' '.join(n for n in available() if n != 'cpu')}")
     ap.add_argument("--calibration", help="a calibration .json (default: the study device's)")
-    ap.add_argument("--out", help="output folder (default results/whatif/<study>)")
+    ap.add_argument("--out", help="output folder (default whatif/<study> beside the study, in "
+                    "its results_dir)")
     a = ap.parse_args(argv)
     bad = [h for h in a.hardware if h not in available()]
     if bad:
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {s}: {e}", file=sys.stderr)
             return 2
         out = Path(a.out) / slug(Path(s).name) if a.out and len(a.studies) > 1 else \
-            Path(a.out) if a.out else WORK / "results" / "whatif" / slug(Path(s).name)
+            Path(a.out) if a.out else Path(s).resolve().parent / "whatif" / slug(Path(s).name)
         out.mkdir(parents=True, exist_ok=True)
         ranks = rank_table(w, a.hardware)
         changes = rank_changes(w, a.hardware, meta["objectives"][0])
