@@ -83,3 +83,23 @@ def test_prediction_check_prints_four_significant_digits():
 
     assert sig4({"a": 1.23456789, "b": [0.000123456, {"n": 3}]}) == {"a": 1.235,
                                                                   "b": [0.0001235, {"n": 3}]}
+
+
+def test_the_validation_table_marks_the_pairs_measured_beside_another_job():
+    """``validate``'s table says which pairs were measured while another process used the
+    device, and how many (a CPU run's decode median of 257% read as the model's alone; only
+    the console had said so)."""
+    import pandas as pd
+
+    from sweep.analysis import validation
+
+    df = pd.DataFrame({"name": ["a", "b", "c"], "decode_tpot_ms": [1.0, 2.0, 3.0],
+                       "decode_pred_error_pct": [1.0, -2.0, 257.0],
+                       "contended": [False, None, True]})
+    s = validation.summary(df)
+    assert s["contended"] == 1 and s["rows"] == 3
+    text = validation.markdown(df, s, "heldout_cpu")
+    assert "1 of 3 pairs were measured while another process used the device" in text
+    assert "contended" in text.split("\n\n")[-1].splitlines()[0]  # a column of the pairs' table
+    assert "were measured while" not in validation.markdown(
+        df.drop(columns="contended"), validation.summary(df.drop(columns="contended")), "t")

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..common.row import STAGES, TIME, error, pred
+from ..common.row import CONTENDED, STAGES, TIME, error, pred
 from ..common.stats import percentile
 
 # the targets of the held-out issue: stage -> (median, p90) |error| in %
@@ -49,7 +49,8 @@ def abs_stats(x: pd.Series) -> dict:
 def summary(df: pd.DataFrame) -> dict:
     """Per stage: the calibrated and the roofline errors' |median|, p90, max; the interval's
     coverage and the share of rows with a half-width <= ``HALF_WIDTH``; then the same per
-    category (``cat``: a list per row)."""
+    category (``cat``: a list per row); ``contended``: the pairs measured while another process
+    used the device (kept in the figures, said beside them: ``markdown``)."""
     df = add_checks(df)
 
     def block(d):
@@ -67,7 +68,8 @@ def summary(df: pd.DataFrame) -> dict:
             out[st] = o
         return out
 
-    res = {"all": block(df), "rows": int(len(df))}
+    shared = df[CONTENDED].fillna(False).astype(bool) if CONTENDED in df else df.index.isna()
+    res = {"all": block(df), "rows": int(len(df)), "contended": int(shared.sum())}
     if "cat" in df:
         cats = sorted({c for cs in df["cat"] for c in (cs or [])})
         res["categories"] = {c: block(df[df["cat"].map(lambda cs, c=c: c in (cs or []))])
@@ -99,8 +101,13 @@ def markdown(df: pd.DataFrame, s: dict, title: str) -> str:
     def f(v, d=1):
         return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{d}f}"
 
-    lines = [f"# {title}", "", "| stage | kind | median | p90 | max | n | in interval | "
-             "half-width <= 15% |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [f"# {title}", ""]
+    if s.get("contended"):  # (the console said so; the table had not)
+        lines += [f"{s['contended']} of {s['rows']} pairs were measured while another process "
+                  "used the device (`contended`, in the table below): their errors hold that "
+                  "load as well as the model's; measure them again alone.", ""]
+    lines += ["| stage | kind | median | p90 | max | n | in interval | half-width <= 15% |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for st, o in s["all"].items():
         for kind in ("calibrated", "roofline"):
             c = o.get(kind, {})
@@ -119,7 +126,8 @@ def markdown(df: pd.DataFrame, s: dict, title: str) -> str:
                          f"{f(p.get('median'))}% / {f(p.get('p90'))}% | {d.get('n', 0)} |")
     cols = [c for c in ("name", TIME["decode"], pred("decode", "calibrated"), pred("decode", "lo"),
                         pred("decode", "hi"), error("decode"), TIME["prefill"],
-                        pred("prefill", "calibrated"), error("prefill"), "prediction_confidence")
+                        pred("prefill", "calibrated"), error("prefill"), "prediction_confidence",
+                        CONTENDED)
             if c in df]
     lines += ["", df[cols].to_markdown(index=False, floatfmt=".4g") if _has_tabulate() else
               df[cols].to_string(index=False)]

@@ -226,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                                 f"{c.meta.get('device')}"
                                 + (", transferred" if c.meta.get("transferred_to") else "") + ")")
     write_text(out / f"{s['name']}.md", text)
-    print("\n\n".join(text.split("\n\n")[:2]))  # the title and the errors per stage, in %
+    # the title, the contended pairs where some were, and the errors per stage, in %
+    print("\n\n".join(text.split("\n\n")[:3 if summ.get("contended") else 2]))
     if checks:
         print(json.dumps(checks, indent=1))
     print(f"wrote {out}/{s['name']}.csv, {s['name']}.md, summary.json")
