@@ -186,24 +186,25 @@ def _alive(pid) -> bool:
     return True
 
 
-def finished(study: optuna.Study) -> int:
-    """Designs finished (COMPLETE, FAIL, PRUNED), not counting trials cut off by a killed run,
-    a worker's spare trial, nor a sampler's second proposal of a design (``duplicate_of``: see
-    ``Objective``)."""
+def finished_designs(study: optuna.Study) -> list:
+    """The trials that are finished designs (COMPLETE, FAIL, PRUNED), not counting trials cut
+    off by a killed run, a worker's spare trial, nor a sampler's second proposal of a design
+    (``duplicate_of``: see ``Objective``)."""
     trials = study.get_trials(deepcopy=False)
     gone = cut_off(trials)
-    return sum(1 for t in trials if t.state.is_finished() and t.number not in gone
-               and not t.user_attrs.get("spare") and t.user_attrs.get("duplicate_of") is None)
+    return [t for t in trials if t.state.is_finished() and t.number not in gone
+            and not t.user_attrs.get("spare") and t.user_attrs.get("duplicate_of") is None]
 
+
+def finished(study: optuna.Study) -> int:
+    """How many designs are finished (``finished_designs``)."""
+    return len(finished_designs(study))
 
 
 def failed_designs(study: optuna.Study) -> int:
     """Of ``finished``'s designs, those that FAILED (an OOM, a crash, a bad checkpoint): kept as
     results, so a resumed study does not measure them again."""
-    trials = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-    gone = cut_off(study.get_trials(deepcopy=False))
-    return sum(1 for t in trials if t.number not in gone and not t.user_attrs.get("spare")
-               and t.user_attrs.get("duplicate_of") is None)
+    return sum(1 for t in finished_designs(study) if t.state == TrialState.FAIL)
 
 
 def queued(study: optuna.Study) -> bool:

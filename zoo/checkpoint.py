@@ -50,15 +50,14 @@ def check_checkpoint(path: str | Path) -> None:
     p = Path(path)
     if not p.exists():
         raise ValueError(f"weights={path}: no such file or folder")
+    not_one = (f"weights={path}: not a safetensors checkpoint (a .safetensors file, or a "
+               "folder with model.safetensors or model.safetensors.index.json)")
     if p.is_file() and p.suffix != ".safetensors":
-        raise ValueError(f"weights={path}: not a safetensors checkpoint (a .safetensors file, "
-                         "or a folder with model.safetensors or model.safetensors.index.json)")
+        raise ValueError(not_one)
     try:
         files = checkpoint_files(p)
     except FileNotFoundError:
-        raise ValueError(f"weights={path}: not a safetensors checkpoint (a .safetensors file, "
-                         "or a folder with model.safetensors or model.safetensors.index.json)"
-                         ) from None
+        raise ValueError(not_one) from None
     except ValueError as e:
         raise ValueError(f"weights={path}: {e}") from None
     from safetensors import safe_open

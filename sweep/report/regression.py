@@ -60,6 +60,11 @@ def _key_text(v) -> str:
     return str(v)
 
 
+def _keyed(d: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``d`` with its design ``keys`` as ``_key_text`` writes them, so that two files match."""
+    return d.assign(**{k: d[k].map(_key_text) for k in keys})
+
+
 LABEL = ("n_kv_heads", "head_dim", "d_model", "n_layers", "ffn_dim", "kernels", "kv_dtype", "mode",
          "batch")  # the keys every design's label shows (``compare``)
 
@@ -75,7 +80,7 @@ def compare(old: pd.DataFrame, new: pd.DataFrame, threshold: float = 0.05) -> pd
                 for d in (old, new))
     # the same design read from a CSV record and from a study's parquet may type a key apart
     # (an unset sliding_window: float NaN there, None in an object column here): merged as text
-    old, new = (d.assign(**{k: d[k].map(_key_text) for k in keys}) for d in (old, new))
+    old, new = _keyed(old, keys), _keyed(new, keys)
     m = old.merge(new, on=keys, suffixes=("_old", "_new"))
     rows = []
     # a design's label: the main fields, and every key that tells the compared designs apart
@@ -111,7 +116,7 @@ def missing(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     its ``fail_reason``: a design that completed before and does not now (``main`` judges
     them)."""
     keys = row_keys(old, new)
-    old, new = (d.assign(**{k: d[k].map(_key_text) for k in keys}) for d in (old, new))
+    old, new = _keyed(old, keys), _keyed(new, keys)
     done = new[new["state"] == "COMPLETE"] if "state" in new else new
     have = {tuple(r[k] for k in keys) for r in done.to_dict(orient="records")}
     held = {tuple(r[k] for k in keys): r for r in new.to_dict(orient="records")}  # its last trial
@@ -155,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     res = compare(old, new, a.threshold)
     gone = missing(old, new_all)
     keys = row_keys(old, new_all)
-    n_old = len(old.assign(**{k: old[k].map(_key_text) for k in keys}).drop_duplicates(keys))
+    n_old = len(_keyed(old, keys).drop_duplicates(keys))
     failed, absent = gone[gone.new_state != "absent"], gone[gone.new_state == "absent"]
     if res.empty and failed.empty:
         print(f"error: {a.paths[0]} and {a.paths[1]} share no design (the same model, workload, "
