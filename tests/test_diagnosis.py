@@ -273,3 +273,26 @@ def test_the_predicted_table_names_the_attention_kind_that_sets_designs_apart():
                        "basis_kind": "calibrated"})
     head = predicted_summary(df).splitlines()[0].split()
     assert "kv_lora_rank" in head and "qk_norm" not in head
+
+
+def test_a_queued_design_leaves_the_switches_boolean(tmp_path):
+    """A grid cut short (``study.n_trials`` under the grid's size) keeps its other designs queued
+    (WAITING), their rows empty: the switch columns (booleans and NaN) were stored as the text
+    'False' / 'nan', and whatif and the report's advice failed on every design ("invalid literal
+    for int() with base 10: 'False'")."""
+    from sweep.analysis.targets import config_of
+    from sweep.report.plots import caption
+    from sweep.report.tables import load_study, write_table
+
+    done = {"state": "COMPLETE", "d_model": 2048, "n_layers": 16, "n_heads": 32, "n_kv_heads": 8,
+            "head_dim": 64, "ffn_dim": 8192, "qkv_bias": False, "tie_embeddings": True,
+            "batch": 8, "prompt_len": 1024, "new_tokens": 64}
+    df = pd.DataFrame([done, {"state": "WAITING"}])
+    write_table(df, tmp_path)
+    (tmp_path / "study.json").write_text("{}")
+    _, back = load_study(tmp_path)
+    assert str(back["qkv_bias"].dtype) == "boolean" and back["tie_embeddings"][0]
+    assert back["qkv_bias"].isna()[1]
+    cfg = config_of(back.iloc[0])
+    assert cfg.tie_embeddings is True and cfg.qkv_bias is False
+    assert "batch 8, prompt 1024, 64 new tokens" in caption(back)

@@ -41,7 +41,8 @@ def caption(df: pd.DataFrame) -> str:
     def vals(col):
         if col not in df:
             return "-"
-        return "/".join(str(v) for v in pd.unique(df[col].dropna())) or "-"
+        return "/".join(str(int(v) if isinstance(v, float) and v.is_integer() else v)  # 8, not
+                        for v in pd.unique(df[col].dropna())) or "-"  # 8.0 (a queued row's NaN)
 
     predicted = flag(df, "predicted").any()
     where = f"PREDICTED on {vals('target')}" if predicted else vals("device")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..common import row as R
@@ -100,11 +102,21 @@ def write_table(df: pd.DataFrame, out_dir: Path) -> None:
     df = df.copy()
     for col in df.columns:  # mixed-type object columns (e.g. None + str) -> strings for parquet
         if df[col].dtype == object and df[col].map(type).nunique() > 1:
+            if _is_flags(df[col]):  # a queued design's unset switch: missing, not the text "nan"
+                df[col] = df[col].map(lambda v: bool(v) if isinstance(v, bool | np.bool_)
+                                      else pd.NA).astype("boolean")
+                continue
             df[col] = df[col].map(lambda v: v if isinstance(v, str) else
                                   ("" if v is None else json.dumps(v)
                                    if isinstance(v, (dict, list)) else str(v)))
     write_atomic(out_dir / "trials.parquet", lambda p: df.to_parquet(p, index=False))
     write_atomic(out_dir / "trials.csv", lambda p: df.to_csv(p, index=False))
+
+
+def _is_flags(col: pd.Series) -> bool:
+    """Whether an object column holds only booleans and missing values (None, NaN)."""
+    have = col[col.map(lambda v: not (v is None or (isinstance(v, float) and math.isnan(v))))]
+    return len(have) > 0 and have.map(lambda v: isinstance(v, bool | np.bool_)).all()
 
 
 def _before(cols: list, extra: list, column: str) -> list:
