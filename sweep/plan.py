@@ -12,11 +12,12 @@ from pathlib import Path
 from kernels.switches import Switches
 from zoo import DesignError, ModelConfig
 
-from .analysis.hardware import HardwareSpec, load_spec
+from .analysis.hardware import HardwareSpec, load_spec, spec_from_config
 from .analysis.memory import check_fits
 from .common import row
 from .common.atomic import writable_dir
-from .common.env import WORK, detect_device, slug, triton_interpret, work_path
+from .common.env import WORK, detect_device, slug, work_path
+from .identity import changed_from_defaults, identity, identity_hash
 from .schema import WorkloadConf, cpu_stand_in, model_overrides, named_overrides, workload_overrides
 from .space import SAMPLERS, check_space, sets_experts
 
@@ -197,7 +198,7 @@ def plan_from_config(cfg) -> Plan:
                          "(conf/hardware/*.yaml); hardware=auto prices this machine's GPU, and "
                          "there is none")
     spec = (load_spec(hw, (here if predict else device)["name"]) if hw == "auto"
-            else HardwareSpec(**c["hardware"]))
+            else spec_from_config(c["hardware"]))
     # kernels=auto: the fastest correct path where the study runs (a predicted study: its target)
     base = base.resolved("cuda" if device["type"] == "cuda"
                          or (predict and spec.kind == "gpu") else "cpu")
@@ -216,6 +217,7 @@ def plan_from_config(cfg) -> Plan:
                      constraints, objectives, switches)
     if predict:
         ident["predict"] = True
+    ident.update(changed_from_defaults(spec, objectives, directions))
     if c.get("calibration"):
         ident["calibration"] = str(Path(c["calibration"]).resolve())
         from .analysis.calibration_store import load_file
@@ -264,37 +266,6 @@ def plan_from_config(cfg) -> Plan:
                 calibration=c.get("calibration"), predict=predict, switches=switches,
                 calibration_policy=policy, results_root=results_root, cache_root=cache_root,
                 shadow=shadow)
-
-
-def identity(base: ModelConfig, wl: dict, mode: str, weights: str | None, spec: HardwareSpec,
-             device: dict, profile: dict, seed: int, space: dict, constraints: dict,
-             objectives: list, switches: Switches | None = None) -> dict:
-    """A study's identity: everything that changes its figures. The base design (kernels and KV
-    format included), the workload, the decode mode, the kernel switches, the weights (resolved
-    path), the hardware spec and device, the profile, the seed, and the space, constraints and
-    objectives that decide which designs it holds. Fault injection, ``n_trials`` and the output
-    folder are not part of it. A stored study is resumed only under the same identity
-    (``sweep.storage.open_study``)."""
-    ident = {"base_model": base.identity_dict(),
-             # routing_skew and routing only when set: every other study keeps its identity
-             "workload": {k: wl[k] for k in sorted(wl)
-                          if k != "name" and (k != "routing_skew" or wl[k])
-                          and (k != "routing" or wl[k] != "router")},
-             "mode": mode, "weights": str(Path(weights).resolve()) if weights else None,
-             "hardware_spec": spec.name, "device": device["name"], "profile": profile,
-             "seed": seed, "space": space, "constraints": constraints, "objectives": objectives}
-    ident["switches"] = (switches or Switches()).to_dict()
-    if triton_interpret():  # only when set: the identity of every other study stays as it was
-        ident["triton_interpret"] = True
-    return ident
-
-
-def identity_hash(ident: dict) -> str:
-    """Eight hex digits of the SHA-256 of ``ident`` (canonical JSON); part of the default name."""
-    import hashlib
-    import json
-
-    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
 # ---- checks before any work ----------------------------------------------------------------

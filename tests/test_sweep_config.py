@@ -161,3 +161,41 @@ def test_hardware_specs_are_complete():
 def test_workers_on_the_cpu_are_said_to_measure_beside_each_other(capsys):
     plan_from_config(compose_cfg(["+experiment=gqa_vs_mha", "device=cpu", "sweep.workers=2"]))
     assert "sweep.workers=2 on the CPU: the workers share its cores" in capsys.readouterr().out
+
+
+def test_hardware_fields_and_directions_enter_the_identity_only_when_changed(tmp_path):
+    """A ``hardware.FIELD=`` override and directions other than the objectives' own start a new
+    study (they had been left out of the identity: a second command resumed the first study's
+    rows under another memory size, or stopped on Optuna's "exists with other directions");
+    a value equal to the spec file's, and the shipped experiments, keep their names."""
+    base = [f"results_dir={tmp_path}", "quiet=true", "study.predict=true", "hardware=h200"]
+
+    def name(*extra):
+        return plan_from_config(compose_cfg(base + list(extra))).name
+
+    plain = name()
+    assert name("hardware.memory_gb=1") != plain
+    assert name(f"hardware.memory_gb={load_spec('h200').memory_gb}") == plain
+    assert name("study.directions=[maximize,minimize]") != plain
+    assert name("study.directions=[maximize,maximize]") == plain  # decode_tok_s, params: max
+
+
+@pytest.mark.parametrize("override,field", [
+    ("hardware.memory_gb=abc", "hardware.memory_gb"), ("+hardware.foo=1", "foo"),
+    ("hardware.hbm_gb_s=-5", "hardware.hbm_gb_s"), ("hardware.hbm_gb_s=0", "hardware.hbm_gb_s"),
+    ("hardware.peak_tflops.bf16=-1", "hardware.peak_tflops.bf16"),
+    ("hardware.sm_count=1.5", "hardware.sm_count"), ("+hardware.kind=tpu", "hardware.kind")])
+def test_bad_hardware_fields_are_refused_by_name(tmp_path, override, field):
+    # they had ended in a TypeError's traceback, or were taken (a negative bandwidth priced)
+    cfg = compose_cfg([f"results_dir={tmp_path}", "quiet=true", "study.predict=true",
+                       "hardware=h200", override])
+    with pytest.raises(ValueError, match=field):
+        plan_from_config(cfg)
+
+
+def test_every_shipped_spec_passes_the_checks():
+    from sweep.analysis.hardware import spec_from_config
+
+    for name in available():
+        assert spec_from_config(yaml.safe_load((Path("conf/hardware") / f"{name}.yaml")
+                                               .read_text())).name == name

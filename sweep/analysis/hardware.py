@@ -8,6 +8,7 @@ dtype for FLOP/s), which this package is handed and never measures itself.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -67,6 +68,39 @@ class HardwareSpec:
     def peak_bytes_s(self) -> float:
         """Datasheet DRAM bandwidth in bytes/s."""
         return float(self.hbm_gb_s) * 1e9
+
+
+_POSITIVE = ("hbm_gb_s", "memory_gb", "l2_mb", "tdp_w")
+
+
+def spec_from_config(d: dict) -> HardwareSpec:
+    """A ``HardwareSpec`` from the command's ``hardware`` group (a spec file with any
+    ``hardware.FIELD=...`` overrides), checked before any work.
+
+    Raises:
+        ValueError: an unknown field, or a figure that is not a positive number (``hbm_gb_s``,
+            ``memory_gb``, ``l2_mb``, ``tdp_w``, each ``peak_tflops`` entry; NaN: not stated),
+            ``sm_count`` not a whole number >= 0, ``kind`` not gpu / cpu / npu; each named as
+            ``hardware.FIELD``.
+    """
+    d = dict(d)
+    names = [f.name for f in dataclasses.fields(HardwareSpec)]
+    if unknown := sorted(set(d) - set(names)):
+        raise ValueError(f"unknown hardware field(s): {', '.join(unknown)}; a spec has: "
+                         f"{', '.join(names)}")
+    figures = {k: d[k] for k in _POSITIVE if k in d}
+    figures.update({f"peak_tflops.{k}": v for k, v in (d.get("peak_tflops") or {}).items()})
+    for k, v in figures.items():
+        ok = isinstance(v, int | float) and not isinstance(v, bool) and (math.isnan(v) or v > 0)
+        if not ok:
+            raise ValueError(f"hardware.{k}={v!r} must be a positive number (GB/s, GB, MB, W, "
+                             "TFLOP/s)")
+    sm = d.get("sm_count", 0)
+    if not isinstance(sm, int) or isinstance(sm, bool) or sm < 0:
+        raise ValueError(f"hardware.sm_count={sm!r} must be a whole number >= 0")
+    if d.get("kind", "gpu") not in ("gpu", "cpu", "npu"):
+        raise ValueError(f"hardware.kind={d['kind']!r} is not one of gpu, cpu, npu")
+    return HardwareSpec(**d)
 
 
 def available() -> list[str]:
