@@ -242,6 +242,8 @@ def refuse_bad_overrides(argv: list[str]) -> None:
         for key in ("results_dir", "cache_dir"):  # Hydra makes its run folder there first
             if cfg.get(key):
                 writable_dir(work_path(cfg[key]), key)
+        if why := unknown_appended(argv):
+            raise ValueError(why)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -252,6 +254,38 @@ def refuse_bad_overrides(argv: list[str]) -> None:
             why += f": {cause[0]}"
         print(f"error: {_misspelled(why, argv) or _one_line(why)}", file=sys.stderr)
         sys.exit(2)
+
+
+def unknown_appended(argv: list[str]) -> str | None:
+    """The reason to refuse an override that appends (``+KEY=`` / ``++KEY=``) a key the typed
+    schema has no field for (Hydra adds it to any group: ``+study.n_trails=3`` ran the default
+    trial count), with the nearest field; None when every appended key is a field, a group's
+    option (``+experiment=NAME``) or inside a free-form group (``model``, ``hardware``, a space:
+    checked by their own readers)."""
+    import dataclasses
+    import typing
+
+    from zoo.errors import closest
+
+    groups = {p.name for p in CONF.iterdir() if p.is_dir()}
+    for arg in argv:
+        if not arg.startswith("+"):
+            continue
+        key = arg.lstrip("+").split("=", 1)[0]
+        path = key.split(".")
+        if len(path) == 1 and path[0] in groups:
+            continue
+        node: Any = SweepConf
+        for i, part in enumerate(path):
+            if not dataclasses.is_dataclass(node):
+                break
+            hints = typing.get_type_hints(node)
+            if part not in hints:
+                where = ".".join(path[:i])
+                return (f"unknown key {key}: {where or 'the config'} has no field {part!r}"
+                        + closest(part, hints, f"{where}." if where else ""))
+            node = hints[part]
+    return None
 
 
 def _one_line(why: str) -> str:

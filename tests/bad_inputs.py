@@ -62,6 +62,7 @@ SWEEP_BAD = [
     "study.objectives=[decode_j_per_token] study.directions=[minimize]",
     f"study.storage=postgresql://u:{SECRET}@127.0.0.1:9/db", "study.storage=nosuch://x",
     "study.storage=sqlite:////proc/x/db.sqlite", "study.predict=maybe", "study.predict=true",
+    "+study.n_trails=3", "+foo=bar", "+cpu.foo=1",
     # the experiment
     "+experiment=nosuch", "+experiment=gqa_vs_mha experiment.space.n_kv_heads.divisors_of=nosuch",
     "+experiment.space.n_kv_heads.bogus=1", "+experiment.space.foo.choices=[1,2]",
@@ -69,6 +70,9 @@ SWEEP_BAD = [
     "+experiment.constraints.params_total=5",
     # groups, switches and the rest
     "hardware=nosuch", "profile=nosuch", "profile=nsys", "switches.pdl=maybe",
+    "study.predict=true hardware=h200 hardware.memory_gb=abc",
+    "study.predict=true hardware=h200 +hardware.foo=1",
+    "study.predict=true hardware=h200 hardware.hbm_gb_s=-5",
     "switches.nosuch=true", "seed=abc", "results_dir=/proc/x", "results_dir=/dev/null",
     "cache_dir=/proc/x", "weights=/nonexistent", "weights=/etc/hostname",
     "calibration=/nonexistent.json", "calibration=/etc/hostname", "calibration_policy=nosuch",

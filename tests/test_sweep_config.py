@@ -199,3 +199,24 @@ def test_every_shipped_spec_passes_the_checks():
     for name in available():
         assert spec_from_config(yaml.safe_load((Path("conf/hardware") / f"{name}.yaml")
                                                .read_text())).name == name
+
+
+@pytest.mark.parametrize("arg,said", [
+    ("+study.n_trails=3", "study has no field 'n_trails' (did you mean study.n_trials?)"),
+    ("++study.n_trals=3", "did you mean study.n_trials?"), ("+foo=bar", "the config has no field"),
+    ("+experiment.foo=1", "experiment has no field 'foo'"), ("+cpu.foo=1", "cpu has no field"),
+    ("+cpu.workload.batchh=2", "cpu.workload has no field 'batchh'")])
+def test_an_appended_key_the_schema_lacks_is_refused(arg, said):
+    # Hydra's "+" adds a key to any group: +study.n_trails=3 ran the default trial count, exit 0
+    from sweep.schema import unknown_appended
+
+    assert said in unknown_appended(["+experiment=gqa_vs_mha", arg])
+
+
+def test_appended_keys_the_schema_takes_pass():
+    from sweep.schema import unknown_appended
+
+    assert unknown_appended(["+experiment=moe_vs_dense", "+model.n_experts=8",
+                             "+hardware.kind=gpu", "+experiment.space.n_kv_heads.choices=[1,2]",
+                             "+experiment.constraints.params_total.low=1", "++study.n_trials=3",
+                             "+profile.options.ncu.set=full", "study.name=x"]) is None
