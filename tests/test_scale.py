@@ -249,3 +249,21 @@ def test_compare_tells_apart_designs_that_differ_in_weight_format_or_a_switch():
     assert t.design.nunique() == 3, t.design.tolist()
     assert any("weight_dtype=int4_g128" in d for d in t.design)
     assert all("prompt_len" not in d for d in t.design)  # the same for all: not shown
+
+
+def test_predicted_fronts_on_two_specs_are_said_apart():
+    """Two predict-only studies priced on different hardware specs: both study.json read device
+    "predicted (no device)", and compare_fronts joined them into one front with no warning."""
+    def study(name, hw):
+        df = pd.DataFrame([{"number": 0, "state": "COMPLETE", "param_x": 0, "tok_s": 1.0,
+                            "kv": 1.0}])
+        return name, {"predict": True, "env": {"device": "predicted (no device)"},
+                      "hardware_spec": {"name": hw}, "workload": {"batch": 1}}, df
+
+    _, summary = compare_fronts.compare([study("a", "h200"), study("b", "mi300x")],
+                                        ["tok_s", "kv"], ["maximize", "minimize"])
+    assert any("different devices" in w and "predicted on mi300x" in w
+               for w in summary["warnings"])
+    _, same = compare_fronts.compare([study("a", "h200"), study("b", "h200")], ["tok_s", "kv"],
+                                     ["maximize", "minimize"])
+    assert not any("different devices" in w for w in same["warnings"])

@@ -137,7 +137,7 @@ def compare(studies: list[tuple[str, dict, pd.DataFrame]], objectives: list[str]
         sub = table[table["study"] == lab] if len(table) else table
         summary["studies"][lab]["on_combined_front"] = int(sub["on_combined_front"].sum()) \
             if len(sub) else 0
-    devices = {lab: m.get("env", {}).get("device") for lab, m, _ in studies}
+    devices = {lab: _where(m) for lab, m, _ in studies}
     workloads = {lab: json.dumps(m.get("workload"), sort_keys=True) for lab, m, _ in studies}
     warnings = []
     if len(set(devices.values())) > 1:
@@ -162,6 +162,14 @@ def compare(studies: list[tuple[str, dict, pd.DataFrame]], objectives: list[str]
     summary["warnings"] = warnings
     summary["devices"] = devices
     return table, summary
+
+
+def _where(meta: dict) -> str | None:
+    """The device a study's figures are of: the measured one, or for a predict-only study the
+    hardware spec it priced (every such study's device reads "predicted (no device)")."""
+    if meta.get("predict"):
+        return f"predicted on {(meta.get('hardware_spec') or {}).get('name')}"
+    return (meta.get("env") or {}).get("device")
 
 
 def plot(studies: list[tuple[str, dict, pd.DataFrame]], table: pd.DataFrame, objectives: list[str],
