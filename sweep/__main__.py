@@ -15,7 +15,8 @@ from omegaconf import DictConfig
 
 from .common.entry import STDOUT_CLOSED, guard_stdout, stdout_gone
 from .common.env import CONF
-from .schema import refuse_bad_overrides, register, with_model_fields
+from .config.overrides import refuse_bad_overrides, with_model_fields
+from .config.schema import register
 
 register()
 

@@ -17,8 +17,9 @@ from .analysis.memory import check_fits
 from .common import row
 from .common.atomic import writable_dir
 from .common.env import WORK, detect_device, slug, work_path
-from .identity import changed_from_defaults, identity, identity_hash
-from .schema import WorkloadConf, cpu_stand_in, model_overrides, named_overrides, workload_overrides
+from .config.identity import changed_from_defaults, identity, identity_hash
+from .config.overrides import model_group, named_overrides, workload_overrides
+from .config.schema import WorkloadConf, cpu_stand_in
 from .space import SAMPLERS, check_space, sets_experts
 
 ROW_OBJECTIVES = set(row.OBJECTIVES)  # what a study may optimize (sweep.common.row)
@@ -95,7 +96,7 @@ def plan_from_config(cfg) -> Plan:
     exp = c.get("experiment") or {}
     space = exp.get("space") or {}
     constraints = exp.get("constraints") or {}
-    model_over = model_overrides(model, named_overrides("model"))
+    model, model_over = model_group(model, named_overrides("model"))
     wl_over = workload_overrides(wl, named_overrides("workload"))
     try:  # as configured, checked as on a GPU; a field named as the override (model.FIELD)
         configured = ModelConfig.from_dict(model).validate()

@@ -266,7 +266,7 @@ def shipped_items(cpu: bool = False) -> list[tuple[ModelConfig, dict, str]]:
     import yaml
 
     from .common.env import CONF
-    from .schema import CpuFallbackConf, WorkloadConf
+    from .config.schema import CpuFallbackConf, WorkloadConf
 
     conf = CONF
     keys = ("batch", "prompt_len", "new_tokens")

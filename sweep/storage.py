@@ -214,7 +214,7 @@ def queued(study: optuna.Study) -> bool:
 
 
 def check_identity(study: optuna.Study, plan) -> None:
-    """Resume a stored study only under the plan's identity (``sweep.identity.identity``); a study
+    """Resume a stored study only under the plan's identity (``sweep.config.identity.identity``); a study
     stored before identities were kept takes the plan's.
 
     Raises:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-from sweep.schema import register
+from sweep.config.schema import register
 
 CONF = str(Path(__file__).resolve().parent.parent / "conf")
 # the device caches (calibration, ceilings, tile choices) the tests' studies share: one CPU

@@ -420,7 +420,7 @@ def test_a_trial_records_how_its_tokens_were_routed():
     """``sweep.measure.moe_routing.routing_stats`` after a run: the busiest expert's load and the
     experts a decode step touched, measured, beside what the skew expects; nothing for a dense
     design; a study's identity is unchanged by an unset skew."""
-    from sweep.identity import identity
+    from sweep.config.identity import identity
     from sweep.measure.moe_routing import routing_stats
     from zoo import Generator
     from zoo.experts import set_routing_skew
@@ -583,10 +583,10 @@ def test_uniform_routing_draws_every_tokens_experts_uniformly():
     from sweep.analysis import calibration_store as store
     from sweep.analysis import predict as perf
     from sweep.analysis import pricing
-    from sweep.identity import identity
+    from sweep.config.identity import identity
+    from sweep.config.schema import WorkloadConf
     from sweep.measure.moe_routing import routing_stats
     from sweep.plan import check_workload
-    from sweep.schema import WorkloadConf
     from zoo import Generator
     from zoo.experts import MoEFeedForward, set_routing_skew
 

@@ -208,15 +208,39 @@ def test_every_shipped_spec_passes_the_checks():
     ("+cpu.workload.batchh=2", "cpu.workload has no field 'batchh'")])
 def test_an_appended_key_the_schema_lacks_is_refused(arg, said):
     # Hydra's "+" adds a key to any group: +study.n_trails=3 ran the default trial count, exit 0
-    from sweep.schema import unknown_appended
+    from sweep.config.overrides import unknown_appended
 
     assert said in unknown_appended(["+experiment=gqa_vs_mha", arg])
 
 
 def test_appended_keys_the_schema_takes_pass():
-    from sweep.schema import unknown_appended
+    from sweep.config.overrides import unknown_appended
 
     assert unknown_appended(["+experiment=moe_vs_dense", "+model.n_experts=8",
                              "+hardware.kind=gpu", "+experiment.space.n_kv_heads.choices=[1,2]",
                              "+experiment.constraints.params_total.low=1", "++study.n_trials=3",
                              "+profile.options.ncu.set=full", "study.name=x"]) is None
+
+
+def test_a_config_json_on_the_command_line(tmp_path):
+    """``+model.hf_config=PATH`` reads a config.json as transformers writes it, the command's
+    other model fields over it; a model group of no preset that leaves its shape unset is refused
+    (it ran as the default design under the name it gave), a preset's name fills the rest."""
+    import json
+
+    from sweep.config.overrides import model_group
+
+    hf = ModelConfig.from_name("olmoe_1b_7b").to_hf()
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    fields, over = model_group({"name": "llama3_2_1b", "n_layers": 4, "hf_config": str(tmp_path)},
+                               {"n_layers", "hf_config"})
+    assert fields["n_experts"] == 64 and fields["n_layers"] == 4 and over == {"n_layers": 4}
+    with pytest.raises(ValueError, match="model.hf_config=.*no such file"):
+        model_group({"hf_config": str(tmp_path / "nosuch.json")})
+    with pytest.raises(ValueError, match="sets no model.d_model"):
+        model_group({"name": "mixtral_8x22b"})
+    fields, _ = model_group({"name": "olmoe_1b_7b", "n_layers": 2})
+    assert fields["n_experts"] == 64 and fields["n_layers"] == 2
+    cfg = compose_cfg([f"results_dir={tmp_path}", "quiet=true", "study.predict=true",
+                       "hardware=h200", f"+model.hf_config={tmp_path / 'config.json'}"])
+    assert plan_from_config(cfg).base.n_experts == 64

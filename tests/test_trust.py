@@ -61,7 +61,7 @@ def test_hydra_composition_errors_are_one_line_and_exit_2(override, message, cap
 
 
 def test_an_unknown_option_is_one_line_with_the_options(capsys):
-    from sweep.schema import refuse_bad_overrides
+    from sweep.config.overrides import refuse_bad_overrides
 
     with pytest.raises(SystemExit):
         refuse_bad_overrides(["hardware=nosuch"])
@@ -75,7 +75,7 @@ def test_a_field_its_preset_does_not_list_is_set_and_a_space_entry_is_replaced_b
     field, as the README's MoE and attention-kind overrides do; a misspelled one is still named;
     a dict value that Hydra would merge into a space entry of another shape says how to replace
     it, in place of "no field" for a key that is there."""
-    from sweep.schema import refuse_bad_overrides, with_model_fields
+    from sweep.config.overrides import refuse_bad_overrides, with_model_fields
 
     argv = with_model_fields(["model.n_experts=4", "model.qk_norm=head", "model.n_kv_head=3",
                               "+model.n_experts_active=2", "workload.batch=2"])
@@ -129,7 +129,7 @@ def test_cpu_fallback_keeps_an_override_equal_to_the_group_file(tmp_path):
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    from sweep.schema import register
+    from sweep.config.schema import register
     from tests.helpers import CONF
 
     over = tiny_overrides(tmp_path, "workload.batch=1", "model.n_heads=8")

@@ -38,8 +38,8 @@ from sweep.analysis import calibration_store as store  # noqa: E402
 from sweep.analysis.hardware import load_spec  # noqa: E402
 from sweep.analysis.predict import row_predictions  # noqa: E402
 from sweep.analysis.pricing import Calibrated  # noqa: E402
+from sweep.config.schema import register  # noqa: E402
 from sweep.plan import plan_from_config  # noqa: E402
-from sweep.schema import register  # noqa: E402
 
 REF = ROOT / "results/reference"
 WORKLOADS = {"b1": ["workload=default", "workload.new_tokens=64"], "b8": ["workload=long_context"]}

@@ -12,7 +12,7 @@ import math
 # bursts at a duty cycle) slow down by the measured ratio ``gemm_flops_bf16`` /
 # ``gemm_flops_bf16_sustained`` (``sweep.measure.ceilings``; H100 SXM: 1.11 after 0.075 s,
 # ``results/reference/power_probe.md``). Memory-bound kernels are left as calibrated (timed
-# back to back already). The workload's own warm-up and repeats, else sweep.schema's defaults.
+# back to back already). The workload's own warm-up and repeats, else sweep.config.schema's defaults.
 DEFAULT_WARMUP, DEFAULT_REPEATS = 3, 10
 POWER_UNCERTAINTY = 0.5  # of the added time: the GEMM's slow-down stands in for a stage's mix
 # A stage that is not all compute-bound draws less power, so its compute-bound kernels slow less:

@@ -36,8 +36,9 @@ from ..common.row import TIME, spread_of
 def _plan(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
+    from ..config.overrides import refuse_bad_overrides, with_model_fields
+    from ..config.schema import register
     from ..plan import plan_from_config
-    from ..schema import refuse_bad_overrides, register, with_model_fields
 
     register()
     overrides = with_model_fields(overrides)

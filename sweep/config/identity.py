@@ -9,9 +9,9 @@ from pathlib import Path
 from kernels.switches import Switches
 from zoo import ModelConfig
 
-from .analysis.hardware import HardwareSpec, load_spec
-from .common import row
-from .common.env import triton_interpret
+from ..analysis.hardware import HardwareSpec, load_spec
+from ..common import row
+from ..common.env import triton_interpret
 
 
 def identity(base: ModelConfig, wl: dict, mode: str, weights: str | None, spec: HardwareSpec,
