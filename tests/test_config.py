@@ -133,3 +133,17 @@ def test_kernels_auto_is_the_devices_fastest_path():
     assert cfg.replace(kv_dtype="int8").resolved("cpu").kernels == "triton"  # only Triton has it
     assert cfg.replace(kernels="torch").resolved("cuda").kernels == "torch"  # asked for: kept
     assert Transformer.build(cfg, "cpu").cfg.kernels == "torch"
+
+
+def test_a_quantized_config_json_reads_its_weight_format():
+    """``quantization_config`` was ignored: Qwen3-30B-A3B-FP8's config read as bf16 weights (a
+    peak memory twice the FP8 model's). fp8 and AWQ / GPTQ int4 g128 read as their formats;
+    another method refused by the key."""
+    hf = ModelConfig.from_name("qwen3_30b_a3b").to_hf()
+    assert ModelConfig.from_hf(hf).weight_dtype == "auto"
+    fp8 = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}
+    assert ModelConfig.from_hf({**hf, "quantization_config": fp8}).weight_dtype == "fp8"
+    awq = {"quant_method": "awq", "bits": 4, "group_size": 128}
+    assert ModelConfig.from_hf({**hf, "quantization_config": awq}).weight_dtype == "int4_g128"
+    with pytest.raises(DesignError, match="quantization_config .*mxfp4"):
+        ModelConfig.from_hf({**hf, "quantization_config": {"quant_method": "mxfp4"}})

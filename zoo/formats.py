@@ -31,3 +31,28 @@ WEIGHT_FORMATS = {
     "q5_k_m": 5.69,      # llama.cpp Q5_K_M
     "q6_k": 6.56,        # llama.cpp Q6_K
 }
+
+
+def weight_format_of_hf(qc: dict | None) -> str:
+    """The weight format (``WEIGHT_FORMATS``) of a ``config.json``'s ``quantization_config``:
+    none -> ``auto``; ``quant_method: fp8`` (e4m3, per tensor or in 128 x 128 blocks: one float32
+    scale per 16384 weights, 0.002 bits) -> ``fp8``; ``awq`` / ``gptq`` at 4 bits in groups of 128
+    -> ``int4_g128``.
+
+    Raises:
+        DesignError: another method, bit width or group size, naming the key."""
+    from .errors import DesignError
+
+    if not qc:
+        return "auto"
+    if not isinstance(qc, dict):
+        raise DesignError(f"quantization_config={qc!r} must be an object")
+    method = qc.get("quant_method")
+    if method == "fp8":
+        return "fp8"
+    if method in ("awq", "gptq") and qc.get("bits") == 4 and qc.get("group_size") == 128:
+        return "int4_g128"
+    raise DesignError(f"quantization_config (quant_method={method!r}, bits={qc.get('bits')!r}, "
+                      f"group_size={qc.get('group_size')!r}) is not a weight format the zoo "
+                      "prices: fp8, or awq / gptq at 4 bits in groups of 128 (model.weight_dtype "
+                      "sets one)")

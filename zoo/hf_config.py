@@ -14,6 +14,7 @@ from typing import Any
 from . import hf_deepseek, hf_gemma
 from . import layer_types as lt
 from .errors import DesignError
+from .formats import weight_format_of_hf
 
 ROPE_TYPES = ("default", "llama3", "linear", "yarn")
 
@@ -168,7 +169,8 @@ def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dic
     if hf.get("model_type") in MODEL_TYPES:  # another family is refused as such (_fields)
         _check_types(hf, where)
     try:
-        return _fields(hf, name)
+        fields, hf = _fields(hf, name)
+        return {**fields, "weight_dtype": weight_format_of_hf(hf.get("quantization_config"))}, hf
     except KeyError as e:  # a key every file of its family holds, missing: named
         raise DesignError(f"config.json (model_type={hf.get('model_type')}) has no "
                           f"{e.args[0]!r}, which its family always writes") from None
