@@ -502,3 +502,15 @@ def test_the_advisor_prices_a_target_without_calibration_as_the_what_if_does():
     assert r["predicted"]["decode_pred_ms"] == pytest.approx(want["decode_tpot_ms"])
     assert r["predicted"]["prefill_pred_ms"] == pytest.approx(want["ttft_ms"])
     assert r["basis"].startswith("fitted on public measurements, m4_max")
+
+
+def test_a_predicted_design_fits_the_memory_a_measured_one_may_hold():
+    """A predict-only study held a design to all of its target's memory (15.6 GB needed counted
+    as fitting a 16 GB phone); a measured one is held to 90% less 1 GiB: the same bound now."""
+    from sweep.analysis.hardware import load_spec
+    from sweep.analysis.targets import misfit, usable_bytes
+
+    spec = load_spec("snapdragon_8_gen3")
+    assert usable_bytes(spec) == pytest.approx(0.9 * spec.memory_gb * 1e9 - 2**30)
+    why = misfit({"fits_memory": False, "memory_needed_bytes": 15.59e9}, spec)
+    assert "usable" in why and f"{usable_bytes(spec) / 1e9:.1f} GB" in why

@@ -20,7 +20,7 @@ Figures (the results-row names a measured study has, so fronts compare): ``ttft_
 ``decode_tpot_ms`` (also as ``{stage}_pred_ms``), ``decode_tok_s`` (batch / TPOT),
 ``prefill_tok_s``, ``decode_j_per_token`` (TDP x TPOT / batch: an upper bound at the board's
 power limit; NaN where no TDP is stated),
-``fits_memory`` (weights + the workload's static KV cache <= ``memory_gb``), ``decode_bound``
+``fits_memory`` (weights, KV cache and activations within ``usable_bytes``), ``decode_bound``
 (``compute-bound``/``memory-bound``/``overhead-bound``, as a measured row says it: the largest of
 the roofline's terms), ``prediction_basis``.
 """
@@ -37,6 +37,7 @@ from zoo.config import DESIGN_FIELDS
 
 from ..common.row import MODULES, RATE, STAGES, TIME, energy, pred, pred_module
 from .anchors import transfer
+from .memory import MEMORY_RESERVE, MEMORY_SHARE
 from .predict import ROUTED, STAND_INS, confidence, kernel_list, predict
 from .pricing import Calibrated
 
@@ -145,7 +146,7 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
            RATE["prefill"]: B * T / ttft * 1e3 if ttft else math.nan,
            energy("decode"): (spec.tdp_w * tpot * 1e-3 / B if math.isfinite(spec.tdp_w)
                               else math.nan),
-           "memory_needed_bytes": need, "fits_memory": bool(need <= spec.memory_gb * 1e9),
+           "memory_needed_bytes": need, "fits_memory": bool(need <= usable_bytes(spec)),
            "decode_bound": f"{bound}-bound", "prediction_basis": basis, "basis_kind": kind,
            "prediction_notes": row.get("prediction_notes", ""),
            "prediction_stale": row.get("prediction_stale", False),
@@ -294,5 +295,14 @@ def misfit(p: dict, spec) -> str | None:
     not fit the spec's memory (``fits_memory`` False), its predicted figures kept; else None."""
     if p.get("fits_memory") is not False:
         return None
-    return (f"does not fit: needs {p['memory_needed_bytes'] / 1e9:.1f} GB (weights and KV cache) "
-            f"of the {spec.name}'s {spec.memory_gb:g} GB (predicted figures kept)")
+    return (f"does not fit: needs {p['memory_needed_bytes'] / 1e9:.1f} GB (weights, KV cache, "
+            f"activations) of the {spec.name}'s {spec.memory_gb:g} GB, {usable_bytes(spec) / 1e9:.1f}"
+            f" GB usable ({MEMORY_SHARE:.0%} less {MEMORY_RESERVE / 2**30:.0f} GiB, as a measured "
+            "study allows; predicted figures kept)")
+
+
+def usable_bytes(spec) -> float:
+    """Bytes of ``spec``'s memory a run may hold: ``MEMORY_SHARE`` of it less ``MEMORY_RESERVE``
+    (``sweep.analysis.memory``: the CUDA context, workspaces and graph pools; on a unified-memory
+    device, the OS's share), the bound a measured study's designs are held to."""
+    return MEMORY_SHARE * spec.memory_gb * 1e9 - MEMORY_RESERVE
