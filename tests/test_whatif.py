@@ -514,3 +514,20 @@ def test_a_predicted_design_fits_the_memory_a_measured_one_may_hold():
     assert usable_bytes(spec) == pytest.approx(0.9 * spec.memory_gb * 1e9 - 2**30)
     why = misfit({"fits_memory": False, "memory_needed_bytes": 15.59e9}, spec)
     assert "usable" in why and f"{usable_bytes(spec) / 1e9:.1f} GB" in why
+
+
+def test_a_fitted_interval_never_reads_under_the_datasheet_roofline():
+    """On the MI300X (a fitted spec) an MoE prefill's low end read 13.1 ms where its FLOPs at
+    the datasheet's peak take 14.3 ms: faster than the chip can be."""
+    from sweep.analysis.hardware import load_spec
+    from sweep.analysis.targets import predict_on
+    from zoo import ModelConfig, counts
+
+    spec = load_spec("mi300x")
+    assert spec.fitted.get("prefill")
+    cfg = ModelConfig.from_name("olmoe_1b_7b").resolved("cuda")
+    wl = {"batch": 8, "prompt_len": 1024, "new_tokens": 64}
+    row = predict_on(cfg, wl, spec)
+    st = counts.prefill(cfg, 8, 1024)
+    floor_ms = st.matmul_flops / spec.peak_flops("bf16") * 1e3
+    assert row["prefill_pred_ms_lo"] >= floor_ms * (1 - 1e-9)

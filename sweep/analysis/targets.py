@@ -182,7 +182,8 @@ def _fitted(cfg: ModelConfig, workload: dict, spec, ceil: dict) -> dict:
     time from ``fitted_step`` (its modules the roofline's shares of it, the fixed part
     as ``launch_overhead``) and its interval ``[t / (1 + w), t x (1 + w)]``, re-centred on it,
     ``w`` the fit's leave-one-chip-out half-width (``loo_half_width_pct``; a stage without a
-    fit keeps the roofline x stated efficiencies, said in ``prediction_notes``)."""
+    fit keeps the roofline x stated efficiencies, said in ``prediction_notes``); its low end
+    never under the datasheet roofline (peak FLOP/s and bandwidth at full use)."""
     B, T, N = workload["batch"], workload["prompt_len"], workload["new_tokens"]
     row = predict(cfg, workload, spec, None, ceilings=ceil)
     skew = workload.get("routing_skew", 0.0)
@@ -207,7 +208,9 @@ def _fitted(cfg: ModelConfig, workload: dict, spec, ceil: dict) -> dict:
         w = 1 + w / 100 if w is not None else math.nan
         # re-centred on the point: [t / (1 + w), t x (1 + w)] held 80% of the published figures
         # of the fit's rows, each priced without its chip (sweep.analysis.public_loo.COVERAGE)
-        row[pred(stage, "lo")], row[pred(stage, "hi")] = t / w, t * w
+        # never under the datasheet's roofline: its peak FLOP/s and bandwidth at full use
+        floor = max(st.matmul_flops / _peak(spec, cfg.dtype), st.min_bytes / spec.peak_bytes_s)
+        row[pred(stage, "lo")], row[pred(stage, "hi")] = max(t / w, floor * 1e3), t * w
     return row
 
 
