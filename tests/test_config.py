@@ -147,3 +147,11 @@ def test_a_quantized_config_json_reads_its_weight_format():
     assert ModelConfig.from_hf({**hf, "quantization_config": awq}).weight_dtype == "int4_g128"
     with pytest.raises(DesignError, match="quantization_config .*mxfp4"):
         ModelConfig.from_hf({**hf, "quantization_config": {"quant_method": "mxfp4"}})
+
+
+def test_a_multimodal_wrapper_points_at_its_text_config():
+    # Gemma 3 4B-27B ship model_type gemma3 with the language model in text_config
+    text = ModelConfig.from_name("gemma3_1b").to_hf()
+    with pytest.raises(DesignError, match="its text_config .*gemma3_text.* pass that object"):
+        ModelConfig.from_hf({"model_type": "gemma3", "text_config": text})
+    assert ModelConfig.from_hf(text).n_layers == ModelConfig.from_name("gemma3_1b").n_layers

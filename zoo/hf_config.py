@@ -203,9 +203,11 @@ def _fields(hf: dict, name: str) -> tuple[dict[str, Any], dict]:
     family always writes, missing: ``KeyError``."""
     mt = hf.get("model_type")
     if mt not in MODEL_TYPES:
-        raise DesignError(
-            f"model_type={mt!r} is not supported: ModelConfig.from_hf reads "
-            f"{', '.join(MODEL_TYPES)}")
+        inner = (hf.get("text_config") or {}).get("model_type")  # a multimodal wrapper's
+        raise DesignError(f"model_type={mt!r} is not supported: ModelConfig.from_hf reads "
+                          f"{', '.join(MODEL_TYPES)}" + (
+                              f"; its text_config (model_type={inner!r}, the language model "
+                              "alone) is: pass that object" if inner in MODEL_TYPES else ""))
     gemma, gemma_rope = hf_gemma.fields(hf) if mt == "gemma3_text" else ({}, None)
     if mt != "gemma3_text" and hf.get("hidden_act", "silu") != "silu":
         raise DesignError(f"hidden_act={hf['hidden_act']!r}: these families use silu (SwiGLU)")
