@@ -485,3 +485,24 @@ def test_the_device_locks_folder_is_shared_whatever_the_umask(tmp_path, monkeypa
     finally:
         os.umask(old)
     assert path.parent.stat().st_mode & 0o7777 == 0o1777 and path.name == "cpu.lock"
+
+
+def test_the_shipped_grid_holds_an_moe_decode_step_at_every_batch():
+    """The shipped grid (``python -m sweep.cli.calibrate``) measures an MoE design's grouped
+    GEMMs at every ``MOE_DECODE_TOKENS`` batch, as the model launches them there (the fused
+    router only up to its 8 tokens): the H100's file had Qwen3-30B-A3B at 1 and 512 tokens only,
+    and a predict-only batch 8 read 13% slow. The H100's shipped file holds them."""
+    import pandas as pd
+
+    from sweep.analysis.needs import missing
+    from sweep.caches.grids import MOE_DECODE_TOKENS, grid_needs
+    from zoo import ModelConfig
+
+    cfg = ModelConfig.from_name("qwen3_30b_a3b").resolved("cuda")
+    got = grid_needs([(cfg, {"batch": 1, "prompt_len": 512, "new_tokens": 64}, "cudagraph")],
+                     "cuda")["moe_gemm"]
+    assert {(op, M) for op, M, *_ in got} >= {(op, M) for op in ("moe_up", "moe_down")
+                                              for M in MOE_DECODE_TOKENS}
+    assert max(M for op, M, *_ in got if op == "router_route") <= 8
+    shipped = pd.read_parquet("sweep/analysis/calibrations/nvidia_h100_80gb_hbm3.parquet")
+    assert not missing(shipped, {"moe_gemm": got})["moe_gemm"]

@@ -1,6 +1,7 @@
 """The grids a calibration measures beyond a study's own shapes: the shipped grid over designs
 (``grid_needs``: every GEMM ``(N, K)`` at every ``M_GRID`` M, every decode GEMV at ``M`` 1 .. 16,
-the prefill-attention grid) and the decode-attention shapes a fit of each ``(impl, kv_dtype)``
+an MoE design's grouped GEMMs at every ``MOE_DECODE_TOKENS`` decode step, the prefill-attention
+grid) and the decode-attention shapes a fit of each ``(impl, kv_dtype)``
 needs (``attn_grid``), from the micro-benchmarks' own grids (``sweep.measure.microbench``)."""
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ from ..measure.microbench_mla import mla_grid
 
 M_GRID = [1, 2, 4, 8, 16, 32, 64, 256, 1024, 4096, 16384, 32768]
 GEMV_M_GRID = [1, 2, 4, 8, 16]
+# an MoE decode step's tokens (its batch): the experts it touches grow with them, so a batch
+# between two entries far apart is priced off (Qwen3-30B-A3B at batch 8 between 1 and 512
+# tokens: +13% on the H100, predict-only)
+MOE_DECODE_TOKENS = [1, 2, 4, 8, 16, 32, 64]
 OFF_GRID = [(1000, 1000), (1536, 2880), (2112, 1344), (5000, 3000), (4160, 4160)]  # not x64
 
 
@@ -23,7 +28,7 @@ def grid_needs(items, device_type: str) -> dict:
     cuda = device_type == "cuda"
     dtype = "bf16" if cuda else "fp32"
     m_grid = M_GRID if cuda else [1, 2, 4, 16, 64, 256]  # the CPU's tiny designs: a few
-    nk, nkp = set(OFF_GRID) if cuda else set(), set()
+    nk, nkp, moe = set(OFF_GRID) if cuda else set(), set(), set()
     for cfg, _, _ in items:
         for k in kernel_list(cfg, 1, 2, 2, "torch"):
             if k.kind == "gemm":
@@ -32,8 +37,15 @@ def grid_needs(items, device_type: str) -> dict:
             for k in kernel_list(cfg, 1, 1, 2, "triton"):
                 if k.kind == "gemv":
                     nkp.add((k.shape["N"], k.shape["K"], k.shape["prologue"]))
+            for B in MOE_DECODE_TOKENS if cfg.moe else ():  # the launches of a step of B tokens
+                for k in kernel_list(cfg, B, 1, 2, "triton"):
+                    s = k.shape
+                    if "experts" in s and "tokens" in s:  # a grouped GEMM of the Triton path
+                        moe.add((k.op, s["tokens"], s["E"], s["topk"], s["N"], s["K"],
+                                 s["dtype"]))
     return {"gemm": [(M, N, K, dtype) for N, K in sorted(nk) for M in m_grid],
             "gemv": [(M, N, K, p, dtype) for N, K, p in sorted(nkp) for M in GEMV_M_GRID],
+            "moe_gemm": sorted(moe),
             "decode_attn": [],
             "prefill_attn": [tuple(s[c] for c in KEYS["prefill_attn"])
                              for s in prefill_attention_grid(cuda, not cuda)]}
