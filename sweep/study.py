@@ -121,8 +121,8 @@ def shadow_predictions(plan) -> list:
     items = study_designs(sh["space"], sh["base"], sh["workload"], sh["mode"], left_out=dropped)
     out = []
     for name in sh["targets"]:
-        try:
-            spec = load_spec(name)
+        try:  # the command's spec where it is this one (its hardware.FIELD overrides)
+            spec = plan.spec if name == plan.spec.name else load_spec(name)
         except KeyError as e:
             print(f"predicted designs: {e}", flush=True)
             continue

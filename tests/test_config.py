@@ -145,13 +145,15 @@ def test_a_quantized_config_json_reads_its_weight_format():
     assert ModelConfig.from_hf({**hf, "quantization_config": fp8}).weight_dtype == "fp8"
     awq = {"quant_method": "awq", "bits": 4, "group_size": 128}
     assert ModelConfig.from_hf({**hf, "quantization_config": awq}).weight_dtype == "int4_g128"
+    other = {**hf, "quantization_config": {"quant_method": "mxfp4"}}
     with pytest.raises(DesignError, match="quantization_config .*mxfp4"):
-        ModelConfig.from_hf({**hf, "quantization_config": {"quant_method": "mxfp4"}})
+        ModelConfig.from_hf(other)
+    assert ModelConfig.from_hf(other, weight_dtype="q4_0").weight_dtype == "q4_0"  # as it says
 
 
 def test_a_multimodal_wrapper_points_at_its_text_config():
     # Gemma 3 4B-27B ship model_type gemma3 with the language model in text_config
     text = ModelConfig.from_name("gemma3_1b").to_hf()
-    with pytest.raises(DesignError, match="its text_config .*gemma3_text.* pass that object"):
+    with pytest.raises(DesignError, match="its text_config .*gemma3_text.* of its own"):
         ModelConfig.from_hf({"model_type": "gemma3", "text_config": text})
     assert ModelConfig.from_hf(text).n_layers == ModelConfig.from_name("gemma3_1b").n_layers

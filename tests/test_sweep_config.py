@@ -184,7 +184,9 @@ def test_hardware_fields_and_directions_enter_the_identity_only_when_changed(tmp
     ("hardware.memory_gb=abc", "hardware.memory_gb"), ("+hardware.foo=1", "foo"),
     ("hardware.hbm_gb_s=-5", "hardware.hbm_gb_s"), ("hardware.hbm_gb_s=0", "hardware.hbm_gb_s"),
     ("hardware.peak_tflops.bf16=-1", "hardware.peak_tflops.bf16"),
-    ("hardware.sm_count=1.5", "hardware.sm_count"), ("+hardware.kind=tpu", "hardware.kind")])
+    ("hardware.sm_count=1.5", "hardware.sm_count"), ("+hardware.kind=tpu", "hardware.kind"),
+    ("hardware.peak_tflops=5", "hardware.peak_tflops"), ("hardware.match=5", "hardware.match"),
+    ("hardware.memory_gb=inf", "hardware.memory_gb")])
 def test_bad_hardware_fields_are_refused_by_name(tmp_path, override, field):
     # they had ended in a TypeError's traceback, or were taken (a negative bandwidth priced)
     cfg = compose_cfg([f"results_dir={tmp_path}", "quiet=true", "study.predict=true",
@@ -242,5 +244,31 @@ def test_a_config_json_on_the_command_line(tmp_path):
     fields, _ = model_group({"name": "olmoe_1b_7b", "n_layers": 2})
     assert fields["n_experts"] == 64 and fields["n_layers"] == 2
     cfg = compose_cfg([f"results_dir={tmp_path}", "quiet=true", "study.predict=true",
-                       "hardware=h200", f"+model.hf_config={tmp_path / 'config.json'}"])
-    assert plan_from_config(cfg).base.n_experts == 64
+                       "hardware=h200", f"+model.hf_config={tmp_path / 'config.json'}",
+                       "model.n_layers=4"])  # composed outside the app (advise): none named
+    base = plan_from_config(cfg).base
+    assert base.n_experts == 64 and base.n_layers == 4
+
+
+def test_an_unstated_figure_is_no_change_of_the_spec():
+    # NaN (a figure the datasheet does not state) read twice is two NaNs: not an override
+    from sweep.analysis.hardware import HardwareSpec
+    from sweep.config.identity import changed_from_defaults
+
+    b200 = load_spec("b200")
+    assert math.isnan(b200.l2_mb)
+    again = HardwareSpec(**{**b200.__dict__, "l2_mb": float("nan")})
+    assert "hardware_fields" not in changed_from_defaults(again, ["decode_tok_s"], ["maximize"])
+    more = HardwareSpec(**{**b200.__dict__, "memory_gb": 64})
+    assert changed_from_defaults(more, ["decode_tok_s"], ["maximize"])["hardware_fields"] == {
+        "memory_gb": 64}
+
+
+def test_an_appended_key_is_refused_with_flags_too():
+    from sweep.config.overrides import refuse_bad_overrides
+
+    for argv in (["-m", "+study.n_trails=1"], ["hydra.job.chdir=false", "+study.n_trails=1"]):
+        with pytest.raises(SystemExit) as e:
+            refuse_bad_overrides(argv)
+        assert e.value.code == 2
+    assert refuse_bad_overrides(["-m", "+hydra.job.env_set.X=1", "study.n_trials=1"]) is None

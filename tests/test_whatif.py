@@ -531,3 +531,31 @@ def test_a_fitted_interval_never_reads_under_the_datasheet_roofline():
     st = counts.prefill(cfg, 8, 1024)
     floor_ms = st.matmul_flops / spec.peak_flops("bf16") * 1e3
     assert row["prefill_pred_ms_lo"] >= floor_ms * (1 - 1e-9)
+
+
+def test_predict_on_holds_a_design_to_the_usable_memory():
+    # the same bound in predict_on's fits_memory (the row's PRUNED), not only in its message
+    from sweep.analysis.hardware import load_spec
+    from sweep.analysis.targets import predict_on, usable_bytes
+    from zoo import ModelConfig, counts
+
+    spec = load_spec("h200")
+    cfg = ModelConfig.from_name("llama3_1_8b").resolved("cuda")
+    for B in range(1, 400):  # the first batch past the usable bytes
+        if counts.memory_need(cfg, B, 8192, 64)["total"] > usable_bytes(spec):
+            break
+    wl = {"batch": B, "prompt_len": 8192, "new_tokens": 64}
+    assert counts.memory_need(cfg, B, 8192, 64)["total"] <= spec.memory_gb * 1e9
+    assert predict_on(cfg, wl, spec)["fits_memory"] is False
+
+
+def test_a_fitted_interval_holds_its_point():
+    # a fitted point under the datasheet roofline was left there, its clamped low end above it
+    from sweep.analysis.hardware import load_spec
+    from sweep.analysis.targets import predict_on
+    from zoo import ModelConfig
+
+    row = predict_on(ModelConfig.from_name("qwen2_5_7b").resolved("cuda"),
+                     {"batch": 64, "prompt_len": 4096, "new_tokens": 64},
+                     load_spec("snapdragon_x_elite_cpu"))
+    assert row["decode_pred_ms_lo"] <= row["decode_pred_ms"] <= row["decode_pred_ms_hi"]

@@ -278,8 +278,8 @@ class ModelConfig:
 
     def identity_dict(self) -> dict[str, Any]:
         """``to_dict`` without the fields added after the first studies (``LATER_FIELDS``)
-        where they hold their default: a study's identity (``sweep.plan.identity``) names what
-        changes its figures, and a dense design's stays what it was before those fields came."""
+        where they hold their default: a study's identity (``sweep.config.identity``) names
+        what changes its figures; a dense design's stays what it was before those fields came."""
         d = self.to_dict()
         for k, v in LATER_FIELDS.items():
             if d.get(k) == v:
@@ -322,7 +322,7 @@ class ModelConfig:
                 an impossible design (``validate``, naming the field)."""
         from .hf_config import fields_from_hf
 
-        fields, _ = fields_from_hf(path_or_dict)
+        fields, _ = fields_from_hf(path_or_dict, overrides.get("weight_dtype"))
         cfg = cls(**fields)
         return (cfg.replace(**overrides) if overrides else cfg).validate()
 

@@ -129,13 +129,15 @@ def _rope(hf: dict, max_pos: int) -> tuple[float, dict | None]:
     return theta, dict(scaling, rope_type=rtype)
 
 
-def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dict]:
+def fields_from_hf(path_or_dict: str | Path | dict, weight_dtype: str | None = None
+                   ) -> tuple[dict[str, Any], dict]:
     """``(ModelConfig fields, the parsed config)`` of a Hugging Face ``config.json`` of the
     Llama, Mistral, Qwen2 or Qwen3 families, or a Mixtral, Qwen3-MoE or OLMoE mixture of experts
     (``_moe_fields`` reads the experts, ``_windows`` the sliding-window layers).
 
     Args:
         path_or_dict: a ``config.json`` path, a folder holding one, or the parsed dict.
+        weight_dtype: the weight format to take in place of its ``quantization_config``'s.
 
     Both layouts of the RoPE settings are read: the one ``transformers`` >= 5 writes
     (``rope_parameters: {rope_type, rope_theta, factor, ...}``) and the older top-level
@@ -169,8 +171,8 @@ def fields_from_hf(path_or_dict: str | Path | dict) -> tuple[dict[str, Any], dic
     if hf.get("model_type") in MODEL_TYPES:  # another family is refused as such (_fields)
         _check_types(hf, where)
     try:
-        fields, hf = _fields(hf, name)
-        return {**fields, "weight_dtype": weight_format_of_hf(hf.get("quantization_config"))}, hf
+        (fields, hf), qc = _fields(hf, name), hf.get("quantization_config")
+        return {**fields, "weight_dtype": weight_dtype or weight_format_of_hf(qc)}, hf
     except KeyError as e:  # a key every file of its family holds, missing: named
         raise DesignError(f"config.json (model_type={hf.get('model_type')}) has no "
                           f"{e.args[0]!r}, which its family always writes") from None
@@ -207,7 +209,7 @@ def _fields(hf: dict, name: str) -> tuple[dict[str, Any], dict]:
         raise DesignError(f"model_type={mt!r} is not supported: ModelConfig.from_hf reads "
                           f"{', '.join(MODEL_TYPES)}" + (
                               f"; its text_config (model_type={inner!r}, the language model "
-                              "alone) is: pass that object" if inner in MODEL_TYPES else ""))
+                              "alone) is: a config.json of its own" if inner in MODEL_TYPES else ""))
     gemma, gemma_rope = hf_gemma.fields(hf) if mt == "gemma3_text" else ({}, None)
     if mt != "gemma3_text" and hf.get("hidden_act", "silu") != "silu":
         raise DesignError(f"hidden_act={hf['hidden_act']!r}: these families use silu (SwiGLU)")

@@ -78,8 +78,9 @@ def spec_from_config(d: dict) -> HardwareSpec:
     ``hardware.FIELD=...`` overrides), checked before any work.
 
     Raises:
-        ValueError: an unknown field, or a figure that is not a positive number (``hbm_gb_s``,
-            ``memory_gb``, ``l2_mb``, ``tdp_w``, each ``peak_tflops`` entry; NaN: not stated),
+        ValueError: an unknown field, a field of another type (``peak_tflops`` a mapping, ...),
+            or a figure that is not a finite positive number (``hbm_gb_s``, ``memory_gb``,
+            ``l2_mb``, ``tdp_w``, each ``peak_tflops`` entry; NaN: not stated),
             ``sm_count`` not a whole number >= 0, ``kind`` not gpu / cpu / npu; each named as
             ``hardware.FIELD``.
     """
@@ -88,10 +89,15 @@ def spec_from_config(d: dict) -> HardwareSpec:
     if unknown := sorted(set(d) - set(names)):
         raise ValueError(f"unknown hardware field(s): {', '.join(unknown)}; a spec has: "
                          f"{', '.join(names)}")
+    for k, kind in (("peak_tflops", dict), ("assumptions", dict), ("fitted", dict),
+                    ("match", list), ("estimates", list), ("unified_memory", bool)):
+        if k in d and not isinstance(d[k], kind):
+            raise ValueError(f"hardware.{k}={d[k]!r} must be a {kind.__name__}")
     figures = {k: d[k] for k in _POSITIVE if k in d}
     figures.update({f"peak_tflops.{k}": v for k, v in (d.get("peak_tflops") or {}).items()})
     for k, v in figures.items():
-        ok = isinstance(v, int | float) and not isinstance(v, bool) and (math.isnan(v) or v > 0)
+        ok = (isinstance(v, int | float) and not isinstance(v, bool)
+              and (math.isnan(v) or 0 < v < math.inf))
         if not ok:
             raise ValueError(f"hardware.{k}={v!r} must be a positive number (GB/s, GB, MB, W, "
                              "TFLOP/s)")

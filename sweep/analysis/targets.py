@@ -183,7 +183,7 @@ def _fitted(cfg: ModelConfig, workload: dict, spec, ceil: dict) -> dict:
     as ``launch_overhead``) and its interval ``[t / (1 + w), t x (1 + w)]``, re-centred on it,
     ``w`` the fit's leave-one-chip-out half-width (``loo_half_width_pct``; a stage without a
     fit keeps the roofline x stated efficiencies, said in ``prediction_notes``); its low end
-    never under the datasheet roofline (peak FLOP/s and bandwidth at full use)."""
+    never under the datasheet roofline (peak FLOP/s and bandwidth at full use), nor its point."""
     B, T, N = workload["batch"], workload["prompt_len"], workload["new_tokens"]
     row = predict(cfg, workload, spec, None, ceilings=ceil)
     skew = workload.get("routing_skew", 0.0)
@@ -198,6 +198,10 @@ def _fitted(cfg: ModelConfig, workload: dict, spec, ceil: dict) -> dict:
             continue
         row[f"{stage}_pred_basis"] = f"fitted on public {stage} measurements"
         t = fitted_step(f, stage, cfg, st, spec.peak_bytes_s, _peak(spec, cfg.dtype)) * 1e3
+        # never under the datasheet's roofline: its peak FLOP/s and bandwidth at full use
+        floor = max(st.matmul_flops / _peak(spec, cfg.dtype),
+                    st.min_bytes / spec.peak_bytes_s) * 1e3  # (NaN: a peak not stated)
+        t = max(t, floor)
         fixed = cfg.n_layers * f["per_layer_s"] * 1e3
         mods = {m: row.get(pred_module(stage, m), 0.0) for m in MODULES}
         rest = sum(v for m, v in mods.items() if m != "launch_overhead") or 1.0
@@ -208,9 +212,7 @@ def _fitted(cfg: ModelConfig, workload: dict, spec, ceil: dict) -> dict:
         w = 1 + w / 100 if w is not None else math.nan
         # re-centred on the point: [t / (1 + w), t x (1 + w)] held 80% of the published figures
         # of the fit's rows, each priced without its chip (sweep.analysis.public_loo.COVERAGE)
-        # never under the datasheet's roofline: its peak FLOP/s and bandwidth at full use
-        floor = max(st.matmul_flops / _peak(spec, cfg.dtype), st.min_bytes / spec.peak_bytes_s)
-        row[pred(stage, "lo")], row[pred(stage, "hi")] = max(t / w, floor * 1e3), t * w
+        row[pred(stage, "lo")], row[pred(stage, "hi")] = max(t / w, floor), t * w
     return row
 
 

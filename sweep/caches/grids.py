@@ -22,7 +22,8 @@ OFF_GRID = [(1000, 1000), (1536, 2880), (2112, 1344), (5000, 3000), (4160, 4160)
 def grid_needs(items, device_type: str) -> dict:
     """The shipped grid over ``items``' designs: every GEMM ``(N, K)`` (and ``OFF_GRID``) at
     every ``M_GRID`` M (powers of two up to 512 on the CPU), every decode GEMV at ``M`` 1 .. 16,
-    the prefill attention grid."""
+    an MoE design's grouped GEMMs and router as a decode step of each ``MOE_DECODE_TOKENS``
+    tokens launches them (on a GPU), the prefill attention grid."""
     from ..analysis.predict import kernel_list
 
     cuda = device_type == "cuda"

@@ -47,13 +47,21 @@ def changed_from_defaults(spec: HardwareSpec, objectives: list, directions: list
         shipped = load_spec(spec.name)
     except KeyError:  # a spec of no file: all of it
         shipped = None
-    if shipped != spec:
-        out["hardware_fields"] = {k: v for k, v in spec.__dict__.items()
-                                  if shipped is None or getattr(shipped, k, None) != v}
+    changed = {k: v for k, v in spec.__dict__.items()
+               if shipped is None or _text(getattr(shipped, k, None)) != _text(v)}
+    if changed:
+        out["hardware_fields"] = changed
     natural = [getattr(row.COLUMNS.get(o), "direction", None) for o in objectives]
     if any(n is None or d != n + "imize" for d, n in zip(directions, natural)):
         out["directions"] = list(directions)
     return out
+
+
+def _text(v) -> str:
+    """A value as canonical JSON: NaN equal to NaN (a spec's unstated figure), dicts by key."""
+    import json
+
+    return json.dumps(v, sort_keys=True, default=str)
 
 
 def identity_hash(ident: dict) -> str:

@@ -45,6 +45,9 @@ def refuse_bad_overrides(argv: list[str]) -> None:
     key, group or option, a wrong type or a malformed override ends here with one ``error:`` line
     naming it and exit code 2, before any work (Hydra's own report exits 1 with a traceback
     hint). Flags and ``hydra.*`` overrides are left to Hydra."""
+    if why := unknown_appended([a for a in argv if not a.startswith("-")]):
+        print(f"error: {why}", file=sys.stderr)  # needs no composing: before the flags' return
+        sys.exit(2)
     if any(a.startswith(("-", "hydra.", "+hydra.", "++hydra.")) for a in argv):
         return
     from hydra import compose, initialize_config_dir
@@ -62,8 +65,6 @@ def refuse_bad_overrides(argv: list[str]) -> None:
         for key in ("results_dir", "cache_dir"):  # Hydra makes its run folder there first
             if cfg.get(key):
                 writable_dir(work_path(cfg[key]), key)
-        if why := unknown_appended(argv):
-            raise ValueError(why)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -93,7 +94,7 @@ def unknown_appended(argv: list[str]) -> str | None:
             continue
         key = arg.lstrip("+").split("=", 1)[0]
         path = key.split(".")
-        if len(path) == 1 and path[0] in groups:
+        if (len(path) == 1 and path[0] in groups) or path[0] == "hydra":  # Hydra's own
             continue
         node: Any = SweepConf
         for i, part in enumerate(path):
@@ -169,15 +170,17 @@ def named_overrides(group: str) -> set[str]:
 def model_group(model: dict, named=()) -> tuple[dict, dict]:
     """``(fields, user's overrides)`` of a composed ``model`` group: with ``+model.hf_config=PATH``
     the design read from that ``config.json`` (transformers' format) with the command's other
-    ``named`` fields over it; else the group as composed (a preset's name with only some fields
-    filled from the preset), and ``model_overrides``.
+    fields over it (``named``, or those unlike the composed group's preset); else the group as
+    composed (a preset's name with only some fields filled from the preset), and
+    ``model_overrides``.
 
     Raises:
         ValueError: no such config file; a model of no preset that leaves its shape unset.
         DesignError: a family or feature the zoo does not run (its key named)."""
-    if hf := model.pop("hf_config", None):
-        fields = _from_hf(hf, {k: model[k] for k in named if k in model})
-        return fields, {k: fields[k] for k in named if k in fields}
+    if hf := model.pop("hf_config", None):  # the user's fields: named, or (outside the Hydra
+        given = model_overrides(model, named)  # app: advise) those unlike the group's preset's
+        fields = _from_hf(hf, given)
+        return fields, {k: fields[k] for k in given}
     model = _complete(model)
     return model, model_overrides(model, named)
 
