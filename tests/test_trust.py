@@ -49,6 +49,7 @@ def test_cpu_fallback_refuses_bad_overrides_by_name(tmp_path, override, message)
     # a misspelled field: the nearest one named, not Hydra's advice to append it with "+"
     ("model.n_kv_head=3", "model has no field 'n_kv_head' (did you mean model.n_kv_heads?)"),
     ("workload.batchh=2", "(did you mean workload.batch?)"),
+    ("model.hf_config=config.json", "+model.hf_config=PATH"),  # added, as the README says
 ])
 def test_hydra_composition_errors_are_one_line_and_exit_2(override, message, capsys):
     from sweep.__main__ import refuse_bad_overrides

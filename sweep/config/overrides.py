@@ -150,6 +150,8 @@ def _misspelled(why: str, argv: list[str]) -> str | None:
                 f"({OmegaConf.to_container(node[leaf]) if hasattr(node[leaf], 'keys') else node[leaf]}), "
                 f"not put in its place; to replace the entry: '~{m.group(1)}' "
                 f"'+{m.group(1)}={value}'")
+    if m.group(1) == "model.hf_config":  # no field of a design: a file read in its place
+        return "model.hf_config is added to the model group: +model.hf_config=PATH"
     return (f"{m.group(1)}: {group} has no field {leaf!r}"
             + closest(leaf, [str(k) for k in node.keys()], prefix=f"{group}."))
 
