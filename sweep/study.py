@@ -55,9 +55,10 @@ def run(plan):
     target = plan.n_trials or grid_size or (1 if not plan.space else 20)
     if not grid and plan.space and not plan.predict and (n := distinct_designs(plan)) is not None:
         target = min(target, n)
-    todo = max(0, target - finished(study))
+    done = finished(study)
+    todo = max(0, target - done)
     if not plan.quiet:
-        print(f"study {plan.name} ({shown(plan.storage)}): {finished(study)} designs done, "
+        print(f"study {plan.name} ({shown(plan.storage)}): {done} designs done, "
               f"{todo} to run" + (f", {recovered} interrupted trial(s) queued again"
                                   if recovered else "")
               + (f", {plan.workers} workers" if plan.workers > 1 else ""), flush=True)

@@ -29,6 +29,13 @@ def device_memory(device: dict) -> int | None:
     return None
 
 
+def usable(total_bytes: float) -> float:
+    """Bytes of a device's ``total_bytes`` a run may hold: ``MEMORY_SHARE`` of it less
+    ``MEMORY_RESERVE`` (the CUDA context, workspaces, graph pools; on a CPU or a unified-memory
+    device, the other processes' and the OS's share)."""
+    return MEMORY_SHARE * total_bytes - MEMORY_RESERVE
+
+
 def check_fits(cfg: ModelConfig, wl: dict, device: dict) -> None:
     """Refuse a design whose run cannot fit the device's memory (``zoo.counts.memory_need``:
     weights, KV cache, prefill activations; the CPU's attention scores too) within
@@ -44,7 +51,7 @@ def check_fits(cfg: ModelConfig, wl: dict, device: dict) -> None:
         return
     need = counts.memory_need(cfg, wl["batch"], wl["prompt_len"], wl["new_tokens"],
                               scores=device["type"] == "cpu")
-    room = MEMORY_SHARE * have - MEMORY_RESERVE
+    room = usable(have)
     if need["total"] > room:
         parts = ", ".join(f"{k} {v / 1e9:.3g} GB" for k, v in need.items() if k != "total" and v)
         raise DesignError(

@@ -37,7 +37,7 @@ from zoo.config import DESIGN_FIELDS
 
 from ..common.row import MODULES, RATE, STAGES, TIME, energy, pred, pred_module
 from .anchors import transfer
-from .memory import MEMORY_RESERVE, MEMORY_SHARE
+from .memory import MEMORY_RESERVE, MEMORY_SHARE, usable
 from .predict import ROUTED, STAND_INS, confidence, kernel_list, predict
 from .pricing import Calibrated
 
@@ -197,10 +197,11 @@ def _fitted(cfg: ModelConfig, workload: dict, spec, ceil: dict) -> dict:
             row[f"{stage}_pred_basis"] = f"roofline x {spec.name}'s stated efficiencies"
             continue
         row[f"{stage}_pred_basis"] = f"fitted on public {stage} measurements"
-        t = fitted_step(f, stage, cfg, st, spec.peak_bytes_s, _peak(spec, cfg.dtype)) * 1e3
-        # never under the datasheet's roofline: its peak FLOP/s and bandwidth at full use
-        floor = max(st.matmul_flops / _peak(spec, cfg.dtype),
-                    st.min_bytes / spec.peak_bytes_s) * 1e3  # (NaN: a peak not stated)
+        peak = _peak(spec, cfg.dtype)
+        t = fitted_step(f, stage, cfg, st, spec.peak_bytes_s, peak) * 1e3
+        # never under the datasheet's roofline: its peak FLOP/s and bandwidth at full use (NaN:
+        # a peak not stated)
+        floor = max(st.matmul_flops / peak, st.min_bytes / spec.peak_bytes_s) * 1e3
         t = max(t, floor)
         fixed = cfg.n_layers * f["per_layer_s"] * 1e3
         mods = {m: row.get(pred_module(stage, m), 0.0) for m in MODULES}
@@ -307,7 +308,6 @@ def misfit(p: dict, spec) -> str | None:
 
 
 def usable_bytes(spec) -> float:
-    """Bytes of ``spec``'s memory a run may hold: ``MEMORY_SHARE`` of it less ``MEMORY_RESERVE``
-    (``sweep.analysis.memory``: the CUDA context, workspaces and graph pools; on a unified-memory
-    device, the OS's share), the bound a measured study's designs are held to."""
-    return MEMORY_SHARE * spec.memory_gb * 1e9 - MEMORY_RESERVE
+    """Bytes of ``spec``'s memory a run may hold (``sweep.analysis.memory.usable``), the bound a
+    measured study's designs are held to."""
+    return usable(spec.memory_gb * 1e9)

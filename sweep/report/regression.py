@@ -41,7 +41,12 @@ def load(path: str | Path, every_state: bool = False) -> pd.DataFrame:
                                 "or CSV file there")
     df = pd.read_csv(f) if f.suffix == ".csv" else pd.read_parquet(f)
     df = df.rename(columns=R.renamed(df.columns))
-    return df[df["state"] == "COMPLETE"] if "state" in df and not every_state else df
+    return df if every_state else completed(df)
+
+
+def completed(df: pd.DataFrame) -> pd.DataFrame:
+    """The COMPLETE trials of ``df`` (all of a table without a ``state``: a record's rows)."""
+    return df[df["state"] == "COMPLETE"] if "state" in df else df
 
 
 def _contended(v) -> bool:
@@ -117,7 +122,7 @@ def missing(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
     them)."""
     keys = row_keys(old, new)
     old, new = _keyed(old, keys), _keyed(new, keys)
-    done = new[new["state"] == "COMPLETE"] if "state" in new else new
+    done = completed(new)
     have = {tuple(r[k] for k in keys) for r in done.to_dict(orient="records")}
     held = {tuple(r[k] for k in keys): r for r in new.to_dict(orient="records")}  # its last trial
     shown = [k for k in keys if k in LABEL or old[k].nunique(dropna=False) > 1]
@@ -156,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= a.threshold < 1:
         raise ValueError(f"--threshold={a.threshold}: a relative change in [0, 1) (0.05: 5%)")
     old, new_all = load(a.paths[0]), load(a.paths[1], every_state=True)
-    new = new_all[new_all["state"] == "COMPLETE"] if "state" in new_all else new_all
+    new = completed(new_all)
     res = compare(old, new, a.threshold)
     gone = missing(old, new_all)
     keys = row_keys(old, new_all)
