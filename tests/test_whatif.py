@@ -559,3 +559,19 @@ def test_a_fitted_interval_holds_its_point():
                      {"batch": 64, "prompt_len": 4096, "new_tokens": 64},
                      load_spec("snapdragon_x_elite_cpu"))
     assert row["decode_pred_ms_lo"] <= row["decode_pred_ms"] <= row["decode_pred_ms_hi"]
+
+
+def test_a_spec_without_a_memory_size_prunes_nothing():
+    # ~hardware.memory_gb (NaN: not stated): the fit is unknown, said so; the design is priced and
+    # kept (it had been PRUNED as "does not fit ... nan GB")
+    import dataclasses
+
+    from sweep.analysis.targets import misfit
+
+    spec = dataclasses.replace(load_spec("m4_max"), memory_gb=math.nan)
+    cfg = ModelConfig.from_name("llama3_2_1b").resolved("cpu")
+    p = predict_on(cfg, {"batch": 8, "prompt_len": 4096, "new_tokens": 64}, spec)
+    assert math.isnan(p["fits_memory"]) and "memory_gb" in p["fits_memory_reason"]
+    assert misfit(p, spec) is None and p["decode_tpot_ms"] > 0
+    known = predict_on(cfg, {"batch": 8, "prompt_len": 4096, "new_tokens": 64}, load_spec("m4_max"))
+    assert known["fits_memory"] is True and "fits_memory_reason" not in known

@@ -89,6 +89,7 @@ def predict_designs(meta: dict, df, targets: list[str], calibration: Calibrated 
         if o not in out:
             out[o] = math.nan
     asc = meta["directions"][0] == "minimize"
-    fit = out[(out.fits_memory == True) & out[objective].notna()]  # noqa: E712 - NaN: unknown
+    # ranked: the designs that fit, or whose fit is unknown (NaN: no memory size stated)
+    fit = out[(out.fits_memory != False) & out[objective].notna()]  # noqa: E712
     out["rank"] = fit.groupby("target")[objective].rank(ascending=asc, method="min")
     return out

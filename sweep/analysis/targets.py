@@ -20,7 +20,8 @@ Figures (the results-row names a measured study has, so fronts compare): ``ttft_
 ``decode_tpot_ms`` (also as ``{stage}_pred_ms``), ``decode_tok_s`` (batch / TPOT),
 ``prefill_tok_s``, ``decode_j_per_token`` (TDP x TPOT / batch: an upper bound at the board's
 power limit; NaN where no TDP is stated),
-``fits_memory`` (weights, KV cache and activations within ``usable_bytes``), ``decode_bound``
+``fits_memory`` (weights, KV cache and activations within ``usable_bytes``; NaN, with
+``fits_memory_reason``, where the spec states no memory size), ``decode_bound``
 (``compute-bound``/``memory-bound``/``overhead-bound``, as a measured row says it: the largest of
 the roofline's terms), ``prediction_basis``.
 """
@@ -146,12 +147,17 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
            RATE["prefill"]: B * T / ttft * 1e3 if ttft else math.nan,
            energy("decode"): (spec.tdp_w * tpot * 1e-3 / B if math.isfinite(spec.tdp_w)
                               else math.nan),
-           "memory_needed_bytes": need, "fits_memory": bool(need <= usable_bytes(spec)),
+           "memory_needed_bytes": need,
+           # NaN where the spec states no memory size: unknown, never a reason to prune
+           "fits_memory": (bool(need <= usable_bytes(spec)) if math.isfinite(spec.memory_gb)
+                           else math.nan),
            "decode_bound": f"{bound}-bound", "prediction_basis": basis, "basis_kind": kind,
            "prediction_notes": row.get("prediction_notes", ""),
            "prediction_stale": row.get("prediction_stale", False),
            # from the stages' intervals (calibrated, transferred, fitted); stated efficiencies: low
            "prediction_confidence": row.get("prediction_confidence") or confidence(row, kind=None)}
+    if not math.isfinite(spec.memory_gb):
+        out["fits_memory_reason"] = f"{spec.name}: no memory size stated (hardware.memory_gb)"
     if not math.isfinite(spec.tdp_w):
         out[energy("decode") + "_reason"] = f"{spec.name}: no TDP stated"
     else:  # said beside the figure: not a measurement, the most the board can draw

@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         per = [(t, {"device": t, "workload": meta["workload"]},
                 w[w.target == t].assign(state="COMPLETE").reset_index(drop=True))
                for t in a.hardware]
-        per = [(t, m, d[(d.fits_memory == True) & d[objectives].notna().all(axis=1)])  # noqa: E712
+        per = [(t, m, d[(d.fits_memory != False) & d[objectives].notna().all(axis=1)])  # noqa: E712
                for t, m, d in per]
         left = {}  # targets with no point on the plots, and why
         for t, _, d in per:
