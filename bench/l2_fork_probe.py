@@ -23,32 +23,21 @@ the logits of 8 greedy steps of each variant against ``base`` (a prefetch moves 
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 
 import torch
 import triton
 import triton.language as tl
 
-from bench.gpu import write_rows
-from bench.tpot import tpot_runs
-from kernels import switches
+from bench import l2_prefetch_probe as l2p
 from kernels.l2_prefetch import _prefetch_l2
 from zoo import attention as A
 
 MB = 1 << 20
 VARIANTS = {"base": (0, 0), "w13_16": (16 * MB, 0), "w13_32": (32 * MB, 0),
             "w13_16_w2_8": (16 * MB, 8 * MB)}
-DESIGNS = [  # name, preset, overrides, batch, prompt
-    ("g32_b8_4k", "llama3_2_1b", {"n_kv_heads": 1}, 8, 4096),
-    ("g16_b8_4k", "llama3_2_1b", {"n_kv_heads": 2}, 8, 4096),
-    ("g8_b8_4k", "llama3_2_1b", {"n_kv_heads": 4}, 8, 4096),
-    ("g4_b8_4k", "llama3_2_1b", {"n_kv_heads": 8}, 8, 4096),
-    ("g1_b8_4k", "llama3_2_1b", {"n_kv_heads": 32}, 8, 4096),
-    ("1b_b1_512", "llama3_2_1b", {}, 1, 512),
-    ("8b_b8_512", "llama3_1_8b", {}, 8, 512),
-]
+# the prefetch probe's designs but Llama-3.1-8B at batch 1
+DESIGNS = [d for d in l2p.DESIGNS if d[0] != "8b_b1_512"]
 W2_SEGMENTS = 8
 STATE = {"w13": 0, "w2": 0, "side": None}
 _ATTN = A.Attention.skinny
@@ -107,67 +96,20 @@ def _link(model) -> None:
         blk.attention._last = i == len(layers) - 1
 
 
-def _measure(model, B, T, steps, keep_logits=False):
-    from zoo import Generator
-
-    cfg = model.cfg
-    gen = Generator(model, B, T + steps + 8, "cudagraph")
-    g = torch.Generator(device="cuda").manual_seed(1)
-    prompt = torch.randint(0, cfg.vocab_size, (B, T), device="cuda", generator=g)
-    if keep_logits:
-        gen.pos = 0
-        tok = gen.prefill(prompt).argmax(-1, keepdim=True)
-        out = []
-        for _ in range(steps):
-            tok = gen.decode_greedy(tok)
-            out.append(gen.last_logits.float().cpu())
-        del gen
-        return torch.stack(out)
-    ms = tpot_runs(gen, prompt, steps, 2)
-    del gen
-    return ms[0]
-
-
 def main(out_csv: str, rounds: int = 3) -> None:
-    from zoo import ModelConfig, Transformer
+    def apply(v):
+        STATE["w13"], STATE["w2"] = VARIANTS[v]
 
     A.Attention.skinny = _attn_skinny
     STATE["side"] = torch.cuda.Stream()
-    rows = []
-    for name, preset, over, B, T in DESIGNS:
-        t0 = time.time()
-        cfg = ModelConfig.from_name(preset, **over).resolved("cuda")
-        model = Transformer.build(cfg, "cuda", seed=0)
-        _link(model)
-        times = {v: [] for v in VARIANTS}
-        for _ in range(rounds):
-            for v, (a, b) in VARIANTS.items():
-                STATE["w13"], STATE["w2"] = a, b
-                times[v].append(_measure(model, B, T, 64))
-                torch.cuda.empty_cache()
-        row = dict(design=name, batch=B, prompt=T)
-        med = {v: sorted(t)[len(t) // 2] for v, t in times.items()}
-        for v in VARIANTS:
-            row[f"ms_{v}"] = round(med[v], 4)
-            row[f"gain_pct_{v}"] = round(100 * (med["base"] / med[v] - 1), 2)
-        if name in ("g32_b8_4k", "1b_b1_512"):
-            with switches.use(autotune=False):
-                ref = None
-                for v, (a, b) in VARIANTS.items():
-                    STATE["w13"], STATE["w2"] = a, b
-                    lg = _measure(model, B, T, 8, keep_logits=True)
-                    ref = lg if ref is None else ref
-                    row[f"identical_{v}"] = bool(torch.equal(ref, lg))
-        for v in VARIANTS:
-            row[f"ms_all_{v}"] = json.dumps([round(t, 4) for t in times[v]])
-        row["wall_s"] = round(time.time() - t0)
-        rows.append(row)
-        print(json.dumps({k: x for k, x in row.items() if "all" not in k}), flush=True)
-        write_rows(out_csv, rows)
-        del model
-        torch.cuda.empty_cache()
-    STATE["w13"], STATE["w2"] = 0, 0
-    A.Attention.skinny = _ATTN
+    link = l2p._link
+    l2p._link = lambda model: (link(model), _link(model))
+    try:
+        l2p.compare(DESIGNS, VARIANTS, apply, out_csv, rounds)
+    finally:
+        l2p._link = link
+        STATE["w13"], STATE["w2"] = 0, 0
+        A.Attention.skinny = _ATTN
 
 
 if __name__ == "__main__":

@@ -100,36 +100,40 @@ def _measure(model, B, T, steps, keep_logits=False):
     return ms[0]
 
 
-def main(out_csv: str, rounds: int = 3) -> None:
+def compare(designs, variants: dict, apply, out_csv: str, rounds: int = 3) -> list[dict]:
+    """ms per step of each design under each variant (``apply(variant)`` sets it), the variants
+    alternating over ``rounds``, medians and gains against the first; with fixed tiles, the
+    logits of 8 greedy steps against the first variant's (MQA and the 1B at batch 1). Rows
+    written to ``out_csv`` after each design."""
     from zoo import ModelConfig, Transformer
 
-    A.Attention.skinny, M.FeedForward.skinny = _attn_skinny, _ffn_skinny
     rows = []
-    for name, preset, over, B, T in DESIGNS:
+    first = next(iter(variants))
+    for name, preset, over, B, T in designs:
         t0 = time.time()
         cfg = ModelConfig.from_name(preset, **over).resolved("cuda")
         model = Transformer.build(cfg, "cuda", seed=0)
         _link(model)
-        times = {v: [] for v in VARIANTS}
+        times = {v: [] for v in variants}
         for _ in range(rounds):
-            for v, (wo, qn) in VARIANTS.items():
-                STATE["wo"], STATE["qkv_next"] = wo, qn
+            for v in variants:
+                apply(v)
                 times[v].append(_measure(model, B, T, 64))
                 torch.cuda.empty_cache()
         row = dict(design=name, batch=B, prompt=T)
         med = {v: sorted(t)[len(t) // 2] for v, t in times.items()}
-        for v in VARIANTS:
+        for v in variants:
             row[f"ms_{v}"] = round(med[v], 4)
-            row[f"gain_pct_{v}"] = round(100 * (med["base"] / med[v] - 1), 2)
+            row[f"gain_pct_{v}"] = round(100 * (med[first] / med[v] - 1), 2)
         if name in ("g32_b8_4k", "1b_b1_512"):
             with switches.use(autotune=False):
                 ref = None
-                for v, (wo, qn) in VARIANTS.items():
-                    STATE["wo"], STATE["qkv_next"] = wo, qn
+                for v in variants:
+                    apply(v)
                     lg = _measure(model, B, T, 8, keep_logits=True)
                     ref = lg if ref is None else ref
                     row[f"identical_{v}"] = bool(torch.equal(ref, lg))
-        for v in VARIANTS:
+        for v in variants:
             row[f"ms_all_{v}"] = json.dumps([round(t, 4) for t in times[v]])
         row["wall_s"] = round(time.time() - t0)
         rows.append(row)
@@ -137,6 +141,15 @@ def main(out_csv: str, rounds: int = 3) -> None:
         write_rows(out_csv, rows)
         del model
         torch.cuda.empty_cache()
+    return rows
+
+
+def main(out_csv: str, rounds: int = 3) -> None:
+    def apply(v):
+        STATE["wo"], STATE["qkv_next"] = VARIANTS[v]
+
+    A.Attention.skinny, M.FeedForward.skinny = _attn_skinny, _ffn_skinny
+    compare(DESIGNS, VARIANTS, apply, out_csv, rounds)
     STATE["wo"], STATE["qkv_next"] = None, False
     A.Attention.skinny, M.FeedForward.skinny = _ATTN, _FFN
 

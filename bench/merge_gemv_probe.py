@@ -10,13 +10,13 @@ kernel that does both: program ``(n_block, head)`` loads its ``[BLOCK_N, head_di
 from the partials (``o``, ``lse``: L2-resident), multiplies, and adds its ``[BLOCK_N, batch]``
 product into a float32 workspace; the last of the ``n_heads`` programs of a column block writes
 the output (the split-K pattern of ``kernels.gemv``). Each way timed over ``L`` layers of their
-own weights and partials (more than 2.5x the L2) in a CUDA graph, under PDL, median of 7
-replays; the fused kernel at several tiles; outputs compared. Writes ``merge_gemv.csv``.
+own weights and partials (more than 2.5x the L2) in a CUDA graph, under PDL, median of 5
+replays (``kernels.graph_timing.time_ms``); the fused kernel at several tiles; outputs
+compared. Writes ``merge_gemv.csv``.
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
@@ -113,25 +113,11 @@ TILES = [(512, 128, 8, 4), (512, 128, 8, 8), (256, 128, 8, 4), (256, 64, 16, 4),
          (1024, 128, 8, 8), (128, 128, 8, 4)]
 
 
-def _time(fn, L, rounds=3, reps=7):
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(rounds):
-            fn()
-    g.replay()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / (rounds * L))
-    del g
-    return statistics.median(times), min(times), max(times)
+def _time(fn, L):
+    """us per layer of ``fn`` (``L`` layers), replayed in a CUDA graph (``kernels.graph_timing``)."""
+    from kernels.graph_timing import time_ms
+
+    return time_ms(fn, reps=3, cold=False) * 1e3 / L
 
 
 def _shape(name, B, H, Hkv, D, S, n_sm):
@@ -158,12 +144,12 @@ def _shape(name, B, H, Hkv, D, S, n_sm):
             gemv(merged.view(B, H * D), w, pdl=True)
 
     rows = []
-    med, lo, hi = _time(base, L)
+    med = _time(base, L)
     merge_kernel[(B * H,)](layers[0][0], layers[0][1], merged, n_splits, D=D, BLOCK_D=D,
                            BLOCK_S=bs, num_warps=4)
     err = (gemv(merged.view(B, H * D), layers[0][2], pdl=False).float() - ref.float()).abs().max()
     rows.append(dict(head, way="merge_kernel+gemv", tile="shipped", us=round(med, 3),
-                     us_min=round(lo, 3), us_max=round(hi, 3), max_abs_err=round(err.item(), 5)))
+                     max_abs_err=round(err.item(), 5)))
     print(rows[-1], flush=True)
     ws = torch.zeros(B, N, device=dev, dtype=torch.float32)
     cnt = counters(torch.device(dev), N // 64, owner="merge_gemv_probe")
@@ -172,11 +158,11 @@ def _shape(name, B, H, Hkv, D, S, n_sm):
             for o, lse, w in layers:
                 merge_gemv(o, lse, w, n_splits, B, H, D, tile, ws, cnt, True)
         try:
-            med, lo, hi = _time(fused, L)
+            med = _time(fused, L)
             got = merge_gemv(*layers[0], n_splits, B, H, D, tile, ws, cnt, False)
             err = (got.float() - ref.float()).abs().max().item()
             r = dict(head, way="fused", tile="n{}/{} sc{} w{}".format(*tile), us=round(med, 3),
-                     us_min=round(lo, 3), us_max=round(hi, 3), max_abs_err=round(err, 5))
+                     max_abs_err=round(err, 5))
         except Exception as e:  # a tile the compiler refuses: kept as a row
             r = dict(head, way="fused", tile=str(tile), error=str(e)[:200])
         rows.append(r)
