@@ -4,7 +4,7 @@ sample the design (``sweep.space``) -> validate it (a refused design fails here,
 -> prune it on the experiment's constraints -> measure it in a child process
 (``sweep.measure.child``) -> add the analytic and derived figures (``sweep.analysis``) -> run the
 profilers the profile asks for (``sweep.measure.profilers``, one call each) -> bottleneck class and
-diagnosis -> record every figure as a user attribute of the Optuna trial (the results row).
+diagnosis -> record the results row as the Optuna trial's user attribute ``row`` (one JSON text).
 """
 
 from __future__ import annotations

@@ -94,7 +94,8 @@ def storage_error(url: str, exc: BaseException, what: str = "study storage faile
         root = root.__cause__ or root.__context__
     cause = shown(str(root).splitlines()[0]) if str(root) else ""
     text = f"{what} {shown(url)!r}: {type(root).__name__}: {cause}"
-    if any(k in str(root).lower() for k in ("malformed", "not a database", "corrupt")):
+    if any(k in str(root).lower() for k in ("malformed", "not a database", "corrupt")) \
+            or _journal_damaged(root):
         text += (" (the database file is damaged: restore it from a copy, or choose another "
                  "study.storage; the finished designs' rows are also in results/<study>/trials.csv)")
     return text
@@ -109,9 +110,20 @@ def is_storage_error(exc: BaseException) -> bool:
     while e is not None:
         mod = type(e).__module__
         if isinstance(e, optuna.exceptions.StorageInternalError) or mod.startswith(
-                ("sqlalchemy", "sqlite3", "psycopg")):
+                ("sqlalchemy", "sqlite3", "psycopg")) or _journal_damaged(e):
             return True
         e = e.__cause__ or e.__context__
+    return False
+
+
+def _journal_damaged(e: BaseException) -> bool:
+    """A line of the workers' journal file (``optuna.journal``) that is no JSON, as Optuna's
+    journal storage meets it while reading the log."""
+    tb = e.__traceback__
+    while tb is not None and isinstance(e, json.JSONDecodeError):
+        if "optuna/storages/journal" in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
+            return True
+        tb = tb.tb_next
     return False
 
 

@@ -103,3 +103,20 @@ def test_the_validation_table_marks_the_pairs_measured_beside_another_job():
     assert "contended" in text.split("\n\n")[-1].splitlines()[0]  # a column of the pairs' table
     assert "were measured while" not in validation.markdown(
         df.drop(columns="contended"), validation.summary(df.drop(columns="contended")), "t")
+
+
+def test_prediction_check_prints_the_per_module_errors(tmp_path, capsys):
+    """A study profiled per module: the per-module errors are printed, not only written by
+    ``--out`` (the README says the check gives them per stage and per module)."""
+    import pandas as pd
+
+    from sweep.report.prediction_check import main
+
+    rows = pd.DataFrame({"decode_tpot_ms": [1.0, 2.0], "decode_pred_error_pct": [2.0, -1.0],
+                         "decode_share_err_pts_max": [3.0, 1.0],
+                         "decode_share_err_pts_attention": [3.0, -1.0],
+                         "decode_share_err_pts_ffn": [0.5, 1.0]})
+    rows.to_csv(tmp_path / "rows.csv", index=False)
+    assert main([str(tmp_path / "rows.csv")]) in (0, None)
+    out = capsys.readouterr().out
+    assert "per module" in out and '"attention"' in out and '"median_abs_pts": 2' in out

@@ -379,6 +379,17 @@ def test_corrupted_storage_is_one_line(tmp_path):
     assert "optuna.db" in r.stderr and "damaged" in r.stderr
 
 
+def test_a_damaged_workers_journal_is_one_line(tmp_path):
+    # the workers' journal storage (sweep.workers=2): a line that is no JSON had ended the
+    # study with Hydra's traceback of a JSONDecodeError
+    (tmp_path / "optuna.journal").write_text('{"garbage\n')
+    r = sweep_cli(tmp_path, "study.n_trials=2", "study.name=j", "sweep.workers=2",
+                  f"study.storage={tmp_path}/optuna.journal")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and "optuna.journal" in last and "damaged" in last
+
+
 def test_host_oom_is_recorded_as_oom(tmp_path):
     _, _, df = run_tiny(tmp_path, "study.n_trials=1", "fault=measure:hostoom")
     assert df.loc[0, "state"] == "FAIL" and df.loc[0, "fail_reason"].startswith("OOM: ")

@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         ValueError: ``--band`` outside [0, 1), ``--top`` below 1, an unknown spec, a file that
             is not a calibration. FileNotFoundError: no ``--calibration`` file.
     """
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, as python -m sweep takes them")
     ap.add_argument("--calibration", help="a calibration .json (default: the target device's)")
     ap.add_argument("--band", type=float, default=AdviseConf.band,

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..report.progress import TaskProgress
     from ..space import shipped_items
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--refresh", action="store_true", help="measure everything again")
     ap.add_argument("--quick", action="store_true", help="the reduced grid (the CPU's)")
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])

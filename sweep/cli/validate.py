@@ -10,7 +10,7 @@ this host (``sweep.caches.calibration.host_costs``). The
 error table, the summary per stage and category and the interval's coverage go to
 ``<results_dir>/validate/<set>-<device>/`` (``<set>.csv``, ``summary.json``, ``<set>.md``;
 ``sweep.analysis.validation``). Exit code 1 when a target of the summary is missed (``--targets
-NONE`` reports only), 2 on bad input.
+none`` reports only), 2 on bad input.
 
 The held-out set is for checking only: nothing in the model may be tuned on it.
 """

@@ -46,7 +46,7 @@ from kernels import switches
 from zoo import Generator, ModelConfig, Transformer, counts
 
 from ..common.atomic import write_json
-from ..common.env import detect_device, environment
+from ..common.env import NoDevice, detect_device, environment
 from .benchmark_kernels import gemv_rows, kernel_rows, nvtx_overhead
 from .ceilings import _copy_rate, _gemm_rate
 from .timing import Timer
@@ -158,7 +158,7 @@ def prefill_case(model: str, prompt: int, kernels: str, gemm_flops: float) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--group", default="all",
                     choices=["all", "small", "large", "kv", "kv_error", "kernels", "nvtx", "prefill",
@@ -184,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         switches.set_current(switches.Switches.from_dict(given))
     except ValueError as e:
         ap.error(str(e))
+    if not torch.cuda.is_available():
+        raise NoDevice("sweep.cli.bench measures on a CUDA GPU; none is visible here")
     dev = detect_device("cuda")
     out = Path(a.out)
     rec = json.loads(out.read_text()) if out.exists() else {

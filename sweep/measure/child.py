@@ -132,7 +132,7 @@ class Child:
                         raise_if_swallowed(seen)
                         if deadline is not None and time.monotonic() >= deadline:
                             raise ChildTimeout(
-                                f"exceeded {timeout_s:.0f} s and was killed") from None
+                                f"exceeded {timeout_s:g} s and was killed") from None
         except BaseException:  # past its time, Ctrl-C, SIGTERM: the child must not outlive us
             self.kill()
             raise
@@ -248,7 +248,7 @@ def run_child(spec: dict, trial_dir: Path, timeout_s: float, wrapper: list[str] 
         rc = launch(cmd, trial_dir / "log.txt", timeout_s, spec.get("env", {}), on_line)
     except ChildTimeout:
         return {"status": "error", "error_type": "timeout",
-                "error": f"trial exceeded {timeout_s:.0f} s and was killed"}
+                "error": f"trial exceeded {timeout_s:g} s and was killed"}
     if result_path.exists():
         res = json.loads(result_path.read_text())
         if res.get("status") == "ok" and rc != 0 and not wrapper:

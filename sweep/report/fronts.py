@@ -226,7 +226,7 @@ def plot(studies: list[tuple[str, dict, pd.DataFrame]], table: pd.DataFrame, obj
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("studies", nargs="+", help="study folders (results/<study>)")
     ap.add_argument("--objectives", nargs="+", metavar="NAME:max|min",
                     help="common objectives (default: the first study's)")

@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     Raises:
         FileNotFoundError, ValueError: a ``--calibration`` file missing or not a calibration.
     """
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog="python -m sweep.cli.whatif --check-public | --fit-public:"
                                         " the targets against public measurements (--help there)")
     ap.add_argument("studies", nargs="+", help="study folders (results/<study>)")

@@ -104,7 +104,7 @@ def modules(df: pd.DataFrame, within_pts: float = 5.0) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("studies", nargs="+", help="study folders (results/<study>/) or the CSV of "
                     "an earlier check's rows")
     ap.add_argument("--out", help="write the summary, per module and per basis, as JSON here")
@@ -128,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
            "prediction_basis": sorted(df.get("prediction_basis", pd.Series(dtype=str))
                                       .dropna().unique().tolist())}
     print(json.dumps(sig4(res["summary"]), indent=1))  # --out keeps every digit
+    if res["modules"]:  # a study profiled per module (profile=modules)
+        print("per module (error of each module's share of the stage's time, in points):")
+        print(json.dumps(sig4(res["modules"]), indent=1))
     if n := res["summary"]["contended_left_out"]:
         print(f"{n} row(s) measured while another process used the device (contended): left out; "
               "measure them again alone", file=sys.stderr)

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         for d in restore(Path(argv[1]), Path(argv[2])):
             print(d)
         return 0
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", help="the record to write, a .json file (refused if it exists: a "
                     "record is never overwritten)")
     ap.add_argument("studies", nargs="+", help="finished study directories")

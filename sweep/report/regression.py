@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     Raises:
         ValueError: ``--threshold`` outside [0, 1). FileNotFoundError: a path that is no study.
     """
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("paths", nargs="+", metavar="PATH",
                     help="OLD and NEW: two study folders or trials files")
     ap.add_argument("--threshold", type=float, default=0.05,

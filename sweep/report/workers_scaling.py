@@ -76,7 +76,7 @@ def check(one: Path, many: Path, min_speedup: float = 1.6, tolerance: float = 0.
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("one")
     ap.add_argument("many")
     ap.add_argument("--out")
