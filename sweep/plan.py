@@ -218,6 +218,12 @@ def plan_from_config(cfg) -> Plan:
                      constraints, objectives, switches)
     if predict:
         ident["predict"] = True
+    if shadow is not None:  # the real designs the CPU fallback prices: part of what it holds
+        ident["priced"] = {"base_model": shadow["base"].identity_dict(),
+                           "workload": {k: v for k, v in sorted(shadow["workload"].items())
+                                        if k != "name"},
+                           "space": shadow["space"], "constraints": shadow["constraints"],
+                           "targets": shadow["targets"], "mode": shadow["mode"]}
     ident.update(changed_from_defaults(spec, objectives, directions))
     if c.get("calibration"):
         ident["calibration"] = str(Path(c["calibration"]).resolve())
@@ -228,7 +234,8 @@ def plan_from_config(cfg) -> Plan:
         except (OSError, ValueError) as e:
             raise ValueError(f"calibration={c['calibration']}: {e}") from None
     name = c["study"]["name"] or "-".join([
-        exp.get("name", "baseline"), base.name, spec.name,
+        exp.get("name", "baseline"), base.name]
+        + ([shadow["base"].name] if shadow is not None else []) + [spec.name,
         f"b{wl['batch']}-p{wl['prompt_len']}-n{wl['new_tokens']}", mode]
         + (["predicted"] if predict else []) + [identity_hash(ident)])
     results_root = writable_dir(work_path(c["results_dir"]), "results_dir")

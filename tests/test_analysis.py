@@ -120,3 +120,20 @@ def test_prediction_check_prints_the_per_module_errors(tmp_path, capsys):
     assert main([str(tmp_path / "rows.csv")]) in (0, None)
     out = capsys.readouterr().out
     assert "per module" in out and '"attention"' in out and '"median_abs_pts": 2' in out
+
+
+def test_a_calibration_without_gemm_entries_says_so():
+    # a device's calibration measured for elementwise kernels only (a CPU run in bf16): a GEMM's
+    # price is a KeyError naming what is missing (the caller's "cannot predict"), not pandas'
+    # AttributeError on a column the table never had
+    import pandas as pd
+    import pytest
+
+    from sweep.analysis.calibration_store import Calibration
+    from sweep.analysis.pricing import Calibrated
+
+    t = pd.DataFrame({"kind": ["launch"], "op": ["graph_gap"], "time_s": [1e-6], "family": ["x"]})
+    for table in (t, None):
+        with pytest.raises(KeyError, match="no bf16 GEMM"):
+            Calibrated(Calibration({"device": "cpu"}, table)).gemm(
+                {"M": 8, "N": 64, "K": 64, "dtype": "bf16"})

@@ -125,3 +125,18 @@ def test_a_sampler_never_measures_a_design_twice(tmp_path, capsys):
     assert len(timed) == 3, out
     for total, parts in timed:  # the phases add up to the whole, within each figure's rounding
         assert abs(sum(int(p.split()[-2]) for p in parts.split(", ")) - int(total)) <= 2, parts
+
+
+def test_the_cpu_fallback_of_two_real_models_is_two_studies(tmp_path):
+    # the tiny measurement is the same, the designs priced beside it are not: two studies, each
+    # named with the real model (the second had resumed the first's study and overwritten its
+    # predicted tables and report)
+    from sweep.plan import plan_from_config
+    from tests.helpers import compose_cfg, tiny_overrides
+
+    names = [plan_from_config(compose_cfg(tiny_overrides(tmp_path, f"model={m}"))).name
+             for m in ("llama3_2_1b", "llama3_1_8b")]
+    assert names[0] != names[1], names
+    assert "llama3_2_1b" in names[0] and "llama3_1_8b" in names[1]
+    again = plan_from_config(compose_cfg(tiny_overrides(tmp_path, "model=llama3_1_8b"))).name
+    assert again == names[1]

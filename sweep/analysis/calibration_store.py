@@ -13,6 +13,7 @@ What the entries are and how they are measured: ``sweep.caches.calibration``.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,10 @@ from .fingerprints import code_stale
 CAL_DIR = WORK / "results" / "calibration"
 SHIPPED_DIR = Path(__file__).resolve().parent / "calibrations"
 VERSION = 8  # of the table's columns and families: a cache of another version is measured again
+
+
+# the columns ``sweep.analysis.pricing`` selects on: ``kind`` and each kind's shape columns
+SHAPE_COLUMNS = ("kind", "op", "dtype", "impl", "kv_dtype", "M", "N", "K")
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,15 @@ class Calibration:
     def device(self) -> str:
         """The device it was measured on (its ``torch.cuda.get_device_name``, or ``cpu``)."""
         return str(self.meta.get("device", ""))
+
+    def entries(self):
+        """The table with every column the pricing selects on (``SHAPE_COLUMNS``; NaN where no
+        entry has it: a table of elementwise entries only has no ``dtype``), empty for none."""
+        import pandas as pd
+
+        t = self.table if self.table is not None else pd.DataFrame(columns=["time_s", "family"])
+        missing = [c for c in SHAPE_COLUMNS if c not in t]
+        return t.assign(**{c: math.nan for c in missing}) if missing else t
 
     def with_(self, meta: dict | None = None, table=None) -> Calibration:
         """A copy with ``meta`` and/or ``table`` replaced."""

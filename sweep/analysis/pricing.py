@@ -59,7 +59,7 @@ class Calibrated:
 
     def __init__(self, cal: Calibration, scale: dict | None = None):
         self.calibration = cal
-        self.t, self.meta = cal.table, cal.meta
+        self.t, self.meta = cal.entries(), cal.meta
         self.scale = scale or {"compute": 1.0, "memory": 1.0}
         self.notes: list[str] = []
         self._fits: dict = {}
