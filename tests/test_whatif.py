@@ -575,3 +575,20 @@ def test_a_spec_without_a_memory_size_prunes_nothing():
     assert misfit(p, spec) is None and p["decode_tpot_ms"] > 0
     known = predict_on(cfg, {"batch": 8, "prompt_len": 4096, "new_tokens": 64}, load_spec("m4_max"))
     assert known["fits_memory"] is True and "fits_memory_reason" not in known
+
+
+def test_an_fp16_design_is_priced_by_the_bf16_entries_and_says_so():
+    # most AWQ / GPTQ config.json files say float16: the shipped grids measure bf16 only, and
+    # the design had gone unpriced ("no fp16 GEMM in the calibration")
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis.pricing import Calibrated
+
+    spec = load_spec("h100_sxm")
+    cal = Calibrated(store.shipped("NVIDIA H100 80GB HBM3"))
+    wl = {"batch": 8, "prompt_len": 512, "new_tokens": 64}
+    bf = predict_on(ModelConfig.from_name("llama3_2_1b").resolved("cuda"), wl, spec, cal)
+    fp = predict_on(ModelConfig.from_name("llama3_2_1b", dtype="fp16", kv_dtype="fp16")
+                    .resolved("cuda"), wl, spec, cal)
+    assert fp["decode_tpot_ms"] == pytest.approx(bf["decode_tpot_ms"], rel=1e-9)
+    assert "fp16 kernels priced by the calibration's bf16 entries" in fp["prediction_notes"]
+    assert "stand-ins" in fp["prediction_basis"] and "stand-ins" not in bf["prediction_basis"]

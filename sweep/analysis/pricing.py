@@ -22,7 +22,7 @@ from .calibration_store import Calibration
 from .interp import interp_log
 from .price_attention import prefill_attn_price
 from .price_moe import moe_gemm_price
-from .proxies import proxy_price
+from .proxies import half_twin, proxy_price
 
 # added to the Shepard weights' sum of the decode-attention correction (``_attn_point``): small
 # beside the weight of a calibrated shape 2x away (1 / log(2)^2 = 2.08), so between calibrated
@@ -371,6 +371,9 @@ class Calibrated:
     def price(self, k) -> tuple[float, str]:
         """Calibrated time of one launch of ``k`` (a ``predict.Kernel``; s) and the entry it came
         from."""
+        if (twin := half_twin(self, k)) is not None:  # fp16 on a calibration of bf16 entries
+            t, basis = self.price(twin)
+            return t, basis + " (as bf16)"
         if k.kind == "gemm" and k.shape.get("experts"):  # a grouped GEMM over touched experts
             return moe_gemm_price(self, k)
         if k.kind == "gemm":

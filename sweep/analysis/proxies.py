@@ -19,6 +19,8 @@ kernels have entries of their own.
 - a grouped GEMM over the touched experts (``kernels.moe_gemm``; ``shape["experts"]``): one launch
   that streams their weights, priced as one GEMM over their rows stacked (``N`` times the
   experts), by the decode GEMV's entries for at most 16 tokens per expert, else the GEMMs'.
+- an fp16 design's kernels, where the calibration holds no fp16 entry, as their bf16 twins
+  (``half_twin``).
 - ``router_route`` (``kernels.moe_route``: the router's GEMM, softmax, top-k and sort in one
   launch): as the two launches it replaces, the router's GEMM (cuBLAS's entry, as the two-launch
   path's ``router`` kernel) and ``route_align`` (on an H200 the one launch took 1.7-2.9 us less,
@@ -86,3 +88,22 @@ def proxy_price(cal, k) -> tuple[float, str]:
         t, b = t * k.launches / n, f"{b} (as {what})"
     cal._note(f"{what} not calibrated: priced as the {like} entry, per launch")
     return t, b
+
+
+def half_twin(cal, k):
+    """A kernel of an fp16 design (``k``'s ``dtype`` or ``kv_dtype``) as the same kernel in
+    bf16, where ``cal`` (a ``pricing.Calibrated``) holds no fp16 entry at all (the shipped grid
+    measures bf16); None
+    otherwise. The two formats have the same bytes and the same tensor-core rate on the GPUs the
+    calibrations are shipped for (H100 SXM5: 989 TFLOP/s dense FP16 and BF16, H200 the same;
+    NVIDIA H100 / H200 datasheets), so the bf16 entry stands in, noted."""
+    s = k.shape
+    if "fp16" not in (s.get("dtype"), s.get("kv_dtype")):
+        return None
+    t = cal.t
+    if (t.dtype == "fp16").any() or (t.kv_dtype == "fp16").any():
+        return None
+    cal._note("fp16 kernels priced by the calibration's bf16 entries (the same bytes and "
+              "tensor-core rate on Hopper)")
+    return replace(k, shape={c: "bf16" if c in ("dtype", "kv_dtype") and v == "fp16" else v
+                             for c, v in s.items()})
