@@ -137,3 +137,20 @@ def test_a_calibration_without_gemm_entries_says_so():
         with pytest.raises(KeyError, match="no bf16 GEMM"):
             Calibrated(Calibration({"device": "cpu"}, table)).gemm(
                 {"M": 8, "N": 64, "K": 64, "dtype": "bf16"})
+
+
+def test_designs_all_pruned_by_the_experiments_budget_name_the_way_out():
+    # a config.json of another size under gqa_vs_mha's 1B budget: every real design pruned; the
+    # line says which override lifts the budget
+    import pandas as pd
+
+    from sweep.report.tables import predicted_summary
+
+    df = pd.DataFrame({"state": ["PRUNED"] * 2, "fail_reason": [
+        "pruned: params_non_embedding = 6.682e+09 outside [800000000.0, 1300000000.0]",
+        "pruned: kv_bytes_per_token = 9e+05 outside [None, 1e5]; params_non_embedding = 7e+09 "
+        "outside [800000000.0, 1300000000.0]"]})
+    text = predicted_summary(df)
+    assert "'~experiment.constraints.params_non_embedding'" in text
+    assert "'~experiment.constraints.kv_bytes_per_token'" in text
+    assert "lifts" not in predicted_summary(df.assign(fail_reason="cannot predict: x"))

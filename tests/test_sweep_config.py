@@ -272,3 +272,20 @@ def test_an_appended_key_is_refused_with_flags_too():
             refuse_bad_overrides(argv)
         assert e.value.code == 2
     assert refuse_bad_overrides(["-m", "+hydra.job.env_set.X=1", "study.n_trials=1"]) is None
+
+
+def test_a_relative_config_json_is_read_from_the_commands_folder(tmp_path, monkeypatch):
+    # a path relative to the folder the command runs in (it was read from designzoo's own,
+    # and the refusal did not say where it had looked)
+    import json
+
+    from sweep.config.overrides import model_group
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(ModelConfig.from_name("qwen3_30b_a3b")
+                                                           .to_hf()))
+    monkeypatch.chdir(tmp_path)
+    fields, _ = model_group({"hf_config": "m/config.json"})
+    assert fields["n_experts"] == 128 and fields["head_dim"] == 128
+    with pytest.raises(ValueError, match=f"looked for {tmp_path / 'nosuch'}"):
+        model_group({"hf_config": "nosuch"})

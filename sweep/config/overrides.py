@@ -13,6 +13,7 @@ workload (``model_overrides``, ``workload_overrides``).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from ..common.env import CONF
@@ -198,11 +199,13 @@ def _from_hf(path: str, fields: dict) -> dict:
 
     from ..common.env import work_path
 
-    p = work_path(path)
-    if not (p / "config.json" if p.is_dir() else p).is_file():
-        raise ValueError(f"model.hf_config={path}: no such file (a config.json, or the folder "
-                         "holding one)")
-    return ModelConfig.from_hf(p, **fields).to_dict()
+    # a relative path from the folder the command runs in, else from designzoo's own (WORK)
+    tried = list(dict.fromkeys([Path(path).absolute(), work_path(path)]))
+    for p in tried:
+        if (p / "config.json" if p.is_dir() else p).is_file():
+            return ModelConfig.from_hf(p, **fields).to_dict()
+    raise ValueError(f"model.hf_config={path}: no such file (a config.json, or the folder "
+                     f"holding one): looked for {' and '.join(map(str, tried))}")
 
 
 def _complete(model: dict) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -223,8 +224,12 @@ def predicted_summary(df: pd.DataFrame, objectives: list[str] | None = None,
     if done.empty:
         why = sorted(df["fail_reason"].dropna().astype(str).unique())[:3] \
             if "fail_reason" in df else []
+        keys = sorted({m for r in why for m in re.findall(r"(?:pruned: |; )(\w+) = ", r)})
+        hint = ("; the experiment's constraints bound the designs of its own model: "
+                + ", ".join(f"'~experiment.constraints.{k}'" for k in keys) + " lifts it"
+                if keys else "")
         return (f"(none of the {len(df)} designs priced: " + ("; ".join(why) or "see the file")
-                + ")")
+                + hint + ")")
     cols = [c for c in PREDICTED_COLUMNS if c in df.columns
             and (c not in R.PREDICTED_DESIGN or df[c].nunique() > 1)
             and shown(c, df)]
