@@ -123,6 +123,8 @@ def plan_from_config(cfg) -> Plan:
         shadow = {"base": ModelConfig.from_dict(model).resolved("cuda"), "workload": dict(wl),
                   "space": space, "constraints": constraints, "targets": targets,
                   "mode": "cudagraph" if c["mode"] == "auto" else c["mode"]}
+        # the real designs are priced only where they could run: as a predict-only study checks
+        check_workload(wl, shadow["base"], space, " (the real designs the CPU fallback prices)")
         stand_in = cpu_stand_in(configured, c["cpu"]["model"])
         if not c.get("quiet"):
             print(f"no GPU visible: measuring the CPU fallback (model={c['cpu']['model']}, "

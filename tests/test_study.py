@@ -140,3 +140,16 @@ def test_the_cpu_fallback_of_two_real_models_is_two_studies(tmp_path):
     assert "llama3_2_1b" in names[0] and "llama3_1_8b" in names[1]
     again = plan_from_config(compose_cfg(tiny_overrides(tmp_path, "model=llama3_1_8b"))).name
     assert again == names[1]
+
+
+def test_the_cpu_fallback_refuses_real_designs_past_their_context(tmp_path):
+    # a design whose max_seq_len is under the workload's prompt: refused before any work, as a
+    # predict-only study refuses it (the CPU fallback had priced it, COMPLETE, with no note)
+    import pytest
+
+    from sweep.plan import plan_from_config
+    from tests.helpers import compose_cfg, tiny_overrides
+
+    with pytest.raises(ValueError, match="max_seq_len 256.*the real designs the CPU fallback"):
+        plan_from_config(compose_cfg(tiny_overrides(tmp_path, "model.max_seq_len=256",
+                                                    "workload=long_context")))
