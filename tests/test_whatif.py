@@ -203,6 +203,18 @@ def test_advise_cli_prices_from_the_h100_calibration(tmp_path):
     assert main(["model=llama3_2_1b", "model.ffn_dim=0", "--out", str(tmp_path)]) == 2
 
 
+def test_advise_writes_under_results_dir_and_names_the_model_and_its_fit(tmp_path):
+    # results_dir= was accepted and the advice written under the source tree's results/; the
+    # advice named no model, and gave a design that cannot fit the target no word of it
+    from sweep.cli.advise import main
+
+    assert main(["model=mixtral_8x7b", "hardware=h100_sxm", f"results_dir={tmp_path}"]) == 0
+    (md,) = (tmp_path / "advise").glob("*/advise.md")
+    text = md.read_text()
+    assert "mixtral_8x7b" in text.splitlines()[0] and "does not fit: needs" in text
+    assert json.loads(md.with_name("advise.json").read_text())["fits_memory"] is False
+
+
 def test_advisor_reads_a_mixture_of_experts_and_names_it_apart(tmp_path):
     """An MoE design's ``expert_ffn_dim`` is alignment-checked and mended (its ``ffn_dim``, unused
     when every layer is MoE, is not), the advice names the expert fields, and two designs, targets

@@ -14,7 +14,7 @@ roofline x stated efficiencies: neither sees alignment) and it says so.
   a trial (``sweep.measure.trial`` in a child process), and the measured gain in the targeted stage is set
   beside the predicted one.
 
-Writes ``advise.json`` and ``advise.md`` to ``--out`` (default ``results/advise/<label>``: the
+Writes ``advise.json`` and ``advise.md`` to ``--out`` (default ``<results_dir>/advise/<label>``: the
 design's fields (``advice.design_of``), the target and the workload, so advice on another never
 overwrites it).
 """
@@ -27,9 +27,12 @@ import math
 import sys
 from pathlib import Path
 
+from zoo import counts
+
 from ..analysis.advice import AdviseConf, advise
+from ..analysis.targets import usable_bytes
 from ..common.atomic import write_json, write_text
-from ..common.env import CONF, WORK, slug
+from ..common.env import CONF, slug
 from ..common.row import TIME, spread_of
 
 
@@ -107,7 +110,8 @@ def markdown(r: dict) -> str:
     """The advice as a Markdown section (``advise.md``)."""
     d = ", ".join(f"{k}={v}" for k, v in r["design"].items())
     w = r["workload"]
-    lines = [f"## Design advice: {d}", "",
+    lines = [f"## Design advice: {r.get('model', 'design')} ({d})", "",
+             *([f"**{r['memory_note']}**", ""] if r.get("memory_note") else []),
              f"Target {r['target']}; batch {w['batch']}, prompt {w['prompt_len']}; prices: "
              f"{r['basis']}. Predicted TTFT {r['predicted']['prefill_pred_ms']:.3g} ms, TPOT "
              f"{r['predicted']['decode_pred_ms']:.3g} ms.", "", "Findings:", ""]
@@ -153,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measure", action="store_true",
                     help="measure the design and the first suggestion (GPU)")
     ap.add_argument("--out", help="the folder for the advice and any measured rows "
-                    "(default: results/advise/<design>)")
+                    "(default: <results_dir>/advise/<design>)")
     a = ap.parse_args(argv)
     AdviseConf(band=a.band, top=a.top)  # the options refused before any work
     from zoo.config import DesignError
@@ -209,7 +213,16 @@ def main(argv: list[str] | None = None) -> int:
         benched = r["missing_shapes"]
         r = advise(plan.base, plan.workload, plan.spec, cal, conf)
         r["benched_shapes"] = benched
-    out = Path(a.out) if a.out else WORK / "results" / "advise" / out_label(r)
+    r["model"] = plan.base.name
+    need = counts.memory_need(plan.base, plan.workload["batch"], plan.workload["prompt_len"],
+                              plan.workload["new_tokens"])["total"]
+    if need > usable_bytes(plan.spec):  # as a study prunes it: the advice is for a design
+        r["fits_memory"] = False  # that cannot run there, said first
+        r["memory_note"] = (f"does not fit: needs {need / 1e9:.1f} GB (weights, KV cache, "
+                            f"activations) of the {plan.spec.name}'s "
+                            f"{usable_bytes(plan.spec) / 1e9:.1f} GB usable")
+    # under the command's results_dir (its default: results/ in designzoo's folder)
+    out = Path(a.out) if a.out else plan.results.parent / "advise" / out_label(r)
     out.mkdir(parents=True, exist_ok=True)
     if a.measure and r["alternatives"]:
         first = r["alternatives"][0]
