@@ -289,3 +289,20 @@ def test_a_relative_config_json_is_read_from_the_commands_folder(tmp_path, monke
     assert fields["n_experts"] == 128 and fields["head_dim"] == 128
     with pytest.raises(ValueError, match=f"looked for {tmp_path / 'nosuch'}"):
         model_group({"hf_config": "nosuch"})
+
+
+def test_a_config_jsons_impossible_design_names_its_keys_and_file(tmp_path):
+    # the refusal named the zoo's fields (n_kv_heads) where the file says num_key_value_heads
+    import json
+
+    from sweep.config.overrides import model_group
+    from zoo.errors import DesignError
+
+    hf = ModelConfig.from_name("llama3_2_1b").to_hf()
+    (tmp_path / "config.json").write_text(json.dumps(dict(hf, num_key_value_heads=5)))
+    with pytest.raises(DesignError, match=rf"{tmp_path}.*n_heads/num_attention_heads \(32\) must "
+                                          r"be a multiple of n_kv_heads/num_key_value_heads \(5\)"):
+        model_group({"hf_config": str(tmp_path)})
+    with pytest.raises(DesignError, match=r"of n_kv_heads \(5\)"):  # the command's own field
+        model_group({"name": "llama3_2_1b", "n_kv_heads": 5, "hf_config": str(tmp_path)},
+                    {"n_kv_heads", "hf_config"})

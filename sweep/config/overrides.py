@@ -12,6 +12,7 @@ workload (``model_overrides``, ``workload_overrides``).
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -196,6 +197,7 @@ def _from_hf(path: str, fields: dict) -> dict:
         ValueError: no such file. DesignError: a family or feature the zoo does not run (its key
             named) or an impossible design."""
     from zoo import ModelConfig
+    from zoo.errors import DesignError
 
     from ..common.env import work_path
 
@@ -203,9 +205,27 @@ def _from_hf(path: str, fields: dict) -> dict:
     tried = list(dict.fromkeys([Path(path).absolute(), work_path(path)]))
     for p in tried:
         if (p / "config.json" if p.is_dir() else p).is_file():
-            return ModelConfig.from_hf(p, **fields).to_dict()
+            try:
+                return ModelConfig.from_hf(p, **fields).to_dict()
+            except DesignError as e:  # a design field as the file's key, and the file
+                raise DesignError(f"{p}: {_hf_keys(str(e), fields)}") from None
     raise ValueError(f"model.hf_config={path}: no such file (a config.json, or the folder "
                      f"holding one): looked for {' and '.join(map(str, tried))}")
+
+
+# a design's fields as transformers' config.json names them (Llama / Qwen / Mistral families)
+HF_KEYS = {"d_model": "hidden_size", "n_heads": "num_attention_heads",
+           "n_kv_heads": "num_key_value_heads", "n_layers": "num_hidden_layers",
+           "ffn_dim": "intermediate_size", "max_seq_len": "max_position_embeddings"}
+
+
+def _hf_keys(text: str, given: dict) -> str:
+    """``text`` (a design's refusal) with each design field the file set named by its key too:
+    ``d_model/hidden_size``; a field the command set (``given``) stays as it is."""
+    for field, key in HF_KEYS.items():
+        if field not in given:
+            text = re.sub(rf"\b{field}\b(?!/)", f"{field}/{key}", text, count=1)
+    return text
 
 
 def _complete(model: dict) -> dict:
