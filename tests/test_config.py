@@ -157,3 +157,16 @@ def test_a_multimodal_wrapper_points_at_its_text_config():
     with pytest.raises(DesignError, match="its text_config .*gemma3_text.* of its own"):
         ModelConfig.from_hf({"model_type": "gemma3", "text_config": text})
     assert ModelConfig.from_hf(text).n_layers == ModelConfig.from_name("gemma3_1b").n_layers
+
+
+def test_a_gemma3_text_config_that_leaves_out_its_defaults_reads_as_transformers_does(tmp_path):
+    # gemma-3-4b-it's text_config (the keys at Gemma3TextConfig's defaults left out) had been
+    # refused: "has no 'num_attention_heads', which its family always writes"
+    text = {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+            "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+            "sliding_window": 1024}
+    (tmp_path / "config.json").write_text(json.dumps(text))
+    c = ModelConfig.from_hf(tmp_path)
+    assert (c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size) == (
+        2560, 34, 8, 4, 256, 262_208)
+    assert c.max_seq_len == 131_072 and c.rope_scaling["factor"] == 8.0

@@ -210,6 +210,7 @@ def _fields(hf: dict, name: str) -> tuple[dict[str, Any], dict]:
                           f"{', '.join(MODEL_TYPES)}" + (
                               f"; its text_config (model_type={inner!r}, the language model "
                               "alone) is: a config.json of its own" if inner in MODEL_TYPES else ""))
+    hf = hf_gemma.with_defaults(hf) if mt == "gemma3_text" else hf  # a text_config's omissions
     gemma, gemma_rope = hf_gemma.fields(hf) if mt == "gemma3_text" else ({}, None)
     if mt != "gemma3_text" and hf.get("hidden_act", "silu") != "silu":
         raise DesignError(f"hidden_act={hf['hidden_act']!r}: these families use silu (SwiGLU)")
@@ -221,8 +222,7 @@ def _fields(hf: dict, name: str) -> tuple[dict[str, Any], dict]:
                           f"modelled by the zoo for model_type={mt}")  # own, never an o bias)
     if hf.get("clip_qkv") is not None:
         raise DesignError(f"clip_qkv={hf['clip_qkv']} (q, k, v clamped) is not modelled")
-    defaults = HF_DEFAULTS[mt]  # what transformers assumes for a key the file lacks
-    max_pos = int(hf.get("max_position_embeddings") or defaults["max_position_embeddings"])
+    max_pos = int(hf.get("max_position_embeddings") or HF_DEFAULTS[mt]["max_position_embeddings"])
     rope_theta, rs = _rope({"rope_parameters": gemma_rope} if gemma else hf, max_pos)
     n_heads = hf["num_attention_heads"]
     d_model = hf["hidden_size"]

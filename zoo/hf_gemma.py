@@ -39,6 +39,22 @@ def _ropes(hf: dict) -> tuple[dict, float]:
     return glob, float(hf.get("rope_local_base_freq", DEFAULTS["rope_local_base_freq"]))
 
 
+# transformers' Gemma3TextConfig defaults (5.x, ``models/gemma3/configuration_gemma3.py``): a
+# multimodal file's ``text_config`` writes only the keys that differ from them (gemma-3-4b-it's
+# has no ``num_attention_heads``)
+TEXT_DEFAULTS = {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216,
+                 "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+                 "head_dim": 256, "max_position_embeddings": 131_072, "rms_norm_eps": 1e-6,
+                 "tie_word_embeddings": True, "query_pre_attn_scalar": 256,
+                 "sliding_window": 4096}
+
+
+def with_defaults(hf: dict) -> dict:
+    """A Gemma 3 text config with each key it leaves out at transformers' default
+    (``TEXT_DEFAULTS``), as ``Gemma3TextConfig`` reads it."""
+    return {**TEXT_DEFAULTS, **hf}
+
+
 def fields(hf: dict) -> tuple[dict[str, Any], dict]:
     """``(ModelConfig fields except the RoPE's, the global rope dict)`` of a Gemma 3 text config;
     ``zoo.hf_config.fields_from_hf`` reads the rope dict as it reads any (``_rope``).
