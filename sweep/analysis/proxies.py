@@ -93,10 +93,9 @@ def proxy_price(cal, k) -> tuple[float, str]:
 def half_twin(cal, k):
     """A kernel of an fp16 design (``k``'s ``dtype`` or ``kv_dtype``) as the same kernel in
     bf16, where ``cal`` (a ``pricing.Calibrated``) holds no fp16 entry at all (the shipped grid
-    measures bf16); None
-    otherwise. The two formats have the same bytes and the same tensor-core rate on the GPUs the
-    calibrations are shipped for (H100 SXM5: 989 TFLOP/s dense FP16 and BF16, H200 the same;
-    NVIDIA H100 / H200 datasheets), so the bf16 entry stands in, noted."""
+    measures bf16); None otherwise. The two formats have the same bytes and the same tensor-core
+    rate on the GPUs the calibrations are shipped for (H100 SXM5: 989 TFLOP/s dense FP16 and
+    BF16, H200 the same; NVIDIA H100 / H200 datasheets), so the bf16 entry stands in, noted."""
     s = k.shape
     if "fp16" not in (s.get("dtype"), s.get("kv_dtype")):
         return None
