@@ -148,9 +148,7 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
            energy("decode"): (spec.tdp_w * tpot * 1e-3 / B if math.isfinite(spec.tdp_w)
                               else math.nan),
            "memory_needed_bytes": need,
-           # NaN where the spec states no memory size: unknown, never a reason to prune
-           "fits_memory": (bool(need <= usable_bytes(spec)) if math.isfinite(spec.memory_gb)
-                           else math.nan),
+           "fits_memory": fits_memory(need, spec),
            "decode_bound": f"{bound}-bound", "prediction_basis": basis, "basis_kind": kind,
            "prediction_notes": row.get("prediction_notes", ""),
            "prediction_stale": row.get("prediction_stale", False),
@@ -317,3 +315,9 @@ def usable_bytes(spec) -> float:
     """Bytes of ``spec``'s memory a run may hold (``sweep.analysis.memory.usable``), the bound a
     measured study's designs are held to."""
     return usable(spec.memory_gb * 1e9)
+
+
+def fits_memory(need: float, spec) -> bool | float:
+    """Whether ``need`` bytes (weights, KV cache, activations) fit ``spec``'s ``usable_bytes``;
+    NaN where the spec states no memory size (unknown, never a reason to prune)."""
+    return bool(need <= usable_bytes(spec)) if math.isfinite(spec.memory_gb) else math.nan

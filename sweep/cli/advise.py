@@ -30,7 +30,7 @@ from pathlib import Path
 from zoo import counts
 
 from ..analysis.advice import AdviseConf, advise
-from ..analysis.targets import usable_bytes
+from ..analysis.targets import fits_memory, misfit
 from ..common.atomic import write_json, write_text
 from ..common.env import CONF, slug
 from ..common.row import TIME, spread_of
@@ -216,11 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     r["model"] = plan.base.name
     need = counts.memory_need(plan.base, plan.workload["batch"], plan.workload["prompt_len"],
                               plan.workload["new_tokens"])["total"]
-    if need > usable_bytes(plan.spec):  # as a study prunes it: the advice is for a design
-        r["fits_memory"] = False  # that cannot run there, said first
-        r["memory_note"] = (f"does not fit: needs {need / 1e9:.1f} GB (weights, KV cache, "
-                            f"activations) of the {plan.spec.name}'s "
-                            f"{usable_bytes(plan.spec) / 1e9:.1f} GB usable")
+    fit = {"fits_memory": fits_memory(need, plan.spec), "memory_needed_bytes": need}
+    if why := misfit(fit, plan.spec):  # as a study prunes it: the advice is for a design that
+        r.update(fits_memory=False, memory_note=why)  # cannot run there, said first
     # under the command's results_dir (its default: results/ in designzoo's folder)
     out = Path(a.out) if a.out else plan.results.parent / "advise" / out_label(r)
     out.mkdir(parents=True, exist_ok=True)
