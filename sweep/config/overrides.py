@@ -126,8 +126,6 @@ def _misspelled(why: str, argv: list[str]) -> str | None:
     """For Hydra's "Could not override 'model.n_kv_head' ... not in ...": the key named as no
     field of its group, with the nearest field (``did you mean model.n_kv_heads?``), in place of
     Hydra's advice to append it with ``+`` (which the design then refuses); else None."""
-    import re
-
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
