@@ -99,8 +99,9 @@ def half_twin(cal, k):
     s = k.shape
     if "fp16" not in (s.get("dtype"), s.get("kv_dtype")):
         return None
-    t = cal.t
-    if (t.dtype == "fp16").any() or (t.kv_dtype == "fp16").any():
+    if "has_fp16" not in cal._fits:  # the table's answer, read once (its kernels are many)
+        cal._fits["has_fp16"] = bool((cal.t.dtype == "fp16").any() or (cal.t.kv_dtype == "fp16").any())
+    if cal._fits["has_fp16"]:
         return None
     cal._note("fp16 kernels priced by the calibration's bf16 entries (the same bytes and "
               "tensor-core rate on Hopper)")
