@@ -33,7 +33,7 @@ from .measure import contention
 from .measure.child import child_failure, run_child, trial_spec
 from .plan import check_mode
 from .report.tables import cut_off
-from .space import WORKLOAD_KEYS, suggest, violations
+from .space import WORKLOAD_KEYS, suggest
 from .storage import duplicate_of, finished, requeue
 
 
@@ -134,10 +134,10 @@ class Objective:
 
             analytic = counts.summary(cfg, wl["batch"], wl["prompt_len"], wl["new_tokens"],
                                       wl.get("routing_skew", 0.0))
-            broken = violations(plan.constraints, analytic)
+            broken = counts.violations(plan.constraints, analytic)
             rec.derived.update({k: analytic[k] for k in plan.constraints})
             if broken:
-                return self._prune(trial, "pruned: " + "; ".join(broken), label, t0,
+                return self._prune(trial, "pruned: " + "; ".join(broken.values()), label, t0,
                                    rec.columns())
         row = rec.columns()  # before the measurement: the design, its workload, its constraints
         if not plan.predict:  # a design that cannot fit the device or its timeout: pruned first

@@ -166,22 +166,6 @@ def make_sampler(plan) -> optuna.samplers.BaseSampler:
     raise ValueError(f"sampler={kind!r} is not one of {', '.join(SAMPLERS)}")
 
 
-
-def violations(constraints: dict, analytic: dict) -> list[str]:
-    """Constraint bands broken by a design: ``constraints`` maps an analytic figure
-    (``zoo.counts.summary`` names, e.g. ``params_non_embedding``) to ``{low, high}`` (either may
-    be absent). Returns one text per broken band, naming the figure, its value and the band."""
-    out = []
-    for key, band in constraints.items():
-        v = analytic[key]
-        lo, hi = band.get("low"), band.get("high")
-        if (lo is not None and v < lo) or (hi is not None and v > hi):
-            out.append(f"{key} = {v:.4g} outside [{f'{lo:.4g}' if lo is not None else '-inf'}, "
-                       f"{f'{hi:.4g}' if hi is not None else 'inf'}]")
-    return out
-
-
-
 def _axis(sp: dict, base: ModelConfig, key: str = "") -> list:
     """The values of one space entry: its choices, the divisors, or a continuous range's low,
     middle and high (on its step, in log for ``log``)."""

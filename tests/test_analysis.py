@@ -142,15 +142,24 @@ def test_a_calibration_without_gemm_entries_says_so():
 def test_designs_all_pruned_by_the_experiments_budget_name_the_way_out():
     # a config.json of another size under gqa_vs_mha's 1B budget: every real design pruned; the
     # line says which override lifts the budget
+    # (the constraints' names from the rows' pruned_by, not parsed out of their reason's text)
     import pandas as pd
 
+    from sweep.analysis.targets import predict_designs
     from sweep.report.tables import predicted_summary
+    from zoo import ModelConfig
 
-    df = pd.DataFrame({"state": ["PRUNED"] * 2, "fail_reason": [
-        "pruned: params_non_embedding = 6.682e+09 outside [800000000.0, 1300000000.0]",
-        "pruned: kv_bytes_per_token = 9e+05 outside [None, 1e5]; params_non_embedding = 7e+09 "
-        "outside [800000000.0, 1300000000.0]"]})
+    cfg = ModelConfig.from_name("llama3_1_8b")
+    wl = {"batch": 1, "prompt_len": 128, "new_tokens": 8}
+    rows = predict_designs([(cfg, wl, "cudagraph")], None, constraints={
+        "params_non_embedding": {"low": 0.8e9, "high": 1.3e9}, "kv_bytes_per_token": {"high": 1e4},
+        "params_total": {"low": 1e9}})
+    assert rows[0]["state"] == "PRUNED"
+    assert rows[0]["pruned_by"] == "params_non_embedding,kv_bytes_per_token"
+    df = pd.DataFrame(rows * 2)
     text = predicted_summary(df)
     assert "'~experiment.constraints.params_non_embedding'" in text
     assert "'~experiment.constraints.kv_bytes_per_token'" in text
-    assert "lifts" not in predicted_summary(df.assign(fail_reason="cannot predict: x"))
+    assert "params_total'" not in text  # within its band
+    failed = df.assign(state="FAIL", fail_reason="cannot predict: x").drop(columns="pruned_by")
+    assert "lifts" not in predicted_summary(failed)

@@ -254,3 +254,18 @@ def summary(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int,
             row[f"{name}_flops_{k}"] = v
     row["decode_kv_bytes_share"] = (dc.bytes["kv_read"] + dc.bytes["kv_write"]) / dc.min_bytes
     return row
+
+
+def violations(constraints: dict, analytic: dict) -> dict[str, str]:
+    """Constraint bands broken by a design: ``constraints`` maps a figure of ``summary`` (e.g.
+    ``params_non_embedding``) to ``{low, high}`` (either may be absent). Returns ``{figure: text}``
+    for each broken band, the text naming the figure, its value and the band (a measured study's
+    and a predicted one's PRUNED reason)."""
+    out = {}
+    for key, band in constraints.items():
+        v = analytic[key]
+        lo, hi = band.get("low"), band.get("high")
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            out[key] = (f"{key} = {v:.4g} outside [{f'{lo:.4g}' if lo is not None else '-inf'}, "
+                        f"{f'{hi:.4g}' if hi is not None else 'inf'}]")
+    return out

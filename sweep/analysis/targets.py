@@ -269,7 +269,8 @@ def predict_designs(items, spec, calibration: Calibrated | None = None,
                     constraints: dict | None = None) -> list[dict]:
     """``predict_on`` for each of ``items`` (``(ModelConfig, workload, mode)``), with the design
     and workload columns, ``predicted=True`` and the constraint bands applied (a design outside
-    one: ``state`` PRUNED and the reason; one the spec cannot price: FAIL and the reason; one
+    one: ``state`` PRUNED, the reason and ``pruned_by``, the constraints' names joined by
+    commas; one the spec cannot price: FAIL and the reason; one
     that does not fit the spec's memory, ``fits_memory`` False: PRUNED, its figures kept)."""
     rows = []
     for cfg, wl, mode in items:
@@ -282,13 +283,9 @@ def predict_designs(items, spec, calibration: Calibrated | None = None,
                    predicted=True, **{k: analytic[k] for k in (
                        "params_non_embedding", "params_total", "params_active",
                        "kv_bytes_per_token", "kv_cache_bytes")})
-        broken = []
-        for key, band in (constraints or {}).items():
-            v, lo, hi = analytic[key], band.get("low"), band.get("high")
-            if (lo is not None and v < lo) or (hi is not None and v > hi):
-                broken.append(f"{key} = {v:.4g} outside [{lo}, {hi}]")
-        if broken:
-            rows.append(dict(row, state="PRUNED", fail_reason="pruned: " + "; ".join(broken)))
+        if broken := counts.violations(constraints or {}, analytic):
+            rows.append(dict(row, state="PRUNED", pruned_by=",".join(broken),
+                             fail_reason="pruned: " + "; ".join(broken.values())))
             continue
         try:
             row.update(predict_on(cfg, wl, spec, calibration, mode, analytic), state="COMPLETE")

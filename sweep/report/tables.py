@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -224,7 +223,8 @@ def predicted_summary(df: pd.DataFrame, objectives: list[str] | None = None,
     if done.empty:
         why = sorted(df["fail_reason"].dropna().astype(str).unique())[:3] \
             if "fail_reason" in df else []
-        keys = sorted({m for r in why for m in re.findall(r"(?:pruned: |; )(\w+) = ", r)})
+        keys = sorted({k for r in (df["pruned_by"].dropna() if "pruned_by" in df else ())
+                       for k in str(r).split(",") if k})
         hint = ("; the experiment's constraints bound the designs of its own model: "
                 + ", ".join(f"'~experiment.constraints.{k}'" for k in keys) + " lifts it"
                 if keys else "")
