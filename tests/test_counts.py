@@ -112,3 +112,20 @@ def test_a_quantized_design_is_priced_on_its_bytes():
     assert b["decode_pred_ms_calibrated"] < 0.45 * a["decode_pred_ms_calibrated"]  # 4.5 / 16 bits
     assert b["decode_pred_ms_roofline"] < 0.35 * a["decode_pred_ms_roofline"]
     assert "4.5-bit weights priced" in b["prediction_notes"]
+
+
+def test_memory_need_holds_the_weights_at_their_format():
+    # a q4_0 Llama-3.1-8B needs its weights at 4.5 bits a weight (4.5 GB), not at the model dtype's
+    # 16 (16 GB): it had been pruned from a 16 GB phone as "needs 16.2 GB" while the same row's
+    # weight_bytes said 4.5 GB
+    from sweep.analysis.hardware import load_spec
+    from sweep.analysis.targets import predict_on
+
+    cfg = ModelConfig.from_name("llama3_1_8b").resolved("cuda")
+    q4 = cfg.replace(weight_dtype="q4_0")
+    full, quant = counts.memory_need(cfg, 1, 512, 64), counts.memory_need(q4, 1, 512, 64)
+    assert quant["weights"] == pytest.approx(full["weights"] * 4.5 / 16)
+    assert quant["kv_cache"] == full["kv_cache"]
+    row = predict_on(q4, {"batch": 1, "prompt_len": 512, "new_tokens": 64},
+                     load_spec("snapdragon_8_gen3"))
+    assert row["fits_memory"] is True

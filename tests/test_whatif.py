@@ -259,15 +259,17 @@ def test_advisor_reads_a_mixture_of_experts_and_names_it_apart(tmp_path):
 
 
 def test_a_predicted_design_that_does_not_fit_is_pruned_with_its_figures_kept():
-    """Mixtral-8x7B in bf16 (93.5 GB with its KV cache) on an 80 GB H100: PRUNED, the reason
-    naming both sizes, its predicted figures kept; on a 141 GB H200 it is COMPLETE."""
+    """Mixtral-8x7B in bf16 (93.5 GB, 87.1 GiB, with its KV cache) on an 80 GB (GiB) H100:
+    PRUNED, the reason naming both sizes, its predicted figures kept; on a 141 GB H200 it is
+    COMPLETE."""
     from sweep.analysis.targets import predict_designs
 
     cfg = ModelConfig.from_name("mixtral_8x7b")
     wl = {"batch": 1, "prompt_len": 512, "new_tokens": 128}
     (h100,) = predict_designs([(cfg, wl, "cudagraph")], load_spec("h100_sxm"))
     assert h100["state"] == "PRUNED" and h100["decode_tok_s"] > 0
-    assert h100["fail_reason"].startswith("does not fit: needs 93.5 GB") and "80 GB" in h100["fail_reason"]
+    assert h100["fail_reason"].startswith("does not fit: needs 87.1 GiB")
+    assert "80 GiB" in h100["fail_reason"]
     (h200,) = predict_designs([(cfg, wl, "cudagraph")], load_spec("h200"))
     assert h200["state"] == "COMPLETE" and "fail_reason" not in h200
 
@@ -523,9 +525,26 @@ def test_a_predicted_design_fits_the_memory_a_measured_one_may_hold():
     from sweep.analysis.targets import misfit, usable_bytes
 
     spec = load_spec("snapdragon_8_gen3")
-    assert usable_bytes(spec) == pytest.approx(0.9 * spec.memory_gb * 1e9 - 2**30)
+    assert usable_bytes(spec) == pytest.approx(0.9 * spec.memory_gb * 2**30 - 2**30)
     why = misfit({"fits_memory": False, "memory_needed_bytes": 15.59e9}, spec)
-    assert "usable" in why and f"{usable_bytes(spec) / 1e9:.1f} GB" in why
+    assert "usable" in why and f"{usable_bytes(spec) / 2**30:.1f} GiB usable" in why
+
+
+def test_a_spec_memory_size_is_read_as_the_binary_gigabytes_it_is_stated_in():
+    # an "80 GB" H100 holds 80 GiB (NVML: 81559 MiB to programs); read as 80e9 bytes, a
+    # predict-only study pruned designs a measured study on the card runs (Llama-3.1-8B, batch
+    # 28 x 8192: 69.7 GiB needed, 71.0 usable)
+    from sweep.analysis.hardware import load_spec
+    from sweep.analysis.memory import usable
+    from sweep.analysis.targets import fits_memory, usable_bytes
+    from zoo import ModelConfig, counts
+
+    spec = load_spec("h100_sxm")
+    nvml_total = 81559 * 2**20  # torch.cuda.mem_get_info()[1] on an H100 80GB HBM3
+    assert abs(usable_bytes(spec) - usable(nvml_total)) < 0.01 * usable(nvml_total)
+    need = counts.memory_need(ModelConfig.from_name("llama3_1_8b").resolved("cuda"), 28, 8192,
+                              64)["total"]
+    assert need <= usable(nvml_total) and fits_memory(need, spec) is True
 
 
 def test_a_fitted_interval_never_reads_under_the_datasheet_roofline():
@@ -557,7 +576,7 @@ def test_predict_on_holds_a_design_to_the_usable_memory():
         if counts.memory_need(cfg, B, 8192, 64)["total"] > usable_bytes(spec):
             break
     wl = {"batch": B, "prompt_len": 8192, "new_tokens": 64}
-    assert counts.memory_need(cfg, B, 8192, 64)["total"] <= spec.memory_gb * 1e9
+    assert counts.memory_need(cfg, B, 8192, 64)["total"] <= spec.memory_gb * 2**30
     assert predict_on(cfg, wl, spec)["fits_memory"] is False
 
 

@@ -207,7 +207,8 @@ def kv_cache_bytes(cfg: ModelConfig, batch: int, positions: int) -> int:
 def memory_need(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int,
                 scores: bool = False) -> dict:
     """Bytes a run of the workload holds at its peak, by part (an estimate from the shapes, no
-    allocator): ``weights`` (every parameter, a tied embedding once), ``kv_cache`` (the static
+    allocator): ``weights`` (every parameter at the weight format's ``cfg.weight_bits``, a tied
+    embedding once: a quantized format's designs fit where their weights do), ``kv_cache`` (the static
     cache of ``prompt_len + new_tokens`` positions per sequence, a local layer's window:
     ``kv_cache_bytes``), ``activations`` (the prefill's
     live tensors per token: residual stream, normed input and attention output (3 d), the qkv
@@ -219,7 +220,7 @@ def memory_need(cfg: ModelConfig, batch: int, prompt_len: int, new_tokens: int,
     T = prompt_len
     per_token = (3 * cfg.d_model + attn_kinds.kind(cfg).hidden_per_token(cfg)
                  + max(k.hidden_per_token(cfg) for k, _ in ffn_kinds.groups(cfg))) * b
-    out = {"weights": params(cfg).total * b,
+    out = {"weights": params(cfg).total * cfg.weight_bits / 8,
            "kv_cache": kv_cache_bytes(cfg, batch, prompt_len + new_tokens),
            "activations": batch * T * per_token + batch * cfg.vocab_size * 4,
            "scores": batch * cfg.n_heads * T * T * 4 if scores else 0}

@@ -24,7 +24,8 @@ DTYPE_PEAK_KEY = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
 @dataclass
 class HardwareSpec:
     """Datasheet figures of one device. Units: TFLOP/s (dense; int8/int4 in TOP/s), GB/s (1e9
-    bytes/s), GB, MB, W.
+    bytes/s), MB, W; ``memory_gb`` in the binary gigabytes memory capacities are stated in
+    (GiB, 2^30 bytes: an H100's "80 GB" is 80 GiB, of which NVML reports 79.6 GiB to programs).
 
     ``kind`` is ``gpu``, ``cpu`` or ``npu``; ``unified_memory`` where the device shares the host's
     memory (``memory_gb`` then is the largest configuration). ``source`` and ``date`` say where

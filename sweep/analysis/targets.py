@@ -302,16 +302,17 @@ def misfit(p: dict, spec) -> str | None:
     not fit the spec's memory (``fits_memory`` False), its predicted figures kept; else None."""
     if p.get("fits_memory") is not False:
         return None
-    return (f"does not fit: needs {p['memory_needed_bytes'] / 1e9:.1f} GB (weights, KV cache, "
-            f"activations) of the {spec.name}'s {spec.memory_gb:g} GB, {usable_bytes(spec) / 1e9:.1f}"
-            f" GB usable ({MEMORY_SHARE:.0%} less {MEMORY_RESERVE / 2**30:.0f} GiB, as a measured "
-            "study allows; predicted figures kept)")
+    return (f"does not fit: needs {p['memory_needed_bytes'] / 2**30:.1f} GiB (weights, KV cache, "
+            f"activations) of the {spec.name}'s {spec.memory_gb:g} GiB, "
+            f"{usable_bytes(spec) / 2**30:.1f} GiB usable ({MEMORY_SHARE:.0%} less "
+            f"{MEMORY_RESERVE / 2**30:.0f} GiB, as a measured study allows; predicted figures kept)")
 
 
 def usable_bytes(spec) -> float:
     """Bytes of ``spec``'s memory a run may hold (``sweep.analysis.memory.usable``), the bound a
-    measured study's designs are held to."""
-    return usable(spec.memory_gb * 1e9)
+    measured study's designs are held to; ``memory_gb`` read as GiB (``HardwareSpec``: a
+    measured study's bound starts from NVML's total, 79.6 GiB on an "80 GB" H100)."""
+    return usable(spec.memory_gb * 2**30)
 
 
 def fits_memory(need: float, spec) -> bool | float:
