@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import time
+import traceback
 
 import optuna
 from optuna.trial import TrialState
@@ -29,7 +30,7 @@ from .analysis.memory import check_fits, check_time
 from .common import row as R
 from .common.env import REPO
 from .common.trial_record import TrialRecord, row_json
-from .measure import contention
+from .measure import contention, faults
 from .measure.child import child_failure, run_child, trial_spec
 from .plan import check_mode
 from .report.tables import cut_off
@@ -83,6 +84,14 @@ class Objective:
                                                "SIGTERM) during the trial; its design is queued again")
             requeue(trial.study, trial.study._storage.get_trial(trial._trial_id))
             raise
+        except (TrialFailed, optuna.TrialPruned):
+            raise
+        except Exception as e:  # the study process's own error (a full disk, a bug): the design
+            reason = f"error in the study process: {type(e).__name__}: {e}"  # a FAIL, the study
+            trial.set_user_attr("fail_reason", reason[:2000])  # goes on
+            trial.set_user_attr("traceback", traceback.format_exc()[-4000:])
+            self.progress.line(f"[{trial.number + 1}/{self.total}] FAIL ({reason[:200]})")
+            raise TrialFailed(reason) from e
 
     def _run(self, trial: optuna.Trial):
         plan = self.plan
@@ -157,7 +166,7 @@ class Objective:
         spec = trial_spec(cfg, wl, plan.device["type"], mode, trial_dir, seed=plan.seed,
                           weights=plan.weights, profile=plan.profile, switches=plan.switches,
                           tuning_dir=plan.cache("tuning"),
-                          fault=_fault_for(plan.fault, trial.number),
+                          fault=faults.for_trial(plan.fault, trial.number),
                           env={"DESIGNZOO_NVTX": "1"} if plan.profile.get("nvtx") else {})
         self.progress.start(label)
         with contention.measuring(plan.device, self.progress.line) as use:
@@ -382,16 +391,6 @@ def _from_queue(trial: optuna.Trial) -> bool:
         if t.number == trial.number:
             return "fixed_params" in t.system_attrs
     return False
-
-
-def _fault_for(fault: str | None, number: int) -> str | None:
-    """``fault`` is a comma-separated list of ``where:kind`` (every trial) or ``where:kind@N``
-    (trial N only); returns the one that applies to trial ``number``, if any."""
-    for item in (fault or "").split(","):
-        f, _, only = item.strip().partition("@")
-        if f and (not only or int(only) == number):
-            return f
-    return None
 
 
 def _store_row(trial: optuna.Trial, row: dict) -> None:

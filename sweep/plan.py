@@ -218,6 +218,13 @@ def plan_from_config(cfg) -> Plan:
         raise ValueError(f"calibration_policy={policy!r} is not one of {', '.join(POLICIES)}")
     ident = identity(base, wl, mode, c.get("weights"), spec, device, prof, c["seed"], space,
                      constraints, objectives, switches)
+    if c.get("fault"):  # a study with injected failures is one of its own, its items checked
+        from .measure.faults import parse
+
+        parse(c["fault"])
+        ident["fault"] = c["fault"]
+    if policy != "auto":  # a frozen calibration leaves entries unpriced: other predictions
+        ident["calibration_policy"] = policy
     if predict:
         ident["predict"] = True
     if shadow is not None:  # the real designs the CPU fallback prices: part of what it holds

@@ -46,6 +46,23 @@ def test_failures_are_recorded_and_the_study_goes_on(tmp_path):
     assert failed_designs(study) == 4
 
 
+def test_an_error_of_the_study_process_fails_the_design_and_the_study_goes_on(tmp_path):
+    # a trial's folder that cannot be made (a file in its place: as a full disk or a permission
+    # would) raised out of the study: the design lost with an empty reason, the rest not run
+    from sweep.plan import plan_from_config
+    from sweep.study import run
+    from tests.helpers import compose_cfg
+
+    plan = plan_from_config(compose_cfg(tiny_overrides(tmp_path, "+experiment=gqa_vs_mha",
+                                                       "study.n_trials=3")))
+    (plan.results / "trials").mkdir(parents=True)
+    (plan.results / "trials" / "0001").write_text("in the way")
+    study, df = run(plan)
+    assert list(df["state"]) == ["COMPLETE", "FAIL", "COMPLETE"]
+    assert df.loc[1, "fail_reason"].startswith("error in the study process: FileExistsError")
+    assert "Traceback" in study.trials[1].user_attrs["traceback"]
+
+
 def test_timeout_is_recorded(tmp_path):
     plan, study, df = run_tiny(tmp_path, "cpu.workload.timeout_s=8", "fault=measure:hang@0",
                            "study.n_trials=1")
@@ -95,7 +112,9 @@ def test_study_killed_mid_trial_resumes(tmp_path):
         pytest.fail("trial 1 never started")
     os.killpg(proc.pid, signal.SIGKILL)  # the study process and its hanging child
     proc.wait()
-    _, study, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha")
+    # the same study (an injected fault is part of its identity); trial 1's fault does not fire
+    # again: its design comes back as another trial
+    _, study, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha", "fault=measure:hang@1")
     states = df.set_index("number")["state"]
     assert states[0] == "COMPLETE"
     assert states[1] == "FAIL"

@@ -306,3 +306,17 @@ def test_a_config_jsons_impossible_design_names_its_keys_and_file(tmp_path):
     with pytest.raises(DesignError, match=r"of n_kv_heads \(5\)"):  # the command's own field
         model_group({"name": "llama3_2_1b", "n_kv_heads": 5, "hf_config": str(tmp_path)},
                     {"n_kv_heads", "hf_config"})
+
+
+def test_an_injected_fault_is_checked_and_makes_a_study_of_its_own():
+    # fault= was left out of the identity (a faulty run's FAILs kept as the real study's
+    # results) and read only when a trial reached it (a typo ran silently; '@x' a traceback)
+    base = ["+experiment=gqa_vs_mha", "device=cpu", "quiet=true"]
+    plain = plan_from_config(compose_cfg(base))
+    faulty = plan_from_config(compose_cfg(base + ["fault=measure:crash@1"]))
+    assert faulty.name != plain.name and faulty.identity["fault"] == "measure:crash@1"
+    for bad in ("measure:typo", "nowhere", "measure:raise@x", "measure:crash,start:"):
+        with pytest.raises(ValueError, match=r"fault=.*WHERE:KIND"):
+            plan_from_config(compose_cfg(base + [f"fault='{bad}'"]))
+    frozen = plan_from_config(compose_cfg(base + ["calibration_policy=frozen"]))
+    assert frozen.name != plain.name

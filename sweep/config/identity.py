@@ -20,8 +20,9 @@ def identity(base: ModelConfig, wl: dict, mode: str, weights: str | None, spec: 
     """A study's identity: everything that changes its figures. The base design (kernels and KV
     format included), the workload, the decode mode, the kernel switches, the weights (resolved
     path), the hardware spec and device, the profile, the seed, and the space, constraints and
-    objectives that decide which designs it holds. Fault injection, ``n_trials`` and the output
-    folder are not part of it. A stored study is resumed only under the same identity
+    objectives that decide which designs it holds (``sweep.plan`` adds an injected ``fault`` and a
+    ``calibration_policy`` other than ``auto`` where set). ``n_trials`` and the output folder are
+    not part of it. A stored study is resumed only under the same identity
     (``sweep.storage.open_study``)."""
     ident = {"base_model": base.identity_dict(),
              # routing_skew and routing only when set: every other study keeps its identity
