@@ -296,3 +296,25 @@ def test_a_queued_design_leaves_the_switches_boolean(tmp_path):
     cfg = config_of(back.iloc[0])
     assert cfg.tie_embeddings is True and cfg.qkv_bias is False
     assert "batch 8, prompt 1024, 64 new tokens" in caption(back)
+
+
+def test_compare_refuses_studies_of_other_hardware(tmp_path, capsys):
+    # two predict-only studies, on an H200 and an MI300X, came out as "3 regression(s)"; a
+    # study measured on an H100 against one predicted on it is no regression check either
+    from sweep.report.regression import main
+
+    rows = pd.DataFrame({"state": "COMPLETE", "n_kv_heads": [1, 2],
+                         "decode_tok_s": [6000.0, 5000.0]})
+    h200 = rows.assign(predicted=True, hardware_spec="h200")
+    mi300x = rows.assign(predicted=True, hardware_spec="mi300x", decode_tok_s=[3000.0, 2500.0])
+    h100 = rows.assign(device="NVIDIA H100 80GB HBM3", hardware_spec="h100_sxm")
+    h100_pred = rows.assign(predicted=True, hardware_spec="h100_sxm")
+    for name, df in (("h200", h200), ("mi300x", mi300x), ("h100", h100), ("h100p", h100_pred)):
+        df.to_csv(tmp_path / f"{name}.csv", index=False)
+    p = {n: str(tmp_path / f"{n}.csv") for n in ("h200", "mi300x", "h100", "h100p")}
+    assert main([p["h200"], p["mi300x"]]) == 2
+    err = capsys.readouterr().err
+    assert "predicted on h200" in err and "predicted on mi300x" in err and "compare_fronts" in err
+    assert main([p["h100"], p["h100p"]]) == 2
+    assert "measured on NVIDIA H100 80GB HBM3" in capsys.readouterr().err
+    assert main([p["h200"], p["h200"]]) == 0  # the same hardware: compared

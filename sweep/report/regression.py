@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..common import row as R
 from ..common.row import COLUMNS, CONTENDED, REGRESSION, spread_of
-from .tables import row_keys
+from .tables import flag, row_keys
 
 # metric -> (higher is better, spread columns (min, p90) of the underlying time or None)
 METRICS = {c: (COLUMNS[c].direction == "max", spread_of(c)) for c in REGRESSION}
@@ -47,6 +47,16 @@ def load(path: str | Path, every_state: bool = False) -> pd.DataFrame:
 def completed(df: pd.DataFrame) -> pd.DataFrame:
     """The COMPLETE trials of ``df`` (all of a table without a ``state``: a record's rows)."""
     return df[df["state"] == "COMPLETE"] if "state" in df else df
+
+
+def where(df: pd.DataFrame) -> set[str]:
+    """Where ``df``'s rows were measured (``measured on <device>``) or priced (``predicted on
+    <hardware_spec>``); a row that says neither is left out."""
+    pred = flag(df, "predicted")
+    dev, spec = df.get("device", pd.Series(index=df.index)), df.get("hardware_spec")
+    spec = spec if spec is not None else pd.Series(index=df.index)
+    return {f"predicted on {s}" if p else f"measured on {d}" for p, d, s in zip(pred, dev, spec)
+            if isinstance(s if p else d, str) and (s if p else d)}
 
 
 def _contended(v) -> bool:
@@ -141,7 +151,8 @@ def missing(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line: 0 without a regression, 1 with some (a design NEW did not complete
-    among them), 2 when NEW holds none of OLD's designs.
+    among them), 2 when NEW holds none of OLD's designs or was measured or priced on other
+    hardware (``where``).
 
     Raises:
         ValueError: ``--threshold`` outside [0, 1). FileNotFoundError: a path that is no study.
@@ -162,6 +173,12 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"--threshold={a.threshold}: a relative change in [0, 1) (0.05: 5%)")
     old, new_all = load(a.paths[0]), load(a.paths[1], every_state=True)
     new = completed(new_all)
+    if (w_old := where(old)) and (w_new := where(new_all)) and w_old != w_new:
+        print(f"error: OLD was {' and '.join(sorted(w_old))}, NEW {' and '.join(sorted(w_new))}: "
+              "a regression is a change on the same hardware, measured (or priced) alike; "
+              "python -m sweep.cli.compare_fronts compares studies across hardware",
+              file=sys.stderr)
+        return 2
     res = compare(old, new, a.threshold)
     gone = missing(old, new_all)
     keys = row_keys(old, new_all)
