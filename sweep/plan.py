@@ -6,6 +6,7 @@ folder) is resolved and checked here, before any trial: bad input is refused wit
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -202,6 +203,13 @@ def plan_from_config(cfg) -> Plan:
                          "there is none")
     spec = (load_spec(hw, (here if predict else device)["name"]) if hw == "auto"
             else spec_from_config(c["hardware"]))
+    if not predict and hw != "auto" and not _describes(spec, device):
+        if shadow is None:  # a measurement's ratios name the peaks of the chip that ran it
+            raise ValueError(f"hardware={hw} does not describe this device ({device['name']}): "
+                             "a measured study's MFU and MBU are against its own chip's peaks "
+                             f"(hardware=auto); study.predict=true hardware={hw} prices the "
+                             f"designs on {hw}")
+        spec = load_spec("auto", device["name"])  # the CPU fallback: hw is a target it prices
     # kernels=auto: the fastest correct path where the study runs (a predicted study: its target)
     base = base.resolved("cuda" if device["type"] == "cuda"
                          or (predict and spec.kind == "gpu") else "cpu")
@@ -286,6 +294,14 @@ def plan_from_config(cfg) -> Plan:
 
 
 # ---- checks before any work ----------------------------------------------------------------
+
+def _describes(spec, device: dict) -> bool:
+    """Whether ``spec`` may stand for ``device`` in a measured study: its ``match`` patterns name
+    the device (a spec without patterns is the user's own description), or both are CPUs (a
+    host CPU's name is not read: a CPU spec is the user's word for it)."""
+    return (not spec.match or any(re.search(p, device["name"]) for p in spec.match)
+            or (spec.kind == "cpu" and device["type"] == "cpu"))
+
 
 def check_mode(mode: str, device: dict, cfg: ModelConfig | None = None) -> None:
     """Refuse a decode ``mode`` this device, or design ``cfg``, cannot run (before any GPU work).

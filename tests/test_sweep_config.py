@@ -320,3 +320,22 @@ def test_an_injected_fault_is_checked_and_makes_a_study_of_its_own():
             plan_from_config(compose_cfg(base + [f"fault='{bad}'"]))
     frozen = plan_from_config(compose_cfg(base + ["calibration_policy=frozen"]))
     assert frozen.name != plain.name
+
+
+def test_a_gpu_spec_never_stands_for_the_cpu_a_study_measures_on():
+    # hardware=h100_sxm on a machine without a GPU: the tiny CPU rows had been tied to the H100's
+    # datasheet (MFU 0.0007 "of the H100"); the fallback now measures against the CPU's own spec
+    # and prices the real designs on the H100; a measured study of the configured model on the
+    # CPU against a GPU's datasheet is refused by name
+    fallback = plan_from_config(compose_cfg(["device=cpu", "quiet=true", "hardware=h100_sxm"]))
+    assert fallback.spec.name == "cpu" and "h100_sxm" in fallback.shadow["targets"]
+    assert "-cpu-" in fallback.name and "h100_sxm" not in fallback.name
+    with pytest.raises(ValueError, match=r"hardware=h100_sxm does not describe this device"):
+        plan_from_config(compose_cfg(["device=cpu", "quiet=true", "cpu.enabled=false",
+                                      "hardware=h100_sxm"]))
+    own = plan_from_config(compose_cfg(["device=cpu", "quiet=true", "cpu.enabled=false",
+                                        "hardware=epyc_9654"]))  # a CPU's spec: the user's word
+    assert own.spec.name == "epyc_9654"
+    priced = plan_from_config(compose_cfg(["device=cpu", "quiet=true", "study.predict=true",
+                                           "hardware=h100_sxm"]))
+    assert priced.spec.name == "h100_sxm"

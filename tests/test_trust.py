@@ -290,7 +290,8 @@ def test_interrupt_requeues_the_running_design(tmp_path, sig):
     assert [t.system_attrs["fixed_params"] for t in waiting] == [trials[1].params]
     said = json.loads(trials[1].user_attrs["row"])  # the trial's row, one JSON attribute
     assert said["n_kv_heads"] == trials[1].params["n_kv_heads"]  # its design said
-    _, study, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha", "study.name=hang")
+    _, study, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha", "study.name=hang",
+                            "fault=measure:hang@1")  # the same study (its fault fires on trial 1 only)
     assert sorted(df[df.state == "COMPLETE"].n_kv_heads) == [1, 2, 4, 8]  # nothing lost
     cut = df[df.fail_reason.astype(str).str.startswith("interrupted")]
     assert len(cut) == 1 and cut.n_kv_heads.notna().all() and cut.d_model.notna().all()
@@ -351,7 +352,8 @@ def test_interrupt_of_a_study_with_workers(tmp_path):
     assert all(t.system_attrs.get("fixed_params", t.params) in waiting for t in cut), (
         [(t.number, t.state.name, t.params, t.user_attrs.get("fail_reason")) for t in trials],
         out[-2000:], err[-2000:])
-    _, study, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha", "study.name=hang")
+    _, study, df = run_tiny(tmp_path, "+experiment=gqa_vs_mha", "study.name=hang",
+                            "fault=measure:hang@1")  # the same study (its fault fires on trial 1 only)
     assert sorted(df[df.state == "COMPLETE"].n_kv_heads) == [1, 2, 4, 8]  # nothing lost
 
 
