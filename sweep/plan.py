@@ -6,7 +6,6 @@ folder) is resolved and checked here, before any trial: bad input is refused wit
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -203,7 +202,18 @@ def plan_from_config(cfg) -> Plan:
                          "there is none")
     spec = (load_spec(hw, (here if predict else device)["name"]) if hw == "auto"
             else spec_from_config(c["hardware"]))
-    if not predict and hw != "auto" and not _describes(spec, device):
+    if predict:  # priced from the spec's stated peaks: a spec without them prices nothing
+        from .analysis.targets import target_ceilings
+
+        try:
+            target_ceilings(spec, base.dtype)
+        except ValueError as e:
+            said = f"hardware={hw}" if hw != "auto" else f"hardware=auto ({spec.name}: here)"
+            raise ValueError(f"{said}: a predict-only study prices designs from the spec's "
+                             f"stated peaks, and {e}: name a spec that states them "
+                             "(hardware=h100_sxm; conf/hardware/) or state it "
+                             "(hardware.FIELD=...)") from None
+    if not predict and hw != "auto" and not spec.describes(device):
         if shadow is None:  # a measurement's ratios name the peaks of the chip that ran it
             raise ValueError(f"hardware={hw} does not describe this device ({device['name']}): "
                              "a measured study's MFU and MBU are against its own chip's peaks "
@@ -294,14 +304,6 @@ def plan_from_config(cfg) -> Plan:
 
 
 # ---- checks before any work ----------------------------------------------------------------
-
-def _describes(spec, device: dict) -> bool:
-    """Whether ``spec`` may stand for ``device`` in a measured study: its ``match`` patterns name
-    the device (a spec without patterns is the user's own description), or both are CPUs (a
-    host CPU's name is not read: a CPU spec is the user's word for it)."""
-    return (not spec.match or any(re.search(p, device["name"]) for p in spec.match)
-            or (spec.kind == "cpu" and device["type"] == "cpu"))
-
 
 def check_mode(mode: str, device: dict, cfg: ModelConfig | None = None) -> None:
     """Refuse a decode ``mode`` this device, or design ``cfg``, cannot run (before any GPU work).

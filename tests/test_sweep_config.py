@@ -339,3 +339,15 @@ def test_a_gpu_spec_never_stands_for_the_cpu_a_study_measures_on():
     priced = plan_from_config(compose_cfg(["device=cpu", "quiet=true", "study.predict=true",
                                            "hardware=h100_sxm"]))
     assert priced.spec.name == "h100_sxm"
+
+
+def test_a_predict_only_study_on_a_spec_without_peaks_is_refused_before_any_work():
+    # study.predict=true hardware=cpu made a study whose every design FAILed "cannot predict: cpu:
+    # peak_tflops.bf16 is not stated" (exit 1); advise suggested exactly that command
+    with pytest.raises(ValueError, match=r"hardware=cpu: a predict-only study .*peak_tflops"):
+        plan_from_config(compose_cfg(["device=cpu", "quiet=true", "study.predict=true",
+                                      "hardware=cpu"]))
+    stated = plan_from_config(compose_cfg(["device=cpu", "quiet=true", "study.predict=true",
+                                           "hardware=cpu", "hardware.hbm_gb_s=100",
+                                           "hardware.peak_tflops.bf16=2"]))
+    assert stated.spec.peak_bytes_s == 100e9

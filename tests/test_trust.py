@@ -562,6 +562,10 @@ def test_command_lines_refuse_bad_options_before_any_work(tmp_path, capsys):
         # an NPU's spec has no bf16 tensor-core peak: its advice read "TPOT nan ms", exit 0
         (lambda: advise(["hardware=snapdragon_x_elite_npu", f"--out={out}"]),
          "hardware=snapdragon_x_elite_npu is not a GPU (kind npu)"),
+        # a spec that states no peaks (it had pointed at a predict-only study there, which
+        # cannot price one either)
+        (lambda: advise(["hardware=cpu", f"--out={out}"]),
+         "hardware=cpu: a predict-only study prices designs from the spec's stated peaks"),
         (lambda: whatif([str(tmp_path), "--hardware", "h100_sxm", "--calibration", str(missing)]),
          "no calibration here"),
         (lambda: compare([str(tmp_path), str(tmp_path), "--threshold", "-1"]), "--threshold=-1"),

@@ -70,6 +70,14 @@ class HardwareSpec:
         """Datasheet DRAM bandwidth in bytes/s."""
         return float(self.hbm_gb_s) * 1e9
 
+    def describes(self, device: dict) -> bool:
+        """Whether this spec may stand for ``device`` (``{"type", "name"}``) in a measured study:
+        its ``match`` patterns name the device (a spec without patterns is the user's own
+        description), or both are CPUs (a host CPU's name is not read: a CPU spec is the user's
+        word for it)."""
+        return (not self.match or any(re.search(p, device["name"]) for p in self.match)
+                or (self.kind == "cpu" and device["type"] == "cpu"))
+
 
 _POSITIVE = ("hbm_gb_s", "memory_gb", "l2_mb", "tdp_w")
 
