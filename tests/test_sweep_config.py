@@ -303,9 +303,15 @@ def test_a_config_jsons_impossible_design_names_its_keys_and_file(tmp_path):
     with pytest.raises(DesignError, match=rf"{tmp_path}.*n_heads/num_attention_heads \(32\) must "
                                           r"be a multiple of n_kv_heads/num_key_value_heads \(5\)"):
         model_group({"hf_config": str(tmp_path)})
-    with pytest.raises(DesignError, match=r"of n_kv_heads \(5\)"):  # the command's own field
+    # the command's own field, named as the command set it (the file alone had been blamed)
+    with pytest.raises(DesignError, match=rf"{tmp_path} with model.n_kv_heads=5: .*of "
+                                          r"n_kv_heads \(5\)"):
         model_group({"name": "llama3_2_1b", "n_kv_heads": 5, "hf_config": str(tmp_path)},
                     {"n_kv_heads", "hf_config"})
+    (tmp_path / "notes.md").write_text("# not JSON")  # the file named once, not twice
+    with pytest.raises(DesignError) as e:
+        model_group({"hf_config": str(tmp_path / "notes.md")})
+    assert str(e.value).count("notes.md") == 1
 
 
 def test_an_injected_fault_is_checked_and_makes_a_study_of_its_own():

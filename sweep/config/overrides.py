@@ -205,8 +205,11 @@ def _from_hf(path: str, fields: dict) -> dict:
         if (p / "config.json" if p.is_dir() else p).is_file():
             try:
                 return ModelConfig.from_hf(p, **fields).to_dict()
-            except DesignError as e:  # a design field as the file's key, and the file
-                raise DesignError(f"{p}: {_hf_keys(str(e), fields)}") from None
+            except DesignError as e:  # a design field as the file's key, and the file (with
+                text = str(e).removeprefix(f"{p}: ")  # the command's fields the error names)
+                mine = [f"model.{k}={v}" for k, v in fields.items() if re.search(rf"\b{k}\b", text)]
+                raise DesignError(f"{p}{' with ' + ', '.join(mine) if mine else ''}: "
+                                  f"{_hf_keys(text, fields)}") from None
     raise ValueError(f"model.hf_config={path}: no such file (a config.json, or the folder "
                      f"holding one): looked for {' and '.join(map(str, tried))}")
 
