@@ -506,3 +506,18 @@ def test_the_shipped_grid_holds_an_moe_decode_step_at_every_batch():
     assert max(M for op, M, *_ in got if op == "router_route") <= 8
     shipped = pd.read_parquet("sweep/analysis/calibrations/nvidia_h100_80gb_hbm3.parquet")
     assert not missing(shipped, {"moe_gemm": got})["moe_gemm"]
+
+
+def test_an_interrupted_atomic_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    # write_atomic left .NAME.PID.tmp behind when the write raised
+    from sweep.common.atomic import write_atomic, write_text
+
+    target = write_text(tmp_path / "t.csv", "old")
+
+    def half(p):
+        p.write_text("half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(target, half)
+    assert target.read_text() == "old" and [f.name for f in tmp_path.iterdir()] == ["t.csv"]

@@ -20,8 +20,12 @@ def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # one per writing process
-    write(tmp)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:  # a failed or interrupted write leaves the old file and no temporary
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..common.atomic import write_text
+from ..common.atomic import write_atomic, write_text
 from ..common.env import slug
 from ..common.row import CONTENDED
 from .labels import label as words
@@ -206,7 +206,7 @@ def plot(studies: list[tuple[str, dict, pd.DataFrame]], table: pd.DataFrame, obj
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     png = out / "fronts.png"
-    fig.savefig(png, dpi=120)
+    write_atomic(png, lambda p: fig.savefig(p, dpi=120, format="png"))
     plt.close(fig)
     paths = [png]
     try:
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     plot(studies, table, objectives, directions, out,
          title=f"Pareto fronts ({what}): {', '.join(labels)[:90]}"
                + (f"; batch {'/'.join(sorted(wl))}" if wl else ""))
-    table.to_csv(out / "fronts.csv", index=False)
+    write_atomic(out / "fronts.csv", lambda p: table.to_csv(p, index=False))
     summary.update(inputs)
     write_text(out / "fronts.json", json.dumps(summary, indent=1))
     for w in summary["warnings"]:

@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             plot([p for p in per if not p[2].empty], table, objectives, directions, out,
                  title=f"{meta.get('study', s)}: PREDICTED fronts on {', '.join(a.hardware)} "
                        f"(batch {wl.get('batch')}, prompt {wl.get('prompt_len')})")
-            table.to_csv(out / "fronts.csv", index=False)
+            write_atomic(out / "fronts.csv", lambda p, t=table: t.to_csv(p, index=False))
         except ValueError as e:
             summary = {"error": str(e)}
         summary.update(study=str(s), device=meta.get("device"), targets=a.hardware,

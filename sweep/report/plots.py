@@ -138,7 +138,7 @@ def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], 
         ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     png = out_dir / "pareto.png"
-    fig.savefig(png, dpi=120)
+    write_atomic(png, lambda p: fig.savefig(p, dpi=120, format="png"))
     plt.close(fig)
     paths.append(png)
     try:
@@ -238,6 +238,6 @@ def roofline_plot(df: pd.DataFrame, out_dir: Path, title: str = "") -> Path | No
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     path = out_dir / "roofline.png"
-    fig.savefig(path, dpi=120)
+    write_atomic(path, lambda p: fig.savefig(p, dpi=120, format="png"))
     plt.close(fig)
     return path

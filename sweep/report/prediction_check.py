@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..common.atomic import write_atomic, write_text
 from ..common.row import CONTENDED, TIME, error, pred
 from ..common.stats import percentile
 from .labels import sig4
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{n} row(s) measured while another process used the device (contended): left out; "
               "measure them again alone", file=sys.stderr)
     if a.out:
-        Path(a.out).write_text(json.dumps(res, indent=1))
+        write_text(a.out, json.dumps(res, indent=1))
     if a.csv:
         cols = ["study", "design", "batch", "prompt_len", "kernels", "mode", "kv_dtype",
                 *[c for st, m in STAGES.items() for c in (m, pred(st, "calibrated"),
@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                   or c.endswith("_modules_note") or c in ("prefill_mode", "git_sha", CONTENDED)
                   or c.startswith(("prefill_pred_ms_", "decode_pred_ms_"))]]
         done = df[df["state"] == "COMPLETE"]
-        done[list(dict.fromkeys(c for c in cols if c in done))].to_csv(a.csv, index=False)
+        table = done[list(dict.fromkeys(c for c in cols if c in done))]
+        write_atomic(a.csv, lambda p: table.to_csv(p, index=False))
     return 0
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..common.atomic import write_text
 from ..common.row import TIME, spread_of
 from .tables import load_study, row_keys
 
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                                           "integrity", "isolation", "ok")}, indent=1,
                      default=str))
     if a.out:
-        Path(a.out).write_text(json.dumps(res, indent=1, default=str))
+        write_text(a.out, json.dumps(res, indent=1, default=str))
     return 0 if all(res["ok"].values()) else 1
 
 
