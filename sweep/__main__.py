@@ -32,10 +32,12 @@ def main(cfg: DictConfig) -> None:
     except (DesignError, ValueError, KeyError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    from .common.interrupts import sigterm_interrupts
     from .report.tables import summary_table
     from .storage import is_storage_error, shown, storage_error
     from .study import run
 
+    restore = sigterm_interrupts()  # SIGTERM ends the whole run as Ctrl-C does, not only trials
     try:
         study, df = run(plan)
     except KeyboardInterrupt as e:
@@ -52,6 +54,8 @@ def main(cfg: DictConfig) -> None:
             raise
         print(f"error: {storage_error(plan.storage, e)}", file=sys.stderr)
         sys.exit(2)
+    finally:
+        restore()
     print()
     if plan.predict:  # a predict-only study's figures, memory included, are the model's
         print(f"PREDICTED on {plan.spec.name} (the performance model; nothing measured):")

@@ -257,3 +257,32 @@ def test_a_sampled_predicted_study_keeps_the_trial_running_at_the_signal(tmp_pat
     with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
         run_predicted(study, objective, None, target=10, every=2)
     assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 4
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_calibration_is_measured_ends_the_study_with_its_line(tmp_path):
+    # the handler was installed around the trial loop only: a SIGTERM while the calibration was
+    # measured killed the process with no line (rc -15), the child's spec and log left behind
+    import os
+    from pathlib import Path
+
+    from tests.helpers import tiny_overrides
+
+    repo = Path(__file__).resolve().parent.parent
+    cache = tmp_path / "cache"
+    over = [o for o in tiny_overrides(tmp_path) if not o.startswith("cache_dir=")]
+    proc = subprocess.Popen([sys.executable, "-m", "sweep", *over, f"cache_dir={cache}"],
+                            cwd=repo, env=dict(os.environ, PYTHONPATH=str(repo)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(cache.glob("calibration/*.spec.json")):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    else:
+        assert list(cache.glob("calibration/*.spec.json")), "the calibration never started"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, (out, err)
+    assert "interrupted (signal SIGTERM)" in err
+    assert not [p.name for p in cache.glob("calibration/.*") if p.name.endswith((".spec.json",
+                                                                                  ".log"))]

@@ -120,8 +120,13 @@ def run(spec: dict, out_path: Path, timeout_s: float = 900.0, on_line=None,
     write_json(spec_path, spec)
     out_path.unlink(missing_ok=True)
     out_path.with_name(out_path.name + ".partial").unlink(missing_ok=True)
-    rc = launch([sys.executable, "-m", "sweep.measure.calibration_run", str(spec_path), str(out_path)],
-                log_path, timeout_s, on_line=on_line)
+    try:
+        rc = launch([sys.executable, "-m", "sweep.measure.calibration_run", str(spec_path),
+                     str(out_path)], log_path, timeout_s, on_line=on_line)
+    except KeyboardInterrupt:  # the study stopped (Ctrl-C, SIGTERM): nothing of this run is kept
+        for p in (spec_path, log_path, out_path, out_path.with_name(out_path.name + ".partial")):
+            p.unlink(missing_ok=True)
+        raise
     tail = log_tail(log_path, 800)
     if rc == 0:
         spec_path.unlink(missing_ok=True)
