@@ -295,6 +295,9 @@ def test_interrupt_requeues_the_running_design(tmp_path, sig):
     assert sorted(df[df.state == "COMPLETE"].n_kv_heads) == [1, 2, 4, 8]  # nothing lost
     cut = df[df.fail_reason.astype(str).str.startswith("interrupted")]
     assert len(cut) == 1 and cut.n_kv_heads.notna().all() and cut.d_model.notna().all()
+    # the report counts designs, the cut-off trial apart (it read "5 designs (4 complete, 1 fail)")
+    page = (tmp_path / "hang" / "report.html").read_text()
+    assert "4 designs (4 complete); 1 trial(s) interrupted, their designs queued again" in page
 
 
 def test_a_reader_that_goes_away_stops_the_study_as_an_interrupt(tmp_path):

@@ -203,7 +203,10 @@ def write_report(study_dir: str | Path) -> Path:
     meta, df = load_study(d)
     objs, dirs = meta["objectives"], meta["directions"]
     env, spec, ceil = meta.get("env", {}), meta.get("hardware_spec", {}), meta.get("ceilings", {})
-    states = df["state"].value_counts().to_dict() if "state" in df else {}
+    # a trial cut off and queued again (``tables.cut_off``) is no design of its own
+    cut = (df["fail_reason"].astype(str).str.startswith("interrupted") if "fail_reason" in df
+           else pd.Series(False, index=df.index))
+    states = df[~cut]["state"].value_counts().to_dict() if "state" in df else {}
     params = [c for c in df.columns if c.startswith("param_")]
     cols = ["number"] + params + [c for c in TABLE_COLUMNS if c in df.columns and c != "number"]
     front = front_rows(df, objs, dirs)
@@ -215,8 +218,10 @@ def write_report(study_dir: str | Path) -> Path:
     storage = meta.get("storage", "")
     parts = [
         f"<h1>{html.escape(meta['study'])}</h1>",
-        f"<p>experiment <b>{html.escape(str(meta.get('experiment')))}</b>; {len(df)} designs ("
-        + ", ".join(f"{v} {k.lower()}" for k, v in states.items()) + "); objectives "
+        f"<p>experiment <b>{html.escape(str(meta.get('experiment')))}</b>; {int((~cut).sum())} "
+        "designs (" + ", ".join(f"{v} {k.lower()}" for k, v in states.items()) + ")"
+        + (f"; {int(cut.sum())} trial(s) interrupted, their designs queued again" if cut.any()
+           else "") + "; objectives "
         + ", ".join(f"{o} ({dd})" for o, dd in zip(objs, dirs)) + "</p>",
         f"<p class='note'>{html.escape(caption(df)) if not df.empty else ''}</p>",
         *predicted_sections(d),
