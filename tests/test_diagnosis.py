@@ -318,3 +318,23 @@ def test_compare_refuses_studies_of_other_hardware(tmp_path, capsys):
     assert main([p["h100"], p["h100p"]]) == 2
     assert "measured on NVIDIA H100 80GB HBM3" in capsys.readouterr().err
     assert main([p["h200"], p["h200"]]) == 0  # the same hardware: compared
+
+
+def test_a_predicted_studys_advice_is_priced_as_its_rows_were(tmp_path):
+    # a predict-only study on an H200, its rows "calibrated on NVIDIA H200": the report's advice
+    # said "roofline x stated efficiencies of h200" (it looked for this machine's calibration)
+    import dataclasses
+
+    from sweep.analysis.advice import advise_study_row
+    from sweep.analysis.hardware import load_spec
+    from sweep.analysis.targets import predict_designs
+    from zoo import ModelConfig
+
+    spec = load_spec("h200")
+    cfg = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
+    wl = {"batch": 1, "prompt_len": 512, "new_tokens": 64}
+    (row,) = predict_designs([(cfg, wl, "cudagraph")], spec)
+    meta = {"predict": True, "hardware_spec": dataclasses.asdict(spec), "workload": wl,
+            "mode": "cudagraph", "env": {"device": "cpu"}}
+    r = advise_study_row(meta, pd.Series(row), tmp_path)
+    assert "H200" in r["basis"] and "stated efficiencies" not in r["basis"], r["basis"]

@@ -275,7 +275,9 @@ def advise(cfg: ModelConfig, workload: dict, spec, calibration, conf: AdviseConf
 def advise_study_row(meta: dict, row, cal_dir: Path | None = None) -> dict:
     """``advise`` for one completed trial ``row`` of a study (its ``study.json`` ``meta``: the
     workload, mode and hardware spec), priced from the study device's calibration cached in
-    ``cal_dir`` (else the what-if's prices, said in the result's ``basis``).
+    ``cal_dir``; a predict-only study's (or one without a cached calibration) from the shipped
+    calibration of its spec's GPU, as its rows were (else the what-if's prices, said in the
+    result's ``basis``).
 
     Raises:
         KeyError, ValueError: the row or the meta lacks what the design needs.
@@ -285,8 +287,13 @@ def advise_study_row(meta: dict, row, cal_dir: Path | None = None) -> dict:
     from .pricing import Calibrated
     from .targets import config_of
 
-    have = store.load(str(meta.get("env", {}).get("device", "")), cal_dir=cal_dir)
+    spec = HardwareSpec(**meta["hardware_spec"])
+    if meta.get("predict"):  # its target's, as its rows were priced (not by the roofline)
+        have = store.shipped_for(spec)
+    else:
+        have = (store.load(str(meta.get("env", {}).get("device", "")), cal_dir=cal_dir)
+                or store.shipped_for(spec))
     wl = {k: int(meta["workload"][k]) for k in ("batch", "prompt_len", "new_tokens")}
-    return advise(config_of(row), wl, HardwareSpec(**meta["hardware_spec"]),
+    return advise(config_of(row), wl, spec,
                   Calibrated(have) if have else None,
                   AdviseConf(mode=meta.get("mode") or "cudagraph"))
