@@ -51,27 +51,13 @@ SHAPES = [  # name, M, N, K, prologue
 ]
 
 
-def _run(x, w, base, nw, res, cfg=None):
-    from kernels.gemv import gemv
-
-    y = gemv(x, w, None, base, nw, 1e-5, res, config=cfg)
-    return y[0] if isinstance(y, tuple) else y
-
-
 def kernels_table(path: str) -> None:
+    from bench.gemv_tiles_probe import shape_runner
     from kernels.graph_timing import time_ms
 
-    dev, dt = torch.device("cuda"), torch.bfloat16
     rows = []
     for name, M, N, K, pro in SHAPES:
-        base = pro.split("+")[0]
-        g = torch.Generator(device=dev).manual_seed(0)
-        x = torch.randn(M, 2 * K if base == "swiglu" else K, device=dev, dtype=dt, generator=g)
-        w = torch.randn(N, K, device=dev, dtype=dt, generator=g) / K**0.5
-        nw = torch.ones(K, device=dev, dtype=dt) if base == "norm" else None
-        res = torch.randn(M, K, device=dev, dtype=dt, generator=g) if pro.endswith("+res") else None
-
-        run = functools.partial(_run, x, w, base, nw, res)
+        run = shape_runner(M, N, K, pro)
         STATE["px"], STATE["seen"] = (), None
         run()  # the shipped (or, for a shape without one, autotuned) tile, noted by _lookup
         torch.cuda.synchronize()

@@ -42,18 +42,24 @@ def _run(x, w, base, nw, res, cfg=None):
     return y[0] if isinstance(y, tuple) else y
 
 
-def main(out: str) -> None:
+def shape_runner(M: int, N: int, K: int, pro: str):
+    """``run(cfg=None)``: the decode GEMV of one shape (``M`` rows, ``[N, K]`` weight, prologue
+    ``pro``: ``none``, ``norm`` or ``swiglu``, ``+res`` with a residual) on random bf16 inputs
+    (seed 0) on the GPU, at the fixed tile ``cfg`` or the shipped choice; returns ``y [M, N]``."""
     dev, dt = torch.device("cuda"), torch.bfloat16
+    base = pro.split("+")[0]
+    g = torch.Generator(device=dev).manual_seed(0)
+    x = torch.randn(M, 2 * K if base == "swiglu" else K, device=dev, dtype=dt, generator=g)
+    w = torch.randn(N, K, device=dev, dtype=dt, generator=g) / K**0.5
+    nw = torch.ones(K, device=dev, dtype=dt) if base == "norm" else None
+    res = torch.randn(M, K, device=dev, dtype=dt, generator=g) if pro.endswith("+res") else None
+    return functools.partial(_run, x, w, base, nw, res)
+
+
+def main(out: str) -> None:
     rows = []
     for name, M, N, K, pro in SHAPES:
-        base = pro.split("+")[0]
-        g = torch.Generator(device=dev).manual_seed(0)
-        x = torch.randn(M, 2 * K if base == "swiglu" else K, device=dev, dtype=dt, generator=g)
-        w = torch.randn(N, K, device=dev, dtype=dt, generator=g) / K**0.5
-        nw = torch.ones(K, device=dev, dtype=dt) if base == "norm" else None
-        res = torch.randn(M, K, device=dev, dtype=dt, generator=g) if pro.endswith("+res") else None
-
-        run = functools.partial(_run, x, w, base, nw, res)
+        run = shape_runner(M, N, K, pro)
         ref = run().float()
         shipped = round(time_ms(run, cold=True) * 1e3, 2)
         row = {"shape": name, "M": M, "N": N, "K": K, "prologue": pro,
