@@ -50,6 +50,9 @@ def test_cpu_fallback_refuses_bad_overrides_by_name(tmp_path, override, message)
     ("model.n_kv_head=3", "model has no field 'n_kv_head' (did you mean model.n_kv_heads?)"),
     ("workload.batchh=2", "(did you mean workload.batch?)"),
     ("model.hf_config=config.json", "+model.hf_config=PATH"),  # added, as the README says
+    # a misspelled config group or setting: Hydra advised "+hardwre=h200", which fails too
+    ("hardwre=h200", "hardwre: no config group or setting of that name (did you mean hardware?)"),
+    ("studdy.n_trials=3", "no config group or setting 'studdy' (did you mean study?)"),
 ])
 def test_hydra_composition_errors_are_one_line_and_exit_2(override, message, capsys):
     from sweep.__main__ import refuse_bad_overrides

@@ -132,15 +132,22 @@ def _misspelled(why: str, argv: list[str]) -> str | None:
     from zoo.errors import closest
 
     m = re.search(r"Could not override '([\w.]+)'", why)
-    if not m or not re.search(r"Key '\w+' (is )?not in", why) or "." not in m.group(1):
+    if not m or not re.search(r"Key '\w+' (is )?not in", why):
         return None
-    group, leaf = m.group(1).rsplit(".", 1)
+    group, _, leaf = m.group(1).rpartition(".")
     rest = [a for a in argv if not a.lstrip("+~").startswith(m.group(1) + "=")]
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base=None):
-            node = OmegaConf.select(compose(config_name="config", overrides=rest), group)
+            root = compose(config_name="config", overrides=rest)
     except Exception:  # the other overrides fail too: Hydra's own words, then
         return None
+    if not group:  # a top-level name (``hardwre=h200``): no config group or setting of the app
+        return (f"{leaf}: no config group or setting of that name"
+                + closest(leaf, [str(k) for k in root.keys()]))
+    node = OmegaConf.select(root, group)
+    if node is None and "." not in group:  # ``studdy.n_trials=3``: the group itself misspelled
+        return (f"{m.group(1)}: no config group or setting {group!r}"
+                + closest(group, [str(k) for k in root.keys()]))
     if node is None or not hasattr(node, "keys"):
         return None
     if leaf in node:  # the key is there: a dict value merged into an entry of another shape
