@@ -108,18 +108,18 @@ def plan_from_config(cfg) -> Plan:
     if predict:  # nothing runs here: the design is checked as on the target, no CPU fallback
         device = {"type": "predict", "name": "predicted (no device)"}
     shadow = None
+    targets = list(c["cpu"].get("predict_on") or [])
+    for t in targets:  # each GPU the fallback prices the real designs on: named wherever it runs
+        try:
+            load_spec(t)
+        except KeyError as e:
+            raise ValueError(f"cpu.predict_on: {e.args[0] if e.args else e}") from None
     if device["type"] == "cpu" and c["cpu"]["enabled"]:
         given = {**{f"model.{k}": v for k, v in model_over.items()},
                  **{f"workload.{k}": v for k, v in wl_over.items()}}
-        targets = list(c["cpu"].get("predict_on") or [])
         hw_name = c["hardware"].get("name", "auto")
         if hw_name not in ("auto", "cpu") and hw_name not in targets:
             targets.append(hw_name)
-        for t in targets:  # each GPU the real designs are priced on, refused before any work
-            try:
-                load_spec(t)
-            except KeyError as e:
-                raise ValueError(f"cpu.predict_on: {e.args[0] if e.args else e}") from None
         shadow = {"base": ModelConfig.from_dict(model).resolved("cuda"), "workload": dict(wl),
                   "space": space, "constraints": constraints, "targets": targets,
                   "mode": "cudagraph" if c["mode"] == "auto" else c["mode"]}

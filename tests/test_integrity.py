@@ -30,9 +30,12 @@ def sweep_cli(tmp_path, *over, timeout=300):
     ("model.kv_dtype=int8", "kernels=triton needs a CUDA GPU"),
     ("model.tie_embeddings=maybe", "tie_embeddings must be true or false"),
     ("cpu.predict_on=[nosuch_gpu]", "cpu.predict_on: unknown hardware spec 'nosuch_gpu'"),
+    # under study.predict=true too (it ran, exit 0, the misspelled GPU silently unused)
+    ("study.predict=true hardware=h100_sxm cpu.predict_on=[h1000]",
+     "cpu.predict_on: unknown hardware spec 'h1000'"),
 ])
 def test_an_impossible_design_is_refused_before_a_study_exists(tmp_path, override, message):
-    r = sweep_cli(tmp_path, override)
+    r = sweep_cli(tmp_path, *override.split())
     assert r.returncode == 2 and message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "optuna.db").exists()  # no study was created
