@@ -338,3 +338,14 @@ def test_a_predicted_studys_advice_is_priced_as_its_rows_were(tmp_path):
             "mode": "cudagraph", "env": {"device": "cpu"}}
     r = advise_study_row(meta, pd.Series(row), tmp_path)
     assert "H200" in r["basis"] and "stated efficiencies" not in r["basis"], r["basis"]
+
+
+def test_a_report_says_when_its_rows_rest_on_different_ceilings():
+    # a study resumed after the ceilings were measured again: rows against 6.3 and 38.9 GB/s,
+    # the report's table showing only the last
+    from sweep.report.html_report import ceilings_note
+
+    same = pd.DataFrame({"peak_bytes_s_measured": [6.29e9, 6.30e9]})
+    assert ceilings_note(same) == "" and ceilings_note(pd.DataFrame({"x": [1]})) == ""
+    note = ceilings_note(pd.DataFrame({"peak_bytes_s_measured": [6.29e9, 3.89e10, 3.89e10]}))
+    assert "2 different copy ceilings, 6.29 to 38.9 GB/s" in note

@@ -127,6 +127,22 @@ def peaks_table(spec: dict, ceil: dict) -> str:
             f"<p class='note'>datasheet source: {src}</p>")
 
 
+def ceilings_note(df: pd.DataFrame) -> str:
+    """A note where the study's rows were measured against different copy ceilings (a study
+    resumed after its device's ceilings were measured again: the table above shows the last);
+    each row's MBU is against its own (``peak_bytes_s_measured``); else ``""``."""
+    if "peak_bytes_s_measured" not in df:
+        return ""
+    v = pd.to_numeric(df["peak_bytes_s_measured"], errors="coerce").dropna()
+    if v.empty or v.max() <= v.min() * 1.02:
+        return ""
+    return (f"<p class='note'>The rows were measured against {v.round(-6).nunique()} different "
+            f"copy ceilings, {v.min() / 1e9:.3g} to {v.max() / 1e9:.3g} GB/s (the study was "
+            "resumed after the device's ceilings were measured again; the table shows the last): "
+            "each row's MBU is against its own (<code>peak_bytes_s_measured</code>), so MBU "
+            "compares across these rows only as far as the ceilings agree.</p>")
+
+
 def best_on_front(front: pd.DataFrame, objective: str, direction: str) -> pd.Series:
     """The row of ``front`` best in ``objective`` (``direction``: ``maximize`` or
     ``minimize``); a row without the figure comes last. The front is in trial order, so its
@@ -228,7 +244,7 @@ def write_report(study_dir: str | Path) -> Path:
         "<h2>Hardware and software</h2>",
         _kv_table({k: env.get(k) for k in ("device", "torch", "triton", "cuda", "driver",
                                            "python", "git_sha", "timestamp") if k in env}),
-        "<h3>Peaks</h3>", peaks_table(spec, ceil),
+        "<h3>Peaks</h3>", peaks_table(spec, ceil), ceilings_note(df),
         "<h2>Design space</h2>",
         _kv_table({"space": meta.get("space"), "constraints": meta.get("constraints") or {},
                    "workload": meta.get("workload"), "decode mode": meta.get("mode"),
