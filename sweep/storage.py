@@ -244,14 +244,17 @@ def check_identity(study: optuna.Study, plan) -> None:
         study.set_user_attr("identity", new)
 
 
-def claim_results(plan) -> None:
-    """Make ``plan.results`` belong to this study in this storage (``owner.json``).
+def claim_results(plan, check_only: bool = False) -> None:
+    """Make ``plan.results`` belong to this study in this storage (``owner.json``); with
+    ``check_only`` only refuse a folder that is another's, writing nothing (before the study is
+    created: a refused command leaves no empty study in the storage).
 
     Raises:
         RuntimeError: the folder already holds another study's outputs (another name, or the
             same name in another storage): they would be overwritten.
     """
-    plan.results.mkdir(parents=True, exist_ok=True)
+    if not check_only:
+        plan.results.mkdir(parents=True, exist_ok=True)
     owner = plan.results / "owner.json"
     me = {"study": plan.name, "storage": _canonical(plan.storage)}
     if owner.exists():
@@ -266,7 +269,8 @@ def claim_results(plan) -> None:
                 "choose another study.name or results_dir: outputs are never overwritten by "
                 "another study")
         return
-    write_json(owner, me)
+    if not check_only:
+        write_json(owner, me)
 
 
 def _canonical(url: str) -> str:

@@ -45,7 +45,8 @@ def run(plan):
         ``(study, trials DataFrame)``.
     """
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # we print each trial ourselves
-    study = open_study(plan)  # a bad storage URL is refused first, by its own error
+    claim_results(plan, check_only=True)  # another study's folder: refused before the study
+    study = open_study(plan)  # exists (a bad storage URL is refused by its own error)
     claim_results(plan)
     recovered = recover_interrupted(study)
     grid = study_grid(plan)  # queued design by design only when the sampler is the grid

@@ -239,6 +239,8 @@ def test_outputs_belong_to_one_study_in_one_storage(tmp_path):
     with pytest.raises(RuntimeError, match="outputs are never overwritten"):
         run_tiny(tmp_path, "study.n_trials=1", "study.name=same",
                  f"study.storage={tmp_path}/other/optuna.journal")
+    # refused before the study was created: no empty study left in the other storage
+    assert not (tmp_path / "other" / "optuna.journal").exists()
 
 
 # ---- concurrent runs never measure a design twice ----------------------------------------------
