@@ -23,7 +23,7 @@ from ..common import row as R
 from ..common.atomic import write_text
 from .labels import fmt, si
 from .plots import caption
-from .tables import front_rows, load_study, shown
+from .tables import flag, front_rows, load_study, shown
 
 TABLE_COLUMNS = list(R.REPORT)
 PRED_COLUMNS = list(R.REPORT_PREDICTED)
@@ -219,9 +219,7 @@ def write_report(study_dir: str | Path) -> Path:
     meta, df = load_study(d)
     objs, dirs = meta["objectives"], meta["directions"]
     env, spec, ceil = meta.get("env", {}), meta.get("hardware_spec", {}), meta.get("ceilings", {})
-    # a trial cut off and queued again (``tables.cut_off``) is no design of its own
-    cut = (df["fail_reason"].astype(str).str.startswith("interrupted") if "fail_reason" in df
-           else pd.Series(False, index=df.index))
+    cut = flag(df, "interrupted")  # cut off and queued again (``tables.cut_off``): no design
     states = df[~cut]["state"].value_counts().to_dict() if "state" in df else {}
     params = [c for c in df.columns if c.startswith("param_")]
     cols = ["number"] + params + [c for c in TABLE_COLUMNS if c in df.columns and c != "number"]
