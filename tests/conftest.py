@@ -187,8 +187,9 @@ def no_process_left_behind(request):
 
 @pytest.fixture(scope="module")
 def device_free():
-    """Another job's use of the device not sampled (``sweep.measure.contention.sample`` says
-    none) for a module whose calibrations judge what is measured, cached and measured again:
+    """Another job's use of the device not sampled (``sweep.measure.contention.sample`` and
+    ``during`` say none) for a module whose calibrations judge what is measured, cached and
+    measured again:
     under ``pytest -n 2`` the other worker's load would flag entries ``contended`` and a later
     ensure measure them again when it finds the device free (tested on its own in
     ``tests/test_caches.py``)."""
@@ -196,4 +197,5 @@ def device_free():
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(contention, "sample", lambda device: "")
+        mp.setattr(contention, "during", lambda start: "")
         yield

@@ -38,6 +38,7 @@ TOP_UP = textwrap.dedent("""
 
     run_cal.run = fake_run
     cal.contention.sample = lambda device: ""  # (this test: two processes at once, not a load)
+    cal.contention.during = lambda start: ""
     cal.needs = lambda items, device_type: {
         "gemm": [(100 * tag + i, 64, 64, "fp32") for i in range(5)]}
     cal.attn_grid = lambda *a, **k: []
@@ -125,6 +126,7 @@ def test_a_damaged_ceilings_cache_is_measured_again(tmp_path, monkeypatch):
     (tmp_path / "cpu.json").write_text('{"copy_bytes_s": 1')  # cut off mid-write
     monkeypatch.setattr(ceilings, "run", lambda *a, **k: {"copy_bytes_s": 2.0e9})
     monkeypatch.setattr(contention, "sample", lambda device: "")  # (CI's other worker)
+    monkeypatch.setattr(contention, "during", lambda start: "")
     lines = []
     got = cached.measure_ceilings({"type": "cpu", "name": "cpu"}, cache_dir=tmp_path,
                                   on_line=lines.append)
@@ -144,6 +146,7 @@ def test_a_gpus_ceilings_without_the_power_limits_duties_are_measured_again(tmp_
     new = {"copy_bytes_s": 3e12, "power_onset_s": 0.03, "power_slowdown_by_duty": [[0.5, 1.02]]}
     monkeypatch.setattr(ceilings, "run", lambda *a, **k: runs.append(1) or new)
     monkeypatch.setattr(contention, "sample", lambda device: "")
+    monkeypatch.setattr(contention, "during", lambda start: "")
     gpu = {"type": "cuda", "name": "NVIDIA H100 80GB HBM3"}
     (tmp_path / "nvidia_h100_80gb_hbm3.json").write_text(
         json.dumps({"copy_bytes_s": 2.9e12, "power_onset_s": 0.03}))
@@ -174,6 +177,7 @@ def test_ceilings_measured_beside_another_job_are_measured_again_next_time(tmp_p
     runs, busy = [], ["2.0 of 2 cores busy with other processes"]
     monkeypatch.setattr(ceilings, "run", lambda *a, **k: runs.append(1) or {"copy_bytes_s": 9e9})
     monkeypatch.setattr(contention, "sample", lambda device: busy[0])
+    monkeypatch.setattr(contention, "during", lambda start: "")
     dev, lines = {"type": "cpu", "name": "cpu"}, []
     first = cached.measure_ceilings(dev, cache_dir=tmp_path, on_line=lines.append)
     assert first["contended_evidence"] == f"before: {busy[0]}; after: {busy[0]}"
@@ -411,6 +415,7 @@ def test_calibration_entries_measured_beside_another_job_are_measured_again(tmp_
     busy = ["2.0 of 2 cores busy with other processes"]
     monkeypatch.setattr(run_cal, "run", fake_run)
     monkeypatch.setattr(contention, "sample", lambda device: busy[0])
+    monkeypatch.setattr(contention, "during", lambda start: "")
     monkeypatch.setattr(cal, "needs", lambda items, device_type: {})
     monkeypatch.setattr(cal, "attn_grid", lambda *a, **k: [])
     dev, lines = {"type": "cpu", "name": "cpu"}, []
@@ -455,6 +460,7 @@ def test_contended_entries_a_study_does_not_need_are_kept(tmp_path, monkeypatch)
     busy = ["2.0 of 2 cores busy with other processes"]
     monkeypatch.setattr(run_cal, "run", fake_run)
     monkeypatch.setattr(contention, "sample", lambda device: busy[0])
+    monkeypatch.setattr(contention, "during", lambda start: "")
     monkeypatch.setattr(cal, "needs", lambda items, device_type: want[0])
     monkeypatch.setattr(cal, "attn_grid", lambda *a, **k: [])
     dev = {"type": "cpu", "name": "cpu"}

@@ -438,6 +438,29 @@ def test_a_contended_design_is_marked_on_its_console_line(tmp_path, monkeypatch,
     assert "CONTENDED (" in capsys.readouterr().out
 
 
+def test_a_job_inside_a_measurement_is_seen_and_the_trials_own_work_is_not(tmp_path):
+    """The two samples around a trial missed a job that started and ended inside it (a tiny
+    design measured 17x slow went unflagged): on the CPU ``contention.during`` accounts for the
+    whole block, less the CPU time of this process and its descendants (the trial's child)."""
+    from sweep.measure import contention
+
+    if contention.mark({"type": "cpu"}) is None:
+        pytest.skip("no /proc here")
+    hz = os.sysconf("SC_CLK_TCK")
+    burn = tmp_path / "burn.py"
+    burn.write_text("import time\nt = time.time()\nwhile time.time() - t < 1.5:\n    pass\n")
+    own0 = contention._own_ticks()  # a child of ours (as a trial's is): our own time
+    subprocess.run([sys.executable, str(burn)], check=True)
+    assert (contention._own_ticks() - own0) / hz >= 1.2
+    own0 = contention._own_ticks()  # an orphan (not our descendant): another job's time
+    start = contention.mark({"type": "cpu"})
+    subprocess.run(["sh", "-c", f"'{sys.executable}' '{burn}' >/dev/null 2>&1 &"], check=True)
+    time.sleep(1.9)
+    assert (contention._own_ticks() - own0) / hz < 0.5
+    assert "cores busy with other processes (mean over" in contention.during(start)
+    assert contention.during(None) == "" and contention.mark({"type": "cuda"}) is None
+
+
 def test_every_row_carries_its_spread_and_noise_flag(tmp_path):
     _, _, df = run_tiny(tmp_path, "study.n_trials=1")
     row = df.iloc[0]

@@ -6,6 +6,10 @@ holds the device's machine-wide lock (``sweep.common.locks.device_lock``: our ow
 workers never measure at once), and ``measuring`` samples the device while this study is idle,
 before and after the trial: on the CPU the cores other processes keep busy (``/proc/stat`` over
 ``WINDOW_S``), on a GPU the other processes holding a context on it and its utilization (NVML).
+On the CPU it also accounts for the whole measurement (``during``): the machine's busy time over
+the block less the CPU time of this process and its descendants (``/proc/<pid>/stat``, with the
+children they waited for), so a job that started and ended inside a trial is seen too (a design
+measured 17x slow beside one went unflagged by the two samples alone).
 Past ``OTHER_CORES_MAX`` busy cores, any other GPU process, or ``GPU_UTIL_MAX`` % utilization,
 the row is flagged ``contended`` with the evidence in ``contended_evidence``; ``compare`` and
 ``compare_fronts`` mark such figures and judge no regression on them.
@@ -46,6 +50,69 @@ def cpu_busy_cores(window_s: float = WINDOW_S) -> float | None:
     return max(0.0, busy) * (os.cpu_count() or 1)
 
 
+def _own_ticks() -> float | None:
+    """CPU time, in clock ticks, of this process and every descendant (``utime + stime`` and
+    ``cutime + cstime``: a child's time moves into its parent's when it is waited for, so nothing
+    of this tree is lost when a trial's child ends), or None off Linux."""
+    kids: dict[int, list[int]] = {}
+    ticks: dict[int, float] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:  # ended meanwhile
+            continue
+        try:  # fields after the command: state ppid ... utime(12) stime cutime cstime
+            kids.setdefault(int(fields[1]), []).append(int(name))
+            ticks[int(name)] = sum(float(x) for x in fields[11:15])
+        except (IndexError, ValueError):
+            continue
+    me = os.getpid()
+    if me not in ticks:
+        return None
+    total, todo = 0.0, [me]
+    while todo:
+        pid = todo.pop()
+        total += ticks.get(pid, 0.0)
+        todo.extend(kids.get(pid, ()))
+    return total
+
+
+def mark(device: dict) -> tuple | None:
+    """The start of a ``during`` account on a CPU ``device`` (None on a GPU, or off Linux)."""
+    if device.get("type") == "cuda":
+        return None
+    a, own = _cpu_times(), _own_ticks()
+    return None if a is None or own is None else (time.monotonic(), a, own)
+
+
+def during(start: tuple | None) -> str:
+    """The evidence of other processes' use of the CPU since ``mark``'s ``start``: the cores kept
+    busy on average over the block by processes other than this one and its descendants, past
+    ``OTHER_CORES_MAX`` ("" under it, for a block shorter than a second, or without a mark)."""
+    if start is None:
+        return ""
+    t0, a, own0 = start
+    b, own1 = _cpu_times(), _own_ticks()
+    wall = time.monotonic() - t0
+    if b is None or own1 is None or wall < 1.0 or b[0] <= a[0]:
+        return ""
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    n = os.cpu_count() or 1
+    busy = (b[0] - a[0]) - (b[1] - a[1])  # ticks summed over the CPUs
+    per_cpu = (b[0] - a[0]) / n / hz  # the window as /proc/stat counted it (s)
+    others = max(0.0, busy - (own1 - own0)) / hz / max(per_cpu, wall)
+    if others > OTHER_CORES_MAX:
+        return f"{others:.1f} of {n} cores busy with other processes (mean over {wall:.0f} s)"
+    return ""
+
+
 def gpu_others(index: int, window_s: float = WINDOW_S) -> dict | None:
     """``{"pids": [...], "util_pct": ...}`` of GPU ``index`` (NVML): the processes with a compute
     context on it, and its utilization over ``window_s``; None without NVML."""
@@ -83,17 +150,21 @@ def sample(device: dict) -> str:
 
 @contextlib.contextmanager
 def measuring(device: dict, log=print):
-    """Hold ``device``'s lock for the ``with`` block and sample it before and after; yields a
+    """Hold ``device``'s lock for the ``with`` block and sample it before and after (and account
+    for it throughout on the CPU: ``during``); yields a
     dict that ends holding ``contended`` (bool), ``contended_evidence``, and the block's wall
     clock ``measure_start`` / ``measure_end`` (ISO, UTC)."""
     out: dict = {}
     with device_lock(device, log):
         before = sample(device)
         out["measure_start"] = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+        start = mark(device)
         try:
             yield out
         finally:
+            inside = during(start)
             out["measure_end"] = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
             after = sample(device)
-            said = [f"{w}: {e}" for w, e in (("before", before), ("after", after)) if e]
+            said = [f"{w}: {e}" for w, e in (("before", before), ("during", inside),
+                                              ("after", after)) if e]
             out.update(contended=bool(said), contended_evidence="; ".join(said))
