@@ -1,6 +1,7 @@
 """Hydra composition: shipped experiments compose, overrides are type-checked, specs load."""
 
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -357,3 +358,21 @@ def test_a_predict_only_study_on_a_spec_without_peaks_is_refused_before_any_work
                                            "hardware=cpu", "hardware.hbm_gb_s=100",
                                            "hardware.peak_tflops.bf16=2"]))
     assert stated.spec.peak_bytes_s == 100e9
+
+
+def test_two_runs_started_in_one_second_keep_their_own_hydra_folders(tmp_path):
+    """Hydra's run folder was named by the second alone: two workers started together wrote
+    their ``.hydra/`` records (the overrides each ran with) into one folder, the later over the
+    earlier. The folder now carries the process id as well."""
+    from hydra import compose, initialize_config_dir
+
+    from sweep.common.env import CONF
+    from sweep.config.schema import register
+
+    register()
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose(config_name="config", overrides=[f"results_dir={tmp_path}"],
+                      return_hydra_config=True)
+    run, multi = cfg.hydra.run.dir, cfg.hydra.sweep.dir
+    assert run.startswith(f"{tmp_path}/hydra/") and run.endswith(f"_{os.getpid()}")
+    assert multi.endswith(f"_{os.getpid()}")

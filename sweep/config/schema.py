@@ -12,10 +12,12 @@ The command line's overrides are read and checked in ``sweep.config.overrides``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 from kernels.switches import Switches
 
@@ -186,5 +188,8 @@ class SweepConf:
 
 
 def register() -> None:
-    """Register the schema with Hydra's ConfigStore (idempotent)."""
+    """Register the schema with Hydra's ConfigStore, and the ``${pid:}`` resolver that keeps two
+    runs started in the same second (two workers) out of each other's Hydra run folder
+    (``conf/config.yaml``'s ``hydra.run.dir``); idempotent."""
     ConfigStore.instance().store(name="sweep_schema", node=SweepConf)
+    OmegaConf.register_new_resolver("pid", os.getpid, replace=True)
