@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import optuna
 
@@ -92,6 +93,7 @@ def run(plan):
         "objectives": plan.objectives, "directions": plan.directions, "workload": plan.workload,
         "base_model": plan.base.to_dict(), "space": plan.space, "constraints": plan.constraints,
         "mode": plan.mode, "workers": plan.workers, "predict": plan.predict,
+        "calibration": str(Path(plan.calibration).resolve()) if plan.calibration else None,
         "run_wall_s": time.time() - t0,
         "hardware_spec": plan.spec.__dict__, "ceilings": ceilings,
         "env": environment(plan.device)})

@@ -340,6 +340,33 @@ def test_a_predicted_studys_advice_is_priced_as_its_rows_were(tmp_path):
     assert "H200" in r["basis"] and "stated efficiencies" not in r["basis"], r["basis"]
 
 
+def test_a_predicted_studys_advice_uses_the_calibration_file_it_was_given(tmp_path):
+    # calibration=FILE priced a predict-only study's rows from FILE; its report's advice was
+    # priced from the target's shipped calibration all the same
+    import dataclasses
+    import shutil
+
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis.advice import advise_study_row
+    from sweep.analysis.hardware import load_spec
+    from sweep.analysis.targets import predict_designs
+    from zoo import ModelConfig
+
+    h100 = sorted(p for p in store.SHIPPED_DIR.glob("*.json") if "H100" in p.read_text()[:2000])
+    given = tmp_path / "mine.json"
+    shutil.copy(h100[0], given)
+    shutil.copy(h100[0].with_suffix(".parquet"), given.with_suffix(".parquet"))
+    spec = load_spec("h200")
+    cfg = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
+    wl = {"batch": 1, "prompt_len": 512, "new_tokens": 64}
+    (row,) = predict_designs([(cfg, wl, "cudagraph")], spec)
+    meta = {"predict": True, "hardware_spec": dataclasses.asdict(spec), "workload": wl,
+            "mode": "cudagraph", "env": {"device": "cpu"}, "calibration": str(given)}
+    assert "H100" in advise_study_row(meta, pd.Series(row), tmp_path)["basis"]
+    given.unlink()  # the file gone since: the target's shipped one, as before
+    assert "H200" in advise_study_row(meta, pd.Series(row), tmp_path)["basis"]
+
+
 def test_a_report_says_when_its_rows_rest_on_different_ceilings():
     # a study resumed after the ceilings were measured again: rows against 6.3 and 38.9 GB/s,
     # the report's table showing only the last

@@ -275,9 +275,10 @@ def advise(cfg: ModelConfig, workload: dict, spec, calibration, conf: AdviseConf
 def advise_study_row(meta: dict, row, cal_dir: Path | None = None) -> dict:
     """``advise`` for one completed trial ``row`` of a study (its ``study.json`` ``meta``: the
     workload, mode and hardware spec), priced from the study device's calibration cached in
-    ``cal_dir``; a predict-only study's (or one without a cached calibration) from the shipped
-    calibration of its spec's GPU, as its rows were (else the what-if's prices, said in the
-    result's ``basis``).
+    ``cal_dir``; a predict-only study's from the calibration file it was given
+    (``calibration=FILE``, recorded in ``meta``) or else the shipped calibration of its spec's GPU,
+    as its rows were (a measured study without a cached calibration: the shipped one too; else the
+    what-if's prices, said in the result's ``basis``).
 
     Raises:
         KeyError, ValueError: the row or the meta lacks what the design needs.
@@ -288,8 +289,8 @@ def advise_study_row(meta: dict, row, cal_dir: Path | None = None) -> dict:
     from .targets import config_of
 
     spec = HardwareSpec(**meta["hardware_spec"])
-    if meta.get("predict"):  # its target's, as its rows were priced (not by the roofline)
-        have = store.shipped_for(spec)
+    if meta.get("predict"):  # as its rows were priced: the file given, else its target's
+        have = _given(meta.get("calibration")) or store.shipped_for(spec)
     else:
         have = (store.load(str(meta.get("env", {}).get("device", "")), cal_dir=cal_dir)
                 or store.shipped_for(spec))
@@ -297,3 +298,16 @@ def advise_study_row(meta: dict, row, cal_dir: Path | None = None) -> dict:
     return advise(config_of(row), wl, spec,
                   Calibrated(have) if have else None,
                   AdviseConf(mode=meta.get("mode") or "cudagraph"))
+
+
+def _given(path: str | None):
+    """The calibration file a predict-only study was given, or None (none given, or the file
+    gone or unreadable since: the shipped one prices the advice then)."""
+    from . import calibration_store as store
+
+    if not path:
+        return None
+    try:
+        return store.load_file(path)
+    except (OSError, ValueError):
+        return None
