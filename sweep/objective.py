@@ -76,6 +76,7 @@ class Objective:
                                                                           self.progress)
 
     def __call__(self, trial: optuna.Trial):
+        self.k = None  # the design's place, once _run knows it (for the error line below)
         try:  # Ctrl-C and SIGTERM come while a child runs (``Child.wait``; ``common.interrupts``)
             return self._run(trial)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM (``run_trials``): the design is queued again
@@ -90,7 +91,7 @@ class Objective:
             reason = f"error in the study process: {type(e).__name__}: {e}"  # a FAIL, the study
             trial.set_user_attr("fail_reason", reason[:2000])  # goes on
             trial.set_user_attr("traceback", traceback.format_exc()[-4000:])
-            self.progress.line(f"[{trial.number + 1}/{self.total}] FAIL ({reason[:200]})")
+            self.progress.line(f"[{self.k or trial.number + 1}/{self.total}] FAIL ({reason[:200]})")
             raise TrialFailed(reason) from e
 
     def _run(self, trial: optuna.Trial):
@@ -306,7 +307,7 @@ class Objective:
             _store_row(trial, row)
             trial.set_user_attr("fail_reason", reason)
         if not self.plan.predict or trial.number < 10:
-            self.progress.line(f"[{getattr(self, 'k', trial.number + 1)}/{self.total}] {label}: "
+            self.progress.line(f"[{self.k or trial.number + 1}/{self.total}] {label}: "
                                f"{shown} "
                                f"({time.time() - t0:.0f} s)")
         self.progress.done(f"{label}: {'pruned' if exc is optuna.TrialPruned else 'FAIL'}")
