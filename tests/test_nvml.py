@@ -43,3 +43,17 @@ def test_energy_per_token_on_gpu(tmp_path):
     assert len(s.samples) > 20
     s.write_csv(tmp_path / "nvml.csv")
     assert (tmp_path / "nvml.csv").read_text().startswith("t_s,power_w")
+
+
+def test_sampled_power_covers_the_whole_region():
+    # a board without the energy counter: its energy integrated between the first and the last
+    # sample alone read a 5 ms region at a steady 500 W as 0 J (one sample), a 50 ms one as 383 W
+    from sweep.measure.nvml import _sampled_energy
+
+    one = [{"t_s": 1.0, "power_w": 500.0}]
+    assert _sampled_energy(one, 0.005) == pytest.approx(2.5)  # 500 W x 5 ms
+    three = [{"t_s": 1.0 + 0.02 * i, "power_w": 500.0} for i in range(3)]
+    assert _sampled_energy(three, 0.05) == pytest.approx(25.0)  # 500 W, not 383 W
+    ramp = [{"t_s": 0.0, "power_w": 400.0}, {"t_s": 0.02, "power_w": 600.0}]
+    assert _sampled_energy(ramp, 0.1) == pytest.approx(50.0)  # the mean, 500 W, x 0.1 s
+    assert math.isnan(_sampled_energy([], 0.005))
