@@ -279,7 +279,7 @@ class Objective:
         row.update(analytic)
         row.update(plan.switches.columns())
         row.update(p, predicted=True, peak_mem_bytes=p["memory_needed_bytes"])
-        if self.calibration_reason:
+        if self.calibration_reason and row.get("basis_kind") == "roofline":  # (not: a fitted one)
             row["prediction_reason"] = self.calibration_reason
         if why := misfit(p, plan.spec):  # as a measured space prunes a design that cannot fit it
             return self._prune(trial, why, label, t0, row)

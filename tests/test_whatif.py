@@ -623,3 +623,34 @@ def test_an_fp16_design_is_priced_by_the_bf16_entries_and_says_so():
     assert fp["decode_tpot_ms"] == pytest.approx(bf["decode_tpot_ms"], rel=1e-9)
     assert "fp16 kernels priced by the calibration's bf16 entries" in fp["prediction_notes"]
     assert "stand-ins" in fp["prediction_basis"] and "stand-ins" not in bf["prediction_basis"]
+
+
+def test_a_predicted_rows_energy_bound_and_class_say_what_they_rest_on():
+    # the TDP "upper bound" of J/token was priced at the point TPOT (under the interval's top);
+    # a decode that is not priced (mode=compile, kernels=torch) still read "memory-bound"
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis.pricing import Calibrated
+    from sweep.analysis.targets import predict_designs
+
+    spec = load_spec("h100_sxm")
+    cal = Calibrated(store.shipped_for(spec))
+    wl = {"batch": 4, "prompt_len": 512, "new_tokens": 64}
+    cfg = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
+    (row,) = predict_designs([(cfg, wl, "cudagraph")], spec, cal)
+    assert row["decode_pred_ms_hi"] > row["decode_tpot_ms"]
+    assert row["decode_j_per_token"] == pytest.approx(
+        spec.tdp_w * row["decode_pred_ms_hi"] * 1e-3 / 4)
+    torch_cfg = ModelConfig.from_name("llama3_2_1b", kernels="torch").resolved("cuda")
+    (row,) = predict_designs([(torch_cfg, wl, "compile")], spec, cal)
+    assert math.isnan(row["decode_tpot_ms"]) and row["decode_bound"] == ""
+    assert "not modelled" in row["decode_bound_reason"]
+    assert "not modelled" in row["decode_j_per_token_reason"]
+
+
+def test_a_fitted_targets_rows_do_not_say_they_rest_on_the_roofline(tmp_path):
+    # a predict-only study on the MI300X (no calibration shipped: fitted on public measurements)
+    # wrote "... nor shipped for this target: roofline x stated efficiencies" on fitted rows
+    _, _, df = run_tiny(tmp_path, "study.predict=true", "hardware=mi300x", "study.n_trials=1")
+    row = df.iloc[0]
+    assert row["basis_kind"] == "fitted"
+    assert "roofline" not in str(row.get("prediction_reason", "") or "")

@@ -141,26 +141,35 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
     t_flop = dc.matmul_flops / ceil[f"gemm_flops_{cfg.dtype}"] * 1e3
     bound = max((("memory", t_mem), ("compute", t_flop),
                  ("overhead", mods["launch_overhead"])), key=lambda x: x[1])[0]
+    told = tpot is not None and math.isfinite(tpot)  # a decode priced (not: mode=compile's)
+    top = row.get(pred("decode", "hi"), math.nan)  # the interval's top: the bound's time
+    top = top if top is not None and math.isfinite(top) else tpot
     out = {"target": spec.name, "target_vendor": spec.vendor, "target_kind": spec.kind,
            TIME["prefill"]: ttft, TIME["decode"]: tpot,  # a predicted row's figures (row.pred)
            RATE["decode"]: B / tpot * 1e3 if tpot and math.isfinite(tpot) else math.nan,
            RATE["prefill"]: B * T / ttft * 1e3 if ttft else math.nan,
-           energy("decode"): (spec.tdp_w * tpot * 1e-3 / B if math.isfinite(spec.tdp_w)
+           energy("decode"): (spec.tdp_w * top * 1e-3 / B if math.isfinite(spec.tdp_w) and told
                               else math.nan),
            "memory_needed_bytes": need,
            "fits_memory": fits_memory(need, spec),
-           "decode_bound": f"{bound}-bound", "prediction_basis": basis, "basis_kind": kind,
+           "decode_bound": f"{bound}-bound" if told else "", "prediction_basis": basis,
+           "basis_kind": kind,
            "prediction_notes": row.get("prediction_notes", ""),
            "prediction_stale": row.get("prediction_stale", False),
            # from the stages' intervals (calibrated, transferred, fitted); stated efficiencies: low
            "prediction_confidence": row.get("prediction_confidence") or confidence(row, kind=None)}
     if not math.isfinite(spec.memory_gb):
         out["fits_memory_reason"] = f"{spec.name}: no memory size stated (hardware.memory_gb)"
-    if not math.isfinite(spec.tdp_w):
+    if not told:  # why, as the stage's prediction says it (predict.py's reason)
+        why = row.get("decode_pred_reason") or "the decode stage is not priced"
+        for k in (TIME["decode"], RATE["decode"], energy("decode"), "decode_bound"):
+            out[k + "_reason"] = why
+    elif not math.isfinite(spec.tdp_w):
         out[energy("decode") + "_reason"] = f"{spec.name}: no TDP stated"
     else:  # said beside the figure: not a measurement, the most the board can draw
         out[energy("decode") + "_basis"] = (f"upper bound: {spec.name}'s TDP {spec.tdp_w:g} W x "
-                                            "TPOT / batch (the board at its power limit)")
+                                            "TPOT (its interval's top) / batch (the board at its "
+                                            "power limit)")
     out.update({k: v for k, v in row.items() if k.startswith(("prefill_pred_", "decode_pred_"))})
     return out
 
