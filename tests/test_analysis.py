@@ -78,6 +78,25 @@ def test_prediction_check_leaves_out_the_contended_rows():
     assert summary(df.drop(columns=["contended"]))["decode"]["calibrated"]["n"] == 3
 
 
+def test_prediction_check_judges_the_roofline_on_the_calibrated_rows():
+    """The roofline's error is taken on the rows the calibrated one is (the docstring's "same
+    rows"): a row the calibration did not price (mode=compile) had counted for the roofline
+    only, so the two medians compared different sets."""
+    import pandas as pd
+
+    from sweep.report.prediction_check import summary
+
+    nan = float("nan")
+    df = pd.DataFrame({"state": ["COMPLETE"] * 3,
+                       "decode_pred_error_pct": [1.0, -2.0, nan],
+                       "decode_pred_error_pct_roofline": [10.0, -20.0, 90.0]})
+    got = summary(df)["decode"]
+    assert got["roofline"]["n"] == got["calibrated"]["n"] == 2
+    assert got["roofline"]["median_abs_pct"] == 15.0
+    alone = summary(df.drop(columns=["decode_pred_error_pct"]))["decode"]  # none calibrated
+    assert alone["roofline"]["n"] == 3
+
+
 def test_prediction_check_prints_four_significant_digits():
     from sweep.report.labels import sig4
 

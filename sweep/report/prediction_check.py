@@ -4,15 +4,16 @@
 Per stage (TTFT = prefill, TPOT = decode step), over every COMPLETE row of the studies: the
 distribution of the signed error of the calibrated prediction against the measurement
 (``{stage}_pred_error_pct``) and of the roofline-only prediction on the same rows
-(``{stage}_pred_error_pct_roofline``): median and p90 of |error|, mean signed error, count. The
-rows themselves (design, measured, both predictions, errors) go to ``--csv``. Rows the model
-did not price are counted apart with the reason: the stage's (``{stage}_pred_reason``, e.g.
-``mode=compile``), else the design's (``prediction_reason``: a calibration that cannot price it).
-Where the rows were profiled per module (``profile=modules``), ``modules`` gives per stage each
-module kind's share error (points, predicted - measured share of the stage) and how many designs
-have every module within 5 points. A ``.csv`` argument is a ``--csv`` file of an earlier check
-(its rows join the new ones, e.g. studies measured in separate device calls). Rows measured
-while another process used the device (``contended``) are left out and counted.
+(``{stage}_pred_error_pct_roofline``; on every row where none was calibrated): median and p90 of
+|error|, mean signed error, count. The rows themselves (design, measured, both predictions,
+errors) go to ``--csv``. Rows the model did not price are counted apart with the reason: the
+stage's (``{stage}_pred_reason``, e.g. ``mode=compile``), else the design's
+(``prediction_reason``: a calibration that cannot price it). Where the rows were profiled per
+module (``profile=modules``), ``modules`` gives per stage each module kind's share error (points,
+predicted - measured share of the stage) and how many designs have every module within 5 points. A
+``.csv`` argument is a ``--csv`` file of an earlier check (its rows join the new ones, e.g.
+studies measured in separate device calls). Rows measured while another process used the device
+(``contended``) are left out and counted.
 """
 
 from __future__ import annotations
@@ -45,9 +46,11 @@ def summary(df: pd.DataFrame) -> dict:
     out: dict = {"contended_left_out": n_shared}
     for st in STAGES:
         out[st] = {}
-        for kind, col in (("calibrated", f"{st}_pred_error_pct"),
-                          ("roofline", f"{st}_pred_error_pct_roofline")):
-            e = done[col].astype(float).dropna() if col in done else pd.Series(dtype=float)
+        cal = f"{st}_pred_error_pct"
+        priced = done[cal].astype(float).notna() if cal in done else None
+        for kind, col in (("calibrated", cal), ("roofline", f"{st}_pred_error_pct_roofline")):
+            rows = done[priced] if priced is not None and priced.any() else done  # the same rows
+            e = rows[col].astype(float).dropna() if col in rows else pd.Series(dtype=float)
             out[st][kind] = {"median_abs_pct": float(np.median(e.abs())) if len(e) else None,
                              "p90_abs_pct": percentile(e.abs(), 90) if len(e) else None,
                              "mean_signed_pct": float(e.mean()) if len(e) else None,
