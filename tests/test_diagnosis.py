@@ -91,6 +91,18 @@ def test_diagnosis_reports_evidence_and_ncu_bytes():
     assert n["decode_bound"] == "memory-bound" and "1.40x the analytic minimum" in n["diagnosis"]
 
 
+def test_an_overhead_bound_text_does_not_deny_the_ceiling_it_reaches():
+    # a decode at MBU 0.80 with the host 1.2x slower than the GPU read "using neither ceiling",
+    # and its evidence named mfu and mbu, which did not decide
+    d = diagnose(_row(decode_mbu_vs_measured=0.80, decode_cpu_gpu_ratio=1.2))
+    assert d["decode_bound"] == "overhead-bound"
+    assert "neither ceiling" not in d["diagnosis"] and "MBU 0.80" in d["diagnosis"]
+    assert d["decode_bound_evidence"] == "cpu_gpu_ratio"
+    slow = diagnose(_row(decode_mbu_vs_measured=0.3, decode_tpot_ms=8.0))
+    assert "using neither ceiling" in slow["diagnosis"]
+    assert slow["decode_bound_evidence"].startswith("mfu, mbu, time_over_floor")
+
+
 def test_advice_only_what_runs_on_the_device():
     slow = dict(decode_mbu_vs_measured=0.3, decode_tpot_ms=8.0, mode="eager", kernels="torch")
     cpu = diagnose(_row(**slow, device="cpu"))["diagnosis"]

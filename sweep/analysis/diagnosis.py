@@ -96,7 +96,9 @@ def diagnose(row: dict) -> dict:
         out[f"{st}_bound"] = b
         out[f"{st}_time_over_floor"] = ratio
         used = [k for k, v in ev.items() if not math.isnan(v)]
-        out[f"{st}_bound_evidence"] = ", ".join(["mfu", "mbu", "time_over_floor"] + used)
+        alone = classify(nan, nan, nan, **ev) != "unknown"  # the profile decided, not the ratios
+        out[f"{st}_bound_evidence"] = ", ".join(([] if alone else ["mfu", "mbu",
+                                                                    "time_over_floor"]) + used)
     kv = row.get("decode_kv_bytes_share", math.nan)
     ctx = row.get("prompt_len", 0) + row.get("new_tokens", 0) // 2
     d = out["decode_bound"]
@@ -115,8 +117,12 @@ def diagnose(row: dict) -> dict:
         fixes = [f for f, have in (("mode=cudagraph", row.get("mode") == "cudagraph"),
                                    ("kernels=triton", row.get("kernels") == "triton"))
                  if not have and gpu]
+        u = [num(f"decode_{x}_vs_measured") for x in ("mbu", "mfu")]
+        how = ("using neither ceiling" if not any(v >= BOUND_FRAC for v in u) else  # (NaN: no)
+               f"at MBU {u[0]:.2f} and MFU {u[1]:.2f} of the measured ceilings, yet "
+               f"overhead-bound by the profile ({out['decode_bound_evidence']})")
         texts.append(f"decode takes {out['decode_time_over_floor']:.1f}x its roofline floor "
-                     f"using neither ceiling{seen}: kernel launches and small kernels dominate; "
+                     f"{how}{seen}: kernel launches and small kernels dominate; "
                      + (" and ".join(fixes) + " cut them, and so do" if fixes else
                         "fewer launches cut them:") + " fewer, wider layers")
     elif d == "compute-bound":
