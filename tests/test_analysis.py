@@ -38,6 +38,10 @@ def test_unknown_peaks_are_nan_with_reason():
             assert "no datasheet peak for cpu" in row[f"{st}_{fig}_vs_datasheet_reason"]
             assert math.isnan(row[f"{st}_{fig}_vs_measured"])
             assert "boom" in row[f"{st}_{fig}_vs_measured_reason"]
+    for peak in ("peak_flops", "peak_bytes_s"):  # the peaks themselves: NaN with the reason
+        assert math.isnan(row[f"{peak}_datasheet"]) and "cpu states none" in row[
+            f"{peak}_datasheet_reason"]
+        assert math.isnan(row[f"{peak}_measured"]) and "boom" in row[f"{peak}_measured_reason"]
 
 
 def test_prediction_check_counts_the_rows_it_did_not_price():

@@ -26,6 +26,8 @@ def test_unavailable_gives_nan_with_reason(monkeypatch):
         pass
     row = s.summary({"decode": 10})
     assert math.isnan(row["decode_j_per_token"]) and "NVML" in row["decode_j_per_token_reason"]
+    for k in ("energy_j", "avg_power_w"):  # every NaN with its reason
+        assert math.isnan(row[f"decode_{k}"]) and "NVML" in row[f"decode_{k}_reason"]
 
 
 @pytest.mark.gpu

@@ -69,6 +69,11 @@ def derived(cfg: ModelConfig, workload: dict, measured: dict, spec: HardwareSpec
     }
     row["peak_flops_datasheet"], row["peak_bytes_s_datasheet"] = peaks["datasheet"]
     row["peak_flops_measured"], row["peak_bytes_s_measured"] = peaks["measured"]
+    for which, (pf, pb) in peaks.items():  # a peak not stated or not measured: NaN, said why
+        for name, v in ((f"peak_flops_{which}", pf), (f"peak_bytes_s_{which}", pb)):
+            if not math.isfinite(v):
+                row[f"{name}_reason"] = (f"{spec.name} states none" if which == "datasheet" else
+                                         f"not measured: {ceilings.get('error', 'no ceiling')}")
     row["hardware_spec"] = spec.name
     times = {st: measured[TIME[st]] / 1e3 for st in STAGES}
     for st, t in times.items():

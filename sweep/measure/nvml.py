@@ -99,13 +99,14 @@ class NvmlSampler:
             if not self.available or r not in self.energy_j:
                 for k in ("energy_j", "avg_power_w", "j_per_token"):
                     out[f"{r}_{k}"] = float("nan")
-                out[f"{r}_j_per_token_reason"] = self.reason or f"no NVML region {r!r}"
+                    out[f"{r}_{k}_reason"] = self.reason or f"no NVML region {r!r}"
                 continue
             e, t = self.energy_j[r], self.seconds[r]
             if e != e:  # NaN: a region shorter than the sampling interval, on the fallback
-                out[f"{r}_j_per_token_reason"] = (
-                    f"no power sample in the {t * 1e3:.1f} ms region (sampled every "
-                    f"{self.interval_s * 1e3:.0f} ms; this board has no energy counter)")
+                for k in ("energy_j", "avg_power_w", "j_per_token"):
+                    out[f"{r}_{k}_reason"] = (
+                        f"no power sample in the {t * 1e3:.1f} ms region (sampled every "
+                        f"{self.interval_s * 1e3:.0f} ms; this board has no energy counter)")
             out[f"{r}_energy_j"] = e
             out[f"{r}_avg_power_w"] = e / t if t > 0 else float("nan")
             out[f"{r}_j_per_token"] = e / n if n else float("nan")
