@@ -667,3 +667,38 @@ def test_a_worker_that_does_not_stop_is_killed_in_bounded_time(tmp_path):
     stop_workers([*deaf, polite], wait_s=4)
     assert time.time() - t0 < 7  # one wait_s and the kills, not two
     assert all(c.poll() is not None for c in [*deaf, polite])
+
+
+def test_a_record_restores_without_writing_over_a_study_and_keeps_predict(tmp_path, capsys):
+    """``record --restore`` wrote over a live study's files (exit 0), and a restored predict-only
+    study lost ``predict``: its report showed the predictions as measured. A study named twice
+    in one record was recorded twice."""
+    from sweep.report.records import main
+
+    plan, _, _ = run_tiny(tmp_path, "study.predict=true", "hardware=h100_sxm",
+                          "study.n_trials=1")
+    rec = tmp_path / "rec.json"
+    with pytest.raises(SystemExit):  # argparse's refusal, exit 2
+        main([str(rec), str(plan.results), str(plan.results), "--command", "x"])
+    assert "named twice" in capsys.readouterr().err and not rec.exists()
+    assert main([str(rec), str(plan.results), "--command", "x"]) == 0
+    out = tmp_path / "restored"
+    assert main(["--restore", str(rec), str(out)]) == 0
+    meta = json.loads((out / plan.name / "study.json").read_text())
+    assert meta["predict"] is True
+    before = (plan.results / "study.json").read_text()
+    assert main(["--restore", str(rec), str(plan.results.parent)]) == 2  # the live study's folder
+    assert "holds a study already" in capsys.readouterr().err
+    assert (plan.results / "study.json").read_text() == before
+
+
+def test_a_study_json_that_is_not_a_studys_is_refused_by_name(tmp_path):
+    # valid JSON but not a study's ({} or []): KeyError / AttributeError tracebacks in every tool
+    from sweep.report.tables import load_study
+
+    plan, _, _ = run_tiny(tmp_path, "study.predict=true", "hardware=h100_sxm",
+                          "study.n_trials=1")
+    for text, said in (("{}", "no study, objectives"), ("[]", "not a JSON object")):
+        (plan.results / "study.json").write_text(text)
+        with pytest.raises(ValueError, match=said):
+            load_study(plan.results)

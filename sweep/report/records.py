@@ -33,9 +33,12 @@ def study_record(study_dir: Path, columns: list[str] | None = None) -> dict:
     if columns:
         df = df[[c for c in columns if c in df.columns]]
     rows = [{k: _clean(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
-    return {k: meta.get(k) for k in ("study", "experiment", "workload", "objectives",
-                                     "directions", "mode", "space")} | {"trials": rows,
-                                                                          "meta": meta}
+    return {k: meta.get(k) for k in KEPT} | {"trials": rows, "meta": meta}
+
+
+# what a record keeps of a study's study.json (``predict``: a predict-only study's figures are the
+# model's, and its report says so once restored)
+KEPT = ("study", "experiment", "workload", "objectives", "directions", "mode", "space", "predict")
 
 
 def restore(record: Path, out_dir: Path) -> list[Path]:
@@ -49,6 +52,10 @@ def restore(record: Path, out_dir: Path) -> list[Path]:
     from .tables import write_table
 
     rec = json.loads(Path(record).read_text())
+    taken = [Path(out_dir) / s["study"] for s in rec["studies"]
+             if any((Path(out_dir) / s["study"] / f).exists() for f in ("study.json", "owner.json"))]
+    if taken:  # a live study's files, or an earlier restore's: never written over
+        raise FileExistsError(f"{taken[0]} holds a study already; restore into another folder")
     out = []
     for s in rec["studies"]:
         d = Path(out_dir) / s["study"]
@@ -56,8 +63,7 @@ def restore(record: Path, out_dir: Path) -> list[Path]:
         write_table(df, d)
         env = {k: df[k].iloc[0] for k in ("device", "torch", "triton", "cuda", "driver", "python",
                                           "git_sha", "timestamp") if k in df and len(df)}
-        write_json(d / "study.json", {**{k: s.get(k) for k in (
-            "study", "experiment", "workload", "objectives", "directions", "mode", "space")},
+        write_json(d / "study.json", {**{k: s.get(k) for k in KEPT},
             "hardware_spec": rec.get("hardware_spec", {}), "ceilings": rec.get("ceilings", {}),
             "env": env, "storage": f"(restored from {record})"})
         plots.pareto_plot(df, s["objectives"], s["directions"], d, title=s["study"])
@@ -73,8 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         if len(argv) != 3:
             print("usage: python -m sweep.cli.record --restore RECORD.json OUT_DIR", file=sys.stderr)
             return 2
-        for d in restore(Path(argv[1]), Path(argv[2])):
-            print(d)
+        try:
+            for d in restore(Path(argv[1]), Path(argv[2])):
+                print(d)
+        except FileExistsError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", help="the record to write, a .json file (refused if it exists: a "
@@ -87,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"out: {a.out!r} is not a .json file (a record is JSON: RECORD.json)")
     if Path(a.out).exists():
         ap.error(f"out: {a.out} exists; a record is never overwritten (name a new one)")
+    if len({Path(s).resolve() for s in a.studies}) < len(a.studies):
+        ap.error("studies: a study named twice (its trials would be recorded twice)")
     studies = [study_record(Path(s)) for s in a.studies]
     env = studies[0]["meta"]["env"]
     rec = {"device": env["device"], "versions": {k: env.get(k) for k in

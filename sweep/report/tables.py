@@ -74,12 +74,15 @@ def trials_frame(study) -> pd.DataFrame:
     return df
 
 
+STUDY_KEYS = ("study", "objectives", "directions", "workload", "hardware_spec")  # study.json's
+
+
 def load_study(study_dir: str | Path) -> tuple[dict, pd.DataFrame]:
     """``(study.json, trials table)`` of a study folder written by ``python -m sweep``.
 
     Raises:
         FileNotFoundError: not a study folder (names what is missing). ValueError: its files
-            are unreadable (truncated, empty).
+            are unreadable (truncated, empty), or its study.json is not a study's (``STUDY_KEYS``).
     """
     d = Path(study_dir)
     for f in ("study.json", "trials.parquet"):
@@ -91,6 +94,9 @@ def load_study(study_dir: str | Path) -> tuple[dict, pd.DataFrame]:
     except (OSError, ValueError) as e:  # pyarrow's errors are ValueErrors (ArrowInvalid)
         raise ValueError(f"{d}: its trials.parquet or study.json is unreadable (truncated or "
                          f"empty?): {str(e).splitlines()[0]}") from None
+    if not isinstance(meta, dict) or (miss := [k for k in STUDY_KEYS if k not in meta]):
+        raise ValueError(f"{d / 'study.json'}: not a study's (" + (
+            f"no {', '.join(miss)}" if isinstance(meta, dict) else "not a JSON object") + ")")
     # a study of an earlier day: its columns under today's names (sweep.common.row.RENAMES)
     df = df.rename(columns=R.renamed(df.columns))
     return meta, df
