@@ -702,3 +702,19 @@ def test_a_study_json_that_is_not_a_studys_is_refused_by_name(tmp_path):
         (plan.results / "study.json").write_text(text)
         with pytest.raises(ValueError, match=said):
             load_study(plan.results)
+
+
+def test_compare_fronts_keeps_apart_two_studies_of_one_name(tmp_path, capsys):
+    # one study identity run in two results folders: compare_fronts showed one of them (exit 0);
+    # one folder named twice was compared with itself
+    from sweep.report.fronts import main
+
+    plans = [run_tiny(tmp_path / d, "study.predict=true", "hardware=h100_sxm",
+                      "study.n_trials=2")[0] for d in ("a", "b")]
+    assert plans[0].results.name == plans[1].results.name
+    out = tmp_path / "fronts"
+    assert main([str(p.results) for p in plans] + ["--out", str(out)]) == 0
+    shown = json.loads((out / "fronts.json").read_text())["studies"]
+    assert len(shown) == 2, shown
+    assert main([str(plans[0].results)] * 2 + ["--out", str(tmp_path / "x")]) == 2
+    assert "named twice" in capsys.readouterr().err

@@ -233,14 +233,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="output folder (default fronts/<experiments> beside the first "
                     "study)")
     a = ap.parse_args(argv)
+    if len({Path(s).resolve() for s in a.studies}) < len(a.studies):
+        print("error: a study folder named twice (its front would be compared with itself)",
+              file=sys.stderr)
+        return 2
     try:
         loaded = [(Path(s), *load_study(s)) for s in a.studies]
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     labels = [m.get("experiment") or p.name for p, m, _ in loaded]
-    if len(set(labels)) < len(labels):
-        labels = [p.name for p, _, _ in loaded]
+    for names in ([p.name for p, _, _ in loaded],  # a label each study keeps apart
+                  [f"{p.resolve().parent.name}/{p.name}" for p, _, _ in loaded],
+                  [f"{i + 1}:{p.name}" for i, (p, _, _) in enumerate(loaded)]):
+        if len(set(labels)) == len(labels):
+            break
+        labels = names
     studies = [(lab, m, df) for lab, (_, m, df) in zip(labels, loaded)]
     if a.objectives:
         try:
