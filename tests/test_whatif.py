@@ -654,3 +654,22 @@ def test_a_fitted_targets_rows_do_not_say_they_rest_on_the_roofline(tmp_path):
     row = df.iloc[0]
     assert row["basis_kind"] == "fitted"
     assert "roofline" not in str(row.get("prediction_reason", "") or "")
+
+
+def test_whatif_refuses_a_name_twice_and_never_writes_over_another_studys_outputs(tmp_path,
+                                                                                   capsys):
+    # --hardware h200 h200 ranked every design twice (1st, 3rd, 5th ...); two studies of one
+    # folder name wrote one --out folder, the second over the first
+    from sweep.report.other_hardware import main
+
+    a, b = (run_tiny(tmp_path / d, "study.predict=true", "hardware=h100_sxm",
+                     "study.n_trials=2")[0].results for d in ("a", "b"))
+    assert main([str(a), "--hardware", "h200", "h200", "--out", str(tmp_path / "x")]) == 2
+    assert main([str(a), str(a), "--hardware", "h200", "--out", str(tmp_path / "x")]) == 2
+    assert "named twice" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    out = tmp_path / "w"
+    assert main([str(a), str(b), "--hardware", "h200", "--out", str(out)]) == 0
+    assert len(list(out.glob("*/whatif.csv"))) == 2
+    assert main([str(a), "--hardware", "h200", "--out", str(out / "solo")]) == 0
+    assert main([str(b), "--hardware", "h200", "--out", str(out / "solo")]) == 2  # a's outputs
+    assert "another comparison's outputs" in capsys.readouterr().err

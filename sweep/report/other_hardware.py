@@ -152,6 +152,16 @@ def rank_changes(w: pd.DataFrame, targets: list[str], objective: str) -> pd.Data
     return pd.DataFrame(out, columns=cols)
 
 
+def _owner(fronts_json: Path):
+    """The study whose what-if wrote ``fronts_json`` (resolved), or None (another comparison's,
+    or unreadable): a what-if writes over only its own study's outputs."""
+    try:
+        old = json.loads(fronts_json.read_text())
+        return Path(old["study"]).resolve() if isinstance(old, dict) and "study" in old else None
+    except (OSError, ValueError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line (the module's text): 0 once the tables are written, 2 on an unknown
     target or a folder that is no study.
@@ -176,13 +186,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from ..analysis.calibration_store import load_file
 
+    twice = [x for i, x in enumerate(a.hardware) if x in a.hardware[:i]] + [
+        s for i, s in enumerate(a.studies) if Path(s).resolve() in
+        {Path(t).resolve() for t in a.studies[:i]}]
+    if twice:  # each row once: a target named twice ranked every design twice
+        print(f"error: {twice[0]} named twice", file=sys.stderr)
+        return 2
     given = load_file(a.calibration) if a.calibration else None  # refused before any work
-    for s in a.studies:
-        try:
-            meta, df = load_study(s)
-        except FileNotFoundError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+    try:  # every study read before any output is written
+        studies = [(s, *load_study(s)) for s in a.studies]
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    names = [slug(Path(s).name) for s in a.studies]
+    names = names if len(set(names)) == len(names) else [f"{i + 1}-{n}" for i, n in
+                                                         enumerate(names)]
+    for (s, meta, df), name in zip(studies, names):
         cal = study_calibration(meta, given, Path(s))
         if (real := real_designs(meta, Path(s))) is not None:
             meta, df, name = real
@@ -190,11 +209,17 @@ def main(argv: list[str] | None = None) -> int:
                   f"{name}'s, predicted")
         try:
             w = predict_designs(meta, df, a.hardware, cal, label=design_label)
+            if w.empty:
+                raise ValueError("no completed design to predict")
         except (KeyError, ValueError) as e:
             print(f"error: {s}: {e}", file=sys.stderr)
             return 2
-        out = Path(a.out) / slug(Path(s).name) if a.out and len(a.studies) > 1 else \
+        out = Path(a.out) / name if a.out and len(a.studies) > 1 else \
             Path(a.out) if a.out else Path(s).resolve().parent / "whatif" / slug(Path(s).name)
+        if (prev := out / "fronts.json").exists() and _owner(prev) != Path(s).resolve():
+            print(f"error: {out} holds another comparison's outputs; --out names another folder",
+                  file=sys.stderr)
+            return 2
         out.mkdir(parents=True, exist_ok=True)
         ranks = rank_table(w, a.hardware)
         changes = rank_changes(w, a.hardware, meta["objectives"][0])
