@@ -186,3 +186,14 @@ def test_designs_all_pruned_by_the_experiments_budget_name_the_way_out():
     assert "params_total'" not in text  # within its band
     failed = df.assign(state="FAIL", fail_reason="cannot predict: x").drop(columns="pruned_by")
     assert "lifts" not in predicted_summary(failed)
+
+
+def test_prediction_check_refuses_a_study_named_twice(tmp_path, capsys):
+    # NAME NAME doubled n (4 -> 8) and moved the p90
+    import pytest
+
+    from sweep.report.prediction_check import main
+
+    with pytest.raises(SystemExit) as e:
+        main([str(tmp_path), str(tmp_path) + "/"])
+    assert e.value.code == 2 and "named twice" in capsys.readouterr().err

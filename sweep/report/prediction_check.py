@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -113,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write the summary, per module and per basis, as JSON here")
     ap.add_argument("--csv", help="write the rows checked (COMPLETE, with their errors) here")
     a = ap.parse_args(argv)
+    if len({str(Path(s).resolve()) for s in a.studies}) < len(a.studies):
+        ap.error("studies: one named twice (its rows would count twice)")
     frames = []
     for s in a.studies:
         if str(s).endswith(".csv"):  # the COMPLETE rows of an earlier check
