@@ -108,3 +108,29 @@ def test_a_gpu_set_on_the_cpu_is_refused_before_any_work(tmp_path):
     with pytest.raises(ValueError, match=r"real-size designs \(.*llama3_1_8b.*--set heldout_cpu"):
         V.main(["--set", "heldout", "--device", "cpu", "--results-dir", str(tmp_path)])
     assert not (tmp_path / "validate").exists()
+
+
+def test_a_bad_set_or_measured_file_is_refused_before_any_work(tmp_path):
+    """A pair with batch 0 was calibrated and "measured" before ``math domain error``; a
+    --measured file naming no pair of the set wrote an empty table over the last run's; YAML
+    errors were tracebacks."""
+    good = (V.CONF / "validation" / "heldout_cpu.yaml").read_text()
+    bad = tmp_path / "zero.yaml"
+    bad.write_text(good.replace("batch: 1", "batch: 0", 1))
+    with pytest.raises(ValueError, match=r"batch=0 must be a whole number >= 1"):
+        V.load_set(str(bad))
+    for text, said in (("pairs: [", "not YAML"), ("", "not a validation set"),
+                       ("pairs: []", "not a validation set")):
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=said):
+            V.load_set(str(bad))
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"name": "no_such_pair", "measured": {}}\n')
+    with pytest.raises(ValueError, match="measures no pair of the set"):
+        V.main(["--set", "heldout_cpu", "--device", "cpu", "--measured", str(other),
+                "--results-dir", str(tmp_path)])
+    other.write_text("not json\n")
+    with pytest.raises(ValueError, match="line 1 is not a measured pair"):
+        V.main(["--set", "heldout_cpu", "--device", "cpu", "--measured", str(other),
+                "--results-dir", str(tmp_path)])
+    assert not (tmp_path / "validate").exists() and not (tmp_path / "ceilings").exists()

@@ -40,11 +40,23 @@ def load_set(name: str) -> dict:
     if not p.exists():
         known = sorted(q.stem for q in (CONF / "validation").glob("*.yaml"))
         raise FileNotFoundError(f"no validation set {name!r}; known: {', '.join(known)}")
-    s = yaml.safe_load(p.read_text())
-    for i, pair in enumerate(s.get("pairs", [])):
+    try:
+        s = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ValueError(f"{p}: not YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(s, dict) or "name" not in s or not isinstance(s.get("pairs"), list):
+        raise ValueError(f"{p}: not a validation set (a mapping with name: and pairs: [...])")
+    for i, pair in enumerate(s["pairs"]):
+        if not isinstance(pair, dict):
+            raise ValueError(f"{p.name}: pair {i} is not a mapping")
         missing = [k for k in ("name", "model", "batch", "prompt_len", "new_tokens") if k not in pair]
         if missing:
             raise ValueError(f"{p.name}: pair {i} lacks {', '.join(missing)}")
+        for k in ("batch", "prompt_len", "new_tokens"):  # before any calibration or measurement
+            v = pair[k]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{p.name}: pair {pair['name']}: {k}={v!r} must be a whole "
+                                 "number >= 1")
     return s
 
 
@@ -99,11 +111,17 @@ def read_measured(path: Path, chosen: list[tuple]) -> tuple[list[tuple], list]:
     """The pairs of ``chosen`` measured in an earlier run (its ``measured.jsonl``), and their
     figures; pairs it lacks are left out."""
     got = {}
-    for line in Path(path).read_text().splitlines():
+    for i, line in enumerate(Path(path).read_text().splitlines(), 1):
         if line.strip():
-            d = json.loads(line)
-            got[d["name"]] = d["measured"]
+            try:
+                d = json.loads(line)
+                got[d["name"]] = d["measured"]
+            except (ValueError, KeyError, TypeError):
+                raise ValueError(f"{path}: line {i} is not a measured pair ({{\"name\": ..., "
+                                 "\"measured\": {...}} as measured.jsonl writes)") from None
     kept = [c for c in chosen if c[0]["name"] in got]
+    if not kept:
+        raise ValueError(f"{path}: measures no pair of the set ({', '.join(got) or 'empty'})")
     return kept, [got[c[0]["name"]] for c in kept]
 
 
@@ -179,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"--set {a.set} measures real-size designs ({', '.join(real)}): a GPU's "
                          "set; on the CPU, --set heldout_cpu (the same mechanics on the tiny "
                          "model), or --measured JSONL to price a GPU run's measurements")
+    if a.measured:  # read and checked before any work or output
+        chosen, measured = read_measured(Path(a.measured), chosen)
     root = work_path(a.results_dir)
     out = Path(a.out) if a.out else root / "validate" / f"{s['name']}-{slug(dev['name'])}"
     out.mkdir(parents=True, exist_ok=True)
@@ -210,9 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     # here, on this machine): the table and its meta
     write_atomic(out / "calibration.parquet", lambda p: c.t.to_parquet(p, index=False))
     write_json(out / "calibration.json", c.meta)
-    if a.measured:
-        chosen, measured = read_measured(Path(a.measured), chosen)
-    else:
+    if not a.measured:
         measured = measure(chosen, dev, out, switches, root / "tuning")
     df = price(chosen, measured, c, spec, ceilings, switches)
     summ = V.summary(df)
