@@ -673,3 +673,15 @@ def test_whatif_refuses_a_name_twice_and_never_writes_over_another_studys_output
     assert main([str(a), "--hardware", "h200", "--out", str(out / "solo")]) == 0
     assert main([str(b), "--hardware", "h200", "--out", str(out / "solo")]) == 2  # a's outputs
     assert "another comparison's outputs" in capsys.readouterr().err
+
+
+def test_fit_public_with_out_is_refused(tmp_path, capsys):
+    # --fit-public --out X ignored --out and rewrote the package's conf/hardware/*.yaml
+    from sweep.report.public_check import main
+
+    before = {p: p.read_text() for p in (Path(__file__).parent.parent / "conf" / "hardware")
+              .glob("*.yaml")}
+    with pytest.raises(SystemExit) as e:
+        main(["--fit-public", "--out", str(tmp_path / "x")])
+    assert e.value.code == 2 and "--fit-public writes conf/hardware" in capsys.readouterr().err
+    assert all(p.read_text() == t for p, t in before.items())

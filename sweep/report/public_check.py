@@ -188,10 +188,15 @@ def main(argv: list[str] | None = None) -> int:
                                              "specs' fitted efficiencies written")
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--check-public", action="store_true", help="price the dataset, write tables")
-    g.add_argument("--fit-public", action="store_true", help="write the specs' fitted blocks")
+    g.add_argument("--fit-public", action="store_true", help="write the shipped specs' fitted "
+                   "blocks (conf/hardware/*.yaml: the package's files, a maintainer's step)")
     ap.add_argument("--data", help="dataset folder (default conf/public)")
-    ap.add_argument("--out", help="output folder (default results/whatif_public)")
+    ap.add_argument("--out", help="--check-public's output folder (default "
+                    "results/whatif_public)")
     a = ap.parse_args(argv)
+    if a.fit_public and a.out:  # it writes the package's specs, never a folder of the user's
+        ap.error("--out: --fit-public writes conf/hardware/*.yaml, not --out (--check-public "
+                 "writes tables there)")
     data = Path(a.data) if a.data else None
     if data is not None and not (data / "measurements.csv").exists():
         raise FileNotFoundError(f"{data}: no measurements.csv")
