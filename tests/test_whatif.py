@@ -201,6 +201,11 @@ def test_advise_cli_prices_from_the_h100_calibration(tmp_path):
     assert [2048, 8100] in r["missing_shapes"]  # K=8100 never calibrated: said, not hidden
     assert "ffn_dim" in (tmp_path / "advise.md").read_text()
     assert main(["model=llama3_2_1b", "model.ffn_dim=0", "--out", str(tmp_path)]) == 2
+    # a file that cannot price the target (an H100's for an MI300X) had been dropped silently
+    # for the roofline: refused, named
+    assert main(["model=llama3_2_1b", "hardware=mi300x", f"--calibration={cal}",
+                 f"--out={tmp_path / 'mi'}"]) == 2
+    assert not (tmp_path / "mi").exists()
 
 
 def test_advise_writes_under_results_dir_and_names_the_model_and_its_fit(tmp_path):

@@ -79,6 +79,10 @@ def _calibration(plan, path: str | None, device: dict):
     if plan.spec.vendor == "NVIDIA" and key in (src.get("ceilings") or {}):
         return transfer(c, src["ceilings"], target_ceilings(plan.spec, plan.base.dtype),
                         plan.base.dtype)
+    if path:  # the user's file cannot price this target: said, not silently the roofline
+        raise ValueError(f"--calibration {path}: measured on {src.get('device')!r}, it cannot "
+                         f"price {plan.spec.name} (not that device, and no {key} ceiling to "
+                         "transfer it by); leave it out for the target's own calibration")
     return None
 
 
@@ -180,7 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     if (a.bench or a.measure) and device["type"] != "cuda":
         print("error: --bench and --measure need a CUDA GPU", file=sys.stderr)
         return 2
-    cal = _calibration(plan, a.calibration, device)
+    try:
+        cal = _calibration(plan, a.calibration, device)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if plan.spec.kind != "gpu":  # as report.html says on such a study
         what = (f"hardware={plan.spec.name} is" if not here else
                 f"this machine ({plan.spec.name}, the target without hardware=) is")
