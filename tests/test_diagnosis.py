@@ -1,5 +1,6 @@
 """Bottleneck classifier, diagnosis text, roofline plot and the regression check on constructed rows."""
 
+import json
 import math
 import re
 
@@ -301,7 +302,8 @@ def test_a_queued_design_leaves_the_switches_boolean(tmp_path):
             "batch": 8, "prompt_len": 1024, "new_tokens": 64}
     df = pd.DataFrame([done, {"state": "WAITING"}])
     write_table(df, tmp_path)
-    (tmp_path / "study.json").write_text("{}")
+    (tmp_path / "study.json").write_text(json.dumps(  # (a study's keys: load_study checks them)
+        {"study": "s", "objectives": [], "directions": [], "workload": {}, "hardware_spec": {}}))
     _, back = load_study(tmp_path)
     assert str(back["qkv_bias"].dtype) == "boolean" and back["tie_embeddings"][0]
     assert back["qkv_bias"].isna()[1]
@@ -388,3 +390,17 @@ def test_a_report_says_when_its_rows_rest_on_different_ceilings():
     assert ceilings_note(same) == "" and ceilings_note(pd.DataFrame({"x": [1]})) == ""
     note = ceilings_note(pd.DataFrame({"peak_bytes_s_measured": [6.29e9, 3.89e10, 3.89e10]}))
     assert "2 different copy ceilings, 6.29 to 38.9 GB/s" in note
+
+
+def test_compare_refuses_a_file_that_is_not_a_trials_table(tmp_path):
+    # any CSV without design columns gave an IndexError traceback from pandas' merge; an empty
+    # one "No columns to parse from file", naming no file
+    from sweep.report.regression import load
+
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="other.csv: not a trials table"):
+        load(other)
+    other.write_text("")
+    with pytest.raises(ValueError, match="other.csv: unreadable as a trials table"):
+        load(other)

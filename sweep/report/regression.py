@@ -33,14 +33,21 @@ def load(path: str | Path, every_state: bool = False) -> pd.DataFrame:
     CSV file.
 
     Raises:
-        FileNotFoundError: neither a study folder nor a trials file (named)."""
+        FileNotFoundError: neither a study folder nor a trials file (named). ValueError: a file
+            that is unreadable or not a trials table (named)."""
     p = Path(path)
     f = p / "trials.parquet" if p.is_dir() else p
     if not f.is_file():
         raise FileNotFoundError(f"{path}: no study folder (with trials.parquet) or trials parquet "
                                 "or CSV file there")
-    df = pd.read_csv(f) if f.suffix == ".csv" else pd.read_parquet(f)
+    try:
+        df = pd.read_csv(f) if f.suffix == ".csv" else pd.read_parquet(f)
+    except (OSError, ValueError) as e:  # empty, truncated (pandas' and pyarrow's ValueErrors)
+        raise ValueError(f"{f}: unreadable as a trials table ({str(e).splitlines()[0]})") from None
     df = df.rename(columns=R.renamed(df.columns))
+    if not any(c in df for c in REGRESSION):  # none of the figures a regression judges
+        raise ValueError(f"{f}: not a trials table (none of {', '.join(REGRESSION)}: a study's "
+                         "trials.parquet / trials.csv, or a record's rows)")
     return df if every_state else completed(df)
 
 
