@@ -175,7 +175,9 @@ def test_unknown_experiment_lists_the_available_ones(tmp_path):
 
 def _study_dir(path, rows, wall):
     path.mkdir()
-    (path / "study.json").write_text(json.dumps({"run_wall_s": wall, "workers": 2}))
+    (path / "study.json").write_text(json.dumps({  # (a study's keys: load_study checks them)
+        "run_wall_s": wall, "workers": 2, "study": path.name, "objectives": [], "directions": [],
+        "workload": {}, "hardware_spec": {}}))
     pd.DataFrame(rows).to_parquet(path / "trials.parquet")
     return path
 
