@@ -527,3 +527,16 @@ def test_an_interrupted_atomic_write_leaves_the_old_file_and_no_temporary(tmp_pa
     with pytest.raises(KeyboardInterrupt):
         write_atomic(target, half)
     assert target.read_text() == "old" and [f.name for f in tmp_path.iterdir()] == ["t.csv"]
+
+
+def test_a_failed_atomic_write_names_the_target_not_its_temporary(tmp_path):
+    # --out /proc/x said: [Errno 2] ... '/proc/.x.20383.tmp'
+    from sweep.common.atomic import write_text
+
+    with pytest.raises(OSError, match=r"cannot write /proc/x \(") as e:
+        write_text("/proc/x", "text")
+    assert ".tmp" not in str(e.value)
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    with pytest.raises(OSError, match=f"cannot write {blocked}/out.csv"):
+        write_text(blocked / "out.csv", "x")  # its folder is a file

@@ -16,17 +16,30 @@ from pathlib import Path
 
 def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp)`` on a temporary path beside ``path`` (its folder made if missing), then
-    rename it to ``path``."""
+    rename it to ``path``.
+
+    Raises:
+        OSError: ``path`` cannot be written (its message names ``path``, not the temporary)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # one per writing process
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         write(tmp)
         os.replace(tmp, path)
+    except OSError as e:  # named as the user named it, not by the temporary beside it
+        _drop(tmp)
+        raise OSError(e.errno, f"cannot write {path} ({e.strerror or e})") from None
     except BaseException:  # a failed or interrupted write leaves the old file and no temporary
-        tmp.unlink(missing_ok=True)
+        _drop(tmp)
         raise
     return path
+
+
+def _drop(tmp: Path) -> None:
+    try:
+        tmp.unlink(missing_ok=True)
+    except OSError:  # (a folder that cannot be written cannot hold it either)
+        pass
 
 
 def write_text(path: str | Path, text: str) -> Path:
