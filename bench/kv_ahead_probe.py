@@ -44,19 +44,22 @@ def _copy() -> float:
     return _copy_rate(Timer("cuda"), 1 << 30, "cuda")["copy_bytes_s"]
 
 
-def cmd_kernels(out: Path) -> None:
+def cmd_kernels(out: Path, flag: str = "KV_AHEAD", shapes=SHAPES, tiles_8=TILES_8) -> None:
+    """Each of ``shapes`` x fixed tile, ``kernels.decode_attention``'s module flag ``flag`` off
+    and on (column ``ahead``), two rounds; ``kernels.csv`` in ``out``."""
     switches.set_current(switches.Switches(autotune=False))
     torch.manual_seed(0)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     copy = _copy()
     rows = []
-    for shape in sorted((s for s in ap.SHAPES if s[0] in SHAPES),
-                        key=lambda s: SHAPES.index(s[0])):
-        tiles = TILES_8 if shape[6] != "bf16" else TILES_16
+    for shape in sorted((s for s in ap.SHAPES if s[0] in shapes),
+                        key=lambda s: shapes.index(s[0])):
+        tiles = tiles_8 if shape[6] != "bf16" else TILES_16
         for rnd in range(2):
             for tile in tiles:
                 for ahead in (False, True):
-                    da._FIXED, da.KV_AHEAD = dict(tile), ahead
+                    da._FIXED = dict(tile)
+                    setattr(da, flag, ahead)
                     r = ap.time_shape(shape, "f32_pdl", l2)
                     r.update(round=rnd, ahead=int(ahead), tile="n{BLOCK_N}w{num_warps}s{num_stages}"
                              .format(**tile), frac_copy=round(r["gbs"] * 1e9 / copy, 3))
@@ -67,15 +70,18 @@ def cmd_kernels(out: Path) -> None:
     print(f"copy {copy / 1e9:.1f} GB/s; {torch.cuda.get_device_name()}", flush=True)
 
 
-def cmd_step(out: Path) -> None:
+def cmd_step(out: Path, flag: str = "KV_AHEAD", both=("bf16", "int8", "fp8_e4m3"),
+             rounds: int = 2) -> None:
+    """The kv group's decode step, ``flag`` off and on for the caches in ``both`` (off only for
+    the others), ``rounds`` rounds; ``step.csv`` in ``out``."""
     from sweep.measure.benchmark import zoo_case
 
     copy = _copy()
     rows = []
-    for rnd in range(2):
+    for rnd in range(rounds):
         for kvd in ("bf16", "int8", "fp8_e4m3"):
-            for ahead in (False, True):
-                da.KV_AHEAD = ahead
+            for ahead in (False, True) if kvd in both else (False,):
+                setattr(da, flag, ahead)
                 t0 = time.time()
                 r = zoo_case("llama3_2_1b", 64, 8192, 32, "cudagraph", "triton", kvd, copy, 1, 2)
                 row = dict(kv=kvd, ahead=int(ahead), round=rnd, wall_s=round(time.time() - t0, 1),
