@@ -718,3 +718,7 @@ def test_compare_fronts_keeps_apart_two_studies_of_one_name(tmp_path, capsys):
     assert len(shown) == 2, shown
     assert main([str(plans[0].results)] * 2 + ["--out", str(tmp_path / "x")]) == 2
     assert "named twice" in capsys.readouterr().err
+    (tmp_path / "y").mkdir()
+    (tmp_path / "y" / "fronts.json").write_text("[1]")  # not a comparison's: refused, said
+    assert main([str(p.results) for p in plans] + ["--out", str(tmp_path / "y")]) == 2
+    assert "not a comparison's" in capsys.readouterr().err

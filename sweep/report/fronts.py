@@ -278,10 +278,14 @@ def main(argv: list[str] | None = None) -> int:
         loaded[0][0].resolve().parent / "fronts" / f"{slug('-vs-'.join(labels))[:80]}-{key}")
     prev = out / "fronts.json"
     if prev.exists():  # another comparison's outputs are never overwritten
-        old = json.loads(prev.read_text())
-        if {k: old.get(k) for k in inputs} != inputs:
-            print(f"error: {out} holds another comparison's fronts ({old.get('study_dirs')}); "
-                  "--out names another folder", file=sys.stderr)
+        try:
+            old = json.loads(prev.read_text())
+        except ValueError:
+            old = None
+        if not isinstance(old, dict) or {k: old.get(k) for k in inputs} != inputs:
+            whose = old.get("study_dirs") if isinstance(old, dict) else "not a comparison's"
+            print(f"error: {out} holds another comparison's fronts.json ({whose}); --out names "
+                  "another folder", file=sys.stderr)
             return 2
     out.mkdir(parents=True, exist_ok=True)
     wl = {json.dumps(m.get("workload", {}).get(k)) for _, m, _ in loaded for k in ("batch",)}
