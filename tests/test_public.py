@@ -149,3 +149,13 @@ def test_each_fit_is_shrunk_toward_its_parent():
         return float(np.sum(np.log(F @ c / (F @ parent)) ** 2))
 
     assert 0 < gap(shrunk) < gap(raw)
+
+
+def test_an_empty_dataset_is_refused_by_name(tmp_path):
+    # whatif --check-public --data D with an empty measurements.csv: a KeyError traceback
+    for f in ("chips.csv", "models.yaml"):
+        shutil.copy(P.DATA / f, tmp_path / f)
+    header = (P.DATA / "measurements.csv").read_text().splitlines()[0]
+    (tmp_path / "measurements.csv").write_text(header + "\n")
+    with pytest.raises(ValueError, match="measurements.csv: no measurement rows"):
+        P.load(tmp_path)

@@ -132,6 +132,8 @@ def load(path: Path | None = None) -> tuple[list[Row], dict, dict]:
                         context=None if ctx is None else int(ctx),
                         devices=int(_num(r, "devices", where) or 1), figure=r["figure"],
                         value=value, source=r["source"], raw=r))
+    if not rows:  # (an empty file: every figure downstream would be a KeyError)
+        raise ValueError(f"{d / 'measurements.csv'}: no measurement rows")
     return rows, chips, models
 
 
