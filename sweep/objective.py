@@ -59,8 +59,7 @@ class Objective:
         ceilings: the device's measured ceilings (``sweep.caches.ceiling_cache.measure_ceilings``).
         total: designs the study will run (for the progress line).
 
-    Raises (from a call): ``TrialFailed`` (recorded FAIL with ``fail_reason``) or
-    ``optuna.TrialPruned`` (a constraint broken, or a worker's spare trial).
+    Raises (from a call): ``TrialFailed`` (a FAIL, ``fail_reason``), ``optuna.TrialPruned``.
     """
 
     def __init__(self, plan, ceilings: dict, total: int, progress=None):
@@ -278,7 +277,8 @@ class Objective:
             return self._fail(trial, f"cannot predict: {e}", label, t0, row)
         row.update(analytic)
         row.update(plan.switches.columns())
-        row.update(p, predicted=True, peak_mem_bytes=p["memory_needed_bytes"])
+        row.update(p, predicted=True, peak_mem_bytes=p["memory_needed_bytes"],
+                   peak_mem_bytes_basis="predicted: weights + KV cache + prefill activations")
         if self.calibration_reason and row.get("basis_kind") == "roofline":  # (not: a fitted one)
             row["prediction_reason"] = self.calibration_reason
         if why := misfit(p, plan.spec):  # as a measured space prunes a design that cannot fit it
