@@ -692,12 +692,9 @@ def test_fit_public_with_out_is_refused(tmp_path, capsys):
     assert all(p.read_text() == t for p, t in before.items())
 
 
-def test_a_predicted_rows_memory_says_it_is_the_predicted_need():
+def test_a_predicted_rows_memory_says_it_is_the_predicted_need(tmp_path):
     # peak_mem_bytes (declared "peak GPU memory", measured) held the analytic need with no basis
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        _, _, df = run_tiny(Path(d), "study.predict=true", "hardware=h100_sxm", "study.n_trials=1")
+    _, _, df = run_tiny(tmp_path, "study.predict=true", "hardware=h100_sxm", "study.n_trials=1")
     row = df.iloc[0]
     assert row["peak_mem_bytes"] == row["memory_needed_bytes"]
     assert row["peak_mem_bytes_basis"].startswith("predicted:")
