@@ -3,14 +3,15 @@
 # in the kv-dominated decode step (bench.kv_ahead_probe), on a tree with
 # results/reference/decode_levers_h100/s27_kv_ahead/kv_ahead.patch applied (refuted: section 15).
 #   OUT=out bash bench/reference/run_kv_ahead.sh   # $OUT: card.txt, kernels.csv, step.csv, *.log, all.tgz
+# PROBE=widen_probe: the same for bench.widen_probe (run_widen.sh)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 . bench/reference/gpu_host.sh
 gpu_card "$OUT/card.txt"
-timeout ${KERNELS_TIMEOUT:-330} python3 -m bench.kv_ahead_probe kernels "$OUT" > "$OUT/kernels.log" 2>&1
+timeout ${KERNELS_TIMEOUT:-330} python3 -m bench.${PROBE:-kv_ahead_probe} kernels "$OUT" > "$OUT/kernels.log" 2>&1
 echo "kernels rc=$?"; grep -v '^\s*$' "$OUT/kernels.log" | tail -n 4 | cut -c1-300
-timeout ${STEP_TIMEOUT:-220} python3 -m bench.kv_ahead_probe step "$OUT" > "$OUT/step.log" 2>&1
+timeout ${STEP_TIMEOUT:-220} python3 -m bench.${PROBE:-kv_ahead_probe} step "$OUT" > "$OUT/step.log" 2>&1
 echo "step rc=$?"; grep -v '^\s*$' "$OUT/step.log" | tail -n 14 | cut -c1-400
 python3 - "$OUT" <<'PY'
 import sys, pandas as pd

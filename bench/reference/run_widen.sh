@@ -1,27 +1,7 @@
 #!/usr/bin/env bash
-# Issue 34: a one-byte cache widened to fp16 before shared memory (WIDEN), per kernel and
-# in the kv-dominated decode step (bench.widen_probe); the tree carries the change, off by default.
+# Issue 34: a one-byte cache widened to fp16 before shared memory (WIDEN), per kernel and in the
+# kv-dominated decode step (bench.widen_probe), on a tree with
+# results/reference/decode_levers_h100/s27_widen/widen.patch applied (section 16).
 #   OUT=out bash bench/reference/run_widen.sh   # $OUT: card.txt, kernels.csv, step.csv, *.log, all.tgz
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-out}; mkdir -p "$OUT"
-. bench/reference/gpu_host.sh
-gpu_card "$OUT/card.txt"
-timeout ${KERNELS_TIMEOUT:-220} python3 -m bench.widen_probe kernels "$OUT" > "$OUT/kernels.log" 2>&1
-echo "kernels rc=$?"; grep -v '^\s*$' "$OUT/kernels.log" | tail -n 4 | cut -c1-300
-timeout ${STEP_TIMEOUT:-130} python3 -m bench.widen_probe step "$OUT" > "$OUT/step.log" 2>&1
-echo "step rc=$?"; grep -v '^\s*$' "$OUT/step.log" | tail -n 14 | cut -c1-400
-python3 - "$OUT" <<'PY'
-import sys, pandas as pd
-d = sys.argv[1]
-try:
-    k = pd.read_csv(f"{d}/kernels.csv")
-    g = k.groupby(["shape", "tile", "ahead"])["us"].median().unstack("ahead")
-    print(g.round(2).to_string())
-    best = k.groupby(["shape", "ahead"])["us"].min().unstack("ahead")
-    print((best.assign(change=(best[0] / best[1] - 1) * 100)).round(2).to_string())
-    print("max err", k.groupby("ahead")["max_abs_err"].max().to_dict())
-except Exception as e:
-    print("no kernels table", e)
-PY
-(cd "$OUT" && tar czf all.tgz --remove-files $(ls | grep -v all.tgz))
+PROBE=widen_probe KERNELS_TIMEOUT=${KERNELS_TIMEOUT:-220} STEP_TIMEOUT=${STEP_TIMEOUT:-130} \
+  exec bash bench/reference/run_kv_ahead.sh
