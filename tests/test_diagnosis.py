@@ -404,3 +404,17 @@ def test_compare_refuses_a_file_that_is_not_a_trials_table(tmp_path):
     other.write_text("")
     with pytest.raises(ValueError, match="other.csv: unreadable as a trials table"):
         load(other)
+
+
+def test_compare_reads_a_study_whose_every_design_failed():
+    # such a study has states and no figure: refused as "not a trials table", where the gate
+    # needs its FAILs judged (exit 1)
+    import tempfile
+    from pathlib import Path
+
+    from sweep.report.regression import load
+
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "trials.csv"
+        pd.DataFrame({"state": ["FAIL"], "n_kv_heads": [1], "fail_reason": ["boom"]}).to_csv(f)
+        assert len(load(f, every_state=True)) == 1

@@ -698,3 +698,23 @@ def test_a_predicted_rows_memory_says_it_is_the_predicted_need(tmp_path):
     row = df.iloc[0]
     assert row["peak_mem_bytes"] == row["memory_needed_bytes"]
     assert row["peak_mem_bytes_basis"].startswith("predicted:")
+
+
+def test_whatif_keeps_two_cpu_fallback_studies_apart_and_owns_its_outputs_from_anywhere(
+        tmp_path, measured_study, monkeypatch):
+    # two CPU-fallback studies with --out went to one folder named after the real model's CSV
+    # (the loop's folder name overwritten); the same study from another folder was refused
+    import shutil
+
+    from sweep.report.other_hardware import main
+
+    plan, _, _ = measured_study
+    copy = tmp_path / "copy" / plan.results.name
+    shutil.copytree(plan.results, copy)
+    out = tmp_path / "w"
+    assert main([str(plan.results), str(copy), "--hardware", "h200", "--out", str(out)]) == 0
+    assert len(list(out.glob("*/whatif.csv"))) == 2
+    monkeypatch.chdir(copy.parent)
+    assert main([copy.name, "--hardware", "h200", "--out", str(tmp_path / "solo")]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert main([f"copy/{copy.name}", "--hardware", "h200", "--out", str(tmp_path / "solo")]) == 0

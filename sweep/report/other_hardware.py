@@ -195,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     given = load_file(a.calibration) if a.calibration else None  # refused before any work
     try:  # every study read before any output is written
         studies = [(s, *load_study(s)) for s in a.studies]
+        for s, _, df in studies:
+            if "state" in df and not (df["state"] == "COMPLETE").any():
+                raise ValueError(f"{s}: no completed design to predict")
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -204,9 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     for (s, meta, df), name in zip(studies, names):
         cal = study_calibration(meta, given, Path(s))
         if (real := real_designs(meta, Path(s))) is not None:
-            meta, df, name = real
+            meta, df, model = real
             print(f"{s}: measured on the CPU fallback (a tiny model): its real designs, "
-                  f"{name}'s, predicted")
+                  f"{model}'s, predicted")
         try:
             w = predict_designs(meta, df, a.hardware, cal, label=design_label)
             if w.empty:
@@ -248,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             write_atomic(out / "fronts.csv", lambda p, t=table: t.to_csv(p, index=False))
         except ValueError as e:
             summary = {"error": str(e)}
-        summary.update(study=str(s), device=meta.get("device"), targets=a.hardware,
+        summary.update(study=str(Path(s).resolve()), device=meta.get("device"), targets=a.hardware,
                        calibration=(cal.meta.get("device") if cal else None),
                        bases=w.groupby("target").prediction_basis.first().to_dict(),
                        left_out=left)

@@ -45,7 +45,8 @@ def load(path: str | Path, every_state: bool = False) -> pd.DataFrame:
     except (OSError, ValueError) as e:  # empty, truncated (pandas' and pyarrow's ValueErrors)
         raise ValueError(f"{f}: unreadable as a trials table ({str(e).splitlines()[0]})") from None
     df = df.rename(columns=R.renamed(df.columns))
-    if not any(c in df for c in REGRESSION):  # none of the figures a regression judges
+    if "state" not in df and not any(c in df for c in REGRESSION):  # (a study whose every
+        # design failed has no figure, but its states: NEW failing them all is a regression)
         raise ValueError(f"{f}: not a trials table (none of {', '.join(REGRESSION)}: a study's "
                          "trials.parquet / trials.csv, or a record's rows)")
     return df if every_state else completed(df)
