@@ -722,3 +722,28 @@ def test_compare_fronts_keeps_apart_two_studies_of_one_name(tmp_path, capsys):
     (tmp_path / "y" / "fronts.json").write_text("[1]")  # not a comparison's: refused, said
     assert main([str(p.results) for p in plans] + ["--out", str(tmp_path / "y")]) == 2
     assert "not a comparison's" in capsys.readouterr().err
+
+
+def test_contention_during_allows_the_clocks_slack_of_a_busy_tree(monkeypatch):
+    # /proc/stat's ticks and the tree's runtimes disagree by a share of what the tree ran: on a
+    # many-core host a fixed 0.5 core would flag every trial that keeps 60 cores busy
+    from sweep.measure import contention as C
+
+    hz = os.sysconf("SC_CLK_TCK")
+    t = [0.0]
+    monkeypatch.setattr(C.time, "monotonic", lambda: t[0])
+    monkeypatch.setattr(C.os, "cpu_count", lambda: 64)
+
+    def account(own_cores, other_cores):
+        calls = iter([(0.0, 0.0), (64 * 10.0 * hz, (64 - own_cores - other_cores) * 10.0 * hz)])
+        ticks = iter([0.0, own_cores * 10.0 * hz])
+        monkeypatch.setattr(C, "_cpu_times", lambda: next(calls))
+        monkeypatch.setattr(C, "_own_ticks", lambda: next(ticks))
+        t[0] = 0.0
+        start = C.mark({"type": "cpu"})
+        t[0] = 10.0
+        return C.during(start)
+
+    assert account(60, 1.5) == ""  # 1.5 cores unaccounted beside 60 of the tree's: slack
+    assert "3.0 of 64 cores busy" in account(60, 3.0)
+    assert "0.8 of 64 cores busy" in account(1, 0.8)  # a small tree: the fixed bound
