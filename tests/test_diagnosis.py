@@ -363,6 +363,7 @@ def test_a_predicted_studys_advice_uses_the_calibration_file_it_was_given(tmp_pa
     from sweep.analysis import calibration_store as store
     from sweep.analysis.advice import advise_study_row
     from sweep.analysis.hardware import load_spec
+    from sweep.analysis.pricing import Calibrated
     from sweep.analysis.targets import predict_designs
     from zoo import ModelConfig
 
@@ -373,10 +374,15 @@ def test_a_predicted_studys_advice_uses_the_calibration_file_it_was_given(tmp_pa
     spec = load_spec("h200")
     cfg = ModelConfig.from_name("llama3_2_1b").resolved("cuda")
     wl = {"batch": 1, "prompt_len": 512, "new_tokens": 64}
-    (row,) = predict_designs([(cfg, wl, "cudagraph")], spec)
+    (row,) = predict_designs([(cfg, wl, "cudagraph")], spec,  # the study's rows, from FILE
+                             Calibrated(store.load_file(given)))
     meta = {"predict": True, "hardware_spec": dataclasses.asdict(spec), "workload": wl,
             "mode": "cudagraph", "env": {"device": "cpu"}, "calibration": str(given)}
-    assert "H100" in advise_study_row(meta, pd.Series(row), tmp_path)["basis"]
+    r = advise_study_row(meta, pd.Series(row), tmp_path)
+    assert "H100" in r["basis"]
+    # priced as predict_on priced the row: the H100's file transferred to the H200 (its raw
+    # entries had read the design 1.106 ms against the row's 0.867)
+    assert r["predicted"]["decode_pred_ms"] == pytest.approx(row["decode_tpot_ms"], rel=0.02)
     given.unlink()  # the file gone since: the target's shipped one, as before
     assert "H200" in advise_study_row(meta, pd.Series(row), tmp_path)["basis"]
 

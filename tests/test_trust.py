@@ -448,13 +448,16 @@ def test_a_job_inside_a_measurement_is_seen_and_the_trials_own_work_is_not(tmp_p
         pytest.skip("no /proc here")
     hz = os.sysconf("SC_CLK_TCK")
     burn = tmp_path / "burn.py"
-    burn.write_text("import time\nt = time.time()\nwhile time.time() - t < 1.5:\n    pass\n")
+    burn.write_text("import time\nt = time.time()\n"  # 1.5 s of CPU (10 s of wall at most)
+                    "while time.process_time() < 1.5 and time.time() - t < 10:\n    pass\n")
     own0 = contention._own_ticks()  # a child of ours (as a trial's is): our own time
     subprocess.run([sys.executable, str(burn)], check=True)
     assert (contention._own_ticks() - own0) / hz >= 1.2
     own0 = contention._own_ticks()  # an orphan (not our descendant): another job's time
     start = contention.mark({"type": "cpu"})
-    subprocess.run(["sh", "-c", f"'{sys.executable}' '{burn}' >/dev/null 2>&1 &"], check=True)
+    orphan = burn.with_name("orphan.py")  # (ends by itself within 3 s, busy or not)
+    orphan.write_text(burn.read_text().replace("< 10", "< 3"))
+    subprocess.run(["sh", "-c", f"'{sys.executable}' '{orphan}' >/dev/null 2>&1 &"], check=True)
     time.sleep(1.9)
     assert (contention._own_ticks() - own0) / hz < 0.5
     assert "cores busy with other processes (mean over" in contention.during(start)

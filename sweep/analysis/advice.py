@@ -286,7 +286,7 @@ def advise_study_row(meta: dict, row, cal_dir: Path | None = None) -> dict:
     from . import calibration_store as store
     from .hardware import HardwareSpec
     from .pricing import Calibrated
-    from .targets import config_of
+    from .targets import calibration_for, config_of
 
     spec = HardwareSpec(**meta["hardware_spec"])
     if meta.get("predict"):  # as its rows were priced: the file given, else its target's
@@ -295,9 +295,10 @@ def advise_study_row(meta: dict, row, cal_dir: Path | None = None) -> dict:
         have = (store.load(str(meta.get("env", {}).get("device", "")), cal_dir=cal_dir)
                 or store.shipped_for(spec))
     wl = {k: int(meta["workload"][k]) for k in ("batch", "prompt_len", "new_tokens")}
-    return advise(config_of(row), wl, spec,
-                  Calibrated(have) if have else None,
-                  AdviseConf(mode=meta.get("mode") or "cudagraph"))
+    cfg, cal = config_of(row), Calibrated(have) if have else None
+    if meta.get("predict"):  # as predict_on priced the rows: transferred to the target, or none
+        cal = calibration_for(spec, cal, cfg.dtype)[0]
+    return advise(cfg, wl, spec, cal, AdviseConf(mode=meta.get("mode") or "cudagraph"))
 
 
 def _given(path: str | None):

@@ -75,6 +75,22 @@ def _is_device(spec, device_name: str | None) -> bool:
     return bool(device_name) and any(re.search(p, device_name) for p in spec.match)
 
 
+def calibration_for(spec, calibration: Calibrated | None, dtype: str
+                    ) -> tuple[Calibrated | None, str | None]:
+    """``(calibration, how)`` a target ``spec`` is priced from (``predict_on``'s rule): the
+    calibration itself on its own device (``"calibrated"``), transferred to another NVIDIA GPU
+    by the datasheet peaks when it holds its measured ceilings (``"transferred"``), else
+    ``(None, None)``: the target's fitted or roofline prices."""
+    src = (calibration.meta if calibration is not None else {}) or {}
+    if calibration is not None and _is_device(spec, src.get("device")):
+        return calibration, "calibrated"
+    if (calibration is not None and spec.vendor == "NVIDIA" and spec.kind == "gpu"
+            and src.get("ceilings")):
+        ceil = target_ceilings(spec, dtype)
+        return transfer(calibration, src["ceilings"], ceil, dtype), "transferred"
+    return None, None
+
+
 def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated | None = None,
                mode: str = "cudagraph", analytic: dict | None = None,
                switches: Switches | None = None, routing: dict | None = None) -> dict:
@@ -96,12 +112,11 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
     B, T, N = workload["batch"], workload["prompt_len"], workload["new_tokens"]
     ceil = target_ceilings(spec, cfg.dtype)
     src = (calibration.meta if calibration is not None else {}) or {}
-    if calibration is not None and _is_device(spec, src.get("device")):
-        basis, cal = f"calibrated on {src.get('device')}", calibration
+    cal, how = calibration_for(spec, calibration, cfg.dtype)
+    if how == "calibrated":
+        basis = f"calibrated on {src.get('device')}"
         row = predict(cfg, workload, spec, cal, mode=mode, switches=switches, routing=routing)
-    elif (calibration is not None and spec.vendor == "NVIDIA" and spec.kind == "gpu"
-          and src.get("ceilings")):
-        cal = transfer(calibration, src["ceilings"], ceil, cfg.dtype)
+    elif how == "transferred":
         basis = (f"transferred from {src.get('device')} ({src.get('date', '')[:10]}) by "
                  f"{spec.name}'s datasheet peaks x stated efficiencies")
         row = predict(cfg, workload, spec, cal, mode=mode, switches=switches, routing=routing)
