@@ -5,6 +5,7 @@ noisy and impossible measurements. (Checkpoint round trips: tests/test_hf_parity
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -693,6 +694,16 @@ def test_a_record_restores_without_writing_over_a_study_and_keeps_predict(tmp_pa
     assert main(["--restore", str(rec), str(plan.results.parent)]) == 2  # the live study's folder
     assert "holds a study already" in capsys.readouterr().err
     assert (plan.results / "study.json").read_text() == before
+    twin = tmp_path / "twin" / plan.results.name  # the same study in another folder
+    shutil.copytree(plan.results, twin)
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "rec2.json"), str(plan.results), str(twin), "--command", "x"])
+    assert "two of one study name" in capsys.readouterr().err
+    both = json.loads(rec.read_text())
+    both["studies"] *= 2
+    (tmp_path / "rec3.json").write_text(json.dumps(both))
+    assert main(["--restore", str(tmp_path / "rec3.json"), str(tmp_path / "r3")]) == 2
+    assert "two studies named" in capsys.readouterr().err and not (tmp_path / "r3").exists()
 
 
 def test_a_study_json_that_is_not_a_studys_is_refused_by_name(tmp_path):

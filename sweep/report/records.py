@@ -52,6 +52,11 @@ def restore(record: Path, out_dir: Path) -> list[Path]:
     from .tables import write_table
 
     rec = json.loads(Path(record).read_text())
+    names = [s["study"] for s in rec["studies"]]
+    if len(set(names)) < len(names):  # one folder each: a second would write over the first
+        twice = next(n for n in names if names.count(n) > 1)
+        raise FileExistsError(f"{record}: holds two studies named {twice!r}; one folder each "
+                              "would write one over the other")
     taken = [Path(out_dir) / s["study"] for s in rec["studies"]
              if any((Path(out_dir) / s["study"] / f).exists() for f in ("study.json", "owner.json"))]
     if taken:  # a live study's files, or an earlier restore's: never written over
@@ -100,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     if len({Path(s).resolve() for s in a.studies}) < len(a.studies):
         ap.error("studies: a study named twice (its trials would be recorded twice)")
     studies = [study_record(Path(s)) for s in a.studies]
+    if len({s["study"] for s in studies}) < len(studies):  # restored, one would replace another
+        ap.error("studies: two of one study name (the same study run in two folders); record "
+                 "each in its own record")
     env = studies[0]["meta"]["env"]
     rec = {"device": env["device"], "versions": {k: env.get(k) for k in
                                                   ("torch", "triton", "cuda", "python", "driver")},
