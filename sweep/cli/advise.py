@@ -80,9 +80,12 @@ def _calibration(plan, path: str | None, device: dict):
         return transfer(c, src["ceilings"], target_ceilings(plan.spec, plan.base.dtype),
                         plan.base.dtype)
     if path:  # the user's file cannot price this target: said, not silently the roofline
+        why = (f"no {key} ceiling to transfer it by" if plan.spec.vendor == "NVIDIA" else
+               f"a calibration transfers to NVIDIA GPUs only, {plan.spec.name} is "
+               f"{plan.spec.vendor}'s")
         raise ValueError(f"--calibration {path}: measured on {src.get('device')!r}, it cannot "
-                         f"price {plan.spec.name} (not that device, and no {key} ceiling to "
-                         "transfer it by); leave it out for the target's own calibration")
+                         f"price {plan.spec.name} (not that device; {why}); leave it out for "
+                         "the target's own prices")
     return None
 
 
