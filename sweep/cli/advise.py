@@ -57,9 +57,8 @@ def _calibration(plan, path: str | None, device: dict):
     GPU), else this device's transferred to an NVIDIA target when it has the ceilings a transfer
     needs (a CPU's calibration has no bf16 GEMM ceiling: never transferred to a GPU)."""
     from ..analysis import calibration_store as store
-    from ..analysis.anchors import transfer
     from ..analysis.pricing import Calibrated
-    from ..analysis.targets import _is_device, target_ceilings
+    from ..analysis.targets import _is_device, calibration_for
 
     if path:
         have = store.load_file(path)
@@ -71,14 +70,11 @@ def _calibration(plan, path: str | None, device: dict):
                                                       cal_dir=plan.cache("calibration"))
     if have is None:
         return None
-    c = Calibrated(have)
-    src = have.meta
-    if _is_device(plan.spec, src.get("device")):
-        return c
-    key = f"gemm_flops_{plan.base.dtype}"
-    if plan.spec.vendor == "NVIDIA" and key in (src.get("ceilings") or {}):
-        return transfer(c, src["ceilings"], target_ceilings(plan.spec, plan.base.dtype),
-                        plan.base.dtype)
+    src, key = have.meta, f"gemm_flops_{plan.base.dtype}"
+    if _is_device(plan.spec, src.get("device")) or key in (src.get("ceilings") or {}):
+        c = calibration_for(plan.spec, Calibrated(have), plan.base.dtype)[0]  # (predict_on's rule)
+        if c is not None:
+            return c
     if path:  # the user's file cannot price this target: said, not silently the roofline
         why = (f"no {key} ceiling to transfer it by" if plan.spec.vendor == "NVIDIA" else
                f"a calibration transfers to NVIDIA GPUs only, {plan.spec.name} is "

@@ -5,8 +5,7 @@ Energy per stage comes from ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since dr
 and newer; NVML API reference) read at the start and end of the region; where the counter is
 unsupported it falls back to the sampled power's mean (trapezoid rule over the samples' span)
 times the region's time, and says so (NaN, with the reason, for a region with no sample in it).
-Average
-power = energy / region time. Energy per token = stage energy / tokens produced in the stage.
+Average power = energy / region time. Energy per token = stage energy / tokens produced in the stage.
 On a machine without NVML (no GPU) ``available`` is False and ``reason`` says why; every figure is
 then NaN with that reason, never guessed.
 """

@@ -35,7 +35,7 @@ from ..common.env import slug
 from ..common.row import CONTENDED
 from .labels import label as words
 from .plots import pyplot, write_html
-from .tables import design_label, front_rows, load_study
+from .tables import design_label, front_rows, load_study, named_twice
 
 
 def hypervolume(points: np.ndarray, ref: np.ndarray) -> float:
@@ -233,9 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="output folder (default fronts/<experiments> beside the first "
                     "study)")
     a = ap.parse_args(argv)
-    if len({Path(s).resolve() for s in a.studies}) < len(a.studies):
-        print("error: a study folder named twice (its front would be compared with itself)",
-              file=sys.stderr)
+    if twice := named_twice(a.studies):
+        print(f"error: {twice}: a study folder named twice (its front would be compared with "
+              "itself)", file=sys.stderr)
         return 2
     try:
         loaded = [(Path(s), *load_study(s)) for s in a.studies]

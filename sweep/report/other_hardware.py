@@ -37,7 +37,7 @@ from ..common.atomic import write_atomic, write_text
 from ..common.env import slug
 from ..common.row import RATE, STAGES, TIME, pred
 from .fronts import compare, plot
-from .tables import design_label, load_study
+from .tables import design_label, load_study, named_twice
 
 
 def real_designs(meta: dict, study_dir: Path):
@@ -186,11 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from ..analysis.calibration_store import load_file
 
-    twice = [x for i, x in enumerate(a.hardware) if x in a.hardware[:i]] + [
-        s for i, s in enumerate(a.studies) if Path(s).resolve() in
-        {Path(t).resolve() for t in a.studies[:i]}]
-    if twice:  # each row once: a target named twice ranked every design twice
-        print(f"error: {twice[0]} named twice", file=sys.stderr)
+    twice = next((x for i, x in enumerate(a.hardware) if x in a.hardware[:i]), None)
+    if twice := twice or named_twice(a.studies):  # each row once: h200 h200 ranked each twice
+        print(f"error: {twice} named twice", file=sys.stderr)
         return 2
     given = load_file(a.calibration) if a.calibration else None  # refused before any work
     try:  # every study read before any output is written

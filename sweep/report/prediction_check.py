@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -30,7 +29,7 @@ from ..common.atomic import write_atomic, write_text
 from ..common.row import CONTENDED, TIME, error, pred
 from ..common.stats import percentile
 from .labels import sig4
-from .tables import design_label, flag, load_study
+from .tables import design_label, flag, load_study, named_twice
 
 STAGES = TIME  # stage -> its measured time column
 
@@ -114,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write the summary, per module and per basis, as JSON here")
     ap.add_argument("--csv", help="write the rows checked (COMPLETE, with their errors) here")
     a = ap.parse_args(argv)
-    if len({str(Path(s).resolve()) for s in a.studies}) < len(a.studies):
-        ap.error("studies: one named twice (its rows would count twice)")
+    if twice := named_twice(a.studies):
+        ap.error(f"studies: {twice} named twice (its rows would count twice)")
     frames = []
     for s in a.studies:
         if str(s).endswith(".csv"):  # the COMPLETE rows of an earlier check

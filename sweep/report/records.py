@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from ..common.atomic import write_json
-from .tables import load_study
+from .tables import load_study, named_twice
 
 
 def _clean(v):
@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"out: {a.out!r} is not a .json file (a record is JSON: RECORD.json)")
     if Path(a.out).exists():
         ap.error(f"out: {a.out} exists; a record is never overwritten (name a new one)")
-    if len({Path(s).resolve() for s in a.studies}) < len(a.studies):
-        ap.error("studies: a study named twice (its trials would be recorded twice)")
+    if twice := named_twice(a.studies):
+        ap.error(f"studies: {twice} named twice (its trials would be recorded twice)")
     studies = [study_record(Path(s)) for s in a.studies]
     if len({s["study"] for s in studies}) < len(studies):  # restored, one would replace another
         ap.error("studies: two of one study name (the same study run in two folders); record "

@@ -74,6 +74,17 @@ def trials_frame(study) -> pd.DataFrame:
     return df
 
 
+def named_twice(paths) -> str | None:
+    """The first of ``paths`` naming a folder or file that an earlier one names (resolved: ``a``
+    and ``./a/`` are one), or None: a study given twice would count, rank or compare twice."""
+    seen = set()
+    for p in paths:
+        if (r := Path(p).resolve()) in seen:
+            return str(p)
+        seen.add(r)
+    return None
+
+
 STUDY_KEYS = ("study", "objectives", "directions", "workload", "hardware_spec")  # study.json's
 
 
