@@ -53,6 +53,23 @@ def test_roofline_plot(tmp_path):
     assert p.exists() and p.stat().st_size > 10_000
 
 
+def test_html_page_writes_nothing_outside_a_given_folder(tmp_path):
+    # compare_fronts --out: plotly.min.js inside the folder given, not beside it
+    go = pytest.importorskip("plotly.graph_objects")
+    from sweep.report.plots import write_html
+
+    out = tmp_path / "user" / "fronts"
+    page = write_html(go.Figure(), out / "fronts.html", js_dir=out)
+    assert (out / "plotly.min.js").stat().st_size > 1_000_000
+    assert 'src="plotly.min.js"' in page.read_text()
+    assert sorted(p.name for p in (tmp_path / "user").iterdir()) == ["fronts"]
+    # a study's page: one copy shared in the results folder above it
+    study = tmp_path / "results" / "s1"
+    page = write_html(go.Figure(), study / "pareto.html")
+    assert 'src="../plotly.min.js"' in page.read_text()
+    assert (tmp_path / "results" / "plotly.min.js").exists()
+
+
 def test_compare_flags_regressions_beyond_spread():
     old = pd.DataFrame([dict(n_kv_heads=k, batch=8, decode_tpot_ms=3.0, decode_tpot_ms_min=2.95,
                              decode_tpot_ms_p90=3.05, decode_tok_s=2666.0, ttft_ms=100.0,

@@ -13,7 +13,8 @@ study must have as columns) and compared three ways:
   and whether it is on the combined front of all studies.
 
 Outputs go to ``--out`` (default ``fronts/<experiments>`` beside the first study, in its
-``results_dir``): ``fronts.png``, ``fronts.html``, ``fronts.csv`` (the dominance table) and
+``results_dir``): ``fronts.png``, ``fronts.html`` (with its ``plotly.min.js``: nothing is written
+outside the folder), ``fronts.csv`` (the dominance table) and
 ``fronts.json`` (hypervolumes,
 reference point, studies, devices, workloads). A warning is printed (and kept in the JSON) when
 the studies ran on different devices or workloads.
@@ -222,7 +223,7 @@ def plot(studies: list[tuple[str, dict, pd.DataFrame]], table: pd.DataFrame, obj
         figp.add_scatter(x=f[x] / xd, y=f[y] / yd, mode="lines+markers", name=f"{name} front",
                          text=f["design"])
     figp.update_layout(xaxis_title=xt, yaxis_title=yt, title=title)
-    return paths + [write_html(figp, out / "fronts.html")]
+    return paths + [write_html(figp, out / "fronts.html", js_dir=out)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -168,16 +168,22 @@ def pareto_plot(df: pd.DataFrame, objectives: list[str], directions: list[str], 
     return paths
 
 
-def write_html(fig, path: Path) -> Path:
-    """Write a plotly figure as a page that loads ``plotly.min.js`` from the folder above its
-    own (``results/``: one copy of its 4.8 MB for every study there, written once), so it opens
-    offline; atomically."""
-    js = path.parent.parent / "plotly.min.js"
+def write_html(fig, path: Path, js_dir: Path | None = None) -> Path:
+    """Write a plotly figure as a page that loads ``plotly.min.js`` from ``js_dir`` (written there
+    once; default the folder above the page's: ``results/``, one copy of its 4.8 MB for every study
+    there), so it opens offline; atomically. A tool given its own output folder passes that folder:
+    nothing is written outside it."""
+    import os
+
+    js_dir = path.parent.parent if js_dir is None else Path(js_dir)
+    js = js_dir / "plotly.min.js"
     if not js.exists():
         from plotly.offline import get_plotlyjs
 
+        js_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(js, lambda p: p.write_text(get_plotlyjs()))
-    return write_atomic(path, lambda p: fig.write_html(p, include_plotlyjs="../plotly.min.js"))
+    src = Path(os.path.relpath(js, path.parent)).as_posix()
+    return write_atomic(path, lambda p: fig.write_html(p, include_plotlyjs=src))
 
 
 def roofline_plot(df: pd.DataFrame, out_dir: Path, title: str = "") -> Path | None:
