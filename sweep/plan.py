@@ -6,7 +6,7 @@ folder) is resolved and checked here, before any trial: bad input is refused wit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from kernels.switches import Switches
@@ -245,6 +245,8 @@ def plan_from_config(cfg) -> Plan:
         ident["calibration_policy"] = policy
     if predict:
         ident["predict"] = True
+    elif device["type"] == "cpu":  # a CPU's figures depend on which CPU and how many cores
+        ident["cpu"] = {k: device.get(k) for k in ("processor", "threads")}
     if shadow is not None:  # the real designs the CPU fallback prices: part of what it holds
         ident["priced"] = {"base_model": shadow["base"].identity_dict(),
                            "workload": {k: v for k, v in sorted(shadow["workload"].items())
@@ -335,19 +337,16 @@ def check_workload(wl: dict, base: ModelConfig, space: dict, whose: str = "") ->
     ``max_seq_len`` refusal (the CPU fallback's model, not the configured one, is too short).
 
     Raises:
-        ValueError: an unknown field; ``batch``, ``prompt_len``, ``new_tokens`` or ``repeats`` below 1,
-            ``warmup`` below 0, ``timeout_s`` not positive, ``routing_skew`` outside [0, 8],
-            ``routing`` neither ``router`` nor ``uniform`` (or ``uniform`` with a skew), a
-            routing set or varied for a study none of whose designs has experts, or
-            ``prompt_len + new_tokens`` over
-            the design's ``max_seq_len`` (the largest of the space's choices checked).
+        ValueError: an unknown field; ``batch``, ``prompt_len``, ``new_tokens`` or ``repeats``
+            below 1, ``warmup`` below 0, ``timeout_s`` not positive, ``routing_skew`` outside
+            [0, 8], ``routing`` neither ``router`` nor ``uniform`` (or ``uniform`` with a skew), a
+            routing for a study none of whose designs has experts, or ``prompt_len +
+            new_tokens`` over the design's ``max_seq_len`` (the space's largest choices checked).
     """
-    import dataclasses
-
-    unknown = sorted(set(wl) - {f.name for f in dataclasses.fields(WorkloadConf)})
+    unknown = sorted(set(wl) - {f.name for f in fields(WorkloadConf)})
     if unknown:
         raise ValueError(f"unknown workload field(s): {', '.join(unknown)} (known: "
-                         f"{', '.join(f.name for f in dataclasses.fields(WorkloadConf))})")
+                         f"{', '.join(f.name for f in fields(WorkloadConf))})")
     for key, low in (("batch", 1), ("prompt_len", 1), ("new_tokens", 1), ("repeats", 1),
                      ("warmup", 0)):
         if not isinstance(wl[key], int) or isinstance(wl[key], bool) or wl[key] < low:

@@ -14,7 +14,7 @@ _WORKER_TMP = [None]  # this xdist worker's temporary folder, removed when it en
 def _xdist_worker_alone() -> None:
     """Under ``pytest -n N`` (pytest-xdist) on a machine without a GPU: give this worker its
     own share of the cores (``sched_setaffinity``, inherited by every study, trial child and
-    calibration it starts: ``sweep.measure.trial.cpu_threads`` reads it) and its own temporary
+    calibration it starts: ``sweep.common.env.cpu_threads`` reads it) and its own temporary
     folder (``TMPDIR``: the machine-wide device locks of ``sweep.common.locks`` live there), so
     the workers' tests run side by side instead of queueing on one CPU lock. Within a worker the
     lock still serializes its processes (the tests of two studies at once run both in one

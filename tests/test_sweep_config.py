@@ -315,6 +315,23 @@ def test_a_config_jsons_impossible_design_names_its_keys_and_file(tmp_path):
     assert str(e.value).count("notes.md") == 1
 
 
+def test_a_cpu_study_of_other_cores_is_another_study(monkeypatch):
+    # the CPU's identity was the word "cpu": a study resumed with other cores (another machine,
+    # another affinity) mixed rows measured with 2 threads and with 16 under one name
+    import sweep.common.env as env
+
+    base = ["+experiment=gqa_vs_mha", "device=cpu", "quiet=true"]
+    plain = plan_from_config(compose_cfg(base))
+    assert plain.identity["cpu"] == {"processor": env.cpu_model(), "threads": env.cpu_threads()}
+    monkeypatch.setattr(env, "cpu_threads", lambda: 999)
+    assert plan_from_config(compose_cfg(base)).name != plain.name
+    monkeypatch.setattr(env, "cpu_model", lambda: "another CPU")
+    assert plan_from_config(compose_cfg(base)).identity["cpu"]["processor"] == "another CPU"
+    # a predict-only study's figures do not depend on the CPU it is priced on
+    pred = ["quiet=true", "study.predict=true", "hardware=h200"]
+    assert "cpu" not in plan_from_config(compose_cfg(pred)).identity
+
+
 def test_an_injected_fault_is_checked_and_makes_a_study_of_its_own():
     # fault= was left out of the identity (a faulty run's FAILs kept as the real study's
     # results) and read only when a trial reached it (a typo ran silently; '@x' a traceback)

@@ -64,7 +64,8 @@ def detect_device(requested: str = "auto") -> dict:
         requested: ``auto`` (the first visible GPU, else the CPU), ``cuda`` or ``cpu``.
 
     Returns:
-        ``{"type": "cuda"|"cpu", "name", "compute_capability", "driver", "memory_bytes"}``.
+        ``{"type": "cuda"|"cpu", "name", "compute_capability", "driver", "memory_bytes"}``; a
+        CPU's also ``processor`` (model name) and ``threads`` (the cores it measures with).
 
     Raises:
         NoDevice (a RuntimeError and a ValueError): ``cuda`` requested but no GPU is
@@ -87,8 +88,27 @@ def detect_device(requested: str = "auto") -> dict:
         if requested == "cuda":
             raise NoDevice("device=cuda but no CUDA GPU is visible")
     return {"type": "cpu", "name": "cpu", "compute_capability": None,
-            "driver": None, "memory_bytes": None, "processor": platform.processor() or
-            platform.machine()}
+            "driver": None, "memory_bytes": None, "processor": cpu_model(),
+            "threads": cpu_threads()}
+
+
+def cpu_threads() -> int:
+    """The CPU threads a trial measures with: the cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``'s ``model name``; else ``platform``'s words)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _first_visible() -> int:

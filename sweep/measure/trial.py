@@ -28,6 +28,7 @@ import traceback
 from pathlib import Path
 
 from ..common.atomic import write_json
+from ..common.env import cpu_threads
 from .window import options, profiled_window
 
 
@@ -55,16 +56,6 @@ def _inject(fault: str | None, where: str) -> None:
         from .faults import launch_broken
 
         launch_broken("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def cpu_threads() -> int:
-    """The CPU threads a trial measures with: the cores this process may run on."""
-    import os
-
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def decode_linear_path(model, batch: int, mode: str) -> str:
