@@ -116,7 +116,22 @@ def test_a_malformed_config_json_is_refused_naming_the_file_and_key(tmp_path):
              (json.dumps(dict(hf, hidden_size="big")), "hidden_size='big' must be an integer"),
              (json.dumps(dict(hf, num_hidden_layers=True)), "num_hidden_layers=True must be an "
                                                             "integer"),
-             (json.dumps(dict(hf, rope_scaling=[1, 2])), "rope_scaling=[1, 2] must be an object")]
+             (json.dumps(dict(hf, rope_scaling=[1, 2])), "rope_scaling=[1, 2] must be an object"),
+             # read by bool() or an `or` default, these built another model (an audit's files):
+             # tied embeddings, biases, multi-head attention, a window of none, bf16
+             (json.dumps(dict(hf, tie_word_embeddings="false")),
+              "tie_word_embeddings='false' must be true or false"),
+             (json.dumps(dict(hf, attention_bias="false")), "attention_bias='false' must be true"),
+             (json.dumps(dict(hf, num_key_value_heads=0)), "num_key_value_heads=0 must be at "
+                                                           "least 1"),
+             (json.dumps(dict(hf, head_dim=0)), "head_dim=0 must be at least 1"),
+             (json.dumps(dict(hf, max_position_embeddings=0)), "max_position_embeddings=0 must"),
+             (json.dumps(dict(hf, model_type="mistral", sliding_window=0)),
+              "sliding_window=0 is not a window"),
+             (json.dumps(dict(hf, torch_dtype="float8_e4m3fn")),
+              "torch_dtype='float8_e4m3fn' is not one of bfloat16, float16, float32"),
+             (json.dumps(dict(hf, partial_rotary_factor=0.5)),
+              "partial_rotary_factor=0.5: RoPE over part of each head is not modelled")]
     for text, message in cases:
         f.write_text(text)
         with pytest.raises(DesignError) as e:
@@ -124,6 +139,24 @@ def test_a_malformed_config_json_is_refused_naming_the_file_and_key(tmp_path):
         assert message in str(e.value), (text[:60], str(e.value))
     with pytest.raises(DesignError, match="config.json: hidden_size='big'"):
         ModelConfig.from_hf(dict(hf, hidden_size="big"))
+
+
+@pytest.mark.parametrize("rs,message", [
+    ({"rope_type": "dynamic", "factor": 2.0}, "rope_scaling.rope_type='dynamic' is not one of"),
+    ({"factor": 2.0}, "rope_scaling.rope_type=None is not one of"),
+    ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192},
+     "has no low_freq_factor, high_freq_factor: llama3 needs"),
+    ({"rope_type": "yarn", "factor": 4.0}, "has no original_max_position_embeddings"),
+    ({"rope_type": "linear", "factor": -1.0}, "rope_scaling.factor must be a positive number"),
+])
+def test_a_rope_scaling_the_tables_cannot_build_is_refused_by_key(rs, message):
+    # it was taken, and the trial failed with KeyError: 'low_freq_factor' (a predicted study
+    # priced it silently); from a config.json transformers refuses the same
+    with pytest.raises(DesignError, match=message):
+        ModelConfig.from_name("tiny").replace(rope_scaling=rs).validate()
+    hf = json.loads((CONFIG_DIR / "llama3_1_8b.json").read_text())
+    with pytest.raises(DesignError, match="has no low_freq_factor"):
+        ModelConfig.from_hf(dict(hf, rope_scaling={"rope_type": "llama3", "factor": 8.0}))
 
 
 def test_kernels_auto_is_the_devices_fastest_path():

@@ -18,6 +18,7 @@ from . import latent, torch_only
 from . import layer_types as lt
 from .errors import DesignError, closest
 from .formats import DTYPE_BYTES, DTYPES, KV_DTYPES, WEIGHT_FORMATS
+from .rope_scaling import check as check_rope_scaling
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -196,7 +197,7 @@ class ModelConfig:
         for f in ("tie_embeddings", "qkv_bias"):
             if not isinstance(getattr(self, f), bool):
                 raise DesignError(f"{f} must be true or false, got {getattr(self, f)!r}")
-        _check_rope_scaling(self.rope_scaling)
+        check_rope_scaling(self.rope_scaling)
         _choice("qk_norm", self.qk_norm, QK_NORMS)
         lt.canonical(self.layer_types, self.n_layers)
         lt.check(self)
@@ -363,23 +364,6 @@ DESIGN_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig)
 _NAMES = [f.name for f in dataclasses.fields(ModelConfig)]
 LATER_FIELDS = {f.name: f.default for f in dataclasses.fields(ModelConfig)
                 if _NAMES.index(f.name) >= _NAMES.index("qk_norm")}
-
-
-def _check_rope_scaling(rs) -> None:
-    """Refuse a ``rope_scaling`` whose factors are not positive numbers (named)."""
-    if rs is None:
-        return
-    if not isinstance(rs, dict):
-        raise DesignError(f"rope_scaling must be a mapping or null, got {rs!r}")
-    for k in ("factor", "low_freq_factor", "high_freq_factor"):
-        v = rs.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
-                              or not (v > 0 and math.isfinite(v))):
-            raise DesignError(f"rope_scaling.{k} must be a positive number, got {v!r}")
-    v = rs.get("original_max_position_embeddings")
-    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
-        raise DesignError(f"rope_scaling.original_max_position_embeddings must be a positive "
-                          f"integer, got {v!r}")
 
 
 def presets() -> list[str]:

@@ -15,9 +15,8 @@ from . import hf_deepseek, hf_gemma
 from . import layer_types as lt
 from .errors import DesignError
 from .formats import weight_format_of_hf
-
-ROPE_TYPES = ("default", "llama3", "linear", "yarn")
-
+from .hf_checks import DTYPES, check_types
+from .rope_scaling import ROPE_TYPES
 
 # transformers' config defaults (5.x) for the keys a config.json may lack
 HF_DEFAULTS = {"llama": {"max_position_embeddings": 2048},
@@ -33,16 +32,6 @@ HF_DEFAULTS = {"llama": {"max_position_embeddings": 2048},
                "gemma3_text": {"max_position_embeddings": 131072},  # the rest: zoo.hf_gemma
                "deepseek_v2": {"max_position_embeddings": 2048}}  # the rest: zoo.hf_deepseek
 MODEL_TYPES = tuple(HF_DEFAULTS)
-# the keys read as counts and as real numbers, checked before they are read (``_check_types``)
-INT_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-            "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings",
-            "original_max_position_embeddings", "sliding_window", "max_window_layers",
-            "num_local_experts", "num_experts", "n_routed_experts", "n_shared_experts",
-            "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step",
-            "first_k_dense_replace", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
-            "qk_rope_head_dim", "v_head_dim", "sliding_window_pattern")
-FLOAT_KEYS = ("rope_theta", "rms_norm_eps", "rope_local_base_freq", "routed_scaling_factor",
-              "query_pre_attn_scalar")
 MOE_TYPES = ("mixtral", "qwen3_moe", "olmoe")
 # RMSNorm of queries and keys: Qwen3's per head, OLMoE's over the projections
 QK_NORM = {"qwen3": "head", "qwen3_moe": "head", "olmoe": "full", "gemma3_text": "head"}
@@ -57,11 +46,14 @@ def _windows(hf: dict, mt: str, n_layers: int) -> dict[str, Any]:
     those from ``max_window_layers`` on); Llama and OLMoE never.
 
     Raises:
-        DesignError: a layer type other than ``full_attention`` / ``sliding_attention``.
+        DesignError: a layer type other than ``full_attention`` / ``sliding_attention``; a
+            ``sliding_window`` of 0 where a window applies.
     """
     w = hf["sliding_window"] if "sliding_window" in hf else HF_DEFAULTS[mt].get("sliding_window")
     qwen = mt in ("qwen2", "qwen3", "qwen3_moe")
     if not w or mt in ("llama", "olmoe") or (qwen and not hf.get("use_sliding_window")):
+        if w == 0 and mt not in ("llama", "olmoe") and (not qwen or hf.get("use_sliding_window")):
+            raise DesignError("sliding_window=0 is not a window (no window is null)")
         return {"sliding_window": None, "layer_types": ""}
     types = hf.get("layer_types")
     if mt in ("qwen2", "qwen3") and types:
@@ -146,7 +138,7 @@ def fields_from_hf(path_or_dict: str | Path | dict, weight_dtype: str | None = N
 
     Raises:
         DesignError: a file that is not JSON or not one object, a key of the wrong type
-            (``_check_types``), another ``model_type``, or a config that uses features the zoo does
+            (``zoo.hf_checks``), another ``model_type``, or a config that uses features the zoo does
             not model (sliding-window attention within the design's ``max_seq_len``, checked
             after the overrides; a rope type other than default and llama3; Llama/Mistral
             ``attention_bias`` or ``mlp_bias``; non-SiLU activation), naming the key; a key
@@ -169,35 +161,13 @@ def fields_from_hf(path_or_dict: str | Path | dict, weight_dtype: str | None = N
                               f"{type(hf).__name__}")
         name, where = hf.get("_name_or_path") or p.parent.name, str(p)
     if hf.get("model_type") in MODEL_TYPES:  # another family is refused as such (_fields)
-        _check_types(hf, where)
+        check_types(hf, where)
     try:
         (fields, hf), qc = _fields(hf, name), hf.get("quantization_config")
         return {**fields, "weight_dtype": weight_dtype or weight_format_of_hf(qc)}, hf
     except KeyError as e:  # a key every file of its family holds, missing: named
         raise DesignError(f"config.json (model_type={hf.get('model_type')}) has no "
                           f"{e.args[0]!r}, which its family always writes") from None
-
-
-def _check_types(hf: dict, where: str) -> None:
-    """Refuse, naming the key, a config whose counts (``INT_KEYS``) are not integers, whose
-    real numbers (``FLOAT_KEYS``) are not numbers, or whose ``rope_scaling`` /
-    ``rope_parameters`` is not an object (a list was read as no scaling at all); ``where``
-    names the file.
-
-    Raises:
-        DesignError: the first such key, with its value."""
-    for k in INT_KEYS:
-        v = hf.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-            raise DesignError(f"{where}: {k}={v!r} must be an integer")
-    for k in FLOAT_KEYS:
-        v = hf.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            raise DesignError(f"{where}: {k}={v!r} must be a number")
-    for k in ("rope_scaling", "rope_parameters"):
-        if hf.get(k) is not None and not isinstance(hf[k], dict):
-            raise DesignError(f"{where}: {k}={hf[k]!r} must be an object "
-                              "({\"rope_type\": ..., \"factor\": ...}) or null")
 
 
 def _fields(hf: dict, name: str) -> tuple[dict[str, Any], dict]:
@@ -226,8 +196,7 @@ def _fields(hf: dict, name: str) -> tuple[dict[str, Any], dict]:
     rope_theta, rs = _rope({"rope_parameters": gemma_rope} if gemma else hf, max_pos)
     n_heads = hf["num_attention_heads"]
     d_model = hf["hidden_size"]
-    dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(
-        hf.get("torch_dtype") or hf.get("dtype") or "bfloat16", "bf16")
+    dtype = DTYPES[hf.get("torch_dtype") or hf.get("dtype") or "bfloat16"]
     out = dict(
         name=str(name),
         family=mt,
