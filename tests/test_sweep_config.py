@@ -225,7 +225,7 @@ def test_appended_keys_the_schema_takes_pass():
                              "+profile.options.ncu.set=full", "study.name=x"]) is None
 
 
-def test_a_config_json_on_the_command_line(tmp_path):
+def test_a_config_json_on_the_command_line(tmp_path, monkeypatch):
     """``+model.hf_config=PATH`` reads a config.json as transformers writes it, the command's
     other model fields over it; a model group of no preset that leaves its shape unset is refused
     (it ran as the default design under the name it gave), a preset's name fills the rest."""
@@ -249,6 +249,15 @@ def test_a_config_json_on_the_command_line(tmp_path):
                        "model.n_layers=4"])  # composed outside the app (advise): none named
     base = plan_from_config(cfg).base
     assert base.n_experts == 64 and base.n_layers == 4
+    # "+model.hf_config=$CFG" with $CFG unset ran the default preset; a folder named 123 (a
+    # checkpoint's step) came from Hydra as an int: a TypeError's traceback
+    for empty in ("", None, ["a", "b"]):
+        with pytest.raises(ValueError, match="model.hf_config=.* is not a path"):
+            model_group({"name": "llama3_2_1b", "hf_config": empty}, {"hf_config"})
+    (tmp_path / "123").mkdir()
+    (tmp_path / "123" / "config.json").write_text(json.dumps(hf))
+    monkeypatch.chdir(tmp_path)
+    assert model_group({"hf_config": 123}, {"hf_config"})[0]["n_experts"] == 64
 
 
 def test_an_unstated_figure_is_no_change_of_the_spec():

@@ -184,8 +184,13 @@ def model_group(model: dict, named=()) -> tuple[dict, dict]:
     ``model_overrides``.
 
     Raises:
-        ValueError: no such config file; a model of no preset that leaves its shape unset.
+        ValueError: no such config file, or an ``hf_config`` that is not a path (empty, null, a
+            list); a model of no preset that leaves its shape unset.
         DesignError: a family or feature the zoo does not run (its key named)."""
+    if "hf_config" in model and (model["hf_config"] in ("", None) or isinstance(
+            model["hf_config"], bool | list | dict)):  # "+model.hf_config=$CFG" with $CFG unset
+        raise ValueError(f"model.hf_config={model['hf_config']!r} is not a path: +model.hf_config="
+                         "PATH names a config.json, or the folder holding one")
     if hf := model.pop("hf_config", None):  # the user's fields: named, or (outside the Hydra
         given = model_overrides(model, named)  # app: advise) those unlike the group's preset's
         fields = _from_hf(hf, given)
@@ -207,6 +212,7 @@ def _from_hf(path: str, fields: dict) -> dict:
     from ..common.env import work_path
 
     # a relative path from the folder the command runs in, else from designzoo's own (WORK)
+    path = str(path)  # a folder named 123 (a checkpoint's step) comes from Hydra as an int
     tried = list(dict.fromkeys([Path(path).absolute(), work_path(path)]))
     for p in tried:
         if (p / "config.json" if p.is_dir() else p).is_file():
