@@ -14,16 +14,13 @@ from zoo import DesignError, ModelConfig
 
 from .analysis.hardware import HardwareSpec, load_spec, spec_from_config
 from .analysis.memory import check_fits
-from .common import row
 from .common.atomic import writable_dir
 from .common.env import WORK, detect_device, slug, work_path
 from .config.identity import changed_from_defaults, identity, identity_hash
+from .config.objectives import check_constraints, check_objectives
 from .config.overrides import model_group, named_overrides, workload_overrides
 from .config.schema import WorkloadConf, cpu_stand_in
 from .space import SAMPLERS, check_space, sets_experts
-
-ROW_OBJECTIVES = set(row.OBJECTIVES)  # what a study may optimize (sweep.common.row)
-
 
 
 @dataclass
@@ -167,27 +164,9 @@ def plan_from_config(cfg) -> Plan:
     if prof.get("ncu") and device["type"] != "cuda" and not c.get("quiet"):
         print("profile=ncu on a CPU run: the ncu columns will be NaN with the reason", flush=True)
     objectives, directions = list(c["study"]["objectives"]), list(c["study"]["directions"])
-    unknown = [o for o in objectives if o not in ROW_OBJECTIVES]
-    if unknown:
-        raise ValueError(f"unknown objective(s) {unknown}; choose from "
-                         f"{', '.join(sorted(ROW_OBJECTIVES))}")
-    if len(objectives) != len(directions) or any(d not in ("maximize", "minimize")
-                                                   for d in directions):
-        raise ValueError("study.directions must give maximize or minimize for each objective")
-    nvml_only = [o for o in objectives if o.endswith("_j_per_token")]
-    if nvml_only and not prof.get("nvml") and not predict:
-        raise ValueError(f"objective(s) {nvml_only} need energy from NVML: add profile=nvml "
-                         "(or profile=ncu/full)")
-    from zoo import counts as _counts
-
-    checked = [(constraints, base)] + ([(shadow["constraints"], shadow["base"])] if shadow else [])
-    for cons, design in checked:  # on the CPU fallback the predicted table's constraints too
-        known = set(_counts.summary(design, 1, 1, 1))
-        if bad := sorted(set(cons) - known):
-            raise ValueError(f"unknown constraint figure(s) {bad}; choose from {', '.join(sorted(known))}")
-    for key, band in [kv for cons, _ in checked for kv in cons.items()]:
-        if not isinstance(band, dict) or not set(band) <= {"low", "high"} or not band:
-            raise ValueError(f"constraint {key!r} must be a band {{low: ..., high: ...}}, got {band}")
+    check_objectives(objectives, directions, prof, predict)
+    check_constraints([(constraints, base)] + ([(shadow["constraints"], shadow["base"])]
+                                               if shadow else []))
     if c["study"]["sampler"] not in SAMPLERS:
         raise ValueError(f"study.sampler={c['study']['sampler']!r} is not one of "
                          f"{', '.join(SAMPLERS)}")

@@ -38,10 +38,14 @@ def divisors_of(base: ModelConfig, key: str, sp: dict) -> list[int]:
 
 
 def check_space(space: dict, base: ModelConfig) -> None:
-    """Refuse a space no study could walk, before any work: an entry that is not a mapping of
-    ``choices`` (not empty), ``divisors_of`` or ``low``/``high``, a key that is no design or
-    workload field nor a bundle's label, or a ``divisors_of`` naming no integer field (each
-    named).
+    """Refuse a space no study could walk, before any work (each entry named): an entry that is
+    not a mapping of ``choices`` (a list, not empty, of numbers, strings, booleans or null; or
+    labels of field bundles, each a mapping of known fields), ``divisors_of`` or ``low``/``high``
+    (numbers, ``low <= high``, a positive ``step``, ``log`` only above 0 and without a step); a
+    key that is no design or workload field nor a bundle's label; a ``divisors_of`` naming no
+    integer field; a workload field or ``mode`` given a value no trial could run
+    (``check_values``). A design field's values are checked design by design (pruned, with the
+    reason) as the study walks them.
 
     Raises:
         ValueError: the first bad entry, named.
@@ -54,14 +58,78 @@ def check_space(space: dict, base: ModelConfig) -> None:
                                             or ("low" in sp and "high" in sp)):
             raise ValueError(f"experiment.space.{key}: needs choices, divisors_of, or low/high; "
                              f"got {sp!r}")
-        bundle = isinstance(sp.get("choices"), dict)  # labels of field bundles
+        choices = sp.get("choices")
+        bundle = isinstance(choices, dict)  # labels of field bundles
         if not bundle and key not in fields:
             raise ValueError(f"experiment.space.{key}: not a design field, workload field "
                              f"({', '.join(WORKLOAD_KEYS)}) or mode, nor a bundle of them")
-        if "choices" in sp and not sp["choices"]:
+        if "choices" in sp and not choices:
             raise ValueError(f"experiment.space.{key}.choices is empty")
-        if sp.get("divisors_of"):
+        if bundle:
+            for label, b in choices.items():
+                if not isinstance(b, dict) or not b or set(b) - fields:
+                    raise ValueError(f"experiment.space.{key}.choices.{label}: a bundle is a "
+                                     "mapping of design or workload fields to values; got "
+                                     f"{b!r}" + (f" (unknown: {', '.join(sorted(set(b) - fields))})"
+                                                 if isinstance(b, dict) and set(b) - fields else ""))
+                for k, v in b.items():
+                    check_values(f"experiment.space.{key}.choices.{label}.{k}", k, [v])
+        elif "choices" in sp:
+            if not isinstance(choices, list) or not all(
+                    v is None or isinstance(v, bool | int | float | str) for v in choices):
+                raise ValueError(f"experiment.space.{key}.choices={choices!r} must be a list of "
+                                 "values (numbers, strings, booleans or null)")
+            check_values(f"experiment.space.{key}.choices", key, choices)
+        elif sp.get("divisors_of"):
             divisors_of(base, key, sp)
+        else:
+            _check_range(key, sp)
+            check_values(f"experiment.space.{key}", key, [sp["low"], sp["high"]])
+
+
+def _check_range(key: str, sp: dict) -> None:
+    """Refuse a ``low``/``high`` entry Optuna could not sample (``suggest_int`` /
+    ``suggest_float``'s own rules, said by the entry's name).
+
+    Raises:
+        ValueError: the entry named, with what is wrong."""
+    low, high, step, log = sp["low"], sp["high"], sp.get("step"), sp.get("log", False)
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+               for v in (low, high)):
+        raise ValueError(f"experiment.space.{key}: low={low!r} and high={high!r} must be numbers")
+    if low > high:
+        raise ValueError(f"experiment.space.{key}: low={low} is above high={high}")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int | float)
+                             or not step > 0):
+        raise ValueError(f"experiment.space.{key}.step={step!r} must be a positive number")
+    if not isinstance(log, bool):
+        raise ValueError(f"experiment.space.{key}.log={log!r} must be true or false")
+    if log and (low <= 0 or step not in (None, 1)):
+        raise ValueError(f"experiment.space.{key}: log=true needs low > 0 and no step "
+                         f"(low={low}, step={step})")
+
+
+def check_values(where: str, key: str, values: list) -> None:
+    """Refuse a workload field's or the decode mode's values no trial could run (``batch``,
+    ``prompt_len``, ``new_tokens``: integers >= 1; ``routing``: router or uniform;
+    ``routing_skew``: a number in [0, 8]; ``mode``: one of ``zoo.modes.MODES``); a design
+    field's are left to the design's own checks. ``where`` names the entry.
+
+    Raises:
+        ValueError: the first such value, with ``where``."""
+    from zoo.modes import MODES
+
+    for v in values:
+        if key in ("batch", "prompt_len", "new_tokens") and (
+                isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{where}: {key}={v!r} must be an integer >= 1")
+        if key == "routing" and v not in ("router", "uniform"):
+            raise ValueError(f"{where}: routing={v!r} must be router or uniform")
+        if key == "routing_skew" and (isinstance(v, bool) or not isinstance(v, int | float)
+                                      or not 0 <= v <= 8):
+            raise ValueError(f"{where}: routing_skew={v!r} must be a number in [0, 8]")
+        if key == "mode" and v not in MODES:
+            raise ValueError(f"{where}: mode={v!r} is not one of {', '.join(MODES)}")
 
 
 def sets_experts(space: dict, base: ModelConfig) -> bool:

@@ -324,6 +324,58 @@ def test_a_config_jsons_impossible_design_names_its_keys_and_file(tmp_path):
     assert str(e.value).count("notes.md") == 1
 
 
+@pytest.mark.parametrize("entry,message", [
+    # each went past the plan: a traceback (TypeError from open_study, AttributeError per
+    # trial), a string split into its letters, every trial FAILed by Optuna's unnamed message,
+    # or a nonexistent mode priced
+    ("n_kv_heads={choices:5}", "experiment.space.n_kv_heads.choices=5 must be a list"),
+    ("n_kv_heads={choices:abc}", "choices='abc' must be a list"),
+    ("n_kv_heads={low:16,high:2}", "experiment.space.n_kv_heads: low=16 is above high=2"),
+    ("n_kv_heads={low:1,high:8,step:0}", "experiment.space.n_kv_heads.step=0 must be a positive"),
+    ("ffn_dim={low:0,high:8192,log:true}", "experiment.space.ffn_dim: log=true needs low > 0"),
+    ("n_kv_heads={low:a,high:b}", "low='a' and high='b' must be numbers"),
+    ("b={choices:{a:5}}", "experiment.space.b.choices.a: a bundle is a mapping"),
+    ("b={choices:{a:{foo:1}}}", "(unknown: foo)"),
+    ("b={choices:{a:{batch:0}}}", "experiment.space.b.choices.a.batch: batch=0 must be"),
+    ("batch={choices:[0,1]}", "experiment.space.batch.choices: batch=0 must be an integer >= 1"),
+    ("new_tokens={low:0,high:4}", "experiment.space.new_tokens: new_tokens=0 must be"),
+    ("mode={choices:[fast]}", "mode='fast' is not one of eager, cudagraph, compile"),
+    ("routing={choices:[router,topk]}", "routing='topk' must be router or uniform"),
+])
+def test_a_malformed_space_entry_is_refused_by_name_before_any_work(entry, message):
+    cfg = compose_cfg(["quiet=true", "study.predict=true", "hardware=h100_sxm",
+                       f"+experiment.space.{entry}"])
+    with pytest.raises(ValueError) as e:
+        plan_from_config(cfg)
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize("extra,message", [
+    # Optuna's traceback; a figure twice ended in a traceback of the report's plot after the
+    # study ran; an MBU objective FAILed every predicted trial; an inverted band PRUNED all
+    (["study.objectives=[]", "study.directions=[]"], "study.objectives is empty"),
+    (["study.objectives=[decode_tok_s,decode_tok_s]", "study.directions=[maximize,minimize]"],
+     "study.objectives names decode_tok_s twice"),
+    (["study.objectives=[decode_mbu_vs_measured,ttft_ms]", "study.directions=[maximize,minimize]"],
+     "objective(s) ['decode_mbu_vs_measured'] are not predicted"),
+    (["+experiment.constraints.params_total={low:5,high:1}"],
+     "constraint 'params_total': low=5 is above high=1"),
+    (["+experiment.constraints.params_total={low:abc}"], "must bound by numbers"),
+])
+def test_objectives_and_constraints_no_study_could_use_are_refused_at_the_plan(extra, message):
+    cfg = compose_cfg(["quiet=true", "study.predict=true", "hardware=h100_sxm", *extra])
+    with pytest.raises(ValueError) as e:
+        plan_from_config(cfg)
+    assert message in str(e.value)
+
+
+def test_every_predicted_objective_is_in_a_predict_only_row():
+    from sweep.common.row import OBJECTIVES
+    from sweep.config.objectives import PREDICTED
+
+    assert set(PREDICTED) <= set(OBJECTIVES) and "decode_mbu_vs_measured" not in PREDICTED
+
+
 def test_a_cpu_study_of_other_cores_is_another_study(monkeypatch):
     # the CPU's identity was the word "cpu": a study resumed with other cores (another machine,
     # another affinity) mixed rows measured with 2 threads and with 16 under one name
