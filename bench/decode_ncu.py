@@ -2,6 +2,8 @@
 where a step that reads its bytes at 0.72 of the copy bandwidth loses the rest.
 
     python -m bench.decode_ncu OUT_DIR [--designs g32_b8_4k,g16_b8_4k,1b_b1_512]
+    python -m bench.decode_ncu OUT_DIR --designs kv_bf16,kv_int8,kv_fp8 --kernel _split_kernel
+        # the kv group's b64 x 8k step, its decode attention's first launches only
 
 For each design a child process builds it (random bf16 weights, ``kernels=triton``), prefills
 its prompt, runs two decode steps eagerly (tiles chosen), then one more between
@@ -30,9 +32,15 @@ DESIGNS = {  # name: (preset, overrides, batch, prompt)
     "g16_b8_4k": ("llama3_2_1b", {"n_kv_heads": 2}, 8, 4096),
     "g4_b8_4k": ("llama3_2_1b", {"n_kv_heads": 8}, 8, 4096),
     "1b_b1_512": ("llama3_2_1b", {}, 1, 512),
+    # sweep.bench's kv group: batch 64 x 8k, the cache in each format (issue 34, item 4)
+    "kv_bf16": ("llama3_2_1b", {}, 64, 8192),
+    "kv_int8": ("llama3_2_1b", {"kv_dtype": "int8"}, 64, 8192),
+    "kv_fp8": ("llama3_2_1b", {"kv_dtype": "fp8_e4m3"}, 64, 8192),
 }
 EXTRA = ("launch__grid_size", "launch__registers_per_thread", "launch__block_size",
-         "dram__throughput.avg.pct_of_peak_sustained_elapsed")
+         "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+         "launch__shared_mem_per_block_dynamic", "launch__occupancy_limit_shared_mem",
+         "launch__occupancy_limit_registers", "launch__waves_per_multiprocessor")
 
 
 def child(name: str) -> None:
@@ -56,13 +64,16 @@ def child(name: str) -> None:
     torch.cuda.cudart().cudaProfilerStop()
 
 
-def profile(name: str, out_dir: Path) -> dict:
-    """One design: ncu over the child's step (module doc)."""
+def profile(name: str, out_dir: Path, kernel: str | None = None) -> dict:
+    """One design: ncu over the child's step (module doc); with ``kernel`` (a regex) only the
+    first four launches of the kernels it names."""
     from sweep.measure import ncu
 
     log = out_dir / f"{name}.ncu.csv"
     cmd = ncu.command(log, "detail", extra=EXTRA) + [sys.executable, "-m", "bench.decode_ncu",
                                                      "--child", name]
+    if kernel:
+        cmd[1:1] = ["--kernel-name", f"regex:{kernel}", "--launch-count", "4"]
     rc = subprocess.run(cmd, env=os.environ.copy(), timeout=400).returncode
     try:
         rows = ncu.parse_csv(log.read_text(), extra=EXTRA)
@@ -79,6 +90,7 @@ def profile(name: str, out_dir: Path) -> dict:
                     "regs": r.get("launch__registers_per_thread"),
                     "dram_pct": r.get("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
                     "occupancy_pct": r["occupancy_pct"], "l2_hit_pct": r["l2_hit_pct"],
+                    **{k.removeprefix("launch__"): r.get(k) for k in EXTRA[4:]},
                     "top_stalls": ", ".join(f"{n} {v:.1f}" for v, n in s)})
     return {"design": name, "kernels": len(out),
             "step_us": sum(k["us"] for k in out), "step_dram_MB": sum(k["dram_MB"] for k in out),
@@ -93,14 +105,19 @@ def _md(res: list[dict]) -> str:
             continue
         lines += [f"## {r['design']}: {r['kernels']} kernels, {r['step_us']:.0f} us summed "
                   f"(each cold, serialised), {r['step_dram_MB']:.0f} MB", "",
-                  "| # | kernel | us | DRAM MB | GB/s | DRAM % | grid | block | regs | occ. % | "
-                  "L2 hit % | top stalls (per issue) |",
-                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  "| # | kernel | us | DRAM MB | GB/s | DRAM % | grid | block | regs | smem KB | "
+                  "blocks/SM by smem, regs | waves | occ. % | L2 hit % | top stalls (per issue) |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"]
         # the embedding and the first two layers, then the last layer's w2, the LM head, argmax
-        for k in r["rows"][:14] + r["rows"][-3:]:
+        for k in r["rows"] if len(r["rows"]) <= 17 else r["rows"][:14] + r["rows"][-3:]:
             lines.append(f"| {k['id']} | `{k['kernel']}` | {k['us']:.2f} | {k['dram_MB']:.2f} | "
                          f"{k['GBps']:.0f} | {k['dram_pct']:.0f} | {k['grid']:.0f} | "
-                         f"{k['block']:.0f} | {k['regs']:.0f} | {k['occupancy_pct']:.0f} | "
+                         f"{k['block']:.0f} | {k['regs']:.0f} | "
+                         f"{k.get('shared_mem_per_block_dynamic', float('nan')) / 1024:.1f} | "
+                         f"{k.get('occupancy_limit_shared_mem')}, "
+                         f"{k.get('occupancy_limit_registers')} | "
+                         f"{k.get('waves_per_multiprocessor', float('nan')):.2f} | "
+                         f"{k['occupancy_pct']:.0f} | "
                          f"{k['l2_hit_pct']:.0f} | {k['top_stalls']} |")
         lines.append("")
     return "\n".join(lines) + "\n"
@@ -111,6 +128,7 @@ def main(argv=None) -> int:
     ap.add_argument("out", nargs="?", type=Path)
     ap.add_argument("--designs", default="g32_b8_4k,g16_b8_4k,1b_b1_512")
     ap.add_argument("--child")
+    ap.add_argument("--kernel", help="profile only the first launches of kernels this regex names")
     a = ap.parse_args(argv)
     if a.child:
         child(a.child)
@@ -118,7 +136,7 @@ def main(argv=None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     res = []
     for d in a.designs.split(","):
-        res.append(profile(d, a.out))
+        res.append(profile(d, a.out, a.kernel))
         (a.out / "decode_ncu.json").write_text(json.dumps(res, indent=1))
         (a.out / "decode_ncu.md").write_text(_md(res))
     print(_md(res))
