@@ -78,6 +78,16 @@ SWEEP_BAD = [
     "calibration=/nonexistent.json", "calibration=/etc/hostname", "calibration_policy=nosuch",
     "sweep.workers=0", "sweep.workers=abc", "quiet=maybe", "model.n_layers", "=3", "model..x=1",
     "+experiment=kv_quant", "fault=measure:raise",
+    # an audit's (twenty-eighth session): an empty hf_config, a malformed space, bad objectives
+    # (braces doubled: each line is a str.format template)
+    "+model.hf_config=", "+model.hf_config=null", "model.rope_scaling={{rope_type:dynamic,factor:2.0}}",
+    "+experiment.space.n_kv_heads={{choices:5}}", "+experiment.space.n_kv_heads={{choices:abc}}",
+    "+experiment.space.n_kv_heads={{low:16,high:2}}", "+experiment.space.b={{choices:{{a:{{foo:1}}}}}}",
+    "+experiment.space.batch={{choices:[0,1]}}", "+experiment.space.mode={{choices:[fast]}}",
+    "study.objectives=[] study.directions=[]",
+    "study.objectives=[decode_tok_s,decode_tok_s] study.directions=[maximize,minimize]",
+    "study.predict=true hardware=h100_sxm study.objectives=[decode_mbu_vs_measured] "
+    "study.directions=[maximize]", "+experiment.constraints.params_total={{low:5,high:1}}",
 ]
 SWEEP_OK = ["", "profile=ncu", "+experiment=gqa_vs_mha study.n_trials=2",
             "+experiment=design_space study.predict=true hardware=h100_sxm study.n_trials=5"]
@@ -150,7 +160,8 @@ def cases() -> list[tuple[str, list[str], str]]:
             args = args + ["results_dir={R}", "quiet=true"]
         elif not any(a.startswith("results_dir=") for a in args):
             args = args + ["results_dir={R}"]
-        out.append(("sweep " + (over or "(no override)"), ["sweep", *args],
+        shown = over.replace("{{", "{").replace("}}", "}")  # as the user types it
+        out.append(("sweep " + (shown or "(no override)"), ["sweep", *args],
                     "ok" if over in SWEEP_OK else "bad"))
     for cmd, expect in OTHER:
         out.append((cmd.removeprefix("sweep."), cmd.split(), expect))
