@@ -8,7 +8,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 . bench/reference/gpu_host.sh
 gpu_card "$OUT/card.txt"
-timeout ${NCU_TIMEOUT:-480} python3 -m bench.decode_ncu "$OUT" --designs kv_bf16,kv_int8,kv_fp8 \
+timeout ${NCU_TIMEOUT:-480} python3 -m bench.decode_ncu "$OUT" --designs ${DESIGNS:-kv_bf16,kv_int8,kv_fp8} \
   --kernel _split_kernel > "$OUT/ncu.log" 2>&1
 echo "ncu rc=$?"; cat "$OUT/decode_ncu.md" 2>/dev/null || tail -n 30 "$OUT/ncu.log"
 gzip -f "$OUT"/*.ncu.csv 2>/dev/null
