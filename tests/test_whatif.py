@@ -718,3 +718,19 @@ def test_whatif_keeps_two_cpu_fallback_studies_apart_and_owns_its_outputs_from_a
     assert main([copy.name, "--hardware", "h200", "--out", str(tmp_path / "solo")]) == 0
     monkeypatch.chdir(tmp_path)
     assert main([f"copy/{copy.name}", "--hardware", "h200", "--out", str(tmp_path / "solo")]) == 0
+
+
+def test_a_target_price_says_what_rests_on_more_than_its_datasheet():
+    # an fp8 cache on an A100 (no fp8 there) was priced as on an H100 and ranked first with
+    # nothing said; Apple's and Snapdragon's estimated peaks and bf16 at an NPU's fp16 rate too
+    wl = {"batch": 1, "prompt_len": 512, "new_tokens": 64}
+    fp8 = ModelConfig.from_name("llama3_2_1b", kv_dtype="fp8_e4m3", kernels="triton")
+    notes = predict_on(fp8, wl, load_spec("a100_80gb"))["prediction_notes"]
+    assert "kv_dtype=fp8_e4m3 on a100_80gb, which states no fp8" in notes
+    assert "fp8" not in predict_on(fp8, wl, load_spec("h100_sxm"))["prediction_notes"]
+    m3 = predict_on(ModelConfig.from_name("llama3_2_1b"), wl, load_spec("m3_max"))
+    assert "m3_max's peak_tflops are estimates, not vendor figures" in m3["prediction_notes"]
+    npu = load_spec("snapdragon_x_elite_npu")
+    assert not math.isfinite(npu.peak_flops("bf16"))
+    got = predict_on(ModelConfig.from_name("llama3_2_1b"), wl, npu)["prediction_notes"]
+    assert "states no bf16 peak: bf16 priced at its fp16 peak" in got

@@ -53,6 +53,26 @@ def _peak(spec, dtype: str) -> float:
     return p
 
 
+def spec_notes(spec, cfg: ModelConfig) -> list[str]:
+    """What a target's price rests on beyond its datasheet, said in ``prediction_notes``: bf16
+    priced at the fp16 peak where the spec states none (``_peak``); an fp8 cache or fp8 weights
+    on a target that states no fp8 (``peak_tflops.fp8``: an A100, Apple's GPUs, a Snapdragon),
+    priced as a byte format widened in software there (the zoo's own fp8 kernels need compute
+    capability >= 8.9); and the spec's figures that are estimates, not vendor figures
+    (``HardwareSpec.estimates``)."""
+    out = []
+    if cfg.dtype == "bf16" and not math.isfinite(spec.peak_flops("bf16")):
+        out.append(f"{spec.name} states no bf16 peak: bf16 priced at its fp16 peak")
+    for name, fmt in (("kv_dtype", cfg.kv_dtype), ("weight_dtype", cfg.weight_dtype)):
+        if fmt.startswith("fp8") and not math.isfinite(spec.peak_flops("fp8")):
+            out.append(f"{name}={fmt} on {spec.name}, which states no fp8: priced as one byte a "
+                       "value widened in software (no fp8 hardware there)")
+    if spec.estimates:
+        out.append(f"{spec.name}'s {', '.join(spec.estimates)} are estimates, not vendor "
+                   "figures (its source says how they were derived)")
+    return out
+
+
 def target_ceilings(spec, dtype: str) -> dict:
     """What the target achieves by its stated assumptions: ``gemm_flops_<dtype>`` (FLOP/s) and
     ``copy_bytes_s`` (bytes/s) = datasheet peaks x ``compute_efficiency`` /
@@ -169,7 +189,8 @@ def predict_on(cfg: ModelConfig, workload: dict, spec, calibration: Calibrated |
            "fits_memory": fits_memory(need, spec),
            "decode_bound": f"{bound}-bound" if told else "", "prediction_basis": basis,
            "basis_kind": kind,
-           "prediction_notes": row.get("prediction_notes", ""),
+           "prediction_notes": "; ".join(filter(None, [row.get("prediction_notes", ""),
+                                                      *spec_notes(spec, cfg)])),
            "prediction_stale": row.get("prediction_stale", False),
            # from the stages' intervals (calibrated, transferred, fitted); stated efficiencies: low
            "prediction_confidence": row.get("prediction_confidence") or confidence(row, kind=None)}
