@@ -187,13 +187,41 @@ def test_hardware_fields_and_directions_enter_the_identity_only_when_changed(tmp
     ("hardware.peak_tflops.bf16=-1", "hardware.peak_tflops.bf16"),
     ("hardware.sm_count=1.5", "hardware.sm_count"), ("+hardware.kind=tpu", "hardware.kind"),
     ("hardware.peak_tflops=5", "hardware.peak_tflops"), ("hardware.match=5", "hardware.match"),
-    ("hardware.memory_gb=inf", "hardware.memory_gb")])
+    ("hardware.memory_gb=inf", "hardware.memory_gb"),
+    # priced a negative TTFT, a time below the datasheet floor, or a ZeroDivisionError per row
+    ("hardware.assumptions.launch_us=-100", "hardware.assumptions.launch_us"),
+    ("hardware.assumptions.compute_efficiency=5", "hardware.assumptions.compute_efficiency"),
+    ("hardware.assumptions.bandwidth_efficiency=0", "hardware.assumptions.bandwidth_efficiency"),
+    ("hardware.assumptions.compute_efficiency=abc", "hardware.assumptions.compute_efficiency")])
 def test_bad_hardware_fields_are_refused_by_name(tmp_path, override, field):
     # they had ended in a TypeError's traceback, or were taken (a negative bandwidth priced)
     cfg = compose_cfg([f"results_dir={tmp_path}", "quiet=true", "study.predict=true",
                        "hardware=h200", override])
     with pytest.raises(ValueError, match=field):
         plan_from_config(cfg)
+
+
+@pytest.mark.parametrize("over,message", [
+    ({"fitted": {"decode": {"fraction": 0}}}, "hardware.fitted.decode.fraction=0"),
+    ({"fitted": {"decode": {"loo_half_width_pct": -150}}}, "fitted.decode.loo_half_width_pct"),
+    ({"hbm_gbs": 3000}, "unknown hardware field(s): hbm_gbs"),
+    ({"hbm_gb_s": -2000.0}, "hardware.hbm_gb_s=-2000.0 must be a positive number"),
+])
+def test_a_spec_file_is_checked_as_a_commands_overrides_are(tmp_path, monkeypatch, over, message):
+    # whatif and advise read spec files directly: a negative bandwidth was "transferred", a typo
+    # or a zero fraction a traceback
+    import yaml
+
+    from sweep.analysis import hardware
+
+    d = yaml.safe_load((hardware.HW_DIR / "m3_max.yaml").read_text())
+    for k, v in over.items():
+        d[k] = ({**d[k], "decode": {**d[k]["decode"], **v["decode"]}} if k == "fitted" else v)
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(d))
+    monkeypatch.setattr(hardware, "HW_DIR", tmp_path)
+    with pytest.raises(ValueError) as e:
+        hardware.load_spec("mine")
+    assert message in str(e.value) and "mine.yaml" in str(e.value)
 
 
 def test_every_shipped_spec_passes_the_checks():

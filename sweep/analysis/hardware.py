@@ -90,7 +90,8 @@ def spec_from_config(d: dict) -> HardwareSpec:
         ValueError: an unknown field, a field of another type (``peak_tflops`` a mapping, ...),
             or a figure that is not a finite positive number (``hbm_gb_s``, ``memory_gb``,
             ``l2_mb``, ``tdp_w``, each ``peak_tflops`` entry; NaN: not stated),
-            ``sm_count`` not a whole number >= 0, ``kind`` not gpu / cpu / npu; each named as
+            ``sm_count`` not a whole number >= 0, ``kind`` not gpu / cpu / npu, ``assumptions`` or
+            ``fitted`` figures no price can rest on (``_check_model_figures``); each named as
             ``hardware.FIELD``.
     """
     d = dict(d)
@@ -115,7 +116,45 @@ def spec_from_config(d: dict) -> HardwareSpec:
         raise ValueError(f"hardware.sm_count={sm!r} must be a whole number >= 0")
     if d.get("kind", "gpu") not in ("gpu", "cpu", "npu"):
         raise ValueError(f"hardware.kind={d['kind']!r} is not one of gpu, cpu, npu")
+    _check_model_figures(d)
     return HardwareSpec(**d)
+
+
+# the stated assumptions' and a public fit's figures: (low, high, low included); a price divides
+# by the efficiencies and fractions, and a negative launch or interval priced a negative time
+_RANGES = {"assumptions.compute_efficiency": (0, 1, False),
+           "assumptions.bandwidth_efficiency": (0, 1, False),
+           "assumptions.launch_us": (0, math.inf, True)}
+_FIT_RANGES = {"per_layer_s": (0, math.inf, True), "fraction": (0, math.inf, False),
+               "dequant_bytes_per_weight": (0, math.inf, True),
+               "loo_half_width_pct": (0, math.inf, True)}
+
+
+def _check_model_figures(d: dict) -> None:
+    """Refuse a spec's ``assumptions`` (efficiencies in (0, 1], ``launch_us`` >= 0) or ``fitted``
+    stage figures (``fraction`` > 0, ``per_layer_s`` and ``dequant_bytes_per_weight`` >= 0,
+    ``loo_half_width_pct`` >= 0) outside what a price can rest on.
+
+    Raises:
+        ValueError: naming ``hardware.assumptions.KEY`` / ``hardware.fitted.STAGE.KEY``."""
+    got = {f"assumptions.{k}": v for k, v in (d.get("assumptions") or {}).items()}
+    ranges = dict(_RANGES)
+    for stage in ("prefill", "decode"):
+        f = (d.get("fitted") or {}).get(stage)
+        if f is not None and not isinstance(f, dict):
+            raise ValueError(f"hardware.fitted.{stage}={f!r} must be a mapping")
+        for k, v in (f or {}).items():
+            if k in _FIT_RANGES:
+                got[f"fitted.{stage}.{k}"], ranges[f"fitted.{stage}.{k}"] = v, _FIT_RANGES[k]
+    for k, v in got.items():
+        if k not in ranges:
+            continue
+        lo, hi, closed = ranges[k]
+        ok = (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+              and (lo <= v if closed else lo < v) and v <= hi)
+        if not ok:
+            raise ValueError(f"hardware.{k}={v!r} must be a number in {'[' if closed else '('}"
+                             f"{lo:g}, {hi:g}]")
 
 
 def available() -> list[str]:
@@ -136,7 +175,8 @@ def load_spec(name: str, device_name: str | None = None) -> HardwareSpec:
 
     Raises:
         UnknownHardware (a KeyError and a ValueError): unknown name, or no spec matches the
-            device (the message lists the specs).
+            device (the message lists the specs). ValueError: the file holds a field or figure
+            ``spec_from_config`` refuses (named, with the file).
     """
     if name == "auto":
         if device_name is None:
@@ -151,4 +191,7 @@ def load_spec(name: str, device_name: str | None = None) -> HardwareSpec:
     if not path.exists():
         raise UnknownHardware(f"unknown hardware spec {name!r}; known: "
                               f"{', '.join(available())}")
-    return HardwareSpec(**yaml.safe_load(path.read_text()))
+    try:  # a spec file is checked as a command's overrides are (whatif and advise read files)
+        return spec_from_config(yaml.safe_load(path.read_text()))
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{path}: {e}") from None
