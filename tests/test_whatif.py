@@ -734,3 +734,26 @@ def test_a_target_price_says_what_rests_on_more_than_its_datasheet():
     assert not math.isfinite(npu.peak_flops("bf16"))
     got = predict_on(ModelConfig.from_name("llama3_2_1b"), wl, npu)["prediction_notes"]
     assert "states no bf16 peak: bf16 priced at its fp16 peak" in got
+
+
+def test_a_cpu_calibration_never_prices_a_gpu_target():
+    # whatif over a study measured on the CPU priced every NVIDIA target without a shipped
+    # calibration from the CPU's ("not predicted: no elementwise rmsnorm/triton"): its ceilings
+    # hold a bf16 GEMM, which was taken for a GPU's
+    import dataclasses
+
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis.pricing import Calibrated
+    from sweep.analysis.study_targets import for_target
+    from sweep.analysis.targets import calibration_for, from_gpu
+
+    h100 = store.shipped("NVIDIA H100 80GB HBM3")
+    assert h100 is not None and from_gpu(h100.meta)
+    cpu = Calibrated(dataclasses.replace(h100, meta={**h100.meta, "device": "cpu"}))
+    a100 = load_spec("a100_80gb")
+    assert for_target(a100, cpu) is None
+    assert calibration_for(a100, cpu, "bf16") == (None, None)
+    assert calibration_for(a100, Calibrated(h100), "bf16")[1] == "transferred"
+    row = predict_on(ModelConfig.from_name("llama3_2_1b"),
+                     {"batch": 1, "prompt_len": 512, "new_tokens": 64}, a100, cpu)
+    assert row["basis_kind"] == "roofline"

@@ -14,7 +14,7 @@ from . import calibration_store as store
 from .hardware import load_spec
 from .predict import measured_routing
 from .pricing import Calibrated
-from .targets import config_of, predict_on, switches_of
+from .targets import config_of, from_gpu, predict_on, switches_of
 
 
 def study_calibration(meta: dict, given, study_dir: Path) -> Calibrated | None:
@@ -35,9 +35,7 @@ def for_target(spec, calibration: Calibrated | None) -> Calibrated | None:
         return Calibrated(own)
     if calibration is None:
         return None
-    ceil = calibration.meta.get("ceilings") or {}
-    gpu = any(k in ceil for k in ("gemm_flops_bf16", "gemm_flops_fp16"))
-    return calibration if gpu or spec.kind != "gpu" else None
+    return calibration if from_gpu(calibration.meta) or spec.kind != "gpu" else None
 
 
 def predict_designs(meta: dict, df, targets: list[str], calibration: Calibrated | None,

@@ -95,6 +95,15 @@ def _is_device(spec, device_name: str | None) -> bool:
     return bool(device_name) and any(re.search(p, device_name) for p in spec.match)
 
 
+def from_gpu(meta: dict) -> bool:
+    """Whether a calibration (its ``meta``) was measured on a GPU, with the GEMM ceilings a
+    transfer scales by: a CPU's calibration times the CPU's kernels (its ceilings hold a bf16
+    GEMM too), never a GPU's."""
+    ceil = (meta or {}).get("ceilings") or {}
+    return (meta or {}).get("device") not in (None, "", "cpu") and any(
+        k in ceil for k in ("gemm_flops_bf16", "gemm_flops_fp16"))
+
+
 def calibration_for(spec, calibration: Calibrated | None, dtype: str
                     ) -> tuple[Calibrated | None, str | None]:
     """``(calibration, how)`` a target ``spec`` is priced from (``predict_on``'s rule): the
@@ -105,7 +114,7 @@ def calibration_for(spec, calibration: Calibrated | None, dtype: str
     if calibration is not None and _is_device(spec, src.get("device")):
         return calibration, "calibrated"
     if (calibration is not None and spec.vendor == "NVIDIA" and spec.kind == "gpu"
-            and src.get("ceilings")):
+            and from_gpu(src)):
         ceil = target_ceilings(spec, dtype)
         return transfer(calibration, src["ceilings"], ceil, dtype), "transferred"
     return None, None

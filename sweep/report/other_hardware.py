@@ -262,9 +262,14 @@ def main(argv: list[str] | None = None) -> int:
             print(figures_table(w, a.hardware).to_string(index=False))
         for t, why in left.items():
             print(f"not on the plots: {t} ({why})")
-        if changes.empty:
-            print(f"rank changes against {a.hardware[0]}: none (every pair keeps its order)")
-        else:
+        unranked = [t for t in a.hardware if not w[w.target == t]["rank"].notna().any()]
+        if unranked:  # no design priced there: no order to keep or change
+            print(f"no design ranked on {', '.join(unranked)}: rank changes not judged there")
+        if a.hardware[0] not in unranked and changes.empty:
+            print(f"rank changes against {a.hardware[0]}: none (every pair keeps its order"
+                  + (f" on {', '.join(t for t in a.hardware[1:] if t not in unranked)})"
+                     if unranked else ")"))
+        elif not changes.empty:
             kept = changes[changes.survives == True]  # noqa: E712 - NaN: no interval
             print(f"rank changes against {a.hardware[0]}: {len(changes)} pairs, {len(kept)} "
                   "survive the intervals" + "".join(
