@@ -757,3 +757,12 @@ def test_a_cpu_calibration_never_prices_a_gpu_target():
     row = predict_on(ModelConfig.from_name("llama3_2_1b"),
                      {"batch": 1, "prompt_len": 512, "new_tokens": 64}, a100, cpu)
     assert row["basis_kind"] == "roofline"
+
+
+def test_a_stage_priced_without_an_interval_makes_the_row_low_confidence():
+    # a public fit of decode alone: the prefill is the bare roofline, and the row said "medium"
+    spec = load_spec("snapdragon_x_elite_cpu")
+    assert spec.fitted.get("decode") and not spec.fitted.get("prefill")
+    row = predict_on(ModelConfig.from_name("llama3_2_1b"),
+                     {"batch": 1, "prompt_len": 512, "new_tokens": 64}, spec)
+    assert math.isfinite(row["decode_pred_ms_hi"]) and row["prediction_confidence"] == "low"

@@ -71,9 +71,15 @@ CONFIDENCE = ((0.06, "high"), (0.15, "medium"))  # half-width / prediction, else
 
 def confidence(row: dict, kind: str = "calibrated") -> str:
     """``high`` / ``medium`` / ``low`` by the widest stage interval of ``row`` relative to its
-    ``kind`` prediction (``CONFIDENCE``); a row with no interval: ``low``."""
-    widths = [(row[pred(s, "hi")] - row[pred(s, "lo")]) / 2 / row[pred(s, kind)]
-              for s in STAGES if row.get(pred(s, "hi")) and row.get(pred(s, kind))]
+    ``kind`` prediction (``CONFIDENCE``); a row with no interval, or a priced stage without one
+    (a public fit's stage priced by the bare roofline): ``low``."""
+    widths = []
+    for s in STAGES:
+        p, hi, lo = row.get(pred(s, kind)), row.get(pred(s, "hi")), row.get(pred(s, "lo"))
+        if not p or not math.isfinite(p):
+            continue  # the stage is not priced (said by its own reason)
+        ok = hi is not None and lo is not None and math.isfinite(hi) and math.isfinite(lo)
+        widths.append((hi - lo) / 2 / p if ok else math.inf)
     worst = max(widths) if widths else math.inf
     return next((w for lim, w in CONFIDENCE if worst <= lim), "low")
 
