@@ -86,6 +86,12 @@ def test_hypervolume_and_dominance():
                                    "kv +0.0%): one design measured twice, apart by run-to-run "
                                    "spread or the machine's state, not by its design "
                                    "(sweep.cli.compare judges the two against their spread)"]
+    # on two devices (two predict-only studies' targets) the same design is apart by the device:
+    # said once, as such, never as run-to-run spread
+    b2 = ("b", {"env": {"device": "other gpu"}, "workload": {"batch": 1}}, b[2])
+    _, summary = compare_fronts.compare([a, b2], ["tok_s", "kv"], ["maximize", "minimize"])
+    assert len(summary["warnings"]) == 1
+    assert summary["warnings"][0].startswith("studies ran on different devices")
 
 
 def test_compare_fronts_cli(tmp_path, measured_study):
