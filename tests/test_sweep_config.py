@@ -144,9 +144,21 @@ def test_with_prefix_names_only_a_leading_field():
 @pytest.mark.parametrize("device,spec", [
     ("NVIDIA H100 80GB HBM3", "h100_sxm"), ("NVIDIA H100 PCIe", "h100_pcie"),
     ("NVIDIA H200", "h200"), ("NVIDIA A100-SXM4-80GB", "a100_80gb"),
-    ("NVIDIA A100 80GB PCIe", "a100_80gb"), ("NVIDIA L4", "l4"), ("cpu", "cpu")])
+    # the PCIe card has its own figures (1935 GB/s, 300 W): it took the SXM card's (2039, 400)
+    ("NVIDIA A100 80GB PCIe", "a100_80gb_pcie"), ("NVIDIA L4", "l4"), ("cpu", "cpu"),
+    ("NVIDIA B200", "b200")])
 def test_hardware_auto_matches_device_names(device, spec):
     assert load_spec("auto", device).name == spec
+
+
+@pytest.mark.parametrize("device", ["NVIDIA GH200 480GB", "NVIDIA H200 NVL", "NVIDIA GB200"])
+def test_hardware_auto_takes_no_spec_of_another_product(device):
+    # "H200" and "B200" are inside these names: their MFU, MBU and memory checks ran against
+    # another product's datasheet (the NVL card draws 600 W, the GB200 1200 W)
+    from sweep.analysis.hardware import UnknownHardware
+
+    with pytest.raises(UnknownHardware, match="no hardware spec matches"):
+        load_spec("auto", device)
 
 
 def test_hardware_specs_are_complete():
