@@ -20,7 +20,7 @@ from .config.identity import changed_from_defaults, identity, identity_hash
 from .config.objectives import check_constraints, check_objectives
 from .config.overrides import model_group, named_overrides, workload_overrides
 from .config.schema import WorkloadConf, cpu_stand_in
-from .space import SAMPLERS, check_space, sets_experts
+from .space import LOWEST, SAMPLERS, check_space, check_values, sets_experts
 
 
 @dataclass
@@ -326,20 +326,11 @@ def check_workload(wl: dict, base: ModelConfig, space: dict, whose: str = "") ->
     if unknown:
         raise ValueError(f"unknown workload field(s): {', '.join(unknown)} (known: "
                          f"{', '.join(f.name for f in fields(WorkloadConf))})")
-    for key, low in (("batch", 1), ("prompt_len", 1), ("new_tokens", 1), ("repeats", 1),
-                     ("warmup", 0)):
-        if not isinstance(wl[key], int) or isinstance(wl[key], bool) or wl[key] < low:
-            raise ValueError(f"workload.{key}={wl[key]!r} must be an integer >= {low}")
+    skew, routing = wl.get("routing_skew", 0.0), wl.get("routing", "router")
+    for key, v in [(k, wl[k]) for k in LOWEST] + [("routing_skew", skew), ("routing", routing)]:
+        check_values("workload.", key, [v])  # (the rule a space's choices obey too)
     if not wl.get("timeout_s", 1) > 0:
         raise ValueError(f"workload.timeout_s={wl['timeout_s']!r} must be positive")
-    skew = wl.get("routing_skew", 0.0)
-    if isinstance(skew, bool) or not isinstance(skew, int | float) or not 0 <= skew <= 8:
-        raise ValueError(f"workload.routing_skew={skew!r} must be a number in [0, 8] (the Zipf "
-                         "exponent over a design's experts; 0: the router as built)")
-    routing = wl.get("routing", "router")
-    if routing not in ("router", "uniform"):
-        raise ValueError(f"workload.routing={routing!r} must be router (the router as built) or "
-                         "uniform (each token's experts drawn uniformly)")
     if routing == "uniform" and skew:
         raise ValueError(f"workload.routing=uniform with workload.routing_skew={skew!r}: a skew "
                          "already draws each token's experts (from its Zipf prior); uniform is "

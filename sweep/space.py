@@ -67,24 +67,24 @@ def check_space(space: dict, base: ModelConfig) -> None:
             raise ValueError(f"experiment.space.{key}.choices is empty")
         if bundle:
             for label, b in choices.items():
-                if not isinstance(b, dict) or not b or set(b) - fields:
+                unknown = sorted(set(b) - fields) if isinstance(b, dict) else []
+                if not isinstance(b, dict) or not b or unknown:
                     raise ValueError(f"experiment.space.{key}.choices.{label}: a bundle is a "
-                                     "mapping of design or workload fields to values; got "
-                                     f"{b!r}" + (f" (unknown: {', '.join(sorted(set(b) - fields))})"
-                                                 if isinstance(b, dict) and set(b) - fields else ""))
+                                     f"mapping of design or workload fields to values; got {b!r}"
+                                     + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
                 for k, v in b.items():
-                    check_values(f"experiment.space.{key}.choices.{label}.{k}", k, [v])
+                    check_values(f"experiment.space.{key}.choices.{label}.{k}: ", k, [v])
         elif "choices" in sp:
             if not isinstance(choices, list) or not all(
                     v is None or isinstance(v, bool | int | float | str) for v in choices):
                 raise ValueError(f"experiment.space.{key}.choices={choices!r} must be a list of "
                                  "values (numbers, strings, booleans or null)")
-            check_values(f"experiment.space.{key}.choices", key, choices)
+            check_values(f"experiment.space.{key}.choices: ", key, choices)
         elif sp.get("divisors_of"):
             divisors_of(base, key, sp)
         else:
             _check_range(key, sp)
-            check_values(f"experiment.space.{key}", key, [sp["low"], sp["high"]])
+            check_values(f"experiment.space.{key}: ", key, [sp["low"], sp["high"]])
 
 
 def _check_range(key: str, sp: dict) -> None:
@@ -109,27 +109,32 @@ def _check_range(key: str, sp: dict) -> None:
                          f"(low={low}, step={step})")
 
 
+LOWEST = {"batch": 1, "prompt_len": 1, "new_tokens": 1, "repeats": 1, "warmup": 0}
+
+
 def check_values(where: str, key: str, values: list) -> None:
-    """Refuse a workload field's or the decode mode's values no trial could run (``batch``,
-    ``prompt_len``, ``new_tokens``: integers >= 1; ``routing``: router or uniform;
-    ``routing_skew``: a number in [0, 8]; ``mode``: one of ``zoo.modes.MODES``); a design
-    field's are left to the design's own checks. ``where`` names the entry.
+    """Refuse a workload field's or the decode mode's values no trial could run (``LOWEST``'s
+    fields: integers at least that; ``routing``: router or uniform; ``routing_skew``: a number in
+    [0, 8]; ``mode``: one of ``zoo.modes.MODES``); a design field's are left to the design's own
+    checks. ``where`` begins the message (``"workload."``, or a space entry and ``": "``): the
+    workload's own values (``sweep.plan.check_workload``) and a space's choices obey one rule.
 
     Raises:
-        ValueError: the first such value, with ``where``."""
+        ValueError: the first such value, after ``where``."""
     from zoo.modes import MODES
 
     for v in values:
-        if key in ("batch", "prompt_len", "new_tokens") and (
-                isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ValueError(f"{where}: {key}={v!r} must be an integer >= 1")
+        if key in LOWEST and (isinstance(v, bool) or not isinstance(v, int) or v < LOWEST[key]):
+            raise ValueError(f"{where}{key}={v!r} must be an integer >= {LOWEST[key]}")
         if key == "routing" and v not in ("router", "uniform"):
-            raise ValueError(f"{where}: routing={v!r} must be router or uniform")
+            raise ValueError(f"{where}routing={v!r} must be router or uniform (router: the "
+                             "router as built; uniform: each token's experts drawn uniformly)")
         if key == "routing_skew" and (isinstance(v, bool) or not isinstance(v, int | float)
                                       or not 0 <= v <= 8):
-            raise ValueError(f"{where}: routing_skew={v!r} must be a number in [0, 8]")
+            raise ValueError(f"{where}routing_skew={v!r} must be a number in [0, 8] (the Zipf "
+                             "exponent over a design's experts; 0: the router as built)")
         if key == "mode" and v not in MODES:
-            raise ValueError(f"{where}: mode={v!r} is not one of {', '.join(MODES)}")
+            raise ValueError(f"{where}mode={v!r} is not one of {', '.join(MODES)}")
 
 
 def sets_experts(space: dict, base: ModelConfig) -> bool:

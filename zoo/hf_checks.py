@@ -17,12 +17,10 @@ INT_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_
             "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step",
             "first_k_dense_replace", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
             "qk_rope_head_dim", "v_head_dim", "sliding_window_pattern")
-SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-             "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings",
-             "original_max_position_embeddings", "num_local_experts", "num_experts",
-             "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
-             "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-             "sliding_window_pattern")
+# counts that may be 0 (a first dense layer index, no shared expert, ...); every other is a size
+MAY_BE_0 = ("sliding_window", "max_window_layers", "n_shared_experts", "decoder_sparse_step",
+            "first_k_dense_replace")
+SIZE_KEYS = tuple(k for k in INT_KEYS if k not in MAY_BE_0)
 FLOAT_KEYS = ("rope_theta", "rms_norm_eps", "rope_local_base_freq", "routed_scaling_factor",
               "query_pre_attn_scalar", "partial_rotary_factor")
 BOOL_KEYS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window",

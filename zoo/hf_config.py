@@ -51,9 +51,10 @@ def _windows(hf: dict, mt: str, n_layers: int) -> dict[str, Any]:
     """
     w = hf["sliding_window"] if "sliding_window" in hf else HF_DEFAULTS[mt].get("sliding_window")
     qwen = mt in ("qwen2", "qwen3", "qwen3_moe")
-    if not w or mt in ("llama", "olmoe") or (qwen and not hf.get("use_sliding_window")):
-        if w == 0 and mt not in ("llama", "olmoe") and (not qwen or hf.get("use_sliding_window")):
-            raise DesignError("sliding_window=0 is not a window (no window is null)")
+    applies = mt not in ("llama", "olmoe") and (not qwen or hf.get("use_sliding_window"))
+    if w == 0 and applies:
+        raise DesignError("sliding_window=0 is not a window (no window is null)")
+    if not w or not applies:
         return {"sliding_window": None, "layer_types": ""}
     types = hf.get("layer_types")
     if mt in ("qwen2", "qwen3") and types:

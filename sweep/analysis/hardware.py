@@ -122,12 +122,12 @@ def spec_from_config(d: dict) -> HardwareSpec:
 
 # the stated assumptions' and a public fit's figures: (low, high, low included); a price divides
 # by the efficiencies and fractions, and a negative launch or interval priced a negative time
-_RANGES = {"assumptions.compute_efficiency": (0, 1, False),
-           "assumptions.bandwidth_efficiency": (0, 1, False),
-           "assumptions.launch_us": (0, math.inf, True)}
-_FIT_RANGES = {"per_layer_s": (0, math.inf, True), "fraction": (0, math.inf, False),
-               "dequant_bytes_per_weight": (0, math.inf, True),
-               "loo_half_width_pct": (0, math.inf, True)}
+_RANGES = {"assumptions": {"compute_efficiency": (0, 1, False),
+                           "bandwidth_efficiency": (0, 1, False),
+                           "launch_us": (0, math.inf, True)},
+           "fitted": {"per_layer_s": (0, math.inf, True), "fraction": (0, math.inf, False),
+                      "dequant_bytes_per_weight": (0, math.inf, True),
+                      "loo_half_width_pct": (0, math.inf, True)}}
 
 
 def _check_model_figures(d: dict) -> None:
@@ -137,24 +137,22 @@ def _check_model_figures(d: dict) -> None:
 
     Raises:
         ValueError: naming ``hardware.assumptions.KEY`` / ``hardware.fitted.STAGE.KEY``."""
-    got = {f"assumptions.{k}": v for k, v in (d.get("assumptions") or {}).items()}
-    ranges = dict(_RANGES)
+    blocks = [("assumptions", d.get("assumptions") or {}, _RANGES["assumptions"])]
     for stage in ("prefill", "decode"):
         f = (d.get("fitted") or {}).get(stage)
         if f is not None and not isinstance(f, dict):
             raise ValueError(f"hardware.fitted.{stage}={f!r} must be a mapping")
-        for k, v in (f or {}).items():
-            if k in _FIT_RANGES:
-                got[f"fitted.{stage}.{k}"], ranges[f"fitted.{stage}.{k}"] = v, _FIT_RANGES[k]
-    for k, v in got.items():
-        if k not in ranges:
-            continue
-        lo, hi, closed = ranges[k]
-        ok = (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-              and (lo <= v if closed else lo < v) and v <= hi)
-        if not ok:
-            raise ValueError(f"hardware.{k}={v!r} must be a number in {'[' if closed else '('}"
-                             f"{lo:g}, {hi:g}]")
+        blocks.append((f"fitted.{stage}", f or {}, _RANGES["fitted"]))
+    for where, figures, ranges in blocks:
+        for k, v in figures.items():
+            if k not in ranges:
+                continue
+            lo, hi, closed = ranges[k]
+            ok = (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                  and (lo <= v if closed else lo < v) and v <= hi)
+            if not ok:
+                raise ValueError(f"hardware.{where}.{k}={v!r} must be a number in "
+                                 f"{'[' if closed else '('}{lo:g}, {hi:g}]")
 
 
 def available() -> list[str]:

@@ -154,11 +154,11 @@ def compare(studies: list[tuple[str, dict, pd.DataFrame]], objectives: list[str]
                                                for r in shared.itertuples()))
     for i, j in itself:  # one design, two measurements (or two devices' figures)
         a, b = union.loc[i], union.loc[j]
-        apart = ", ".join(f"{c} {100 * (float(b[c]) / float(a[c]) - 1):+.1f}%" for c in objectives
-                          if a[c])
         if devices.get(a.study) != devices.get(b.study) or workloads.get(a.study) != \
                 workloads.get(b.study):  # apart by the device or the workload, as warned above
             continue
+        apart = ", ".join(f"{c} {100 * (float(b[c]) / float(a[c]) - 1):+.1f}%" for c in objectives
+                          if a[c])
         warnings.append(f"{a.study}: {a.design} is dominated by the same design in {b.study} "
                         f"({apart}): one design measured twice, apart by run-to-run spread or the "
                         "machine's state, not by its design (sweep.cli.compare judges the two "
