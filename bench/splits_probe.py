@@ -27,7 +27,7 @@ from kernels import switches
 SHAPES = ("b64_8k_int8", "b64_8k_fp8", "b64_8k_bf16", "flagship_g4_int8")
 PER_SM = (2, 4, 8, 16)
 TILES_8 = [dict(BLOCK_N=n, num_warps=w, num_stages=s)
-           for n, w, s in ((128, 4, 2), (128, 4, 3), (256, 4, 2))]
+           for n, w, s in ((64, 4, 3), (128, 4, 2), (128, 4, 3), (128, 8, 2), (256, 4, 2))]
 TILES_16 = [dict(BLOCK_N=n, num_warps=4, num_stages=s) for n, s in ((64, 2), (64, 3))]
 
 
