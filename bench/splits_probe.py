@@ -1,5 +1,5 @@
 """Decode attention over a long cache cut into more splits: the split plan's programs per SM
-(``kernels.decode_attention.PER_SM``, shipped 2) against 4, 8 and 16, per fixed tile.
+(``kernels.decode_attention.PER_SM``, shipped 2) against 8 and 16, per fixed tile.
 
     python -m bench.splits_probe OUT_DIR   # kernels.csv: each shape x PER_SM x tile, two rounds (GPU)
 
@@ -25,7 +25,7 @@ from kernels import decode_attention as da
 from kernels import switches
 
 SHAPES = ("b64_8k_int8", "b64_8k_fp8", "b64_8k_bf16", "flagship_g4_int8")
-PER_SM = (2, 4, 8, 16)
+PER_SM = (2, 8, 16)
 # one-byte tiles, with ``maxnreg`` caps: compiled offline (Triton 3.9, sm_90a) the shipped n128 w4
 # tile takes 128 (int8) / 153 (fp8) registers a thread, 4 / 3 programs a SM; n64 w4 s3 holds
 # 80 with no spill (6 a SM), 64 with 4-40 bytes spilled (8 a SM)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 34, item 4: what bounds decode attention over a one-byte cache at batch 64 x 8k, in one
-# call: the split plan's programs per SM 2 / 4 / 8 / 16 per fixed tile (bench.splits_probe; wave
+# call: the split plan's programs per SM 2 / 8 / 16 per fixed tile (bench.splits_probe; wave
 # quantization: 512 programs of one split each for 132 SMs), then ncu's detail set over the split
 # kernel (run_kv_ncu.sh: DRAM %, stalls, shared memory and the blocks a SM it allows, waves).
 #   OUT=out bash bench/reference/run_kv_bound.sh   # $OUT/all.tgz: splits/, ncu/, card.txt
@@ -9,7 +9,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT/splits"
 . bench/reference/gpu_host.sh
 gpu_card "$OUT/card.txt"
-timeout ${SPLITS_TIMEOUT:-250} python3 -m bench.splits_probe "$OUT/splits" > "$OUT/splits/probe.log" 2>&1
+timeout ${SPLITS_TIMEOUT:-230} python3 -m bench.splits_probe "$OUT/splits" > "$OUT/splits/probe.log" 2>&1
 echo "splits rc=$?"; tail -n 3 "$OUT/splits/probe.log" | cut -c1-300
 python3 - "$OUT/splits" <<'PY'
 import sys, pandas as pd
@@ -21,5 +21,5 @@ try:
 except Exception as e:
     print("no splits table", e)
 PY
-DESIGNS=${DESIGNS:-kv_bf16,kv_int8} OUT=$OUT/ncu NCU_TIMEOUT=${NCU_TIMEOUT:-260} bash bench/reference/run_kv_ncu.sh
+DESIGNS=${DESIGNS:-kv_int8} OUT=$OUT/ncu NCU_TIMEOUT=${NCU_TIMEOUT:-200} bash bench/reference/run_kv_ncu.sh
 (cd "$OUT" && tar czf all.tgz --remove-files $(ls | grep -v all.tgz))
