@@ -9,7 +9,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT/splits"
 . bench/reference/gpu_host.sh
 gpu_card "$OUT/card.txt"
-timeout ${SPLITS_TIMEOUT:-230} python3 -m bench.splits_probe "$OUT/splits" > "$OUT/splits/probe.log" 2>&1
+timeout ${SPLITS_TIMEOUT:-210} python3 -m bench.splits_probe "$OUT/splits" > "$OUT/splits/probe.log" 2>&1
 echo "splits rc=$?"; tail -n 3 "$OUT/splits/probe.log" | cut -c1-300
 python3 - "$OUT/splits" <<'PY'
 import sys, pandas as pd
@@ -21,5 +21,5 @@ try:
 except Exception as e:
     print("no splits table", e)
 PY
-DESIGNS=${DESIGNS:-kv_int8} OUT=$OUT/ncu NCU_TIMEOUT=${NCU_TIMEOUT:-200} bash bench/reference/run_kv_ncu.sh
+DESIGNS=${DESIGNS:-kv_int8} OUT=$OUT/ncu NCU_TIMEOUT=${NCU_TIMEOUT:-170} bash bench/reference/run_kv_ncu.sh
 (cd "$OUT" && tar czf all.tgz --remove-files $(ls | grep -v all.tgz))
