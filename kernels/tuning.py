@@ -275,8 +275,12 @@ def launch(name: str, kernel, tuner, grid, args: tuple, kwargs: dict, variant: t
 
 
 def config_dict(cfg) -> dict:
-    """A ``triton.Config`` as a JSON-able dict: its kwargs, ``num_warps`` and ``num_stages``."""
-    return {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    """A ``triton.Config`` as a JSON-able dict: its kwargs, ``num_warps``, ``num_stages`` and,
+    where the config caps them, ``maxnreg`` (registers a thread; a launch takes the dict back as
+    keyword arguments, so a capped choice is launched capped)."""
+    cap = getattr(cfg, "maxnreg", None)
+    return {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
+            **({"maxnreg": cap} if cap else {})}
 
 
 def device_name(device) -> str:

@@ -540,3 +540,21 @@ def test_a_failed_atomic_write_names_the_target_not_its_temporary(tmp_path):
     blocked.write_text("")
     with pytest.raises(OSError, match=f"cannot write {blocked}/out.csv"):
         write_text(blocked / "out.csv", "x")  # its folder is a file
+
+
+def test_a_register_capped_tile_choice_is_kept_capped():
+    import triton
+
+    from kernels import tuning
+
+    capped = triton.Config({"BLOCK_N": 64}, num_warps=4, num_stages=3, maxnreg=80)
+    plain = triton.Config({"BLOCK_N": 64}, num_warps=4, num_stages=3)
+    assert tuning.config_dict(capped) == {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3,
+                                          "maxnreg": 80}
+    assert tuning.config_dict(plain) == {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+
+    class Tuner:  # a Triton autotuner's last tuning: the capped config the faster
+        best_config = capped
+        configs_timings = {plain: [2.0], capped: [1.0]}
+
+    assert tuning.ranked(Tuner) == (tuning.config_dict(capped), [tuning.config_dict(plain)])

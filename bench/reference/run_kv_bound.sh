@@ -3,7 +3,8 @@
 # call: the split plan's programs per SM 2 / 8 / 16 per fixed tile (bench.splits_probe; wave
 # quantization: 512 programs of one split each for 132 SMs), then ncu's detail set over the split
 # kernel (run_kv_ncu.sh: DRAM %, stalls, shared memory and the blocks a SM it allows, waves).
-#   OUT=out bash bench/reference/run_kv_bound.sh   # $OUT/all.tgz: splits/, ncu/, card.txt
+#   OUT=out bash bench/reference/run_kv_bound.sh   # NO_NCU=1: the splits alone
+#     # $OUT/all.tgz: splits/, ncu/, card.txt
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT/splits"
@@ -21,5 +22,5 @@ try:
 except Exception as e:
     print("no splits table", e)
 PY
-DESIGNS=${DESIGNS:-kv_int8} OUT=$OUT/ncu NCU_TIMEOUT=${NCU_TIMEOUT:-170} bash bench/reference/run_kv_ncu.sh
+[ -n "${NO_NCU:-}" ] || DESIGNS=${DESIGNS:-kv_int8} OUT=$OUT/ncu NCU_TIMEOUT=${NCU_TIMEOUT:-170} bash bench/reference/run_kv_ncu.sh
 (cd "$OUT" && tar czf all.tgz --remove-files $(ls | grep -v all.tgz))
