@@ -16,10 +16,8 @@ With ``new_kv`` the step's RoPE and cache write are folded in as well: q arrives
 each program rotates its group's rows in registers, and the program whose split holds the new
 position first rotates the token's k, writes k and v into the cache (quantized on the way, the
 numerics of ``kernels.rope.rope_kv_write_``, whose helpers it calls) and then reads it with the
-rest. The model takes this path by default (``switches.rope_in_attention``; measured on the H100
-at batch 1, prompt 512: Llama-3.2-1B 865 -> 883 tok/s, Llama-3.1-8B 179.1 -> 180.9,
-`bench_h100_v3_dev/`); ``switches.rope_in_attention=false`` keeps the separate RoPE + cache-write
-launch.
+rest, by default (``switches.rope_in_attention``; H100, batch 1, prompt 512: Llama-3.2-1B 865 ->
+883 tok/s, Llama-3.1-8B 179.1 -> 180.9, `bench_h100_v3_dev/`).
 
 The cache may be bf16/fp16, or int8 / fp8 e4m3 with one float32 scale per (sequence, KV head,
 position); quantized tiles are converted in registers (int8 to q's dtype; fp8 to fp16, one
@@ -228,6 +226,8 @@ SPLIT_ALIGN = 128  # split_len is a multiple of every BLOCK_N above (256 for one
 # programs per SM the split plan aims at (kernels.split_merge.plan_splits): 2 against 4 measured
 # 29.4 / 30.9 us (main job, G = 4), 98.1 / 99.5 (MHA), 361 / 396 (batch 64 x 8k) on the H100
 PER_SM = 2
+PER_SM_Q = 16  # one-byte caches (H100: b64 x 8k int8 248 -> 240 us, fp8 242 -> 234, the main job's
+# int8 G 4 25.7 -> 23.2; bf16 slower past 2; decode_levers_h100.md section 17)
 # H100 (``bench.attention_probe levers``, ``results/reference/decode_levers_h100.md``): partials in
 # 16 bits slower on most shapes (1B batch 1 6.21 -> 7.13 us): off; the merge kernel under PDL (the
 # call's ``pdl``; it waits for phase 1's memory): MQA at batch 8 x 4k 11.45 -> 10.29 us.
@@ -242,8 +242,8 @@ def plan(batch: int, n_kv_heads: int, G: int, capacity: int, quant: bool, n_sm: 
     """``(n_splits, split_len, fold)`` of a call on a device of ``n_sm`` SMs: the split plan
     (``kernels.split_merge.plan_splits``) and whether the merge runs in the same launch
     (``kernels.split_merge.fold_pays``)."""
-    n_splits, split_len = plan_splits(batch, n_kv_heads, capacity,
-                                      2 * SPLIT_ALIGN if quant else SPLIT_ALIGN, n_sm, PER_SM)
+    n_splits, split_len = plan_splits(batch, n_kv_heads, capacity, 2 * SPLIT_ALIGN if quant
+                                      else SPLIT_ALIGN, n_sm, PER_SM_Q if quant else PER_SM)
     return n_splits, split_len, fold_pays(G, n_splits)
 
 

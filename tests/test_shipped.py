@@ -14,7 +14,11 @@ import pytest
 from kernels import tuning
 from sweep.analysis.calibration_store import SHIPPED_DIR
 
-STALE: dict = {}  # (device file, kernel): why its shipped choices predate the code
+H200_WHY = ("the one-byte split plan (decode_attention.PER_SM_Q, 2026-12-07) measured and shipped "
+            "on the H100 only: the H200's files wait for a call on one")
+
+STALE: dict = {  # (device file, kernel): why its shipped choices predate the code
+    ("nvidia_h200", "decode_attention"): H200_WHY}
 
 
 @pytest.mark.parametrize("path", sorted(tuning.SHIPPED_DIR.glob("*.json")), ids=lambda p: p.stem)
@@ -30,7 +34,8 @@ def test_shipped_tile_choices_match_the_code(path):
 
 # (shipped calibration, family): why its entries predate the code (a GPU kind not lent since the
 # change); priced from on another machine, the predictions say so (prediction_stale)
-STALE_CALIBRATION: dict[tuple[str, str], str] = {}  # (device slug, family): why it is stale
+STALE_CALIBRATION: dict[tuple[str, str], str] = {  # (device slug, family): why it is stale
+    ("nvidia_h200", "decode_attn/triton"): H200_WHY, ("nvidia_h200", "launch"): H200_WHY}
 
 
 @pytest.mark.parametrize("path", sorted(SHIPPED_DIR.glob("*.json")), ids=lambda p: p.stem)
@@ -55,11 +60,11 @@ def test_a_stale_shipped_calibration_says_so_in_every_prediction(monkeypatch):
     from sweep.analysis.targets import predict_on
     from zoo.config import ModelConfig
 
-    spec = load_spec("h200")
+    spec = load_spec("h100_sxm")
     cfg = ModelConfig.from_name("llama3_2_1b").replace(kernels="triton")
     wl = {"batch": 8, "prompt_len": 512, "new_tokens": 64}
     real = store.shipped
-    have = real("NVIDIA H200")
+    have = real("NVIDIA H100 80GB HBM3")
     assert store.shipped_for(spec).meta.get("stale") is None  # current (the test above)
     row = predict_on(cfg, wl, spec, Calibrated(store.shipped_for(spec)))
     assert row["prediction_stale"] is False and "stale" not in row["prediction_notes"]
