@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A kernel change to decode attention against the tree's kernel, on one machine, in one call:
-# bench.attn_ab_probe with the tree's code, then with PATCH applied, twice each way (base, new,
-# base, new), then a table of the medians per shape and tile.
+# bench.attn_ab_probe with the tree's code ("base"), with PATCH applied ("new") and, if given,
+# with PATCH2 on top of it ("both"), two rounds in turn, then the medians per shape and tile.
 #   PATCH=results/reference/decode_levers_h100/s30_trims/trims.patch OUT=out bash bench/reference/run_attn_ab.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -9,18 +9,23 @@ OUT=${OUT:-out}; mkdir -p "$OUT"
 : "${PATCH:?PATCH: the change to measure, a git patch}"
 . bench/reference/gpu_host.sh
 gpu_card "$OUT/card.txt"
-for tag in base new base2 new2; do
-  case $tag in new*) git apply "$PATCH" || exit 1 ;; esac
-  timeout ${AB_TIMEOUT:-150} python3 -m bench.attn_ab_probe "$OUT" "$tag" >> "$OUT/probe.log" 2>&1
-  echo "$tag rc=$?"
-  case $tag in new*) git apply -R "$PATCH" ;; esac
+for rnd in 1 2; do
+  for side in base new ${PATCH2:+both}; do
+    case $side in new) git apply "$PATCH" || exit 1 ;;
+                  both) git apply "$PATCH" && git apply "$PATCH2" || exit 1 ;; esac
+    timeout ${AB_TIMEOUT:-100} python3 -m bench.attn_ab_probe "$OUT" "${side}_$rnd" >> "$OUT/probe.log" 2>&1
+    echo "${side}_$rnd rc=$?"
+    case $side in new) git apply -R "$PATCH" ;;
+                  both) git apply -R "$PATCH2" && git apply -R "$PATCH" ;; esac
+  done
 done
 python3 - "$OUT" <<'PY'
 import glob, sys, pandas as pd
 k = pd.concat([pd.read_csv(f) for f in glob.glob(f"{sys.argv[1]}/kernels_*.csv")])
-k["side"] = k["tag"].str.rstrip("2")
+k["side"] = k["tag"].str.rsplit("_", n=1).str[0]
 t = k.groupby(["shape", "tile", "side"])["us"].median().unstack("side")
-t["change_pct"] = (t["new"] / t["base"] - 1) * 100
+for c in t.columns.drop("base"):
+    t[f"{c}_pct"] = (t[c] / t["base"] - 1) * 100
 print(t.round(2).to_string())
 print("max err", k.groupby("side")["max_abs_err"].max().to_dict())
 PY
