@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A kernel change to decode attention against the tree's kernel, on one machine, in one call:
 # bench.attn_ab_probe with the tree's code ("base"), with PATCH applied ("new") and, if given,
-# with PATCH2 on top of it ("both"), two rounds in turn, then the medians per shape and tile.
+# with PATCH2 on top of it ("both"), two rounds in turn, then the medians per shape and tile
+# (NO_TAR=1: $OUT left untarred, for a script that reads it after).
 #   PATCH=results/reference/decode_levers_h100/s30_trims/trims.patch OUT=out bash bench/reference/run_attn_ab.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -29,4 +30,4 @@ for c in t.columns.drop("base"):
 print(t.round(2).to_string())
 print("max err", k.groupby("side")["max_abs_err"].max().to_dict())
 PY
-(cd "$OUT" && tar czf all.tgz --remove-files $(ls | grep -v all.tgz))
+[ -n "${NO_TAR:-}" ] || (cd "$OUT" && tar czf all.tgz --remove-files $(ls | grep -v all.tgz))
