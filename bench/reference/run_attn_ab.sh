@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
-# A kernel change to decode attention against the tree's kernel, on one machine, in one call:
-# bench.attn_ab_probe with the tree's code ("base"), with PATCH applied ("new") and, if given,
-# with PATCH2 on top of it ("both"), two rounds in turn, then the medians per shape and tile
-# (NO_TAR=1: $OUT left untarred, for a script that reads it after).
-#   PATCH=results/reference/decode_levers_h100/s30_trims/trims.patch OUT=out bash bench/reference/run_attn_ab.sh
+# Kernel changes to decode attention against the tree's kernel, on one machine, in one call:
+# bench.attn_ab_probe with the tree's code ("base") and with each side's patches applied (then
+# reverted), two rounds in turn, then the medians per shape and tile.
+#   SIDES="new:a.patch both:a.patch,b.patch" OUT=out bash bench/reference/run_attn_ab.sh
+# SIDES: "name:patch[,patch...]" a side (its patches applied in order); NO_TAR=1: $OUT left
+# untarred, for a script that reads it after (run_attn_ab_ship.sh).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
-: "${PATCH:?PATCH: the change to measure, a git patch}"
+: "${SIDES:?SIDES: the changes to measure, name:patch[,patch...] each}"
 . bench/reference/gpu_host.sh
 gpu_card "$OUT/card.txt"
 for rnd in 1 2; do
-  for side in base new ${PATCH2:+both}; do
-    case $side in new) git apply "$PATCH" || exit 1 ;;
-                  both) git apply "$PATCH" && git apply "$PATCH2" || exit 1 ;; esac
+  for spec in base: $SIDES; do
+    side=${spec%%:*}; IFS=, read -ra ps <<< "${spec#*:}"
+    for p in "${ps[@]}"; do git apply "$p" || exit 1; done
     timeout ${AB_TIMEOUT:-100} python3 -m bench.attn_ab_probe "$OUT" "${side}_$rnd" >> "$OUT/probe.log" 2>&1
     echo "${side}_$rnd rc=$?"
-    case $side in new) git apply -R "$PATCH" ;;
-                  both) git apply -R "$PATCH2" && git apply -R "$PATCH" ;; esac
+    for ((i = ${#ps[@]} - 1; i >= 0; i--)); do git apply -R "${ps[i]}"; done
   done
 done
 python3 - "$OUT" <<'PY'
