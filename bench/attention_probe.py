@@ -166,6 +166,18 @@ def time_shape(shape, variant, l2):
                 max_abs_err=round(err, 4))
 
 
+def time_at_tile(shape, tile: dict, variant: str, l2: int, copy: float) -> dict:
+    """``time_shape`` with the split kernel held to one tile (``decode_attention._FIXED``: a dict
+    of ``BLOCK_N``, ``num_warps``, ``num_stages``, optionally ``maxnreg``): its row, with ``tile``
+    as ``n<BLOCK_N>w<warps>s<stages>`` (``r<maxnreg>`` when capped) and ``frac_copy``, the rate
+    over ``copy`` (bytes/s, measured in the same process)."""
+    da._FIXED = dict(tile)
+    r = time_shape(shape, variant, l2)
+    r.update(tile="n{BLOCK_N}w{num_warps}s{num_stages}".format(**tile)
+             + (f"r{tile['maxnreg']}" if "maxnreg" in tile else ""),
+             frac_copy=round(r["gbs"] * 1e9 / copy, 3))
+    return r
+
 def cmd_time(path, levers: bool = False, only: tuple = ()):
     from sweep.measure.ceilings import _copy_rate
     from sweep.measure.timing import Timer

@@ -3,7 +3,8 @@
 fixed tile per side (the median of its rounds), and a side chosen when it is faster where it was
 built to be and no slower elsewhere.
 
-    python -m bench.attn_ab_pick OUT_DIR   # the verdict as JSON, then the side's name alone
+    python -m bench.attn_ab_pick OUT_DIR   # the medians per shape and tile, the verdict as JSON,
+                                           # then the side's name alone
 
 A side qualifies when its geometric-mean gain over the one-byte shapes is at least ``min_gain``,
 no 16-bit shape is slower by more than ``max_loss``, and its largest error against the reference
@@ -24,6 +25,19 @@ ONE_BYTE = ("b64_8k_int8", "b64_8k_fp8", "flagship_g4_int8")
 SIXTEEN = ("b64_8k_bf16", "flagship_g32")
 
 
+def _sided(df: pd.DataFrame) -> pd.DataFrame:
+    return df.assign(side=df["tag"].str.rsplit("_", n=1).str[0])
+
+
+def table(df: pd.DataFrame) -> pd.DataFrame:
+    """Median ``us`` per (shape, tile) and side over the rounds, and each side's change against
+    ``base`` in percent (``<side>_pct``)."""
+    t = _sided(df).groupby(["shape", "tile", "side"])["us"].median().unstack("side")
+    for c in t.columns.drop("base"):
+        t[f"{c}_pct"] = (t[c] / t["base"] - 1) * 100
+    return t
+
+
 def pick(df: pd.DataFrame, min_gain: float = 0.02, max_loss: float = 0.02) -> tuple[str, dict]:
     """``(side, verdict)`` from the probe's rows (columns ``tag`` = ``<side>_<round>``,
     ``shape``, ``tile``, ``us``, ``max_abs_err``); ``verdict[side]``: ``gain`` (fraction),
@@ -32,7 +46,7 @@ def pick(df: pd.DataFrame, min_gain: float = 0.02, max_loss: float = 0.02) -> tu
     Raises:
         ValueError: no ``base`` rows, or a side without every shape the base has.
     """
-    df = df.assign(side=df["tag"].str.rsplit("_", n=1).str[0])
+    df = _sided(df)
     if "base" not in set(df["side"]):
         raise ValueError("no base rows: the tree's own kernel was not timed")
     best = df.groupby(["side", "shape", "tile"])["us"].median().groupby(["side", "shape"]).min()
@@ -57,6 +71,8 @@ def pick(df: pd.DataFrame, min_gain: float = 0.02, max_loss: float = 0.02) -> tu
 def main(out: str) -> int:
     df = pd.concat([pd.read_csv(f) for f in sorted(glob.glob(f"{out}/kernels_*.csv"))])
     side, verdict = pick(df)
+    print(table(df).round(2).to_string())
+    print("max err", _sided(df).groupby("side")["max_abs_err"].max().to_dict())
     print(json.dumps(verdict, indent=1))
     print(side)
     return 0

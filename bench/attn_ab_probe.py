@@ -20,7 +20,6 @@ import torch
 from bench import attention_probe as ap
 from bench.gpu import write_rows
 from bench.kv_ahead_probe import _copy
-from kernels import decode_attention as da
 from kernels import switches
 
 SHAPES = ("b64_8k_int8", "b64_8k_fp8", "b64_8k_bf16", "flagship_g4_int8", "flagship_g32")
@@ -38,10 +37,7 @@ def main(out: Path, tag: str) -> None:
     for name in SHAPES:
         shape = next(s for s in ap.SHAPES if s[0] == name)
         for tile in TILES_Q if shape[6] != "bf16" else TILES_16:
-            da._FIXED = dict(tile)
-            r = ap.time_shape(shape, "f32_pdl", l2)
-            r.update(tag=tag, tile="n{BLOCK_N}w{num_warps}s{num_stages}".format(**tile),
-                     frac_copy=round(r["gbs"] * 1e9 / copy, 3))
+            r = dict(ap.time_at_tile(shape, tile, "f32_pdl", l2, copy), tag=tag)
             rows.append(r)
             print(",".join(str(r[k]) for k in ("tag", "shape", "tile", "us", "frac_copy",
                                                "max_abs_err")), flush=True)

@@ -58,11 +58,9 @@ def cmd_kernels(out: Path, flag: str = "KV_AHEAD", shapes=SHAPES, tiles_8=TILES_
         for rnd in range(2):
             for tile in tiles:
                 for ahead in (False, True):
-                    da._FIXED = dict(tile)
                     setattr(da, flag, ahead)
-                    r = ap.time_shape(shape, "f32_pdl", l2)
-                    r.update(round=rnd, ahead=int(ahead), tile="n{BLOCK_N}w{num_warps}s{num_stages}"
-                             .format(**tile), frac_copy=round(r["gbs"] * 1e9 / copy, 3))
+                    r = ap.time_at_tile(shape, tile, "f32_pdl", l2, copy)
+                    r.update(round=rnd, ahead=int(ahead))
                     rows.append(r)
                     print(",".join(str(r[k]) for k in ("shape", "tile", "ahead", "round", "us",
                                                        "frac_copy", "max_abs_err")), flush=True)

@@ -49,14 +49,10 @@ def main(out: Path) -> None:
         for rnd in range(2):
             for tile in TILES_8 if shape[6] != "bf16" else TILES_16:
                 for per_sm in PER_SM:
-                    da._FIXED = dict(tile)
-                    r = ap.time_shape(shape, f"f32_pdl_sm{per_sm}", l2)
+                    r = ap.time_at_tile(shape, tile, f"f32_pdl_sm{per_sm}", l2, copy)
                     n_splits = da.plan(shape[1], shape[3], shape[2] // shape[3], shape[5],
                                        shape[6] != "bf16", da._n_sm(torch.device("cuda")))[0]
-                    r.update(round=rnd, per_sm=per_sm, n_splits=n_splits,
-                             tile="n{BLOCK_N}w{num_warps}s{num_stages}".format(**tile)
-                             + (f"r{tile['maxnreg']}" if "maxnreg" in tile else ""),
-                             frac_copy=round(r["gbs"] * 1e9 / copy, 3))
+                    r.update(round=rnd, per_sm=per_sm, n_splits=n_splits)
                     rows.append(r)
                     print(",".join(str(r[k]) for k in ("shape", "tile", "per_sm", "n_splits",
                                                        "round", "us", "frac_copy",

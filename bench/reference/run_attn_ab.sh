@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Kernel changes to decode attention against the tree's kernel, on one machine, in one call:
 # bench.attn_ab_probe with the tree's code ("base") and with each side's patches applied (then
-# reverted), two rounds in turn, then the medians per shape and tile.
+# reverted), two rounds in turn, then the medians per shape and tile and the side that pays
+# (bench.attn_ab_pick, also in $OUT/pick.txt).
 #   SIDES="new:a.patch both:a.patch,b.patch" OUT=out bash bench/reference/run_attn_ab.sh
 # SIDES: "name:patch[,patch...]" a side (its patches applied in order); NO_TAR=1: $OUT left
 # untarred, for a script that reads it after (run_attn_ab_ship.sh).
@@ -20,14 +21,5 @@ for rnd in 1 2; do
     for ((i = ${#ps[@]} - 1; i >= 0; i--)); do git apply -R "${ps[i]}"; done
   done
 done
-python3 - "$OUT" <<'PY'
-import glob, sys, pandas as pd
-k = pd.concat([pd.read_csv(f) for f in glob.glob(f"{sys.argv[1]}/kernels_*.csv")])
-k["side"] = k["tag"].str.rsplit("_", n=1).str[0]
-t = k.groupby(["shape", "tile", "side"])["us"].median().unstack("side")
-for c in t.columns.drop("base"):
-    t[f"{c}_pct"] = (t[c] / t["base"] - 1) * 100
-print(t.round(2).to_string())
-print("max err", k.groupby("side")["max_abs_err"].max().to_dict())
-PY
+python3 -m bench.attn_ab_pick "$OUT" | tee "$OUT/pick.txt"
 [ -n "${NO_TAR:-}" ] || (cd "$OUT" && tar czf all.tgz --remove-files $(ls | grep -v all.tgz))

@@ -4,7 +4,7 @@
 # (run_attn_ab.sh), the pick (bench.attn_ab_pick), then the chosen patch applied and the stale
 # decode-attention family measured and shipped in the time left (RESHIP_ONLY: the gate is the
 # next call, on the committed files).
-#   OUT=out bash bench/reference/run_attn_ab_ship.sh   # $OUT: ab/, pick.txt, landed.txt, reship/
+#   OUT=out bash bench/reference/run_attn_ab_ship.sh   # $OUT: ab/ (pick.txt), landed.txt, reship/
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT/ab"
@@ -12,7 +12,7 @@ D=results/reference/decode_levers_h100/s30_trims
 declare -A LAND=([new]=$D/trims_land.patch [both]=$D/trims_i8_land.patch [v16]=$D/trims_v16_land.patch)
 SIDES="new:${LAND[new]} both:${LAND[both]} v16:${LAND[v16]}" NO_TAR=1 AB_TIMEOUT=${AB_TIMEOUT:-60} \
   OUT=$OUT/ab bash bench/reference/run_attn_ab.sh
-side=$(python3 -m bench.attn_ab_pick "$OUT/ab" | tee "$OUT/pick.txt" | tail -n 1)
+side=$(tail -n 1 "$OUT/ab/pick.txt" 2>/dev/null)
 land=${side:+${LAND[$side]:-}}
 echo "picked: ${side:-none} ${land:-(nothing shipped)}"
 if [ -n "$land" ] && git apply "$land"; then
