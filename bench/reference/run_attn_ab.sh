@@ -4,15 +4,16 @@
 # reverted), two rounds in turn, then the medians per shape and tile and the side that pays
 # (bench.attn_ab_pick, also in $OUT/pick.txt).
 #   SIDES="new:a.patch both:a.patch,b.patch" OUT=out bash bench/reference/run_attn_ab.sh
-# SIDES: "name:patch[,patch...]" a side (its patches applied in order); NO_TAR=1: $OUT left
-# untarred, for a script that reads it after (run_attn_ab_ship.sh).
+# SIDES: "name:patch[,patch...]" a side (its patches applied in order); ROUNDS: how many turns
+# (default 2; 1 when little device time is left); NO_TAR=1: $OUT left untarred, for a script that
+# reads it after (run_attn_ab_ship.sh).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 : "${SIDES:?SIDES: the changes to measure, name:patch[,patch...] each}"
 . bench/reference/gpu_host.sh
 gpu_card "$OUT/card.txt"
-for rnd in 1 2; do
+for rnd in $(seq 1 "${ROUNDS:-2}"); do
   for spec in base: $SIDES; do
     side=${spec%%:*}; IFS=, read -ra ps <<< "${spec#*:}"
     for p in "${ps[@]}"; do git apply "$p" || exit 1; done
