@@ -178,6 +178,7 @@ def time_at_tile(shape, tile: dict, variant: str, l2: int, copy: float) -> dict:
              frac_copy=round(r["gbs"] * 1e9 / copy, 3))
     return r
 
+
 def cmd_time(path, levers: bool = False, only: tuple = ()):
     from sweep.measure.ceilings import _copy_rate
     from sweep.measure.timing import Timer
