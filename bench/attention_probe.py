@@ -98,8 +98,8 @@ _PLAN = da.plan
 def _plan_min_split(shortest: int):
     """``decode_attention.plan`` with splits of at least ``shortest`` positions (a multiple of
     the plan's own, at most the whole cache), the merge folded where ``fold_pays`` says."""
-    def plan(batch, n_kv_heads, G, capacity, quant, n_sm):
-        n, length, _ = _PLAN(batch, n_kv_heads, G, capacity, quant, n_sm)
+    def plan(batch, n_kv_heads, G, head_dim, capacity, quant, n_sm):
+        n, length, _ = _PLAN(batch, n_kv_heads, G, head_dim, capacity, quant, n_sm)
         if length < shortest:
             length = min(-(-shortest // length) * length, -(-capacity // length) * length)
             n = -(-capacity // length)

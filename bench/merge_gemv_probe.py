@@ -127,7 +127,7 @@ def _shape(name, B, H, Hkv, D, S, n_sm):
     from kernels.split_merge import counters, merge_kernel
 
     dev = "cuda"
-    n_splits, _, fold = da.plan(B, Hkv, H // Hkv, S, False, n_sm)
+    n_splits, _, fold = da.plan(B, Hkv, H // Hkv, D, S, False, n_sm)
     N, L = H * D, 16
     layers = [(torch.randn(B * H * n_splits, D, device=dev),
                torch.randn(B * H * n_splits, device=dev) * 3,

@@ -5,27 +5,25 @@ heads that share the KV head as the rows of one tile (padded to 16 for ``tl.dot`
 split's K and V tiles once, and keep an online softmax (Milakov & Gimelshein 2018,
 arXiv:1805.02867; FlashAttention, Dao et al. 2022). Each KV byte is read once for the whole group.
 Phase 2 merges the splits' partial outputs by their log-sum-exp (split-K "flash-decoding", Dao et
-al. 2023; ``kernels.split_merge``): where the merge is small (``G * splits <= 64``: the batch-1
-Llama shapes) inside phase 1's launch, where each program counts itself done on a per-(sequence,
-KV head) counter (an acq_rel atomic) and the last one merges the group's splits, several query
-heads per tile, then resets the counter for the next call (also inside a CUDA graph replay);
-otherwise in a kernel of its own, one program per (sequence, query head) (MQA at batch 8: 47 us
-a layer folded one head at a time, 11 us so; H100, ``results/reference/attention_h100.md``).
+al. 2023; ``kernels.split_merge``): where the merge is small (``G * splits <= 64``) inside phase
+1's launch (each program counts itself done on a per-(sequence, KV head) acq_rel atomic counter;
+the last merges the group's splits, several query heads per tile, and resets the counter, also
+inside a CUDA graph replay); otherwise in a kernel of its own, one program per (sequence, query
+head) (MQA at batch 8: 47 us a layer folded one head at a time, 11 us so; H100,
+``results/reference/attention_h100.md``).
 
-With ``new_kv`` the step's RoPE and cache write are folded in as well: q arrives before RoPE and
-each program rotates its group's rows in registers, and the program whose split holds the new
-position first rotates the token's k, writes k and v into the cache (quantized on the way, the
-numerics of ``kernels.rope.rope_kv_write_``, whose helpers it calls) and then reads it with the
-rest, by default (``switches.rope_in_attention``; H100, batch 1, prompt 512: Llama-3.2-1B 865 ->
-883 tok/s, Llama-3.1-8B 179.1 -> 180.9, `bench_h100_v3_dev/`).
+With ``new_kv`` the step's RoPE and cache write are folded in: each program rotates its group's
+query rows in registers, and the one whose split holds the new position first rotates the token's
+k and writes k and v into the cache (quantized on the way, with ``kernels.rope``'s helpers and
+numerics), by default (``switches.rope_in_attention``; H100, batch 1, prompt 512: Llama-3.2-1B
+865 -> 883 tok/s, Llama-3.1-8B 179.1 -> 180.9, `bench_h100_v3_dev/`).
 
 The cache may be bf16/fp16, or int8 / fp8 e4m3 with one float32 scale per (sequence, KV head,
-position); quantized tiles are converted in registers (int8 to q's dtype; fp8 to fp16, one
-instruction per pair on Hopper against three to bf16, with q in fp16: measured 1.33x -> 1.53x the
-bf16 cache's tok/s; the same for int8 measured slower), and the scales applied to the scores (K)
-and to the probabilities (V; for fp8 times ``PV_SCALE`` to stay in fp16's range). The attended length
-is read from a device tensor (``input_pos``), so one launch serves every step of a captured CUDA
-graph. Splits past the current length exit at once.
+position); quantized tiles are converted in registers (int8 to q's dtype; fp8 to fp16 with q in
+fp16, one instruction a pair on Hopper: 1.33x -> 1.53x the bf16 cache's tok/s; int8 so measured
+slower), the scales applied to the scores (K) and the probabilities (V; fp8 times ``PV_SCALE`` to
+stay in fp16's range). The attended length is read from a device tensor (``input_pos``), so one
+launch serves every step of a captured CUDA graph; splits past it exit at once.
 
 Minimum DRAM traffic per call: ``2 * B * Hkv * kv_len * (D * bytes(kv) + scale bytes)`` plus q and
 the output (small).
@@ -198,11 +196,9 @@ def _write_new_kv(kn, vn, kr, cos_ptr, sin_ptr, pos, slot, k_head, v_head, s_ks,
               QMAX_, HALF)
 
 
-# On the GPU, tile length, warps and pipeline depth are tuned once per shape class (Triton's
-# autotuner, timing each config on the real inputs inside a CUDA graph: a short decode kernel
-# launched from Python measures the host), the choice kept per device (``kernels.tuning``); the
-# interpreter runs one fixed config, and so does ``switches.autotune=False`` everywhere (the GPU
-# tests use it to bound compile time).
+# On the GPU, tile length, warps and stages tuned once per shape class (Triton's autotuner, each
+# config timed in a CUDA graph: launched from Python a short kernel times the host), kept per
+# device (``kernels.tuning``); one fixed config in the interpreter and with autotune off.
 _CONFIGS = [triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=st)
             for bn in (64, 128) for w, st in ((4, 2), (4, 3), (8, 3))]
 # one-byte caches: a 128-position tile is only 8-16 KB; longer tiles keep more bytes in flight
@@ -226,31 +222,37 @@ SPLIT_ALIGN = 128  # split_len is a multiple of every BLOCK_N above (256 for one
 # programs per SM the split plan aims at (kernels.split_merge.plan_splits): 2 against 4 measured
 # 29.4 / 30.9 us (main job, G = 4), 98.1 / 99.5 (MHA), 361 / 396 (batch 64 x 8k) on the H100
 PER_SM = 2
-PER_SM_Q = 16  # one-byte caches (H100: b64 x 8k int8 248 -> 240 us, fp8 242 -> 234, the main job's
-# int8 G 4 25.7 -> 23.2; bf16 slower past 2; decode_levers_h100.md section 17)
-# H100 (``bench.attention_probe levers``, ``results/reference/decode_levers_h100.md``): partials in
-# 16 bits slower on most shapes (1B batch 1 6.21 -> 7.13 us): off; the merge kernel under PDL (the
-# call's ``pdl``; it waits for phase 1's memory): MQA at batch 8 x 4k 11.45 -> 10.29 us.
-PARTIALS_16 = False
-MERGE_PDL = True
+# one-byte caches: one wave of the n128 tile (4 programs a SM at 128 registers) at head_dim 64,
+# half at 128, to the nearest whole split; where one split a (sequence, KV head) makes that,
+# PER_SM_FILL (a shorter tail). H100 b8 x 4k int8, against 16 everywhere: MHA 69.5 -> 63.6 us,
+# G 4 23.6 -> 22.5, G 4 head_dim 128 43.6 -> 39.1; b64 x 8k as before (decode_levers_h100 s. 19)
+PER_SM_Q, PER_SM_FILL = 4.5, 16
+# H100 (``bench.attention_probe levers``, decode_levers_h100.md): 16-bit partials slower on most
+# shapes (1B b1 6.21 -> 7.13 us): off; the merge kernel under PDL (the call's ``pdl``; it waits
+# for phase 1's memory): MQA at b8 x 4k 11.45 -> 10.29 us.
+PARTIALS_16, MERGE_PDL = False, True
 MERGE_BUDGET = 8192  # float32 elements of one in-kernel merge tile (kernels.split_merge.group_chunk)
 N_SM_DEFAULT = 132  # the H100 / H200's SMs: ``launches`` for a device not at hand
 
 
-def plan(batch: int, n_kv_heads: int, G: int, capacity: int, quant: bool, n_sm: int
-         ) -> tuple[int, int, bool]:
+def plan(batch: int, n_kv_heads: int, G: int, head_dim: int, capacity: int, quant: bool,
+         n_sm: int) -> tuple[int, int, bool]:
     """``(n_splits, split_len, fold)`` of a call on a device of ``n_sm`` SMs: the split plan
-    (``kernels.split_merge.plan_splits``) and whether the merge runs in the same launch
-    (``kernels.split_merge.fold_pays``)."""
-    n_splits, split_len = plan_splits(batch, n_kv_heads, capacity, 2 * SPLIT_ALIGN if quant
-                                      else SPLIT_ALIGN, n_sm, PER_SM_Q if quant else PER_SM)
+    (``kernels.split_merge.plan_splits``; one-byte caches ``PER_SM_Q``) and whether the merge
+    runs in the same launch (``kernels.split_merge.fold_pays``)."""
+    bh, per_sm = batch * n_kv_heads, PER_SM
+    if quant:  # the splits wanted, as plan_splits takes them for one (sequence, KV head), 1 SM
+        want = round(PER_SM_Q * n_sm * 64 / head_dim / bh)
+        bh, n_sm, per_sm = (1, 1, want) if want > 1 else (bh, n_sm, PER_SM_FILL)
+    n_splits, split_len = plan_splits(bh, 1, capacity, 2 * SPLIT_ALIGN if quant else SPLIT_ALIGN,
+                                      n_sm, per_sm)
     return n_splits, split_len, fold_pays(G, n_splits)
 
 
-def launches(batch: int, n_kv_heads: int, G: int, capacity: int, quant: bool,
+def launches(batch: int, n_kv_heads: int, G: int, head_dim: int, capacity: int, quant: bool,
              n_sm: int = N_SM_DEFAULT) -> int:
     """Kernels one GPU call launches: 1 with the merge folded in, else 2 (``plan``)."""
-    return 1 if plan(batch, n_kv_heads, G, capacity, quant, n_sm)[2] else 2
+    return 1 if plan(batch, n_kv_heads, G, head_dim, capacity, quant, n_sm)[2] else 2
 
 
 def rope_in_attention() -> bool:
@@ -307,20 +309,18 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             ``[max_seq_len, D]``.
     """
     squeeze = q.dim() == 4
-    if squeeze:
-        q = q[:, :, 0]
+    q = q[:, :, 0] if squeeze else q
     B, H, D = q.shape
     Hkv, S = k_cache.shape[1], k_cache.shape[2]
     G = H // Hkv
     quant = k_scale is not None
     BLOCK_D = max(16, triton.next_power_of_2(D))
-    n_splits, split_len, fold = plan(B, Hkv, G, S, quant, _n_sm(q.device))
+    n_splits, split_len, fold = plan(B, Hkv, G, D, S, quant, _n_sm(q.device))
     sixteen = PARTIALS_16 and q.dtype in (torch.bfloat16, torch.float16)
     o_part = torch.empty(B * H * n_splits, BLOCK_D, device=q.device,
                          dtype=q.dtype if sixteen else torch.float32)
     lse = torch.empty(B * H * n_splits, device=q.device, dtype=torch.float32)
-    ks = k_scale if quant else lse
-    vs = v_scale if quant else lse
+    ks, vs = (k_scale, v_scale) if quant else (lse, lse)
     interp = _interpreted(q)
     merge = (fold and not interp) if fold_merge is None else fold_merge
     pdl = pdl and not interp

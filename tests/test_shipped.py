@@ -14,8 +14,9 @@ import pytest
 from kernels import tuning
 from sweep.analysis.calibration_store import SHIPPED_DIR
 
-H200_WHY = ("the one-byte split plan (decode_attention.PER_SM_Q, 2026-12-07) measured and shipped "
-            "on the H100 only: the H200's files wait for a call on one")
+H200_WHY = ("the one-byte split plan (decode_attention.plan: PER_SM_Q, 2026-12-07, its one-wave "
+            "rule the same day) measured and shipped on the H100 only: the H200's files wait for "
+            "a call on one")
 
 STALE: dict = {  # (device file, kernel): why its shipped choices predate the code
     ("nvidia_h200", "decode_attention"): H200_WHY}

@@ -107,7 +107,7 @@ class GQA:
         and residual add in its prologue on the GEMV path), RoPE and the cache write (one Triton
         kernel, or in the decode attention's launch with ``fold``, always on a local layer's
         ring; two torch ops), the attention (decode: one token against the cache, or a local
-        layer's ring of ``window`` slots, ``launches_decode(B, Hkv, G, S, quantized)`` Triton
+        layer's ring of ``window`` slots, ``launches_decode(B, Hkv, G, D, S, quantized)`` Triton
         launches; prefill: SDPA, or blocks of query rows for a local or sink layer (``zoo.gqa``),
         priced from the SDPA
         entry of its shape), the output projection."""
@@ -142,7 +142,7 @@ class GQA:
         if new == 1:
             scale = kv_scale_bytes(cfg)  # > 0: a quantized cache
             kv_read = 2 * batch * Hkv * context * (D * kvb + scale)
-            n = (launches_decode(batch, Hkv, H // Hkv, context, scale > 0) if st.fused
+            n = (launches_decode(batch, Hkv, H // Hkv, D, context, scale > 0) if st.fused
                  else st.launches("decode_attn"))
             out.append(Kernel("attention", "decode_attn", "decode_attention",
                               4 * batch * H * D * context, kv_read,

@@ -112,3 +112,19 @@ def test_split_plan_covers_the_cache():
     for B, Hkv, S, bn, sm in [(1, 8, 640, 64, 132), (64, 8, 8224, 64, 132), (1, 1, 5, 64, 4)]:
         n, length = plan_splits(B, Hkv, S, bn, sm)
         assert length % bn == 0 and n * length >= S and (n - 1) * length < S
+
+
+def test_one_byte_split_plan_aims_at_one_wave():
+    """A one-byte cache's splits (``decode_attention.plan``, 132 SMs): about one wave of programs
+    at head_dim 64, half at 128, to the nearest whole split (the H100's fastest of 2 / 4 / 8 / 16
+    programs a SM, decode_levers_h100.md section 19); where one split a (sequence, KV head) is
+    that already, more splits (``PER_SM_FILL``); bf16's plan as before (2 a SM, ceil)."""
+    want = {(8, 32, 64): 2, (8, 16, 64): 5, (8, 8, 64): 9, (8, 8, 128): 5, (64, 8, 64): 5,
+            (8, 1, 64): 17, (1, 8, 128): 17}
+    for (B, Hkv, D), n in want.items():
+        cap = 8256 if B == 64 else 4160
+        got, length, _ = da.plan(B, Hkv, 32 // Hkv, D, cap, True, 132)
+        assert got == n and length % 256 == 0 and (got - 1) * length < cap <= got * length, (
+            B, Hkv, D, got)
+    assert [da.plan(8, h, 32 // h, 64, 4160, False, 132)[0] for h in (1, 8, 32)] == [33, 5, 2]
+    assert da.plan(8, 8, 4, 64, 4160, True, 132)[0] != da.plan(8, 8, 4, 128, 4160, True, 132)[0]
