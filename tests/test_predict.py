@@ -151,6 +151,32 @@ def test_a_gemv_scaled_from_its_nearest_shape_keeps_the_latency():
     assert t == pytest.approx(fixed + (4e-6 - fixed) / 2, rel=1e-6)  # not 4 us / 2
 
 
+def test_designs_priced_from_one_calibration_share_its_selections_and_price_alike():
+    """Every ``Calibrated`` of one calibration reads the same selections of its table (kept on
+    the ``Calibration``): a second design's kernels are priced from them exactly as a fresh
+    calibration's; a table replaced on the pricer (the advisor adds its rows) is selected from
+    itself, not from the calibration's kept selections."""
+    import pandas as pd
+
+    spec = load_spec("h100_sxm")
+    shipped = store.shipped_for(spec)
+    design = ModelConfig.from_name("llama3_2_1b").replace(kernels="triton", kv_dtype="int8")
+    wl = {"batch": 8, "prompt_len": 4096, "new_tokens": 64}
+    first = perf.predict(design, wl, spec, calibration=pricing.Calibrated(shipped))
+    assert shipped.selections  # kept with the calibration
+    again = perf.predict(design, wl, spec, calibration=pricing.Calibrated(shipped))
+    fresh = perf.predict(design, wl, spec, calibration=pricing.Calibrated(
+        store.Calibration(shipped.meta, shipped.table)))
+    assert first == again == fresh
+    c = pricing.Calibrated(shipped)
+    rows = [{"kind": "launch", "op": "only_here", "time_s": 7e-6}]
+    c.t = pd.concat([c.t, pd.DataFrame(rows)], ignore_index=True)
+    c._fits.clear()
+    assert c.launch("only_here") == 7e-6
+    with pytest.raises(KeyError, match="only_here"):
+        pricing.Calibrated(shipped).launch("only_here")
+
+
 def test_prefill_attention_takes_a_group_measured_at_its_length():
     """A GQA group calibrated only at other lengths (G=2: 4 heads at T=256, slow for want of
     parallelism, and T=4096) does not price a T=512 prefill of 32 heads when another group was

@@ -43,6 +43,9 @@ class Calibration:
 
     meta: dict = field(default_factory=dict)
     table: object = None
+    # the pricing's selections of ``table``'s rows, shared by every ``pricing.Calibrated`` of
+    # this calibration (the table is never changed in place; ``with_`` makes a new one)
+    selections: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def device(self) -> str:

@@ -25,7 +25,7 @@ def prefill_attn_price(cal, s: dict, flops: float) -> tuple[float, str]:
     Raises:
         KeyError: no prefill-attention entry in the calibration.
     """
-    p = cal.t[(cal.t.kind == "prefill_attn")]
+    p = cal.rows("prefill_attn")
     if "impl" in p and p.impl.notna().any():
         p = p[p.impl == s.get("impl", "torch")] if (p.impl == s.get("impl")).any() else p
     if p.empty:

@@ -68,6 +68,36 @@ class Calibrated:
         if text not in self.notes:
             self.notes.append(text)
 
+    def rows(self, kind: str, **equal):
+        """The table's entries of ``kind`` whose columns ``equal`` hold the given values (in the
+        table's order), selected once per key: a design prices hundreds of kernels from a few
+        thousand entries. Kept with the calibration (``Calibration.selections``) while ``t`` is
+        its table, shared by every design priced from it; else in ``_fits`` (cleared where the
+        table changes)."""
+        cache = self._selections()
+        key = ("rows", kind, tuple(sorted(equal.items())))
+        if key not in cache:
+            if "by_kind" not in cache:
+                cache["by_kind"] = dict(tuple(self.t.groupby("kind", sort=False)))
+            sel = cache["by_kind"].get(kind, self.t.iloc[:0])
+            for k, v in equal.items():
+                sel = sel[sel[k] == v]
+            cache[key] = sel
+        return cache[key]
+
+    def _selections(self) -> dict:
+        """Where ``rows`` and the medians over the table's rows are kept (see ``rows``)."""
+        cal = self.calibration
+        return cal.selections if self.t is cal.table else self._fits
+
+    def _median_by(self, rows, by: str, key: tuple):
+        """``rows.groupby(by).time_s.median()`` (a Series indexed by ``by``, ascending), kept
+        under ``key`` with ``rows``' selection."""
+        cache = self._selections()
+        if ("median", by, key) not in cache:
+            cache[("median", by, key)] = rows.groupby(by).time_s.median()
+        return cache[("median", by, key)]
+
     def gemm(self, s: dict) -> tuple[float, str]:
         """``(time s, basis)`` of one ``[M, K] x [K, N]`` GEMM (``s``: ``M``, ``N``, ``K``,
         ``dtype``): the calibrated entries of this ``(N, K)`` interpolated in log M; where they
@@ -79,7 +109,7 @@ class Calibrated:
         Raises:
             KeyError: no GEMM of this dtype in the calibration.
         """
-        g = self.t[(self.t.kind == "gemm") & (self.t.dtype == s["dtype"])]
+        g = self.rows("gemm", dtype=s["dtype"])
         if g.empty:
             raise KeyError(f"no {s['dtype']} GEMM in the calibration")
         same = g[(g.N == s["N"]) & (g.K == s["K"])]
@@ -99,15 +129,17 @@ class Calibrated:
                 self._note(f"GEMM N={s['N']} K={s['K']} not calibrated: scaled from "
                            f"N={int(nn.N)} K={int(nn.K)} (calibrated around M={s['M']})")
         nk = float(same.N.iloc[0] * same.K.iloc[0])
-        same = same.groupby("M", as_index=False).time_s.median()
-        t, inside = interp_log(s["M"], same.M.to_numpy(float), same.time_s.to_numpy(float))
-        if not inside and len(same) == 1:  # one M measured: its achieved FLOP/s at this M
-            t = max(t * s["M"] / float(same.M.iloc[0]), self._gemm_fixed(s["dtype"]))
+        med = self._median_by(same, "M", ("gemm", s["dtype"], float(same.N.iloc[0]),
+                                          float(same.K.iloc[0])))
+        ms = med.index.to_numpy(float)
+        t, inside = interp_log(s["M"], ms, med.to_numpy(float))
+        if not inside and len(med) == 1:  # one M measured: its achieved FLOP/s at this M
+            t = max(t * s["M"] / float(ms[0]), self._gemm_fixed(s["dtype"]))
         if "nearest" in basis:  # the same achieved FLOP/s on this GEMM's FLOPs
             t *= s["N"] * s["K"] / nk
         if not inside:
             self._note(f"GEMM M={s['M']} outside the calibrated M range "
-                       f"[{int(same.M.min())}, {int(same.M.max())}] for N={s['N']} K={s['K']}")
+                       f"[{int(ms.min())}, {int(ms.max())}] for N={s['N']} K={s['K']}")
         wb = DTYPE_BYTES[s["dtype"]]
         ai = 2 * s["M"] * s["N"] * s["K"] / ((s["N"] * s["K"] + s["M"] * (s["N"] + s["K"])) * wb)
         if ai >= self.scale.get("ridge", 0.0):
@@ -126,8 +158,7 @@ class Calibrated:
         Raises:
             KeyError: no GEMV nor GEMM of this dtype in the calibration.
         """
-        t = self.t
-        g = t[(t.kind == "gemv") & (t.dtype == s["dtype"])] if "prologue" in t else t.iloc[:0]
+        g = self.rows("gemv", dtype=s["dtype"]) if "prologue" in self.t else self.t.iloc[:0]
         if g.empty:
             self._note("decode GEMV not calibrated: priced as the cuBLAS GEMM")
             sec, basis = self.gemm(s)
@@ -146,8 +177,9 @@ class Calibrated:
             basis = f"gemv N={int(nn.N)} K={int(nn.K)} {nn.prologue} (nearest; scaled by bytes)"
             self._note(f"decode GEMV N={s['N']} K={s['K']} {pro} not calibrated: scaled from "
                        f"N={int(nn.N)} K={int(nn.K)}")
-        same = same.sort_values("M").groupby("M", as_index=False).time_s.median()
-        sec, inside = interp_log(s["M"], same.M.to_numpy(float), same.time_s.to_numpy(float))
+        med = self._median_by(same, "M", ("gemv", s["dtype"], pro, float(same.N.iloc[0]),
+                                          float(same.K.iloc[0]), str(same.prologue.iloc[0])))
+        sec, inside = interp_log(s["M"], med.index.to_numpy(float), med.to_numpy(float))
         fixed = min(self._fixed("gemv", s["dtype"]), sec)
         if "nearest" in basis:  # the bytes part scales with the weights, the latency does not
             sec = fixed + (sec - fixed) * s["N"] * s["K"] / float(nn.N * nn.K)
@@ -165,7 +197,8 @@ class Calibrated:
         fixed + bytes / bandwidth`` fitted (relative weights) over this dtype's calibrated
         entries of ``kind`` with M <= 16."""
         if (f"{kind}_fixed", dtype) not in self._fits:
-            g = self.t[(self.t.kind == kind) & (self.t.dtype == dtype) & (self.t.M <= 16)]
+            g = self.rows(kind, dtype=dtype)
+            g = g[g.M <= 16]
             fixed = 0.0
             if len(g) >= 2:
                 wb = DTYPE_BYTES[dtype]
@@ -177,9 +210,7 @@ class Calibrated:
 
     def _linear(self, kind: str, key: dict) -> tuple[float, float, float, float]:
         """``(fixed s, s/byte, min bytes, max bytes)`` of a least-squares fit of time on bytes."""
-        sel = self.t[self.t.kind == kind]
-        for k, v in key.items():
-            sel = sel[sel[k] == v]
+        sel = self.rows(kind, **key)
         if len(sel) < 2:
             raise KeyError(f"no {kind} {'/'.join(map(str, key.values()))} in the calibration")
         fk = (kind, tuple(sorted(key.items())))
@@ -204,10 +235,7 @@ class Calibrated:
             self._note(f"{name} at {nbytes:.3g} bytes outside the calibrated "
                        f"[{lo:.3g}, {hi:.3g}]")
             return fixed + per_byte * nbytes * self.scale["memory"], f"{name} linear fit"
-        sel = self.t[self.t.kind == kind]
-        for k, v in key.items():
-            sel = sel[sel[k] == v]
-        med = sel.groupby("bytes").time_s.median()
+        med = self._median_by(self.rows(kind, **key), "bytes", (kind, tuple(sorted(key.items()))))
         t, _ = interp_log(nbytes, med.index.to_numpy(float), med.to_numpy(float))
         return fixed + (t - fixed) * self.scale["memory"], f"{name} interpolated by bytes"
 
@@ -256,8 +284,7 @@ class Calibrated:
         """The decode-attention fit of ``(impl, kv_dtype)``: ``(fixed s, s/byte, s/score, min
         bytes, max bytes, min group, max group, log shapes, measured / fitted ratios)``."""
         if key not in self._fits:
-            sel = self.t[(self.t.kind == "decode_attn") & (self.t.impl == key[0])
-                         & (self.t.kv_dtype == key[1])]
+            sel = self.rows("decode_attn", impl=key[0], kv_dtype=key[1])
             if len(sel) < 3:
                 raise KeyError(f"no decode_attn {'/'.join(key)} in the calibration")
             scores = (sel.B * sel.Hkv * sel.G * sel.S).to_numpy(float)
@@ -346,7 +373,7 @@ class Calibrated:
         Raises:
             KeyError: no such entry in the calibration.
         """
-        row = self.t[(self.t.kind == "launch") & (self.t.op == what)]
+        row = self.rows("launch", op=what)
         if row.empty:
             raise KeyError(f"no launch cost '{what}' in the calibration")
         return float(row.time_s.iloc[0])
