@@ -558,3 +558,22 @@ def test_a_register_capped_tile_choice_is_kept_capped():
         configs_timings = {plain: [2.0], capped: [1.0]}
 
     assert tuning.ranked(Tuner) == (tuning.config_dict(capped), [tuning.config_dict(plain)])
+
+
+def test_a_launch_group_cut_before_its_graph_gap_measures_the_gap():
+    """A GPU table whose launch group lacks ``graph_gap`` (its run's last step, cut off by the
+    timeout: the H100's shipped table lost it so) asks for that entry alone; a whole group, a
+    CPU table (no graph gap there) or a dropped launch family ask for the group as before."""
+    launch = [{"kind": "launch", "op": op, "family": "launch", "time_s": 1e-6}
+              for op in ("graph", "graph_kernel", "eager_op")]
+    elem = [{"kind": "elementwise", "op": "rmsnorm", "family": "elementwise/torch",
+             "time_s": 1e-6}, {"kind": "elementwise", "op": "rmsnorm",
+                               "family": "elementwise/triton", "time_s": 1e-6}]
+    cut = pd.DataFrame(launch + elem)
+    whole = pd.DataFrame(launch + elem + [dict(launch[0], op="graph_gap")])
+    assert cal.groups(cut, [], "cuda")[1] == ["graph_gap"]
+    assert cal.groups(whole, [], "cuda")[1] == []
+    assert cal.groups(cut, [], "cpu")[1] == []
+    table, base = cal.groups(cut, ["launch"], "cuda")
+    assert base == ["launch"] and not (table.family == "launch").any()
+    assert cal.groups(None, [], "cuda") == (None, ["launch", "elementwise"])

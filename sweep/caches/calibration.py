@@ -135,6 +135,25 @@ def gemm_outliers(new, table, factor: float = OUTLIER) -> list[tuple]:
     return out
 
 
+def groups(table, dropped: list, device_type: str) -> tuple:
+    """``(table, base)``: the groups measured as one (``base``: ``launch``, ``elementwise``) where
+    absent, or one of their families dropped (then whole, the kept rows removed from ``table``:
+    with elementwise/torch kept, the Triton norms went unpriced); and ``graph_gap`` on a GPU whose
+    launch group lacks it (its run's last step: a run cut off before it kept the rest, and the
+    H100's shipped table went without it from 2026-12-07 03:43 to the next reship)."""
+    base = []
+    for g, fams in (("launch", ["launch"]),
+                    ("elementwise", ["elementwise/torch", "elementwise/triton"])):
+        if table is not None and table.family.isin(fams).any() and any(f in dropped for f in fams):
+            table = table[~table.family.isin(fams)]
+        if table is None or not table.family.isin(fams).any():
+            base.append(g)
+    if "launch" not in base and device_type == "cuda" and not (
+            "op" in table and ((table.family == "launch") & (table.op == "graph_gap")).any()):
+        base.append("graph_gap")
+    return table, base
+
+
 def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quick, full,
             timeout_s, on_line, log, from_shipped):
     import pandas as pd
@@ -169,14 +188,7 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
     if full:
         want = merge(want, grid_needs(items, device["type"]))
     todo = missing(table[~table[CONTENDED]] if redo else table, want)
-    base = []  # groups measured as one: absent, or one of their families dropped, then whole,
-    # its kept rows replaced (with elementwise/torch kept, the Triton norms went unpriced)
-    for g, fams in (("launch", ["launch"]),
-                    ("elementwise", ["elementwise/torch", "elementwise/triton"])):
-        if table is not None and table.family.isin(fams).any() and any(f in dropped for f in fams):
-            table = table[~table.family.isin(fams)]
-        if table is None or not table.family.isin(fams).any():
-            base.append(g)
+    table, base = groups(table, dropped, device["type"])
     grid = attn_grid(table, todo, device["type"], quick, full)
     n_todo = sum(map(len, todo.values())) + len(grid) + len(base)
     if policy == "frozen" or n_todo == 0:

@@ -5,7 +5,8 @@ ones a study's designs need and its cache lacks) with the micro-benchmarks of
 ``sweep.measure.microbench``, and writes them as one table. Spec (JSON)::
 
     {"device": "cuda"|"cpu", "quick": bool, "switches": {...}, "tuning_dir": path|null,
-     "base": ["launch", "elementwise"],          # whole groups (fixed costs, by-bytes kernels)
+     "base": ["launch", "elementwise"],          # whole groups (fixed costs, by-bytes kernels;
+                                                 # "graph_gap": the launch group's last entry)
      "gemm": [[M, N, K], ...], "gemv": [[M, N, K, prologue], ...],
      "decode_attn": [{impl, kv_dtype, B, Hkv, G, S, D}, ...],
      "prefill_attn": [{impl, T, D, G, BH}, ...],
@@ -87,7 +88,8 @@ def measure(spec: dict, log=print, partial=None) -> list[dict]:
              ("prefill attention", lambda: listed("prefill attention", "prefill_attn",
                                                   lambda xs, cb: mb.prefill_attention(
                                                       device, tm, rnd, xs, cb))),
-             ("graph gap", lambda: fixed_costs.graph_gap(device) if "launch" in base else [])]
+             ("graph gap", lambda: fixed_costs.graph_gap(device)
+              if base & {"launch", "graph_gap"} else [])]
     for name, fn in steps:
         progress_line("phase", f"calibrating: {name}")
         got = fn()
