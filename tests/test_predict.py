@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sweep.analysis import anchors, power, pricing
+from sweep.analysis import anchors, power, price_attention, pricing
 from sweep.analysis import calibration_store as store
 from sweep.analysis import predict as perf
 from sweep.analysis.hardware import load_spec
@@ -249,8 +249,8 @@ def test_decode_attention_price_is_monotone_in_group_and_continuous_in_length(ca
         shape = {"impl": row.impl, "kv_dtype": row.kv_dtype, "ring": int(row.get("ring", 0)),
                  **{d: int(row[d]) for d in ("B", "Hkv", "G", "S", "D")}}
         t, _ = c.decode_attn(shape, row.bytes)
-        fit = c._attn_fit((row.impl, row.kv_dtype))
-        own, _ = c._attn_points(fit, shape, row.bytes, np.array([shape["G"]]))
+        fit = price_attention.attn_fit(c, (row.impl, row.kv_dtype))
+        own, _ = price_attention.attn_points(c, fit, shape, row.bytes, np.array([shape["G"]]))
         assert own[0] == pytest.approx(row.time_s, rel=1e-9) and t >= row.time_s * (1 - 1e-9)
 
 
