@@ -24,16 +24,10 @@ from .price_attention import decode_attn_price, prefill_attn_price
 from .price_moe import moe_gemm_price
 from .proxies import half_twin, proxy_price
 
-# added to the Shepard weights' sum of the decode-attention correction (``_attn_point``): small
-# beside the weight of a calibrated shape 2x away (1 / log(2)^2 = 2.08), so between calibrated
-# shapes the correction is theirs, and where the last weight fades it fades to no correction
-SHEPARD_FLOOR = 0.1
-
 
 def _covers(rows, m: float) -> bool:
     """Whether calibrated GEMM ``rows`` (one ``(N, K)``) hold an M at or around ``m``."""
     return len(rows) > 0 and rows.M.min() <= m <= rows.M.max()
-
 
 
 def stand_in(basis: str) -> bool:
