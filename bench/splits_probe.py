@@ -1,6 +1,6 @@
 """Decode attention over a long cache cut into more splits: the split plan's programs per SM
-(``kernels.decode_attention.PER_SM`` for bf16, shipped 2; ``PER_SM_Q`` for one-byte caches,
-shipped 16) against others, per fixed tile.
+(``kernels.decode_attention.PER_SM`` for bf16, shipped 2; for one-byte caches the plan aims at
+one wave, ``PER_SM_Q``, section 19 of decode_levers_h100.md) at fixed aims, per fixed tile.
 
     python -m bench.splits_probe OUT_DIR        # 2 / 8 / 16 a SM over the b64 x 8k shapes (GPU)
     python -m bench.splits_probe OUT_DIR plan   # 2 / 4 / 8 / 16 over the one-byte shapes of the
@@ -39,9 +39,10 @@ TILES_8 = [dict(BLOCK_N=n, num_warps=4, num_stages=s, **({"maxnreg": r} if r els
            for n, s, r in ((64, 3, None), (64, 3, 80), (64, 3, 64), (128, 2, None), (128, 2, 96),
                            (128, 3, None))]
 TILES_16 = [dict(BLOCK_N=n, num_warps=4, num_stages=s) for n, s in ((64, 2), (64, 3))]
-# The split plan of PER_SM_Q = 16 was chosen on the four shapes above; the shipped calibration
-# measured after it (reship_h100/2026-12-07-s32) against before (2026-12-06) puts MHA at batch 8
-# (int8 +6.6%, fp8 +2.9%) and G 4 at head_dim 128 (int8 +17.7%, fp8 +9.8%) slower. ``plan``:
+# The split plan of 16 a SM (2026-12-07, before the one-wave rule) was chosen on the shapes
+# above; the shipped calibration measured after it (reship_h100/2026-12-07-s32) against before
+# (2026-12-06) puts MHA at batch 8 (int8 +6.6%, fp8 +2.9%) and G 4 at head_dim 128 (int8 +17.7%,
+# fp8 +9.8%) slower. ``plan``:
 # the shipped experiments' one-byte shapes (batch 8, prompt 4096 + 64; name, B, H, Hkv, D,
 # capacity, kv_dtype as ``attention_probe.SHAPES``; G 16 and 32 take 17 splits of 256 positions
 # whatever the aim, so they are left out), at the two tiles the H100's tuner picks for one-byte

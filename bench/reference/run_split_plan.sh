@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The one-byte split plan's aim (kernels.decode_attention.PER_SM_Q, shipped 16 programs a SM)
-# at 2 / 4 / 8 / 16 over the shipped experiments' one-byte shapes and b64 x 8k, at the tiles the
-# tuner picks (bench.splits_probe plan); the best aim per shape. Record: decode_levers_h100.md.
+# The one-byte split plan at fixed aims of 2 / 4 / 8 / 16 programs a SM (the shipped rule,
+# kernels.decode_attention.plan, aims at one wave; before it, 16) over the shipped experiments'
+# one-byte shapes and b64 x 8k, at the tiles the tuner picks (bench.splits_probe plan); the best
+# aim per shape. Record: decode_levers_h100.md section 19.
 #   OUT=out bash bench/reference/run_split_plan.sh   # $OUT/all.tgz: splits/ (kernels.csv), card.txt
 set -uo pipefail
 export PYTHONUNBUFFERED=1

@@ -38,13 +38,12 @@ def moe_gemm_price(cal, k) -> tuple[float, str]:
     (``stand_in_price``), noted: an H200 predict-only study priced a decode step of 8 tokens from the
     only entry of its shape, a prefill's 8192 tokens, at twice its measured time (2026-11-28)."""
     s = k.shape
-    t = cal.t
     tokens = (equal_rows_tokens(s["E"], s["topk"], s["tokens"], s.get("touched"))
               if "tokens" in s else None)  # (without: the stand-in's price, below)
-    sel = t.iloc[:0]
-    if "tokens" in s and "moe_gemm" in set(t.kind):
-        sel = t[(t.kind == "moe_gemm") & (t.op == k.op) & (t.E == s["E"]) & (t.k == s["topk"])
-                & (t.N == s["N"]) & (t.K == s["K"]) & (t.dtype == s["dtype"])]
+    sel = cal.t.iloc[:0]
+    if "tokens" in s and not cal.rows("moe_gemm").empty:
+        sel = cal.rows("moe_gemm", op=k.op, E=s["E"], k=s["topk"], N=s["N"], K=s["K"],
+                       dtype=s["dtype"])
     ridge = _ridge(cal, s["dtype"])
     memory_bound = k.flops < ridge * k.bytes
     if sel.empty:
@@ -138,9 +137,8 @@ def stand_in_ratio(cal, op: str, dtype: str, memory_bound: bool) -> tuple[float,
     key = ("moe_stand_in", op, dtype, memory_bound)
     if key in cal._fits:
         return cal._fits[key]
-    t = cal.t
-    rows = t[(t.kind == "moe_gemm") & (t.op == op) & (t.dtype == dtype)] \
-        if "moe_gemm" in set(t.kind) and op in GROUPED else t.iloc[:0]
+    rows = cal.rows("moe_gemm", op=op, dtype=dtype) \
+        if op in GROUPED and not cal.rows("moe_gemm").empty else cal.t.iloc[:0]
     ridge, wb = _ridge(cal, dtype), 4 if dtype == "fp32" else 2
     saved = list(cal.notes)
     ratios = []

@@ -168,7 +168,7 @@ class Calibrated:
             self._note(f"decode GEMV N={s['N']} K={s['K']} {pro} not calibrated: scaled from "
                        f"N={int(nn.N)} K={int(nn.K)}")
         med = self._median_by(same, "M", ("gemv", s["dtype"], pro, float(same.N.iloc[0]),
-                                          float(same.K.iloc[0]), str(same.prologue.iloc[0])))
+                                          float(same.K.iloc[0])))
         sec, inside = interp_log(s["M"], med.index.to_numpy(float), med.to_numpy(float))
         fixed = min(self._fixed("gemv", s["dtype"]), sec)
         if "nearest" in basis:  # the bytes part scales with the weights, the latency does not
