@@ -21,6 +21,7 @@ from .analysis.memory import check_time
 from .caches.ceiling_cache import measure_ceilings
 from .common.atomic import write_json
 from .common.env import environment
+from .measure import forkserver
 from .objective import Objective, model_calibration
 from .report import html_report, plots, tables
 from .report.progress import StudyProgress, TaskProgress
@@ -86,6 +87,7 @@ def run(plan):
                  after=lambda: tables.write_table(tables.trials_frame(study), plan.results))
         finally:
             progress.close()
+            forkserver.close_all()  # the trials' fork server, not kept past the study
     df = tables.trials_frame(study)
     tables.write_table(df, plan.results)
     write_json(plan.results / "study.json", {

@@ -21,7 +21,8 @@ import optuna
 from .caches.ceiling_cache import measure_ceilings
 from .common.atomic import write_atomic
 from .common.interrupts import interrupt_count, raise_if_swallowed, sigterm_interrupts
-from .measure.child import ChildTimeout, start, watch_parent
+from .measure.child import ChildTimeout, start
+from .measure.parent import watch_parent
 from .objective import Objective
 from .runs import run_trials, stop_if_stdout_gone
 from .space import grid_of

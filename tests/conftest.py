@@ -146,7 +146,9 @@ def measured_study(tmp_path_factory, shared_device_cache):
 
 def project_processes(under: str) -> list[tuple[int, str]]:
     """``(pid, cmdline)`` of live ``sweep.measure.trial`` / ``sweep.worker`` processes whose command line
-    names a path under ``under`` (a test's folder), zombies excluded."""
+    names a path under ``under`` (a test's folder), zombies excluded. A trial child forked by a
+    fork server (``sweep.measure.forkserver``) has the server's command line: it is found by the
+    spec file it holds open, its paths under ``under`` appended to the command line shown."""
     import pathlib
 
     out = []
@@ -154,9 +156,13 @@ def project_processes(under: str) -> list[tuple[int, str]]:
         try:
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            if "sweep.measure.forkserver" in cmd:
+                held = [os.readlink(f) for f in (d / "fd").iterdir()]
+                cmd += " " + " ".join(h for h in held if h.startswith(under))
         except OSError:
             continue
-        if state != "Z" and under in cmd and ("sweep.measure.trial" in cmd or "sweep.worker" in cmd):
+        if state != "Z" and under in cmd and any(
+                m in cmd for m in ("sweep.measure.trial", "sweep.worker", "sweep.measure.forkserver")):
             out.append((int(d.name), cmd.strip()))
     return out
 

@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m sweep.measure.calibration_run SPEC.json OUT.parquet (internal: "
               "python -m sweep.cli.calibrate measures a calibration)", file=sys.stderr)
         return 2
-    from .child import watch_parent
+    from .parent import watch_parent
 
     watch_parent()
     spec = json.loads(Path(argv[0]).read_text())

@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     from ..common.env import detect_device, environment
-    from .child import watch_parent
+    from .parent import watch_parent
 
     ap = argparse.ArgumentParser(description="(child) measure this device's ceilings into OUT")
     ap.add_argument("out")

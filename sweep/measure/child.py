@@ -18,8 +18,8 @@ from pathlib import Path
 from ..common.atomic import write_json
 from ..common.env import REPO
 from ..common.interrupts import interrupt_count, interrupts_allowed, raise_if_swallowed
-
-PARENT_PID = "DESIGNZOO_PARENT_PID"  # the process a child must not outlive
+from . import forkserver
+from .parent import PARENT_PID, die_with_parent
 
 
 def child_env() -> dict:
@@ -31,49 +31,6 @@ def child_env() -> dict:
     env = {k: v for k, v in os.environ.items() if k != "DESIGNZOO_NVTX"}
     return dict(env, PYTHONPATH=os.pathsep.join(
         filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), **{PARENT_PID: str(os.getpid())})
-
-
-def die_with_parent() -> None:
-    """In a child just forked (``preexec_fn``): ask Linux to SIGKILL it when its parent dies
-    (``prctl(PR_SET_PDEATHSIG)``). Elsewhere a no-op; ``watch_parent`` covers the rest."""
-    if sys.platform != "linux":
-        return
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def watch_parent(interval_s: float = 0.5) -> None:
-    """In a child (``sweep.measure.trial``, ``sweep.worker``): end this process's group at once when the
-    process named by ``DESIGNZOO_PARENT_PID`` is gone, e.g. after a ``kill -9`` of the study.
-
-    Covers what ``die_with_parent`` cannot: a child under a profiler wrapper (``ncu``) whose
-    direct parent is the wrapper, and platforms without ``PR_SET_PDEATHSIG``.
-    """
-    import threading
-    import time
-
-    pid = int(os.environ.get(PARENT_PID, "0") or 0)
-    if pid <= 0:
-        return
-
-    def watch():
-        while True:
-            time.sleep(interval_s)
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                try:
-                    os.killpg(os.getpgrp(), signal.SIGKILL)
-                finally:
-                    os._exit(137)
-            except PermissionError:
-                pass
-
-    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -146,7 +103,10 @@ class Child:
 
 def start(cmd: list[str], log_path: Path, env: dict | None = None, on_line=None) -> Child:
     """Start ``cmd`` as a child of this process: the one way every child starts (trial, profiler
-    runs, ceilings, calibration, a study's workers).
+    runs, ceilings, calibration, a study's workers). A plain trial child
+    (``python -m sweep.measure.trial SPEC RESULT``) is forked from this process's fork server,
+    which has imported torch, triton and the zoo once (``forkserver``; where it cannot serve, the
+    child starts as a new interpreter).
 
     The child runs from the repository root with ``child_env()`` (plus ``env``), in its own
     process group (``Child.kill`` ends it whole), dies with this process (``die_with_parent``;
@@ -165,9 +125,11 @@ def start(cmd: list[str], log_path: Path, env: dict | None = None, on_line=None)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "w")  # closed by Child once the output ends
     seen = interrupt_count()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=full, start_new_session=True, preexec_fn=die_with_parent,
-                            text=True, bufsize=1)
+    proc = forkserver.spawn(cmd, full) if forkserver.forkable(cmd) else None
+    if proc is None:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=full, start_new_session=True, preexec_fn=die_with_parent,
+                                text=True, bufsize=1)
 
     def pump():
         for line in proc.stdout:

@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 2:
         print("usage: python -m sweep.measure.trial SPEC.json RESULT.json", file=sys.stderr)
         return 2
-    from .child import watch_parent
+    from .parent import watch_parent
 
     watch_parent()  # a trial never outlives the study (or worker) that started it
     spec = json.loads(Path(argv[0]).read_text())

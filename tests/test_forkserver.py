@@ -1,0 +1,93 @@
+"""The fork server (``sweep.measure.forkserver``): a measurement child forked from it behaves as one
+started as a new interpreter (exit codes, signals, timeouts, its output, its process group), is
+found under its test's folder, and dies with the server; each environment has a server of its own."""
+
+import json
+import sys
+import time
+
+import pytest
+
+from sweep.measure import child, forkserver
+from tests.conftest import project_processes
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork server: Linux")
+
+
+def _trial(tmp_path, fault: str) -> list[str]:
+    spec = tmp_path / "trials" / "0001" / "spec.json"
+    spec.parent.mkdir(parents=True)
+    spec.write_text(json.dumps({"device": "cpu", "fault": fault, "model": {}, "workload": {}}))
+    return [sys.executable, "-m", "sweep.measure.trial", str(spec), str(spec.parent / "result.json")]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_servers():
+    forkserver.close_all()
+    yield
+    forkserver.close_all()
+
+
+def test_a_forked_trial_reports_its_exit_code_signal_and_output(tmp_path):
+    cmd = _trial(tmp_path, "start:raise")
+    assert forkserver.forkable(cmd) and not forkserver.forkable(["ncu", *cmd])
+    c = child.start(cmd, tmp_path / "log.txt")
+    assert isinstance(c.proc, forkserver.ForkedProc)  # forked, not a new interpreter
+    assert c.wait(120) == 1  # main's code for a failed measurement
+    res = json.loads((tmp_path / "trials/0001/result.json").read_text())
+    assert res["status"] == "error" and "injected fault" in res["error"]
+    t0 = time.monotonic()
+    crash = child.start(_trial(tmp_path / "b", "start:crash"), tmp_path / "log2.txt")
+    assert crash.wait(60) == -9  # SIGKILL, as subprocess reports it
+    assert time.monotonic() - t0 < 5  # the server had imported everything: no 3 s start
+    missing = [sys.executable, "-m", "sweep.measure.trial", str(tmp_path / "no.json"), "r.json"]
+    assert child.launch(missing, tmp_path / "log3.txt", 60) == 1
+    assert "FileNotFoundError" in (tmp_path / "log3.txt").read_text()  # stderr in the log
+
+
+def test_a_forked_child_past_its_time_is_killed_with_its_group_and_was_findable(tmp_path):
+    cmd = _trial(tmp_path, "start:hang")
+    c = child.start(cmd, tmp_path / "log.txt")
+    deadline = time.time() + 60
+    while not (found := project_processes(str(tmp_path))) and time.time() < deadline:
+        time.sleep(0.1)
+    assert [pid for pid, _ in found] == [c.proc.pid]  # by the spec it holds open
+    assert "/trials/0001/" in found[0][1]
+    with pytest.raises(child.ChildTimeout):
+        c.wait(1.0)
+    assert c.proc.returncode == -9 and not project_processes(str(tmp_path))
+
+
+def test_closing_the_server_ends_its_children_and_each_environment_has_its_own(tmp_path):
+    env = child.child_env()
+    c = child.start(_trial(tmp_path, "start:hang"), tmp_path / "log.txt")
+    other = child.start(_trial(tmp_path / "b", "start:raise"), tmp_path / "log2.txt",
+                        env={"DESIGNZOO_NVTX": "1"})  # read at import: another server
+    assert other.wait(120) == 1
+    assert len(forkserver._servers) == 2 and forkserver._key(env) in forkserver._servers
+    servers = list(forkserver._servers.values())
+    forkserver.close_all()
+    assert c.wait(10) == -9  # the server killed its running child on its way out
+    assert all(s.proc.poll() is not None for s in servers)
+    assert not project_processes(str(tmp_path))
+
+
+def test_a_server_that_cannot_serve_leaves_the_child_to_a_new_interpreter(tmp_path, monkeypatch):
+    import socket
+
+    # refused: an import fails (here in this process: main returns before it would serve)
+    monkeypatch.setattr(forkserver, "PRELOAD", ("no_such_module_here",))
+    monkeypatch.setattr(forkserver, "die_with_parent", lambda: None)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    assert forkserver.main([str(theirs.fileno()), "0"]) == 1
+    assert ours.recv(4096).startswith(b"refused: import failed: ModuleNotFoundError")
+    monkeypatch.undo()
+    # died: a server gone since its start is dropped, and the child starts as a new interpreter
+    first = child.start(_trial(tmp_path, "start:raise"), tmp_path / "log.txt")
+    assert isinstance(first.proc, forkserver.ForkedProc) and first.wait(120) == 1
+    (srv,) = forkserver._servers.values()
+    srv.proc.kill()
+    srv.proc.wait()
+    c = child.start(_trial(tmp_path / "b", "start:raise"), tmp_path / "log2.txt")
+    assert not isinstance(c.proc, forkserver.ForkedProc) and c.wait(120) == 1
+    assert not srv.ready
