@@ -3,6 +3,7 @@ started as a new interpreter (exit codes, signals, timeouts, its output, its pro
 found under its test's folder, and dies with the server; each environment has a server of its own."""
 
 import json
+import pathlib
 import sys
 import time
 
@@ -91,3 +92,39 @@ def test_a_server_that_cannot_serve_leaves_the_child_to_a_new_interpreter(tmp_pa
     c = child.start(_trial(tmp_path / "b", "start:raise"), tmp_path / "log2.txt")
     assert not isinstance(c.proc, forkserver.ForkedProc) and c.wait(120) == 1
     assert not srv.ready
+
+
+def test_exit_codes_pids_and_dropped_children_as_a_new_interpreter_would_have_them(tmp_path):
+    assert [forkserver._exit_code(c) for c in (None, 0, 3, -1)] == [0, 0, 3, 255]
+    assert forkserver._exit_code("usage: ...") == 1  # printed, as SystemExit("...") is
+    # an exited child stays a zombie until its exit is read: its pid is nobody else's
+    c = child.start(_trial(tmp_path, "start:raise"), tmp_path / "log.txt")
+    deadline = time.time() + 60
+    while open(f"/proc/{c.proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.time() < deadline
+        time.sleep(0.1)
+    assert c.wait(10) == 1
+    deadline = time.time() + 10
+    while (pathlib.Path("/proc") / str(c.proc.pid)).exists() and time.time() < deadline:
+        time.sleep(0.05)  # read: reaped
+    assert not (pathlib.Path("/proc") / str(c.proc.pid)).exists()
+    # a running child whose socket its client dropped is killed by the server
+    hang = child.start(_trial(tmp_path / "b", "start:hang"), tmp_path / "log2.txt")
+    deadline = time.time() + 30
+    while not project_processes(str(tmp_path / "b")):
+        assert time.time() < deadline
+        time.sleep(0.1)
+    hang.proc._own.close()
+    deadline = time.time() + 10
+    while project_processes(str(tmp_path / "b")) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not project_processes(str(tmp_path / "b"))
+
+
+def test_at_most_two_environments_have_a_server(tmp_path):
+    for i in range(3):
+        c = child.start(_trial(tmp_path / str(i), "start:raise"), tmp_path / f"log{i}.txt",
+                        env={"DESIGNZOO_FORK_TEST": str(i)})
+        assert isinstance(c.proc, forkserver.ForkedProc) and c.wait(120) == 1
+    assert len(forkserver._servers) == forkserver.MAX_SERVERS == 2
+    assert [dict(k)["DESIGNZOO_FORK_TEST"] for k in forkserver._servers] == ["1", "2"]
