@@ -103,10 +103,10 @@ class Child:
 
 def start(cmd: list[str], log_path: Path, env: dict | None = None, on_line=None) -> Child:
     """Start ``cmd`` as a child of this process: the one way every child starts (trial, profiler
-    runs, ceilings, calibration, a study's workers). A plain trial child
-    (``python -m sweep.measure.trial SPEC RESULT``) is forked from this process's fork server,
-    which has imported torch, triton and the zoo once (``forkserver``; where it cannot serve, the
-    child starts as a new interpreter).
+    runs, ceilings, calibration, a study's workers). A trial, ceilings or calibration child
+    with no wrapper (``python -m`` of ``forkserver.FORKABLE``) is forked from this process's fork
+    server, which has imported torch, triton and the zoo once (where it cannot serve, the child
+    starts as a new interpreter).
 
     The child runs from the repository root with ``child_env()`` (plus ``env``), in its own
     process group (``Child.kill`` ends it whole), dies with this process (``die_with_parent``;
