@@ -21,7 +21,7 @@ from .analysis.memory import check_time
 from .caches.ceiling_cache import measure_ceilings
 from .common.atomic import write_json
 from .common.env import environment
-from .measure import forkserver
+from .measure import forked
 from .objective import Objective, model_calibration
 from .report import html_report, plots, tables
 from .report.progress import StudyProgress, TaskProgress
@@ -74,6 +74,7 @@ def run(plan):
         plan = replace(plan, queue_only=True)
     if plan.workers > 1:
         model_calibration(plan, _ceilings(plan))  # once, before the workers
+        forked.close_all()  # (each worker forks its trials from a server of its own)
         ceilings = run_workers(plan, target)
     else:
         # no device for a predict-only study: the performance model's figures, no ceilings
@@ -87,7 +88,7 @@ def run(plan):
                  after=lambda: tables.write_table(tables.trials_frame(study), plan.results))
         finally:
             progress.close()
-            forkserver.close_all()  # the trials' fork server, not kept past the study
+            forked.close_all()  # the trials' fork server, not kept past the study
     df = tables.trials_frame(study)
     tables.write_table(df, plan.results)
     write_json(plan.results / "study.json", {

@@ -1,15 +1,19 @@
-"""The fork server (``sweep.measure.forkserver``): a measurement child forked from it behaves as one
-started as a new interpreter (exit codes, signals, timeouts, its output, its process group), is
-found under its test's folder, and dies with the server; each environment has a server of its own."""
+"""The fork server (``sweep.measure.forkserver``, the study's side ``sweep.measure.forked``): a
+measurement child forked from it behaves as one started as a new interpreter (exit codes, signals,
+timeouts, its output, its process group), is found under its test's folder, and dies with the
+server; each environment has a server of its own; a server that dies is started again and its
+child run again; a child's exit whose message was lost is still read."""
 
 import json
+import os
 import pathlib
+import signal
 import sys
 import time
 
 import pytest
 
-from sweep.measure import child, forkserver
+from sweep.measure import child, forked, forkserver
 from tests.conftest import project_processes
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork server: Linux")
@@ -24,16 +28,16 @@ def _trial(tmp_path, fault: str) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def _fresh_servers():
-    forkserver.close_all()
+    forked.close_all()
     yield
-    forkserver.close_all()
+    forked.close_all()
 
 
 def test_a_forked_trial_reports_its_exit_code_signal_and_output(tmp_path):
     cmd = _trial(tmp_path, "start:raise")
-    assert forkserver.forkable(cmd) and not forkserver.forkable(["ncu", *cmd])
+    assert forked.forkable(cmd) and not forked.forkable(["ncu", *cmd])
     c = child.start(cmd, tmp_path / "log.txt")
-    assert isinstance(c.proc, forkserver.ForkedProc)  # forked, not a new interpreter
+    assert isinstance(c.proc, forked.ForkedProc)  # forked, not a new interpreter
     assert c.wait(120) == 1  # main's code for a failed measurement
     res = json.loads((tmp_path / "trials/0001/result.json").read_text())
     assert res["status"] == "error" and "injected fault" in res["error"]
@@ -65,9 +69,9 @@ def test_closing_the_server_ends_its_children_and_each_environment_has_its_own(t
     other = child.start(_trial(tmp_path / "b", "start:raise"), tmp_path / "log2.txt",
                         env={"DESIGNZOO_NVTX": "1"})  # read at import: another server
     assert other.wait(120) == 1
-    assert len(forkserver._servers) == 2 and forkserver._key(env) in forkserver._servers
-    servers = list(forkserver._servers.values())
-    forkserver.close_all()
+    assert len(forked._servers) == 2 and forked._key(env) in forked._servers
+    servers = list(forked._servers.values())
+    forked.close_all()
     assert c.wait(10) == -9  # the server killed its running child on its way out
     assert all(s.proc.poll() is not None for s in servers)
     assert not project_processes(str(tmp_path))
@@ -83,15 +87,61 @@ def test_a_server_that_cannot_serve_leaves_the_child_to_a_new_interpreter(tmp_pa
     assert forkserver.main([str(theirs.fileno()), "0"]) == 1
     assert ours.recv(4096).startswith(b"refused: import failed: ModuleNotFoundError")
     monkeypatch.undo()
-    # died: a server gone since its start is dropped, and the child starts as a new interpreter
-    first = child.start(_trial(tmp_path, "start:raise"), tmp_path / "log.txt")
-    assert isinstance(first.proc, forkserver.ForkedProc) and first.wait(120) == 1
-    (srv,) = forkserver._servers.values()
+    # died: a new server starts, MAX_RESTARTS times; then children start as new interpreters
+    monkeypatch.setattr(forked, "_restarts", 0)
+    for i in range(forked.MAX_RESTARTS + 2):
+        c = child.start(_trial(tmp_path / str(i), "start:raise"), tmp_path / f"log{i}.txt")
+        assert isinstance(c.proc, forked.ForkedProc) == (i <= forked.MAX_RESTARTS)
+        assert c.wait(120) == 1
+        if i <= forked.MAX_RESTARTS:
+            (srv,) = forked._servers.values()
+            srv.proc.kill()
+            srv.proc.wait()
+    assert not srv.ready and forked._restarts == forked.MAX_RESTARTS
+
+
+def test_a_child_the_dying_server_took_is_started_again(tmp_path, monkeypatch, capsys):
+    import threading
+
+    monkeypatch.setattr(forked, "_restarts", 0)
+    hang = child.start(_trial(tmp_path, "start:hang"), tmp_path / "log.txt")
+    deadline = time.time() + 60
+    while not project_processes(str(tmp_path)):
+        assert time.time() < deadline
+        time.sleep(0.1)
+    (srv,) = forked._servers.values()
     srv.proc.kill()
-    srv.proc.wait()
-    c = child.start(_trial(tmp_path / "b", "start:raise"), tmp_path / "log2.txt")
-    assert not isinstance(c.proc, forkserver.ForkedProc) and c.wait(120) == 1
-    assert not srv.ready
+    assert hang.wait(30) == -9 and hang.proc.server_lost  # lost with its server, not failed
+
+    def kill_server_soon():  # once launch's first child runs
+        while not project_processes(str(tmp_path / "b")):
+            time.sleep(0.1)
+        next(iter(forked._servers.values())).proc.kill()
+
+    threading.Thread(target=kill_server_soon, daemon=True).start()
+    with pytest.raises(child.ChildTimeout):  # run again (and hung again), not reported as -9
+        child.launch(_trial(tmp_path / "b", "start:hang"), tmp_path / "log2.txt", 8)
+    assert "fork server: lost while sweep.measure.trial ran; it starts again" in \
+        capsys.readouterr().err
+    assert not project_processes(str(tmp_path))
+
+
+def test_an_exit_whose_message_was_lost_is_read_from_proc(tmp_path):
+    c = child.start(_trial(tmp_path, "start:raise"), tmp_path / "log.txt")
+    c.proc._own.settimeout(120)
+    assert c.proc._own.recv(64) == b"exit 1"  # taken as an interrupt would take it, unread
+    t0 = time.monotonic()
+    assert c.wait(30) == 1 and time.monotonic() - t0 < 5  # the zombie's status
+    hang = child.start(_trial(tmp_path / "b", "start:hang"), tmp_path / "log2.txt")
+    deadline = time.time() + 60
+    while not project_processes(str(tmp_path / "b")):
+        assert time.time() < deadline
+        time.sleep(0.1)
+    os.killpg(hang.proc.pid, signal.SIGKILL)  # as Child.kill does, and its message lost
+    hang.proc._own.settimeout(30)
+    assert hang.proc._own.recv(64) == b"exit -9"
+    assert hang.proc.wait() == -9  # Child.kill's wait, with no limit, ends
+    hang.kill()
 
 
 def test_exit_codes_pids_and_dropped_children_as_a_new_interpreter_would_have_them(tmp_path):
@@ -125,6 +175,6 @@ def test_at_most_two_environments_have_a_server(tmp_path):
     for i in range(3):
         c = child.start(_trial(tmp_path / str(i), "start:raise"), tmp_path / f"log{i}.txt",
                         env={"DESIGNZOO_FORK_TEST": str(i)})
-        assert isinstance(c.proc, forkserver.ForkedProc) and c.wait(120) == 1
-    assert len(forkserver._servers) == forkserver.MAX_SERVERS == 2
-    assert [dict(k)["DESIGNZOO_FORK_TEST"] for k in forkserver._servers] == ["1", "2"]
+        assert isinstance(c.proc, forked.ForkedProc) and c.wait(120) == 1
+    assert len(forked._servers) == forked.MAX_SERVERS == 2
+    assert [dict(k)["DESIGNZOO_FORK_TEST"] for k in forked._servers] == ["1", "2"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from sweep.measure import child, forkserver  # noqa: E402
+from sweep.measure import child, forked  # noqa: E402
 
 
 def main() -> int:
@@ -32,9 +32,9 @@ def main() -> int:
             said[f"{how}_copy_bytes_s"] = json.loads((out / f"{how}.json").read_text()).get(
                 "copy_bytes_s")
         if how == "forked":
-            (srv,) = forkserver._servers.values()  # the one this launch started (read only)
+            (srv,) = forked._servers.values()  # the one this launch started (read only)
             said.update(served=srv.ready, why=srv.why)
-    forkserver.close_all()
+    forked.close_all()
     print(json.dumps(said))
     return 0 if said["forked_rc"] == 0 and said["served"] else 1
 

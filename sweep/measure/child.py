@@ -18,7 +18,7 @@ from pathlib import Path
 from ..common.atomic import write_json
 from ..common.env import REPO
 from ..common.interrupts import interrupt_count, interrupts_allowed, raise_if_swallowed
-from . import forkserver
+from . import forked
 from .parent import PARENT_PID, die_with_parent
 
 
@@ -125,11 +125,11 @@ def start(cmd: list[str], log_path: Path, env: dict | None = None, on_line=None)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "w")  # closed by Child once the output ends
     seen = interrupt_count()
-    proc = forkserver.spawn(cmd, full) if forkserver.forkable(cmd) else None
+    proc = forked.spawn(cmd, full) if forked.forkable(cmd) else None
     if proc is None:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 env=full, start_new_session=True, preexec_fn=die_with_parent,
-                                text=True, bufsize=1)
+                                text=True, errors="replace", bufsize=1)
 
     def pump():
         for line in proc.stdout:
@@ -156,10 +156,18 @@ def launch(cmd: list[str], log_path: Path, timeout_s: float | None, env: dict | 
            on_line=None) -> int:
     """``start`` ``cmd`` and wait for it (``timeout_s`` s); returns the exit code.
 
+    A forked child whose fork server died under it (``ForkedProc.server_lost``: killed with
+    it, not failed) is started once more, by a new server or as a new interpreter.
+
     Raises:
         ChildTimeout: past ``timeout_s``; the child's process group is killed first.
     """
-    return start(cmd, log_path, env, on_line).wait(timeout_s)
+    child = start(cmd, log_path, env, on_line)
+    rc = child.wait(timeout_s)
+    if getattr(child.proc, "server_lost", False):
+        print(f"fork server: lost while {cmd[2]} ran; it starts again", file=sys.stderr)
+        rc = start(cmd, log_path, env, on_line).wait(timeout_s)
+    return rc
 
 
 def log_tail(log_path: Path, n: int = 600) -> str:

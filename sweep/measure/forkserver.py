@@ -15,7 +15,9 @@ forked child): after its imports the server checks that ``cuInit`` has not run i
 to serve if it has; the caller then starts the child as a new interpreter, as before.
 
 A server serves one environment (torch, triton and ``zoo.nvtx`` read theirs at import); another
-starts another server. Protocol, over ``SOCK_SEQPACKET`` socket pairs: the client sends
+starts another server. The study's side (``spawn``, ``close_all``, a forked child as
+``subprocess.Popen`` shows one) is ``sweep.measure.forked``. Protocol, over ``SOCK_SEQPACKET``
+socket pairs: the client sends
 ``{"module", "argv", "env", "cwd"}`` as JSON with two descriptors (``SCM_RIGHTS``), the write end
 of the child's output pipe and one end of the child's own socket pair, on which the server writes
 ``pid N`` (the process group made) and ``exit RC`` (the child then left unreaped until the client
@@ -29,23 +31,15 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 
-from ..common.env import REPO
 from .parent import die_with_parent
 
 MODULE = "sweep.measure.forkserver"
 FORKABLE = ("sweep.measure.trial", "sweep.measure.ceilings", "sweep.measure.calibration_run")
 PRELOAD = ("torch", "triton", "pandas", "zoo", "kernels.decode_linear", "kernels.tuning",
            "zoo.weights", "sweep.measure.timing", "sweep.measure.moe_routing", *FORKABLE)
-START_TIMEOUT_S = 300.0  # the server's imports; past it, children start as new interpreters
-REPLY_TIMEOUT_S = 60.0  # a request's answer (a pid) from a server that has started
-MAX_SERVERS = 2  # environments served at once in one process
-_KEEP = ("DESIGNZOO_PARENT_PID",)  # set by the child itself, not read at import
-_servers: dict = {}  # environment key -> Server
-_lock = threading.Lock()
 
 
 def _cuda_initialized() -> bool:
@@ -96,7 +90,7 @@ def _child(req: dict, out_fd: int, server: int, keep: list) -> None:
         os.close(null)
         os.chdir(req["cwd"])
         os.environ.clear()
-        os.environ.update(req["env"])
+        os.environ.update(req["env"], DESIGNZOO_FORKED="1")  # (its peak RSS reads lower)
         argv = req["argv"]
         # held open for the child's life: /proc/PID/fd names its first argument, a trial's spec
         # (its command line is the server's), so the process of a test's folder can be found
@@ -229,172 +223,6 @@ def main(argv: list[str] | None = None) -> int:
     serve(ctl)
     os._exit(0)  # nothing to flush; skips the seconds an interpreter with torch takes to end
 
-
-# ---- the client -------------------------------------------------------------------------------
-
-class ForkedProc:
-    """A forked child as ``subprocess.Popen`` shows one to ``child.Child``: ``pid``,
-    ``stdout`` (text, line-buffered), ``poll``, ``wait(timeout)`` (raises
-    ``subprocess.TimeoutExpired``), ``send_signal``, ``returncode``. Until its exit is read the
-    server keeps it unreaped, so its pid (and group) is never another process's."""
-
-    def __init__(self, args: list[str], pid: int, own: socket.socket, stdout):
-        self.args, self.pid, self._own, self.stdout = args, pid, own, stdout
-        self.returncode: int | None = None
-        self._lock = threading.Lock()
-
-    def _read(self, timeout: float | None) -> int | None:
-        with self._lock:
-            if self.returncode is not None:
-                return self.returncode
-            self._own.settimeout(timeout)
-            try:
-                msg = self._own.recv(64)
-            except (TimeoutError, BlockingIOError):  # still running (a timeout of 0: the latter)
-                return None
-            except OSError:
-                msg = b""
-            # no message: the server died, and its children with it (PR_SET_PDEATHSIG)
-            self.returncode = int(msg.split()[1]) if msg.startswith(b"exit ") else -signal.SIGKILL
-            self._own.close()  # the server reaps it now
-            return self.returncode
-
-    def poll(self) -> int | None:
-        """The exit code, or None while the child runs."""
-        return self._read(0)
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Wait for the exit (``timeout`` s; None: no limit) and return its code.
-
-        Raises:
-            subprocess.TimeoutExpired: still running after ``timeout`` s.
-        """
-        if (rc := self._read(timeout)) is None:
-            raise subprocess.TimeoutExpired(self.args, timeout)
-        return rc
-
-    def send_signal(self, sig: int) -> None:
-        """``sig`` to the child alone (not its group), while it runs."""
-        if self.poll() is None:
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
-
-
-class Server:
-    """A running fork server (``main``) for one environment; ``spawn`` forks a child."""
-
-    def __init__(self, env: dict):
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.ctl = ours
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", MODULE, str(theirs.fileno()), str(os.getpid())], cwd=REPO,
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            pass_fds=[theirs.fileno()], start_new_session=True, preexec_fn=die_with_parent)
-        theirs.close()
-        ours.settimeout(START_TIMEOUT_S)
-        try:
-            said = ours.recv(4096).decode()
-        except OSError as exc:  # a timeout among them
-            said = f"refused: {type(exc).__name__} {exc}"
-        except BaseException:  # Ctrl-C while it imports: it goes with us
-            self.close()
-            raise
-        ours.settimeout(REPLY_TIMEOUT_S)
-        self.ready = said == "ready"
-        self.why = "" if self.ready else (said or "refused: the server exited")
-        if not self.ready:
-            self.close()
-
-    def spawn(self, args: list[str], env: dict) -> ForkedProc:
-        """Fork the child of the command ``args`` (``python -m MODULE ARGV...``) in ``env``.
-
-        Raises:
-            OSError: the server is gone or did not answer (the caller starts the child as
-                before); KeyboardInterrupt: a signal, the child (if forked) ended first.
-        """
-        r, w = os.pipe()
-        own, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            try:
-                msg = json.dumps({"module": args[2], "argv": args[3:], "env": env,
-                                  "cwd": str(REPO)}).encode()
-                socket.send_fds(self.ctl, [msg], [w, theirs.fileno()])
-            finally:
-                os.close(w)
-                theirs.close()
-            own.settimeout(REPLY_TIMEOUT_S)
-            said = own.recv(64)
-            if not said.startswith(b"pid "):
-                raise OSError("the fork server did not fork the child")
-        except BaseException:  # our socket closed: the server kills a child it forked
-            os.close(r)
-            own.close()
-            raise
-        return ForkedProc(args, int(said.split()[1]), own, open(r, buffering=1, errors="replace"))
-
-    def close(self) -> None:
-        """End the server (its running children killed) and wait for it."""
-        try:
-            self.ctl.close()
-        finally:
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def _key(env: dict) -> tuple:  # an environment as the server reads it
-    return tuple(sorted((k, v) for k, v in env.items() if k not in _KEEP))
-
-
-def forkable(cmd: list[str]) -> bool:
-    """Whether ``cmd`` is ``python -m MODULE ...`` of a module in ``FORKABLE`` (no wrapper such
-    as ``ncu``), which the fork server can start, on Linux."""
-    return (sys.platform.startswith("linux") and len(cmd) >= 3 and cmd[0] == sys.executable
-            and cmd[1] == "-m" and cmd[2] in FORKABLE)
-
-
-def spawn(cmd: list[str], env: dict) -> ForkedProc | None:
-    """The child ``cmd`` (``forkable``) forked by this process's server for ``env`` (started on
-    first use; past ``MAX_SERVERS`` environments the least recently used server is ended), or
-    None where no server serves (it refused, or died): the caller starts ``cmd``."""
-    with _lock:
-        key = _key(env)
-        srv = _servers.pop(key, None)
-        if srv is None:
-            while len(_servers) >= MAX_SERVERS:  # e.g. a profiler's per-design environment
-                old = _servers.pop(next(iter(_servers)))
-                if old.ready:
-                    old.close()
-            srv = Server(env)
-            if not srv.ready:
-                print(f"fork server: {srv.why}; measurement children start as new interpreters",
-                      file=sys.stderr)
-        _servers[key] = srv  # the most recently used last
-        if not srv.ready:
-            return None
-        try:
-            return srv.spawn(cmd, env)
-        except OSError:
-            srv.ready = False
-            srv.close()
-            return None
-
-
-def close_all() -> None:
-    """End every fork server of this process (a study's end; also at exit)."""
-    with _lock:
-        servers = list(_servers.values())
-        _servers.clear()
-    for srv in servers:
-        if srv.ready:
-            srv.close()
-
-
-atexit.register(close_all)
 
 if __name__ == "__main__":
     sys.exit(main())
