@@ -577,3 +577,33 @@ def test_a_launch_group_cut_before_its_graph_gap_measures_the_gap():
     table, base = cal.groups(cut, ["launch"], "cuda")
     assert base == ["launch"] and not (table.family == "launch").any()
     assert cal.groups(None, [], "cuda") == (None, ["launch", "elementwise"])
+
+
+def test_the_needs_ask_no_gemm_the_micro_benchmark_never_measures(monkeypatch):
+    """A prefill GEMM whose input passes the micro-benchmark's bound (``M * max(N, K) * 2`` bytes:
+    2**31 on a GPU, 2**26 on the CPU) is never measured: before, every run asked for it again
+    (``sweep.cli.calibrate``: 24 such keys each time). The needs leave it out; the entries the
+    micro-benchmark measures stay, and so does the same GEMM at a size it measures."""
+    from sweep.analysis.needs import GEMM_INPUT_BYTES_MOST, needs
+    from sweep.measure import microbench
+    from zoo import ModelConfig
+
+    cfg = ModelConfig.from_name("llama3_2_1b")
+    big = needs([(cfg, {"batch": 64, "prompt_len": 4096, "new_tokens": 8}, "cudagraph")], "cuda")
+    small = needs([(cfg, {"batch": 4, "prompt_len": 4096, "new_tokens": 8}, "cudagraph")], "cuda")
+    assert small["gemm"] and all(m * max(n, k) * 2 <= 2**31 for m, n, k, _ in small["gemm"])
+    assert (16384, 16384, 2048, "bf16") in small["gemm"]
+    assert all(m * max(n, k) * 2 <= 2**31 for m, n, k, _ in big["gemm"])
+    assert (262144, 2048, 2048, "bf16") in big["gemm"]  # 262144 rows: the narrow ones asked,
+    assert (262144, 16384, 2048, "bf16") not in big["gemm"]  # the FFN's w13 not (8.6 GB)
+    assert (64, 128256, 2048, "bf16") in big["gemm"]  # the decode's LM head still is
+    assert GEMM_INPUT_BYTES_MOST == {"cuda": 2**31, "cpu": 2**26}
+    # the micro-benchmark's own copy of the bound is the same: what it skips is what is not asked
+    shapes = [(262144, 16384, 2048), (16384, 16384, 2048), (64, 512, 512)]
+    timed = []
+    rows = microbench.gemms(shapes, False, lambda fns, n=1, duty=False: timed.append(1) or {
+        "median": 1.0, "min": 1.0, "p90": 1.0}, lambda *s: None, "fp32")
+    assert [(r["M"], r["N"], r["K"]) for r in rows] == [(64, 512, 512)] and len(timed) == 1
+    cpu = needs([(ModelConfig.from_name("tiny"), {"batch": 2, "prompt_len": 64, "new_tokens": 8},
+                  "eager")], "cpu")["gemm"]
+    assert cpu and all(m * max(n, k) * 2 <= 2**26 for m, n, k, _ in cpu)

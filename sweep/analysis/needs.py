@@ -26,6 +26,10 @@ DEFAULTS = {"ring": 0, "R": 0, "W": 0, "sink": 0}
 # a study's needs are bounded: beyond these the lattice is thinned (priced from neighbours)
 MOST = {"gemm": 600, "gemv": 400, "decode_attn": 96, "prefill_attn": 64, "moe_gemm": 128}
 MOE_BRACKET_MAX = 65536  # tokens: the largest grouped-GEMM entry a prefill's bracket asks for
+# the largest GEMM input ``M * max(N, K)`` (elements, 2 bytes each) the micro-benchmark measures
+# (``sweep.measure.microbench.gemms``, which keeps its own copy of the bound: its code is the
+# ``elementwise`` family's fingerprint); a larger one is priced from its neighbours, not asked for
+GEMM_INPUT_BYTES_MOST = {"cuda": 2**31, "cpu": 2**26}
 
 
 def needs(items, device_type: str) -> dict:
@@ -61,6 +65,10 @@ def needs(items, device_type: str) -> dict:
                             out["moe_gemm"].add((k.op, moe_bracket(s["tokens"], s["E"],
                                                                    s["topk"]), *shape))
                     continue
+                if k.kind == "gemm" and s["M"] * max(s["N"], s["K"]) * 2 > \
+                        GEMM_INPUT_BYTES_MOST[device_type]:
+                    continue  # never measured: asked on every run before (16384- to
+                    # 262144-row prefill GEMMs of the LM head and the FFN)
                 if k.kind in ("gemm", "gemv"):
                     out[k.kind].add(tuple(s[c] for c in KEYS[k.kind]))
                 elif k.kind == "decode_attn":  # + the cache's capacity, as the model's: a

@@ -113,7 +113,7 @@ class Server:
         self.ctl = ours
         self.proc = subprocess.Popen(
             [sys.executable, "-m", MODULE, str(theirs.fileno()), str(os.getpid())], cwd=REPO,
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # its stderr: ours
             pass_fds=[theirs.fileno()], start_new_session=True, preexec_fn=die_with_parent)
         theirs.close()
         from ..common.interrupts import interrupts_allowed
@@ -226,10 +226,12 @@ def spawn(cmd: list[str], env: dict) -> ForkedProc | None:
         try:
             return srv.spawn(cmd, env)
         except OSError:
-            if srv.proc.poll() is None:  # alive but not answering: not asked again
+            try:  # a server that died: the next call starts another
+                srv.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:  # alive but not answering: not asked again
                 srv.ready = False
                 srv.close()
-            return None  # (dead: the next call starts another)
+            return None
 
 
 def close_all() -> None:
