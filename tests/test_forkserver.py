@@ -9,6 +9,7 @@ import os
 import pathlib
 import signal
 import sys
+import threading
 import time
 
 import pytest
@@ -84,7 +85,7 @@ def test_a_server_that_cannot_serve_leaves_the_child_to_a_new_interpreter(tmp_pa
     monkeypatch.setattr(forkserver, "PRELOAD", ("no_such_module_here",))
     monkeypatch.setattr(forkserver, "die_with_parent", lambda: None)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    assert forkserver.main([str(theirs.fileno()), "0"]) == 1
+    assert forkserver.main([str(theirs.detach()), "0"]) == 1  # (main's socket closes it)
     assert ours.recv(4096).startswith(b"refused: import failed: ModuleNotFoundError")
     monkeypatch.undo()
     # died: a new server starts, MAX_RESTARTS times; then children start as new interpreters
@@ -101,8 +102,6 @@ def test_a_server_that_cannot_serve_leaves_the_child_to_a_new_interpreter(tmp_pa
 
 
 def test_a_child_the_dying_server_took_is_started_again(tmp_path, monkeypatch, capsys):
-    import threading
-
     monkeypatch.setattr(forked, "_restarts", 0)
     hang = child.start(_trial(tmp_path, "start:hang"), tmp_path / "log.txt")
     deadline = time.time() + 60
@@ -113,16 +112,22 @@ def test_a_child_the_dying_server_took_is_started_again(tmp_path, monkeypatch, c
     srv.proc.kill()
     assert hang.wait(30) == -9 and hang.proc.server_lost  # lost with its server, not failed
 
-    def kill_server_soon():  # once launch's first child runs
-        while not project_processes(str(tmp_path / "b")):
+    def kill_server_soon(folder):  # once launch's first child runs
+        deadline = time.time() + 60
+        while not project_processes(str(folder)) and time.time() < deadline:
             time.sleep(0.1)
         next(iter(forked._servers.values())).proc.kill()
 
-    threading.Thread(target=kill_server_soon, daemon=True).start()
+    threading.Thread(target=kill_server_soon, args=(tmp_path / "b",), daemon=True).start()
     with pytest.raises(child.ChildTimeout):  # run again (and hung again), not reported as -9
-        child.launch(_trial(tmp_path / "b", "start:hang"), tmp_path / "log2.txt", 8)
+        child.launch(_trial(tmp_path / "b", "start:hang"), tmp_path / "log2.txt", 15)
     assert "fork server: lost while sweep.measure.trial ran; it starts again" in \
         capsys.readouterr().err
+    # its work done (a trial's result written): not run again
+    threading.Thread(target=kill_server_soon, args=(tmp_path / "c",), daemon=True).start()
+    assert child.launch(_trial(tmp_path / "c", "start:hang"), tmp_path / "log3.txt", 60,
+                        done=lambda: True) == -9
+    assert "starts again" not in capsys.readouterr().err
     assert not project_processes(str(tmp_path))
 
 
@@ -140,7 +145,11 @@ def test_an_exit_whose_message_was_lost_is_read_from_proc(tmp_path):
     os.killpg(hang.proc.pid, signal.SIGKILL)  # as Child.kill does, and its message lost
     hang.proc._own.settimeout(30)
     assert hang.proc._own.recv(64) == b"exit -9"
-    assert hang.proc.wait() == -9  # Child.kill's wait, with no limit, ends
+    waited: list = []  # Child.kill's wait, with no limit, ends (in a thread: a hang fails)
+    t = threading.Thread(target=lambda: waited.append(hang.proc.wait()), daemon=True)
+    t.start()
+    t.join(30)
+    assert waited == [-9]
     hang.kill()
 
 

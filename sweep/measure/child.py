@@ -125,7 +125,11 @@ def start(cmd: list[str], log_path: Path, env: dict | None = None, on_line=None)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "w")  # closed by Child once the output ends
     seen = interrupt_count()
-    proc = forked.spawn(cmd, full) if forked.forkable(cmd) else None
+    try:
+        proc = forked.spawn(cmd, full) if forked.forkable(cmd) else None
+    except BaseException:  # Ctrl-C while the server started: nothing of ours left open
+        log.close()
+        raise
     if proc is None:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 env=full, start_new_session=True, preexec_fn=die_with_parent,
@@ -153,20 +157,23 @@ def start(cmd: list[str], log_path: Path, env: dict | None = None, on_line=None)
 
 
 def launch(cmd: list[str], log_path: Path, timeout_s: float | None, env: dict | None = None,
-           on_line=None) -> int:
-    """``start`` ``cmd`` and wait for it (``timeout_s`` s); returns the exit code.
+           on_line=None, done=None) -> int:
+    """``start`` ``cmd`` and wait for it (``timeout_s`` s in all); returns the exit code.
 
     A forked child whose fork server died under it (``ForkedProc.server_lost``: killed with
-    it, not failed) is started once more, by a new server or as a new interpreter.
+    it, not failed) is started once more, by a new server or as a new interpreter, in the time
+    left, unless ``done()`` says its work was finished (a trial's result written).
 
     Raises:
         ChildTimeout: past ``timeout_s``; the child's process group is killed first.
     """
+    end = None if timeout_s is None else time.monotonic() + timeout_s
     child = start(cmd, log_path, env, on_line)
     rc = child.wait(timeout_s)
-    if getattr(child.proc, "server_lost", False):
+    if getattr(child.proc, "server_lost", False) and not (done is not None and done()):
         print(f"fork server: lost while {cmd[2]} ran; it starts again", file=sys.stderr)
-        rc = start(cmd, log_path, env, on_line).wait(timeout_s)
+        rc = start(cmd, log_path, env, on_line).wait(
+            None if end is None else max(1.0, end - time.monotonic()))
     return rc
 
 
@@ -215,7 +222,8 @@ def run_child(spec: dict, trial_dir: Path, timeout_s: float, wrapper: list[str] 
     result_path.unlink(missing_ok=True)
     cmd = (wrapper or []) + [sys.executable, "-m", "sweep.measure.trial", str(spec_path), str(result_path)]
     try:
-        rc = launch(cmd, trial_dir / "log.txt", timeout_s, spec.get("env", {}), on_line)
+        rc = launch(cmd, trial_dir / "log.txt", timeout_s, spec.get("env", {}), on_line,
+                    done=result_path.exists)
     except ChildTimeout:
         return {"status": "error", "error_type": "timeout",
                 "error": f"trial exceeded {timeout_s:g} s and was killed"}

@@ -21,6 +21,7 @@ import threading
 import time
 
 from ..common.env import REPO
+from ..common.interrupts import interrupts_allowed
 from .forkserver import FORKABLE, MODULE
 from .parent import die_with_parent
 
@@ -66,21 +67,31 @@ class ForkedProc:
                 except OSError:
                     msg = b""
                     break
-            self.server_lost = not msg.startswith(b"exit ")
-            self.returncode = -signal.SIGKILL if self.server_lost else int(msg.split()[1])
-            self._own.close()  # the server reaps it now
+            try:
+                self.server_lost = not msg.startswith(b"exit ")
+                if self.server_lost:  # its own children too (the server's drop would have)
+                    try:
+                        os.killpg(self.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                self.returncode = -signal.SIGKILL if self.server_lost else int(msg.split()[1])
+            finally:
+                self._own.close()  # the server reaps it now
             return self.returncode
 
     def _zombie(self) -> int | None:
-        """The exit code of a child that has exited and waits to be reaped (``/proc/PID/stat``:
-        state ``Z``, field 52 its wait status), else None. Its ``exit`` message can be lost: an
-        interrupt that lands between the message's arrival and its reading."""
+        """The exit code of a child that has exited, every thread, and waits to be reaped
+        (``/proc/PID/stat``: state ``Z`` with one thread left, field 20; field 52 its wait
+        status), else None. Its ``exit`` message can be lost: an interrupt that lands between
+        the message's arrival and its reading."""
         try:
             with open(f"/proc/{self.pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             return None
-        return os.waitstatus_to_exitcode(int(fields[49])) if fields[0] == "Z" else None
+        if fields[0] != "Z" or fields[17] != "1":  # (a leader gone before its other threads)
+            return None
+        return os.waitstatus_to_exitcode(int(fields[49]))
 
     def poll(self) -> int | None:
         """The exit code, or None while the child runs."""
@@ -115,11 +126,9 @@ class Server:
             [sys.executable, "-m", MODULE, str(theirs.fileno()), str(os.getpid())], cwd=REPO,
             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # its stderr: ours
             pass_fds=[theirs.fileno()], start_new_session=True, preexec_fn=die_with_parent)
-        theirs.close()
-        from ..common.interrupts import interrupts_allowed
-
-        end = time.monotonic() + START_TIMEOUT_S
         try:  # in slices, a signal let through (a study's trial loop holds them elsewhere)
+            theirs.close()
+            end = time.monotonic() + START_TIMEOUT_S
             with interrupts_allowed():
                 said = ""
                 while not said and time.monotonic() < end:
