@@ -147,7 +147,7 @@ class Server:
             raise
         ours.settimeout(REPLY_TIMEOUT_S)
         self.ready = said == "ready"
-        self.why = "" if self.ready else (said or "refused: the server exited")
+        self.why = "" if self.ready else said
         if not self.ready:
             self.close()
 
