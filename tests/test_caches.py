@@ -607,3 +607,25 @@ def test_the_needs_ask_no_gemm_the_micro_benchmark_never_measures(monkeypatch):
     cpu = needs([(ModelConfig.from_name("tiny"), {"batch": 2, "prompt_len": 64, "new_tokens": 8},
                   "eager")], "cpu")["gemm"]
     assert cpu and all(m * max(n, k) * 2 <= 2**26 for m, n, k, _ in cpu)
+
+
+def test_the_shipped_grid_asks_no_gemm_the_micro_benchmark_never_measures():
+    """``sweep.cli.calibrate``'s grid (``caches.grids.grid_needs``) over the shipped designs asked
+    for 22 LM-head and FFN GEMMs at 16384 and 32768 rows whose inputs pass the micro-benchmark's
+    bound: measured never, asked on every run (the thirty-fifth session's reship: "measuring 22
+    entries ... 0 measured now"). The grid keeps the same GEMMs at the sizes it measures, and
+    the H100's shipped calibration holds every key the grid asks."""
+    from pathlib import Path
+
+    from sweep.analysis import calibration_store as store
+    from sweep.analysis.needs import gemm_measured, missing
+    from sweep.caches.grids import M_GRID, grid_needs
+    from sweep.space import shipped_items
+
+    grid = grid_needs(shipped_items(cpu=False), "cuda")
+    assert grid["gemm"] and all(gemm_measured(m, n, k, "cuda") for m, n, k, _ in grid["gemm"])
+    assert (32768, 128256, 2048, "bf16") not in grid["gemm"]  # 8.4 GB of input: never timed
+    assert (4096, 128256, 2048, "bf16") in grid["gemm"]  # the same LM head within the bound
+    assert max(M_GRID) == 32768 and (32768, 2048, 2048, "bf16") in grid["gemm"]
+    shipped = store.load("", where=Path("sweep/analysis/calibrations/nvidia_h100_80gb_hbm3.json"))
+    assert not any(missing(shipped.table, grid).values())

@@ -32,6 +32,14 @@ MOE_BRACKET_MAX = 65536  # tokens: the largest grouped-GEMM entry a prefill's br
 GEMM_INPUT_BYTES_MOST = {"cuda": 2**31, "cpu": 2**26}
 
 
+def gemm_measured(M: int, N: int, K: int, device_type: str) -> bool:
+    """Whether the micro-benchmark measures a ``gemm`` entry of ``[M, K] x [K, N]`` on a device
+    of ``device_type`` (its input ``M * max(N, K) * 2`` bytes within ``GEMM_INPUT_BYTES_MOST``):
+    a larger one is never asked for (a study's needs, the shipped grid), and priced from its
+    neighbours."""
+    return M * max(N, K) * 2 <= GEMM_INPUT_BYTES_MOST[device_type]
+
+
 def needs(items, device_type: str) -> dict:
     """The per-shape entries the predictor will look up for ``items`` (``(ModelConfig,
     workload, mode)`` triples) on a device of ``device_type``: ``{kind: [key tuples]}`` in
@@ -65,8 +73,7 @@ def needs(items, device_type: str) -> dict:
                             out["moe_gemm"].add((k.op, moe_bracket(s["tokens"], s["E"],
                                                                    s["topk"]), *shape))
                     continue
-                if k.kind == "gemm" and s["M"] * max(s["N"], s["K"]) * 2 > \
-                        GEMM_INPUT_BYTES_MOST[device_type]:
+                if k.kind == "gemm" and not gemm_measured(s["M"], s["N"], s["K"], device_type):
                     continue  # never measured: asked on every run before (16384- to
                     # 262144-row prefill GEMMs of the LM head and the FFN)
                 if k.kind in ("gemm", "gemv"):

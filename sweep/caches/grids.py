@@ -6,7 +6,7 @@ needs (``attn_grid``), from the micro-benchmarks' own grids (``sweep.measure.mic
 
 from __future__ import annotations
 
-from ..analysis.needs import DEFAULTS, KEYS, norm_value, with_defaults
+from ..analysis.needs import DEFAULTS, KEYS, gemm_measured, norm_value, with_defaults
 from ..measure.microbench import decode_attention_grid, prefill_attention_grid
 from ..measure.microbench_mla import mla_grid
 
@@ -21,8 +21,10 @@ OFF_GRID = [(1000, 1000), (1536, 2880), (2112, 1344), (5000, 3000), (4160, 4160)
 
 def grid_needs(items, device_type: str) -> dict:
     """The shipped grid over ``items``' designs: every GEMM ``(N, K)`` (and ``OFF_GRID``) at
-    every ``M_GRID`` M (powers of two up to 512 on the CPU), every decode GEMV at ``M`` 1 .. 16,
-    an MoE design's grouped GEMMs and router as a decode step of each ``MOE_DECODE_TOKENS``
+    every ``M_GRID`` M (powers of two up to 512 on the CPU) the micro-benchmark measures
+    (``needs.gemm_measured``: 22 of the shipped designs' LM-head and FFN keys at 16384 and
+    32768 rows are not, and were asked on every ``sweep.cli.calibrate`` run), every decode GEMV
+    at ``M`` 1 .. 16, an MoE design's grouped GEMMs and router as a decode step of each ``MOE_DECODE_TOKENS``
     tokens launches them (on a GPU), the prefill attention grid."""
     from ..analysis.predict import kernel_list
 
@@ -44,7 +46,8 @@ def grid_needs(items, device_type: str) -> dict:
                     if "experts" in s and "tokens" in s:  # a grouped GEMM of the Triton path
                         moe.add((k.op, s["tokens"], s["E"], s["topk"], s["N"], s["K"],
                                  s["dtype"]))
-    return {"gemm": [(M, N, K, dtype) for N, K in sorted(nk) for M in m_grid],
+    return {"gemm": [(M, N, K, dtype) for N, K in sorted(nk) for M in m_grid
+                     if gemm_measured(M, N, K, device_type)],  # (the rest: never measured)
             "gemv": [(M, N, K, p, dtype) for N, K, p in sorted(nkp) for M in GEMV_M_GRID],
             "moe_gemm": sorted(moe),
             "decode_attn": [],
