@@ -13,7 +13,7 @@ timeout 200 python3 bench/reference/forkserver_check.py "$OUT/fork" | tee "$OUT/
 if [ "${PIPESTATUS[0]}" -ne 0 ]; then
   echo "fork server check failed: turned off in this copy" | tee -a "$OUT/fork/check.json"
   sed -i 's/    return (sys.platform.startswith("linux") and len(cmd) >= 3/    return False and (len(cmd) >= 3/' \
-    sweep/measure/forkserver.py
+    sweep/measure/forked.py
 fi
 (cd "$OUT" && tar czf fork.tgz --remove-files fork)
 OUT=$OUT bash bench/reference/run_reship_gate.sh

@@ -104,7 +104,7 @@ class Child:
 def start(cmd: list[str], log_path: Path, env: dict | None = None, on_line=None) -> Child:
     """Start ``cmd`` as a child of this process: the one way every child starts (trial, profiler
     runs, ceilings, calibration, a study's workers). A trial, ceilings or calibration child
-    with no wrapper (``python -m`` of ``forkserver.FORKABLE``) is forked from this process's fork
+    with no wrapper (``python -m`` of ``forked.FORKABLE``) is forked from this process's fork
     server, which has imported torch, triton and the zoo once (where it cannot serve, the child
     starts as a new interpreter).
 

@@ -22,8 +22,12 @@ import time
 
 from ..common.env import REPO
 from ..common.interrupts import interrupts_allowed
-from .forkserver import FORKABLE, MODULE
 from .parent import die_with_parent
+
+# the server's module; it lives apart from this one, which the package imports: run as
+# ``python -m`` it is then loaded once, as ``__main__`` (else runpy warns that it was imported first)
+MODULE = "sweep.measure.forkserver"
+FORKABLE = ("sweep.measure.trial", "sweep.measure.ceilings", "sweep.measure.calibration_run")
 
 START_TIMEOUT_S = 300.0  # the server's imports; past it, children start as new interpreters
 REPLY_TIMEOUT_S = 60.0  # a request's answer (a pid) from a server that has started

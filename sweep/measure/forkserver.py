@@ -34,10 +34,9 @@ import socket
 import sys
 import threading
 
+from .forked import FORKABLE
 from .parent import die_with_parent
 
-MODULE = "sweep.measure.forkserver"
-FORKABLE = ("sweep.measure.trial", "sweep.measure.ceilings", "sweep.measure.calibration_run")
 PRELOAD = ("torch", "triton", "pandas", "zoo", "kernels.decode_linear", "kernels.tuning",
            "zoo.weights", "sweep.measure.timing", "sweep.measure.moe_routing", *FORKABLE)
 
