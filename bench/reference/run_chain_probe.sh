@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call: bench/chain_probe.py (a step's GEMVs in sequence against the sum of their calibrated
-# prices, PDL on and off) for Llama-3.2-1B and Llama-3.1-8B at batch 1 and 8.
+# prices, PDL on and off; and with each layer's decode attention in the chain) for Llama-3.2-1B and
+# Llama-3.1-8B at the development set's batch 1 x 576 and 8 x 4128 positions (CASES=model:B:S,...).
 #   OUT=$OUT bash bench/reference/run_chain_probe.sh      # $OUT/chain.json, log.txt
 set -uo pipefail
 export PYTHONUNBUFFERED=1
