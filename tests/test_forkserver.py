@@ -64,6 +64,17 @@ def test_a_forked_child_past_its_time_is_killed_with_its_group_and_was_findable(
     assert c.proc.returncode == -9 and not project_processes(str(tmp_path))
 
 
+def test_the_server_forks_from_one_thread(tmp_path):
+    """Nothing the server imports has started a thread of its own when it forks (numpy's OpenBLAS
+    pool, pyarrow's jemalloc background thread: ``forked.ONE_THREAD``)."""
+    c = child.start(_trial(tmp_path, "start:raise"), tmp_path / "log.txt")
+    assert isinstance(c.proc, forked.ForkedProc) and c.wait(120) == 1
+    srv = next(iter(forked._servers.values()))
+    names = [(pathlib.Path(f"/proc/{srv.proc.pid}/task") / t / "comm").read_text().strip()
+             for t in os.listdir(f"/proc/{srv.proc.pid}/task")]
+    assert len(names) == 1, names
+
+
 def test_closing_the_server_ends_its_children_and_each_environment_has_its_own(tmp_path):
     env = child.child_env()
     c = child.start(_trial(tmp_path, "start:hang"), tmp_path / "log.txt")

@@ -34,6 +34,11 @@ REPLY_TIMEOUT_S = 60.0  # a request's answer (a pid) from a server that has star
 MAX_SERVERS = 2  # environments served at once in one process
 MAX_RESTARTS = 2  # servers started again after one died, in one process
 _KEEP = ("DESIGNZOO_PARENT_PID",)  # set by the child itself, not read at import
+# the server's own imports start no thread (a fork copies the caller alone, and Python 3.12 warns
+# on forking a process that has others): numpy's OpenBLAS starts a pool of one thread per core
+# more at import, pyarrow's jemalloc (through pandas) a background thread. Its children run in
+# the environment they ask for; these set only how the server's libraries started.
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "background_thread:false"}
 _servers: dict = {}  # environment key -> Server
 _restarts = 0
 _lock = threading.Lock()
@@ -128,7 +133,8 @@ class Server:
         self.ctl = ours
         self.proc = subprocess.Popen(
             [sys.executable, "-m", MODULE, str(theirs.fileno()), str(os.getpid())], cwd=REPO,
-            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # its stderr: ours
+            env={**ONE_THREAD, **env}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,  # its stderr: ours
             pass_fds=[theirs.fileno()], start_new_session=True, preexec_fn=die_with_parent)
         try:  # in slices, a signal let through (a study's trial loop holds them elsewhere)
             theirs.close()
