@@ -392,6 +392,43 @@ def test_a_group_with_one_family_gone_stale_is_measured_again(tmp_path, monkeypa
     assert specs == []
 
 
+def test_a_family_asked_again_is_measured_again_entry_by_entry(tmp_path, monkeypatch):
+    """``ensure(again=("gemv",))`` (``calibrate --again gemv``): every GEMV entry the table held
+    is timed again, the shapes no design of the grid asks for among them, and replaces its old
+    row; the other families are kept as they were; a family whose key cannot be measured again
+    entry by entry (decode attention) is refused by name."""
+    from kernels.switches import Switches
+    from sweep.measure import calibration_run as run_cal
+
+    specs = []
+
+    def fake_run(spec, out, timeout_s, on_line=None, keep_log=None):
+        specs.append(spec)
+        pd.DataFrame([dict(kind="gemv", M=m, N=n, K=k, prologue=p, dtype="bf16", time_s=2e-6)
+                      for m, n, k, p in spec["gemv"]]).to_parquet(out)
+        return 0, ""
+
+    table = pd.DataFrame([dict(kind="gemv", M=1, N=n, K=64, prologue="none", dtype="bf16",
+                               family="gemv", time_s=1e-6) for n in (64, 96)]
+                         + [dict(kind="gemm", M=8, N=64, K=64, dtype="bf16", family="gemm",
+                                 time_s=5e-6)])
+    have = store.Calibration({"version": cal.VERSION, "fingerprints": {}}, table)
+    monkeypatch.setattr(run_cal, "run", fake_run)
+    monkeypatch.setattr(cal, "needs", lambda items, device_type: {})
+    monkeypatch.setattr(cal, "attn_grid", lambda *a, **k: [])
+    monkeypatch.setattr(cal, "load", lambda *a, **k: have)
+    monkeypatch.setattr(cal, "stale_families", lambda meta, current: [])
+    dev = {"type": "cpu", "name": "cpu"}
+    assert cal.ensure(dev, [], Switches(), cal_dir=tmp_path, quick=True).meta["measured_now"] == 0
+    got = cal.ensure(dev, [], Switches(), cal_dir=tmp_path, quick=True, again=("gemv",)).table
+    assert sorted(tuple(g[:3]) for g in specs[-1]["gemv"]) == [(1, 64, 64), (1, 96, 64)]
+    gemv = got[got.kind == "gemv"]
+    assert sorted(gemv.N) == [64, 96] and (gemv.time_s == 2e-6).all()  # replaced, not doubled
+    assert got[got.kind == "gemm"].time_s.tolist() == [5e-6]
+    with pytest.raises(ValueError, match="decode_attn/triton"):
+        cal.ensure(dev, [], Switches(), cal_dir=tmp_path, quick=True, again=("decode_attn/triton",))
+
+
 def test_calibration_entries_measured_beside_another_job_are_measured_again(tmp_path,
                                                                             monkeypatch):
     """Entries measured while another job used the device are used and kept, flagged

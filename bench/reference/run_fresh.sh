@@ -5,7 +5,8 @@
 #       (sweep/analysis/calibrations/, kernels/tuned/): python -m sweep.cli.calibrate --refresh --ship;
 #       cut off after CAL_TIMEOUT s (default 480) it keeps what it finished, copied to $OUT
 #   bash bench/reference/run_fresh.sh calibrate_more  # the same from the shipped files (the
-#       rest of a calibration cut off before): python -m sweep.cli.calibrate --ship
+#       rest of a calibration cut off before): python -m sweep.cli.calibrate --ship (AGAIN=gemv:
+#       with --again gemv, every GEMV entry timed again)
 #   bash bench/reference/run_fresh.sh fresh       # remove every cache (results/calibration,
 #       results/ceilings, results/tuning, Triton's), then the README's main job with no
 #       overrides, timed; then the first minute of +experiment=attention_shape and of
@@ -29,7 +30,8 @@ for what in "$@"; do
     calibrate|calibrate_more)
       clean
       [ "$what" = calibrate ] && refresh=--refresh || refresh=
-      timed "$what" python3 -m sweep.cli.calibrate $refresh --ship --timeout "${CAL_TIMEOUT:-480}"
+      timed "$what" python3 -m sweep.cli.calibrate $refresh ${AGAIN:+--again $AGAIN} --ship \
+        --timeout "${CAL_TIMEOUT:-480}"
       cp results/calibration/*.json results/calibration/*.parquet "$OUT/" 2>/dev/null
       for f in results/tuning/*.json; do cp "$f" "$OUT/tuning_$(basename "$f")"; done
       cat results/calibration/.*.log > "$OUT/${what}_child.log" 2>/dev/null ;;

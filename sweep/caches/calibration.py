@@ -79,32 +79,43 @@ def _spec(device_type: str, quick: bool, switches, want: dict, base: list, grid:
             "moe_gemm": [dict(zip(KEYS["moe_gemm"], k)) for k in want.get("moe_gemm", [])]}
 
 
+# the families ``ensure(again=...)`` measures again entry by entry (a decode-attention entry's key
+# lacks the cache size it was timed with: those are measured again when their code changes)
+AGAIN = ("gemm", "gemv", "moe_gemm", "prefill_attn", "prefill_attn/band", "launch",
+         "elementwise/torch", "elementwise/triton")
+
+
 def ensure(device: dict, items, switches, ceilings: dict | None = None,
            cal_dir: Path | None = None, tuning_dir: Path | None = None, policy: str = "auto",
            quick: bool | None = None, full: bool = False, timeout_s: float = 900.0,
-           on_line=None, log=print, from_shipped: bool = True) -> Calibration:
+           on_line=None, log=print, from_shipped: bool = True, again: tuple = ()) -> Calibration:
     """The device's calibration covering ``items`` (``(ModelConfig, workload, mode)``): the
     cache, started from the shipped calibration of this device if there is one, with the
     entries it lacks measured now in a child and added (stale families measured again), unless
     ``policy='frozen'``. ``full``: also the shipped grid (``python -m sweep.cli.calibrate``);
-    ``from_shipped=False`` ignores the shipped calibration (a refresh measures everything).
+    ``from_shipped=False`` ignores the shipped calibration (a refresh measures everything);
+    ``again``: families (``AGAIN``) whose every entry is measured again, as a stale one's, the
+    shapes the table held kept (a family timed on a disturbed run).
 
     Returns:
         the ``Calibration``; its ``meta["stale"]`` lists the families measured under other
         fingerprints (``policy='frozen'``), ``meta["measured_now"]`` what this call measured.
 
     Raises:
-        ValueError: an unknown ``policy``. RuntimeError: the measurement failed (the child's
-            error tail in the message).
+        ValueError: an unknown ``policy``, a family of ``again`` not in ``AGAIN``.
+        RuntimeError: the measurement failed (the child's error tail in the message).
     """
     if policy not in POLICIES:
         raise ValueError(f"calibration_policy={policy!r} is not one of {', '.join(POLICIES)}")
+    if set(again) - set(AGAIN):
+        raise ValueError(f"again={sorted(set(again) - set(AGAIN))}: families measured again "
+                         f"entry by entry are {', '.join(AGAIN)}")
     # one process at a time reads, measures into and writes this device's cache: another
     # process's entries are found here, not measured twice nor written over
     with cache_lock(paths(device["name"], cal_dir)[1], f"the calibration of {device['name']}",
                     log):
         return _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quick,
-                       full, timeout_s, on_line, log, from_shipped)
+                       full, timeout_s, on_line, log, from_shipped, tuple(again))
 
 
 # a GEMM entry read over this many times every entry of like FLOPs is a disturbed timing (the
@@ -155,7 +166,7 @@ def groups(table, dropped: list, device_type: str) -> tuple:
 
 
 def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quick, full,
-            timeout_s, on_line, log, from_shipped):
+            timeout_s, on_line, log, from_shipped, again=()):
     import pandas as pd
 
     quick = device["type"] != "cuda" if quick is None else quick
@@ -173,6 +184,13 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
     stale = stale_families(meta, current) if table is not None else []
     if table is not None and "family" not in table:
         table = None  # an old table: no family per row
+    kept_keys = {}  # the shapes of the families measured again, as the table held them
+    if again and table is not None and policy == "auto":
+        old = table[table.family.isin(again)]
+        kept_keys = {k: [x for x in entry_keys(old[old.kind == k], k) if x is not None]
+                     for k in KEYS if (old.kind == k).any()}
+        log(f"calibration: {', '.join(again)} measured again as asked ({len(old)} entries)")
+        stale = sorted(set(stale) | (set(again) & set(table.family)))
     dropped = stale if policy == "auto" else []  # (a group with one of them: measured whole)
     if stale and policy == "auto":
         log(f"calibration: {', '.join(stale)} measured under other kernels, versions or on another "
@@ -187,6 +205,8 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
     want = needs(items, device["type"])
     if full:
         want = merge(want, grid_needs(items, device["type"]))
+    if kept_keys:
+        want = merge(want, kept_keys)
     todo = missing(table[~table[CONTENDED]] if redo else table, want)
     table, base = groups(table, dropped, device["type"])
     grid = attn_grid(table, todo, device["type"], quick, full)
@@ -357,11 +377,12 @@ class CalibrationCut(RuntimeError):
 def calibrate(device: dict, designs, refresh: bool = False, quick: bool | None = None,
               ceilings: dict | None = None, cal_dir: Path | None = None, switches=None,
               workload: dict | None = None, timeout_s: float = 1800.0, on_line=None, log=print,
-              tuning_dir: Path | None = None):
+              tuning_dir: Path | None = None, again: tuple = ()):
     """The shipped grid's calibration of ``device`` over ``designs`` (ModelConfigs, at
     ``workload``, default batch 1 / 512 + 128 tokens; or ``(ModelConfig, workload, mode)``
     items, ``sweep.space.shipped_items``): ``ensure`` with ``full``; ``refresh`` measures
-    everything again (the cache's table is set aside first). Returns the ``Calibration``."""
+    everything again (the cache's table is set aside first); ``again``: families whose every
+    entry is measured again (``ensure``). Returns the ``Calibration``."""
     from kernels.switches import Switches
 
     switches = switches or Switches()
@@ -373,4 +394,5 @@ def calibrate(device: dict, designs, refresh: bool = False, quick: bool | None =
     mode = "cudagraph" if device["type"] == "cuda" else "eager"
     items = [c if isinstance(c, tuple) else (c, wl, mode) for c in designs]
     return ensure(device, items, switches, ceilings, cal_dir, tuning_dir, quick=quick, full=True,
-                  timeout_s=timeout_s, on_line=on_line, log=log, from_shipped=not refresh)
+                  timeout_s=timeout_s, on_line=on_line, log=log, from_shipped=not refresh,
+                  again=again)

@@ -1,6 +1,6 @@
-"""``python -m sweep.cli.calibrate [--refresh] [--quick] [--ship]``: calibrate the performance model on
-this device over the shipped grid: micro-benchmarks of the kernels the zoo launches for every
-shipped model and experiment (``sweep.caches.calibration``), cached in
+"""``python -m sweep.cli.calibrate [--refresh] [--again FAMILY ...] [--quick] [--ship]``:
+calibrate the performance model on this device over the shipped grid: micro-benchmarks of the
+kernels the zoo launches for every shipped model and experiment (``sweep.caches.calibration``), cached in
 ``<results_dir>/calibration/<device>.{json,parquet}``. A study calibrates only what it needs on
 first use; this refreshes a whole one. ``--ship`` then copies it, and this device's autotune
 choices (``<results_dir>/tuning``, merged with the shipped ones), into the package
@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--refresh", action="store_true", help="measure everything again")
+    ap.add_argument("--again", nargs="+", default=[], choices=cal.AGAIN, metavar="FAMILY",
+                    help="measure every entry of these families again (a family timed on a "
+                    f"disturbed run): {', '.join(cal.AGAIN)}")
     ap.add_argument("--quick", action="store_true", help="the reduced grid (the CPU's)")
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     ap.add_argument("--results-dir", default="results", help="where the caches live")
@@ -54,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             got = cal.calibrate(dev, shipped_items(cpu=dev["type"] != "cuda"),
                                 refresh=a.refresh, quick=a.quick or None, ceilings=ceilings,
                                 cal_dir=root / "calibration", on_line=bar.on_line,
-                                tuning_dir=root / "tuning", timeout_s=a.timeout)
+                                tuning_dir=root / "tuning", timeout_s=a.timeout,
+                                again=tuple(a.again))
     except cal.CalibrationCut as e:  # with --ship, what it measured ships: run again for the rest
         if not a.ship:
             raise
