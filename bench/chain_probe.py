@@ -108,7 +108,7 @@ def main() -> int:
     dev, dt = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
     g = torch.Generator(device=dev).manual_seed(0)
 
-    def rnd(*shape, dt=dt):
+    def rnd(*shape):
         return torch.randn(*shape, device=dev, dtype=dt, generator=g) * 0.02
 
     tm = mb.timer(cuda, 7 if cuda else 1)

@@ -184,18 +184,20 @@ def _ensure(device, items, switches, ceilings, cal_dir, tuning_dir, policy, quic
     stale = stale_families(meta, current) if table is not None else []
     if table is not None and "family" not in table:
         table = None  # an old table: no family per row
-    kept_keys = {}  # the shapes of the families measured again, as the table held them
+    asked, kept_keys = [], {}  # families measured again as asked; their shapes, as the table held
     if again and table is not None and policy == "auto":
-        old = table[table.family.isin(again)]
+        asked = sorted(set(again) & set(table.family))
+        old = table[table.family.isin(asked)]
         kept_keys = {k: [x for x in entry_keys(old[old.kind == k], k) if x is not None]
                      for k in KEYS if (old.kind == k).any()}
         log(f"calibration: {', '.join(again)} measured again as asked ({len(old)} entries)")
-        stale = sorted(set(stale) | (set(again) & set(table.family)))
-    dropped = stale if policy == "auto" else []  # (a group with one of them: measured whole)
+    # (a group with one of them: measured whole)
+    dropped = sorted(set(stale) | set(asked)) if policy == "auto" else []
     if stale and policy == "auto":
         log(f"calibration: {', '.join(stale)} measured under other kernels, versions or on another "
             "host: measured again")
-        table, stale = table[~table.family.isin(stale)] if table is not None else None, []
+    if dropped:
+        table, stale = table[~table.family.isin(dropped)] if table is not None else None, []
     redo = (table is not None and policy == "auto" and CONTENDED in table
             and bool(table[CONTENDED].any()) and not contention.sample(device))
     if redo:  # those this study needs measured again, the rest kept (while busy: all kept)
