@@ -128,3 +128,21 @@ def test_one_byte_split_plan_aims_at_one_wave():
             B, Hkv, D, got)
     assert [da.plan(8, h, 32 // h, 64, 4160, False, 132)[0] for h in (1, 8, 32)] == [33, 5, 2]
     assert da.plan(8, 8, 4, 64, 4160, True, 132)[0] != da.plan(8, 8, 4, 128, 4160, True, 132)[0]
+
+
+@pytest.mark.skipif(not INTERPRETED, reason="the probe's GPU run checks its own errors")
+@pytest.mark.parametrize("qk8,pv8,tol", [(False, False, 0.004), (True, False, 0.008),
+                                         (True, True, 0.016)])
+def test_qk8_probe_kernel_attends_like_the_reference(qk8, pv8, tol):
+    """``bench.qk8_probe``'s kernel over an int8 cache: both switches off, what the shipped kernel
+    computes (bf16 rounding); with q (and p) quantized per row to int8 for the one-byte products,
+    within the tolerance their rounding allows (odd groups, a split past the position)."""
+    from bench.qk8_probe import qk8_attention
+    g = torch.Generator().manual_seed(3)
+    B, H, Hkv, D, S, p = 2, 12, 4, 64, 300, 250
+    q = torch.randn(B, H, D, generator=g).to(torch.bfloat16)
+    k, v = (torch.randn(B, Hkv, S, D, generator=g).to(torch.bfloat16) for _ in range(2))
+    (k8, ks), (v8, vs) = kv_quant.reference(k, "int8"), kv_quant.reference(v, "int8")
+    want = da.reference(q, k8, v8, p + 1, ks, vs).float()
+    got = qk8_attention(q, k8, v8, torch.tensor([p]), ks, vs, qk8=qk8, pv8=pv8).float()
+    assert (got - want).abs().max().item() < tol
