@@ -25,7 +25,6 @@ error against ``kernels.decode_attention.reference`` beside each. Nothing shippe
 
 from __future__ import annotations
 
-import statistics
 import sys
 
 import torch
@@ -174,29 +173,9 @@ VARIANTS = {"probe_base": (False, False), "qk8": (True, False), "qk8_pv8": (True
 
 
 def _graph_us(calls, rounds: int = 3) -> float:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for c in calls:
-            c()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(rounds):
-            for c in calls:
-                c()
-    g.replay()
-    times = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / (rounds * len(calls)))
-    del g
-    return statistics.median(times)
+    """us per call of ``calls`` replayed ``rounds`` times in one CUDA graph (median of 5)."""
+    from kernels.graph_timing import _replay_ms
+    return _replay_ms(calls, rounds) * 1e3 / len(calls)
 
 
 def shape_rows(shape, l2: int, copy: float) -> list[dict]:
