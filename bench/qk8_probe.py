@@ -1,6 +1,7 @@
 """Decode attention over a one-byte KV cache with its products on the one-byte operands (issue 34 item 4).
 
-    python -m bench.qk8_probe OUT          # OUT/qk8.csv
+    python -m bench.qk8_probe OUT          # OUT/qk8.csv (GPU)
+    python -m bench.qk8_probe --sass       # no GPU: each variant's main loop for sm_90a, SASS
 
 Under ncu the int8 / fp8 decode-attention loop is bound by the instructions it issues, not by its
 loads: 958 / 780 warp-instructions an iteration against bf16's 269, 3.6x / 2.9x a byte read
@@ -42,7 +43,8 @@ def _qk8_split(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr,
                s_qb, s_qh, s_kb, s_kh, s_ks, s_sb, s_sh, sm_scale, split_len, n_splits, n_heads,
                G: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
                BLOCK_N: tl.constexpr, QUANT: tl.constexpr, QK8: tl.constexpr,
-               PV8: tl.constexpr, F32: tl.constexpr, PV_SCALE_: tl.constexpr):
+               PV8: tl.constexpr, F32: tl.constexpr, PV_SCALE_: tl.constexpr,
+               SWAP: tl.constexpr = False):
     # QUANT 1 int8, 2 e4m3. Programs (sequence, KV head, split) as kernels.decode_attention.
     b = tl.program_id(0).to(tl.int64)
     hkv = tl.program_id(1)
@@ -90,6 +92,11 @@ def _qk8_split(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr,
         if QK8:
             if F32:  # the interpreter: the same integer / e4m3 products in float32
                 s = tl.dot(q8.to(tl.float32), tl.trans(k.to(tl.float32)))
+            elif SWAP:  # s^T = k8 . q8^T: the cache tile fills the MMA's 64-row side (wgmma)
+                if QUANT == 1:
+                    s = tl.trans(tl.dot(k, tl.trans(q8), out_dtype=tl.int32).to(tl.float32))
+                else:
+                    s = tl.trans(tl.dot(k, tl.trans(q8)))
             elif QUANT == 1:
                 s = tl.dot(q8, tl.trans(k), out_dtype=tl.int32).to(tl.float32)
             else:
@@ -134,7 +141,8 @@ def _qk8_split(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, pos_ptr, o_ptr, lse_ptr,
 
 
 def qk8_attention(q, k_cache, v_cache, pos, k_scale, v_scale, qk8: bool = True,
-                  pv8: bool = False, tile: tuple = (64, 4, 3)) -> torch.Tensor:
+                  pv8: bool = False, tile: tuple = (64, 4, 3), swap: bool = False
+                  ) -> torch.Tensor:
     """``kernels.decode_attention.decode_attention``'s contract for a one-byte cache (no
     ``new_kv``, no sinks): q ``[B, H, D]``, caches ``[B, Hkv, S, D]`` int8 / float8_e4m3fn with
     scales ``[B, Hkv, S]`` float32, ``pos`` an int64 device tensor; ``tile = (BLOCK_N,
@@ -157,7 +165,7 @@ def qk8_attention(q, k_cache, v_cache, pos, k_scale, v_scale, qk8: bool = True,
         k_scale.stride(0), k_scale.stride(1), D**-0.5, split_len, n_splits, H,
         G=G, BLOCK_G=max(16, triton.next_power_of_2(G)), D=D, BLOCK_D=BLOCK_D,
         BLOCK_N=64 if interp else bn, QUANT=1 if k_cache.dtype == torch.int8 else 2, QK8=qk8,
-        PV8=pv8, F32=interp, PV_SCALE_=PV_SCALE, num_warps=warps, num_stages=stages)
+        PV8=pv8, F32=interp, PV_SCALE_=PV_SCALE, SWAP=swap, num_warps=warps, num_stages=stages)
     merge_kernel[(B * H,)](o_part, lse, out, n_splits, D=D, BLOCK_D=BLOCK_D,
                            BLOCK_S=max(2, triton.next_power_of_2(n_splits)), num_warps=4)
     return out
@@ -169,7 +177,9 @@ SHAPES = [  # name, B, H, Hkv, D, capacity, kv_dtype: item 4's shape, the main j
     ("main_g16_int8", 8, 32, 2, 64, 4160, "int8"), ("main_g16_fp8", 8, 32, 2, 64, 4160, "fp8_e4m3"),
 ]
 TILES = [(64, 4, 2), (64, 4, 3), (128, 4, 2), (128, 4, 3), (128, 8, 3), (256, 8, 2)]
-VARIANTS = {"probe_base": (False, False), "qk8": (True, False), "qk8_pv8": (True, True)}
+VARIANTS = {"probe_base": (False, False, False), "qk8": (True, False, False),
+            "qk8_pv8": (True, True, False), "qk8_swap": (True, False, True),
+            "qk8_swap_pv8": (True, True, True)}
 
 
 def _graph_us(calls, rounds: int = 3) -> float:
@@ -196,9 +206,9 @@ def shape_rows(shape, l2: int, copy: float) -> list[dict]:
     for tile in TILES:
         bn, w, st = tile
         runs = {"shipped": lambda x, t=tile: da.decode_attention(x[0], x[1], x[2], pos, *x[3])}
-        for var, (a, b) in VARIANTS.items():
-            runs[var] = lambda x, t=tile, a=a, b=b: qk8_attention(x[0], x[1], x[2], pos, *x[3],
-                                                                 qk8=a, pv8=b, tile=t)
+        for var, (a, b, c) in VARIANTS.items():
+            runs[var] = lambda x, t=tile, a=a, b=b, c=c: qk8_attention(
+                x[0], x[1], x[2], pos, *x[3], qk8=a, pv8=b, tile=t, swap=c)
         da._FIXED = {"BLOCK_N": bn, "num_warps": w, "num_stages": st}
         for var, fn in runs.items():
             row = dict(shape=name, B=B, H=H, Hkv=Hkv, D=D, kv=kvd, layers=L,
@@ -243,5 +253,58 @@ def main(out: str) -> None:
     print(f"copy {copy / 1e12:.3f} TB/s", flush=True)
 
 
+def compile_sm90(kv: str, qk8: bool, pv8: bool, tile: tuple, G: int = 4, D: int = 64,
+                 swap: bool = False):
+    """``_qk8_split`` compiled for sm_90a with no GPU, as the JIT would specialise it (pointers
+    and the cache's strides divisible by 16), with Triton's ``triton.compile``."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    names = _qk8_split.arg_names
+    strides = ["s_qb", "s_qh", "s_kb", "s_kh", "s_ks", "s_sb", "s_sh"]
+    sig = dict.fromkeys(names, "i32")
+    sig.update(q_ptr="*bf16", k_ptr="*i8" if kv == "int8" else "*fp8e4nv", pos_ptr="*i64",
+               sm_scale="fp32")
+    sig["v_ptr"] = sig["k_ptr"]
+    sig.update(dict.fromkeys(["ks_ptr", "vs_ptr", "o_ptr", "lse_ptr"], "*fp32"))
+    bn, warps, stages = tile
+    const = dict(G=G, BLOCK_G=max(16, triton.next_power_of_2(G)), D=D, BLOCK_D=D, BLOCK_N=bn,
+                 QUANT=1 if kv == "int8" else 2, QK8=qk8, PV8=pv8, F32=False,
+                 PV_SCALE_=PV_SCALE, SWAP=swap)
+    sig.update(dict.fromkeys(const, "constexpr"))
+    div = [n for n in names if n.endswith("_ptr")] + [x for x in strides if x != "s_sh"] + [
+        "split_len"]
+    src = ASTSource(fn=_qk8_split, signature={n: sig[n] for n in names},
+                    constexprs={(names.index(n),): v for n, v in const.items()},
+                    attrs={(names.index(n),): [["tt.divisibility", 16]] for n in div})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=warps, num_stages=stages))
+
+
+def sass_table(tiles=((128, 4, 3), (128, 4, 2), (64, 4, 3))) -> None:
+    """Print each variant's main loop (``bench.split_resources.sass_loop``): warp-instructions
+    an iteration, per KB of K and V read, shared memory a program and the largest opcodes."""
+    from bench.split_resources import sass_loop
+    print(f"triton {triton.__version__}, sm_90a, G 4, head_dim 64")
+    print("| cache | tile | variant | loop instructions a warp | a program's per KB read | "
+          "smem KB | top opcodes |")
+    print("|---|---|---|---:|---:|---:|---|")
+    for kv in ("int8", "fp8"):
+        for tile in tiles:
+            for var, (a, b, c) in VARIANTS.items():
+                try:
+                    k = compile_sm90(kv, a, b, tile, swap=c)
+                    r = sass_loop(k, tile[1], 2 * tile[0] * 64 / 1024)
+                    top = ", ".join(f"{o} {c}" for o, c in r["ops"].most_common(7))
+                    print(f"| {kv} | n{tile[0]}w{tile[1]}s{tile[2]} | {var} | "
+                          f"{r['instructions']} | {r['per_kb']:.1f} | "
+                          f"{k.metadata.shared / 1024:.1f} | {top} |", flush=True)
+                except Exception as e:  # the compiler refused the variant
+                    print(f"| {kv} | n{tile[0]}w{tile[1]}s{tile[2]} | {var} | "
+                          f"{type(e).__name__}: {str(e)[:100]} | | | |", flush=True)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "out")
+    if sys.argv[1:] == ["--sass"]:
+        sass_table()
+    else:
+        main(sys.argv[1] if len(sys.argv) > 1 else "out")

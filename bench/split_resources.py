@@ -105,6 +105,18 @@ def loop_mix(kv: str, block_n: int, warps: int, stages: int, G: int = 4, D: int 
         subprocess.CalledProcessError: ``ptxas`` or ``cuobjdump`` failed.
     """
     k = _compile(kv, block_n, warps, stages, None, G, D)
+    kb = 2 * block_n * D * (2 if kv == "bf16" else 1) / 1024
+    return dict(kv=kv, tile=f"n{block_n}w{warps}s{stages}", **sass_loop(k, warps, kb))
+
+
+def sass_loop(k, warps: int, kb: float) -> dict:
+    """A compiled Triton kernel ``k``'s longest loop in SASS (sm_90a): ``instructions`` a warp an
+    iteration, ``ops`` by opcode, ``per_kb`` warp-instructions a program issues per ``kb`` KB an
+    iteration reads.
+
+    Raises:
+        subprocess.CalledProcessError: ``ptxas`` or ``cuobjdump`` failed.
+    """
     with tempfile.TemporaryDirectory() as d:
         _ptxas_run(k, d)
         sass = subprocess.run([str(Path(_ptxas()).parent / "cuobjdump"), "-sass", f"{d}/k.cubin"],
@@ -116,9 +128,7 @@ def loop_mix(kv: str, block_n: int, warps: int, stages: int, G: int = 4, D: int 
     ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", op).split()[0].split(".")[0]
                               for a, op in ins if lo <= a <= hi)
     n = sum(ops.values())
-    kb = 2 * block_n * D * (2 if kv == "bf16" else 1) / 1024
-    return dict(kv=kv, tile=f"n{block_n}w{warps}s{stages}", instructions=n, ops=ops,
-                per_kb=n * warps / kb)
+    return dict(instructions=n, ops=ops, per_kb=n * warps / kb)
 
 
 def main() -> int:
