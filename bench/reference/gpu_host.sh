@@ -13,3 +13,14 @@ gpu_card() {
     python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
     date -u +%FT%TZ; } | tee "$1"
 }
+
+# probe NAME TIMEOUT_S MODULE: run `python3 -m MODULE $OUT/NAME` under a timeout, its card in
+# $OUT/NAME/device.txt, console in $OUT/NAME/console.log, exit code and wall in walls.txt; then
+# $OUT/NAME packed as $OUT/NAME.tgz (a device call returns at most 8 files)
+probe() {
+  local name=$1 limit=$2 module=$3 t0; mkdir -p "$OUT/$name"
+  gpu_card "$OUT/$name/device.txt"; t0=$(date +%s)
+  timeout "$limit" python3 -m "$module" "$OUT/$name" > "$OUT/$name/console.log" 2>&1
+  echo "$name rc=$? wall_s=$(( $(date +%s) - t0 ))" | tee -a "$OUT/$name/walls.txt"
+}
+probe_pack() { (cd "$OUT" && tar czf "$1.tgz" --remove-files "$1"); }

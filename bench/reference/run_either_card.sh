@@ -24,10 +24,6 @@ if [ "${WHAT:-tma_mbu}" = reship ]; then
 elif [[ $card == *H100* ]]; then
   OUT=$OUT bash bench/reference/run_tma_mbu.sh
 else
-  . bench/reference/gpu_host.sh
-  mkdir -p "$OUT/tma"; gpu_card "$OUT/tma/device.txt"
-  timeout "${TMA_TIMEOUT:-200}" python3 -m bench.tma_gemv_probe "$OUT/tma" > "$OUT/tma/console.log" 2>&1
-  echo "tma rc=$?" | tee -a "$OUT/tma/walls.txt"
-  (cd "$OUT" && tar czf tma.tgz --remove-files tma)
+  TMA_ONLY=1 TMA_TIMEOUT=${TMA_TIMEOUT:-200} OUT=$OUT bash bench/reference/run_tma_mbu.sh
   RESHIP_ONLY=1 reship
 fi
